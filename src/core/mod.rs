@@ -1,0 +1,13 @@
+//! The pure core: QoS arithmetic and state, with no Python anywhere in sight.
+//!
+//! The files follow the course's layering, one idea each:
+//!
+//! * [`quantity`]: what the math needs from a number, so one algorithm serves `i64`, `f64` and,
+//!   in the Python glue, any Python number with Python's own arithmetic.
+//! * [`refill`]: the lazy-refill math. Plain scalars in, a pair out. It never names a bucket.
+//! * [`token_bucket`]: the bucket, which is only where the refill math's answer gets stored, and
+//!   the spend decision made right after storing it.
+
+pub mod quantity;
+pub mod refill;
+pub mod token_bucket;
