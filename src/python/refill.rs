@@ -1,0 +1,57 @@
+//! `protocol_in_code.qos.refill` for Python: the core's refill math on Python numbers.
+
+use pyo3::prelude::*;
+
+use crate::core::refill;
+use crate::python::number::Num;
+use crate::python::record::frozen_record;
+
+frozen_record! {
+    /// The settled balance and when it was settled, always produced together: if `tokens` grew,
+    /// `last_refill_at` moved to `now` in the same result; if not, neither changed.
+    pub struct RefillResult as "RefillResult" in "protocol_in_code.qos.refill" {
+        tokens,
+        last_refill_at,
+    }
+}
+
+impl RefillResult {
+    pub fn from_core(result: refill::RefillResult<Num<'_>>) -> Self {
+        Self {
+            tokens: result.tokens.into_object().unbind(),
+            last_refill_at: result.last_refill_at.into_object().unbind(),
+        }
+    }
+}
+
+/// Settle a balance for the time elapsed since `last_refill_at`, without any bucket.
+///
+///     elapsed = now - last_refill_at
+///     elapsed <= 0 -> RefillResult(tokens, last_refill_at), the inputs unchanged
+///     otherwise    -> grown = tokens + elapsed * rate_per_sec
+///                     RefillResult(min(grown, capacity), now)
+///
+/// Zero or negative elapsed time (the same instant, or a clock that went backwards) falls into
+/// the same branch: nothing grows, the timestamp stays, and no error is raised. The cap is
+/// applied after the growth is added, so a long-idle balance comes back as `capacity`.
+///
+/// The function takes plain numbers, not a bucket, stores nothing and has no hidden state: the
+/// same five inputs always give the same result. Numbers keep Python's types and arithmetic:
+/// ints in, ints out; floats, Fractions and Decimals compute as they would in Python.
+#[pyfunction]
+pub fn compute_refill(
+    tokens: &Bound<'_, PyAny>,
+    capacity: &Bound<'_, PyAny>,
+    rate_per_sec: &Bound<'_, PyAny>,
+    last_refill_at: &Bound<'_, PyAny>,
+    now: &Bound<'_, PyAny>,
+) -> PyResult<RefillResult> {
+    refill::compute_refill(
+        &Num::new(tokens),
+        &Num::new(capacity),
+        &Num::new(rate_per_sec),
+        &Num::new(last_refill_at),
+        &Num::new(now),
+    )
+    .map(RefillResult::from_core)
+}
