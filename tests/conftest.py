@@ -1,0 +1,64 @@
+"""pytest set-up: the implementation under test, the reference, hypothesis profiles.
+
+By default the tests exercise the installed native package ``protocol_in_code.qos``. With
+``QOS_IMPL=reference`` they exercise the pure-Python reference in ``tests/reference_qos`` instead
+(loaded as ``protocol_in_code.qos``), which proves the contract tests against the reference
+itself; the differential tests then compare the reference with itself and pass trivially.
+
+Hypothesis profiles: ``ci`` (deterministic, no example database), ``dev`` (random, the default
+outside CI) and ``thorough``. Pick one with ``HYPOTHESIS_PROFILE=...``; ``CI=true`` picks ``ci``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import qos_support
+
+_common = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile("ci", max_examples=300, derandomize=True, database=None, **_common)
+settings.register_profile("dev", max_examples=200, **_common)
+settings.register_profile("thorough", max_examples=3000, **_common)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    mode = "reference (QOS_IMPL=reference)" if qos_support.reference_mode() else "native"
+    profile = settings.get_current_profile_name()
+    return f"qos implementation under test: {mode}; hypothesis profile: {profile}"
+
+
+@pytest.fixture(scope="session")
+def impl() -> qos_support.Impl:
+    """The implementation under test: native package, or the reference with QOS_IMPL=reference.
+
+    A native package that cannot be imported is an error (with the reason), never a skip.
+    """
+    try:
+        return qos_support.load_impl()
+    except qos_support.NativeUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def ref() -> qos_support.Impl:
+    """The pure-Python reference package (``reference_qos``)."""
+    return qos_support.load_reference()
+
+
+@pytest.fixture(scope="session")
+def reference_mode() -> bool:
+    return qos_support.reference_mode()
