@@ -54,6 +54,14 @@ impl<N> TokenBucket<N> {
         }
     }
 
+    /// Visit each field of `self` with the same field of `other`, in field order.
+    pub fn update_from<M>(&mut self, other: TokenBucket<M>, mut f: impl FnMut(&mut N, M)) {
+        f(&mut self.capacity, other.capacity);
+        f(&mut self.tokens, other.tokens);
+        f(&mut self.rate_per_sec, other.rate_per_sec);
+        f(&mut self.last_refill_at, other.last_refill_at);
+    }
+
     /// Keep the refill math's answer: both numbers, always together.
     pub fn store(&mut self, refilled: RefillResult<N>) {
         self.tokens = refilled.tokens;

@@ -6,9 +6,11 @@
 //! * [`number`]: Python numbers as a core `Quantity`, with Python's arithmetic.
 //! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes.
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
+//! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
 //! * [`refill`], [`token_bucket`]: the lesson's two modules.
 
 mod enums;
+mod fastcall;
 mod number;
 mod record;
 mod refill;
@@ -20,7 +22,7 @@ use pyo3::prelude::*;
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add_class::<refill::RefillResult>()?;
-    module.add_function(wrap_pyfunction!(refill::compute_refill, module)?)?;
+    module.add_function(refill::COMPUTE_REFILL.function(py, "protocol_in_code.qos.refill")?)?;
     module.add(
         "ConsumeOutcome",
         token_bucket::consume_outcome(py)?.class(py),

@@ -191,6 +191,14 @@ impl StoredNumber {
         }
     }
 
+    /// Store `scalar` here unless it is already the stored object.
+    pub fn set_scalar(&mut self, scalar: Scalar<'_>) {
+        match &scalar.object {
+            Some(object) if object.as_ptr() == self.object.as_ptr() => {}
+            _ => *self = Self::from_scalar(scalar),
+        }
+    }
+
     pub fn object(&self) -> &Py<PyAny> {
         &self.object
     }

@@ -103,7 +103,7 @@ macro_rules! frozen_record {
         }
     ) => {
         $(#[doc = $doc])*
-        #[::pyo3::pyclass(frozen, freelist = 32, name = $name, module = $module)]
+        #[::pyo3::pyclass(frozen, name = $name, module = $module)]
         pub struct $rust {
             $(pub $field: ::pyo3::Py<::pyo3::PyAny>,)+
         }

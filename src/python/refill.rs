@@ -1,8 +1,12 @@
 //! `protocol_in_code.qos.refill` for Python: the core's refill math on Python numbers.
 
+use std::ffi::CStr;
+
 use pyo3::prelude::*;
+use pyo3::{ffi, IntoPyObjectExt};
 
 use crate::core::refill;
+use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
 use crate::python::number::Num;
 use crate::python::record::frozen_record;
 
@@ -24,22 +28,71 @@ impl RefillResult {
     }
 }
 
-/// Settle a balance for the time elapsed since `last_refill_at`, without any bucket.
-///
-///     elapsed = now - last_refill_at
-///     elapsed <= 0 -> RefillResult(tokens, last_refill_at), the inputs unchanged
-///     otherwise    -> grown = tokens + elapsed * rate_per_sec
-///                     RefillResult(min(grown, capacity), now)
-///
-/// Zero or negative elapsed time (the same instant, or a clock that went backwards) falls into
-/// the same branch: nothing grows, the timestamp stays, and no error is raised. The cap is
-/// applied after the growth is added, so a long-idle balance comes back as `capacity`.
-///
-/// The function takes plain numbers, not a bucket, stores nothing and has no hidden state: the
-/// same five inputs always give the same result. Numbers keep Python's types and arithmetic:
-/// ints in, ints out; floats, Fractions and Decimals compute as they would in Python.
-#[pyfunction]
-pub fn compute_refill(
+/// `compute_refill(tokens, capacity, rate_per_sec, last_refill_at, now)` from Python. Its
+/// docstring is [`COMPUTE_REFILL_DOC`]; it binds keywords through [`fastcall`], since PyO3's
+/// keyword matching would cost more than the refill itself.
+pub static COMPUTE_REFILL: MethodDef = MethodDef::new(
+    c"compute_refill",
+    COMPUTE_REFILL_DOC,
+    compute_refill_fastcall,
+);
+
+const COMPUTE_REFILL_DOC: &CStr =
+    c"compute_refill(tokens, capacity, rate_per_sec, last_refill_at, now)
+--
+
+Settle a balance for the time elapsed since `last_refill_at`, without any bucket.
+
+    elapsed = now - last_refill_at
+    elapsed <= 0 -> RefillResult(tokens, last_refill_at), the inputs unchanged
+    otherwise    -> grown = tokens + elapsed * rate_per_sec
+                    RefillResult(min(grown, capacity), now)
+
+Zero or negative elapsed time (the same instant, or a clock that went backwards)
+falls into the same branch: nothing grows, the timestamp stays, and no error is
+raised. The cap is applied after the growth is added, so a long-idle balance comes
+back as `capacity`.
+
+The function takes plain numbers, not a bucket, stores nothing and has no hidden
+state: the same five inputs always give the same result. Numbers keep Python's types
+and arithmetic: ints in, ints out; floats, Fractions and Decimals compute as they
+would in Python.";
+
+static PARAMETERS: Parameters<5> = Parameters::new(
+    "compute_refill",
+    [
+        "tokens",
+        "capacity",
+        "rate_per_sec",
+        "last_refill_at",
+        "now",
+    ],
+);
+
+unsafe extern "C" fn compute_refill_fastcall(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let call = VectorcallArgs {
+        args,
+        nargsf,
+        kwnames,
+    };
+    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
+    // drops no `Py` handle (the result's fields move into the new object).
+    unsafe {
+        fastcall::run(|py| {
+            let [tokens, capacity, rate_per_sec, last_refill_at, now] =
+                PARAMETERS.bind(py, &call)?;
+            compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)?
+                .into_bound_py_any(py)
+        })
+    }
+}
+
+fn compute_refill(
     tokens: &Bound<'_, PyAny>,
     capacity: &Bound<'_, PyAny>,
     rate_per_sec: &Bound<'_, PyAny>,

@@ -135,7 +135,7 @@ impl TokenBucket {
         };
         let outcome = core::try_consume(&mut working, &n, &now).ok()?.outcome;
         // Releasing the displaced ints and floats runs no Python code either.
-        stored.fields = working.map(StoredNumber::from_scalar);
+        stored.fields.update_from(working, StoredNumber::set_scalar);
         stored.version = stored.version.wrapping_add(1);
         Some(stored.fields.decided(py, outcome))
     }
@@ -364,8 +364,8 @@ impl ConsumeResult {
 /// The refill is `compute_refill(bucket.tokens, bucket.capacity, bucket.rate_per_sec,
 /// bucket.last_refill_at, now)`: the bucket hands over its numbers, never itself, and keeps
 /// both numbers of the answer. Then `bucket.tokens < n` means THROTTLED (nothing spent);
-/// otherwise `n` is subtracted and the result is ALLOWED. `tokens_remaining` is the balance
-/// after the decision.
+/// otherwise `n` is subtracted and the result is ALLOWED. `tokens_remaining` is the bucket's
+/// balance after the decision.
 ///
 /// Safe to call from many threads on one bucket: each call's update is stored whole or retried.
 #[pyfunction]

@@ -1,0 +1,217 @@
+//! A quicker door for calls with keyword arguments.
+//!
+//! PyO3 binds each keyword argument by comparing its UTF-8 text with every parameter name, which
+//! for `compute_refill(tokens=..., capacity=..., ...)` costs more than the refill arithmetic
+//! itself. Keyword names in a call are nearly always interned strings (Python interns the
+//! identifiers in compiled code), so comparing their addresses with interned parameter names
+//! finds each at once; comparing text remains the fallback for names built at run time.
+//!
+//! Only `compute_refill` uses it: its callers, the course among them, pass five keywords. A
+//! function exported this way is a plain CPython `METH_FASTCALL | METH_KEYWORDS` function:
+//! [`Parameters::bind`] maps its arguments to the parameters, [`run`] turns the Rust result (or
+//! a panic) into what CPython expects, and [`MethodDef`] describes it to Python, with a text
+//! signature so that `inspect.signature` and `help()` see the parameter names.
+
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::panic::PanicException;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCFunction, PyString, PyTuple};
+
+/// The parameters of a function whose arguments are all required and may be passed by position
+/// or by keyword.
+pub struct Parameters<const N: usize> {
+    function: &'static str,
+    names: [&'static str; N],
+    interned: PyOnceLock<[Py<PyString>; N]>,
+}
+
+/// A vectorcall's arguments, as CPython passes them.
+pub struct VectorcallArgs {
+    pub args: *const *mut ffi::PyObject,
+    pub nargsf: ffi::Py_ssize_t,
+    pub kwnames: *mut ffi::PyObject,
+}
+
+impl<const N: usize> Parameters<N> {
+    pub const fn new(function: &'static str, names: [&'static str; N]) -> Self {
+        Self {
+            function,
+            names,
+            interned: PyOnceLock::new(),
+        }
+    }
+
+    /// The arguments of one call, in parameter order.
+    ///
+    /// # Safety
+    ///
+    /// `call` holds the arguments CPython passed to a `METH_FASTCALL | METH_KEYWORDS` function,
+    /// and the returned references are used only during that call.
+    pub unsafe fn bind<'a, 'py>(
+        &self,
+        py: Python<'py>,
+        call: &VectorcallArgs,
+    ) -> PyResult<[Borrowed<'a, 'py, PyAny>; N]> {
+        #[allow(clippy::cast_sign_loss)] // CPython passes a non-negative count with a flag bit
+        let nargs = (call.nargsf as usize) & !ffi::PY_VECTORCALL_ARGUMENTS_OFFSET;
+        if nargs > N {
+            return Err(PyTypeError::new_err(format!(
+                "{}() takes {N} positional arguments but {nargs} were given",
+                self.function
+            )));
+        }
+        // SAFETY (all dereferences below): CPython passes `nargs` positional arguments followed
+        // by one value per name in `kwnames`, all valid for the duration of the call.
+        let argument = |i: usize| unsafe { Borrowed::from_ptr(py, *call.args.add(i)) };
+        let mut bound: [Option<Borrowed<'a, 'py, PyAny>>; N] = [None; N];
+        for (i, slot) in bound.iter_mut().enumerate().take(nargs) {
+            *slot = Some(argument(i));
+        }
+        if !call.kwnames.is_null() {
+            // SAFETY: `kwnames` is a tuple of str when it is not NULL.
+            let kwnames =
+                unsafe { Borrowed::from_ptr(py, call.kwnames).cast_unchecked::<PyTuple>() };
+            for (k, name) in kwnames.iter_borrowed().enumerate() {
+                let i = self.position(py, &name)?;
+                if bound[i].replace(argument(nargs + k)).is_some() {
+                    return Err(PyTypeError::new_err(format!(
+                        "{}() got multiple values for argument '{}'",
+                        self.function, self.names[i]
+                    )));
+                }
+            }
+        }
+        let missing: Vec<_> = (0..N).filter(|&i| bound[i].is_none()).collect();
+        if !missing.is_empty() {
+            return Err(self.missing(&missing));
+        }
+        Ok(bound.map(|argument| argument.expect("every parameter was checked above")))
+    }
+
+    fn position(&self, py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
+        let interned = self.interned.get_or_init(py, || {
+            self.names.map(|name| PyString::intern(py, name).unbind())
+        });
+        if let Some(i) = interned
+            .iter()
+            .position(|known| known.as_ptr() == name.as_ptr())
+        {
+            return Ok(i);
+        }
+        let name = name.cast::<PyString>()?;
+        let text = name.to_cow()?;
+        self.names
+            .iter()
+            .position(|known| *known == text)
+            .ok_or_else(|| {
+                PyTypeError::new_err(format!(
+                    "{}() got an unexpected keyword argument '{text}'",
+                    self.function
+                ))
+            })
+    }
+
+    fn missing(&self, missing: &[usize]) -> PyErr {
+        let quoted: Vec<String> = missing
+            .iter()
+            .map(|&i| format!("'{}'", self.names[i]))
+            .collect();
+        let list = match quoted.as_slice() {
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+            [] => String::new(),
+        };
+        let plural = if missing.len() == 1 { "" } else { "s" };
+        PyTypeError::new_err(format!(
+            "{}() missing {} required positional argument{plural}: {list}",
+            self.function,
+            missing.len()
+        ))
+    }
+}
+
+/// Run the body of a function called by CPython: its result as a new reference, or NULL with
+/// the Python exception set (a Rust panic becomes a `PanicException`).
+///
+/// PyO3 does not count this thread as attached inside `body` (counting it is what makes PyO3's
+/// own entry points cost more than this door), so a `Py` handle dropped in `body` is released
+/// at PyO3's next entry point rather than at once: safe, only later. Bodies work with `Bound`
+/// references, which are released immediately, and move any `Py` they make into the result.
+///
+/// # Safety
+///
+/// Call only from a function that CPython invoked, on the calling thread.
+pub unsafe fn run(
+    body: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>>,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls extension functions from an attached thread.
+    let py = unsafe { Python::assume_attached() };
+    let result = catch_unwind(AssertUnwindSafe(|| body(py))).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(ToString::to_string)
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "Rust panic".to_owned());
+        Err(PanicException::new_err(message))
+    });
+    match result {
+        Ok(object) => object.into_ptr(),
+        Err(err) => {
+            err.restore(py);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// A `METH_FASTCALL | METH_KEYWORDS` function's description for CPython.
+pub struct MethodDef(ffi::PyMethodDef);
+
+// SAFETY: the definition is immutable and its pointers are to 'static data.
+unsafe impl Sync for MethodDef {}
+
+impl MethodDef {
+    /// `doc` starts with the text signature line, `name(params)\n--\n\n`, as CPython expects.
+    pub const fn new(
+        name: &'static CStr,
+        doc: &'static CStr,
+        function: ffi::PyCFunctionFastWithKeywords,
+    ) -> Self {
+        Self(ffi::PyMethodDef {
+            ml_name: name.as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: function,
+            },
+            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: doc.as_ptr(),
+        })
+    }
+
+    /// The function object, reporting `module` as its `__module__`.
+    pub fn function<'py>(
+        &'static self,
+        py: Python<'py>,
+        module: &str,
+    ) -> PyResult<Bound<'py, PyCFunction>> {
+        let module = PyString::new(py, module);
+        // SAFETY: the definition lives forever and CPython only reads it; the result is a new
+        // reference or NULL with an exception set.
+        unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                ffi::PyCMethod_New(
+                    ptr::from_ref(&self.0).cast_mut(),
+                    ptr::null_mut(),
+                    module.as_ptr(),
+                    ptr::null_mut(),
+                ),
+            )
+            .map(|function| function.cast_into_unchecked())
+        }
+    }
+}
