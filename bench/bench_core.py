@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import statistics
 import sys
 import timeit
+import types
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -60,6 +62,26 @@ def consume(fn: Callable[..., object], bucket_type: type, start: object) -> Case
     return "f(bucket, 1, 0)", names
 
 
+def offer(fn: Callable[..., object], bucket_type: type) -> Case:
+    def names() -> dict[str, object]:
+        # Drains as fast as it fills: every offer is accepted, forever.
+        bucket = bucket_type(capacity=10, level=0, leak_per_sec=1, last_leak_at=0)
+        return {"f": fn, "bucket": bucket, "clock": itertools.count()}
+
+    return "f(bucket, 1, next(clock))", names
+
+
+def enqueue(qos: types.ModuleType) -> Case:
+    def names() -> dict[str, object]:
+        tree = qos.ClassTree({"video": qos.TrafficClass("video", 10)})
+        bucket = qos.TokenBucket(capacity=10, tokens=10, rate_per_sec=1, last_refill_at=0)
+        shaper = qos.ToyShaper(tree, {"video": bucket})
+        return {"shaper": shaper, "clock": itertools.count()}
+
+    # The trace grows by a line per call, in both implementations alike.
+    return 'shaper.enqueue("video", 1, next(clock))', names
+
+
 def time_rows(rows: dict[str, dict[str, Case]], rounds: int, number: int) -> dict:
     samples: dict[tuple[str, str], list[float]] = {}
     for _ in range(rounds):
@@ -95,6 +117,15 @@ def main() -> None:
         "try_consume, Fraction balance": {
             "native": consume(native_try_consume, native.TokenBucket, Fraction(big)),
             "reference": consume(ref.token_try_consume, ref.TokenBucket, Fraction(big)),
+        },
+        "offer(bucket, 1, now), ints": {
+            "native": offer(native.leaky_offer, native.LeakyBucket),
+            "reference": offer(ref.leaky_offer, ref.LeakyBucket),
+            "empty def": offer(empty3, native.LeakyBucket),
+        },
+        "ToyShaper.enqueue(name, 1, now)": {
+            "native": enqueue(native),
+            "reference": enqueue(ref),
         },
     }
     medians = time_rows(rows, options.rounds, options.number)

@@ -10,5 +10,8 @@
 
 pub mod core;
 
+// The glue's doc comments are also the Python docstrings that `help()` shows, where Markdown
+// backticks around every Python name would only be noise.
 #[cfg(feature = "python")]
+#[allow(clippy::doc_markdown)]
 mod python;

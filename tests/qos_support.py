@@ -9,13 +9,15 @@ and reprs read the same as for the real package). The reference itself is always
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import importlib.util
 import os
 import shutil
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -29,6 +31,17 @@ REPO_ROOT = TESTS_DIR.parent
 REFERENCE_DIR = TESTS_DIR / "reference_qos"
 PACKAGE = "protocol_in_code"
 QOS = "protocol_in_code.qos"
+# The course's modules, in session order of what they build on.
+SUBMODULES = ("refill", "token_bucket", "leaky_bucket", "classes", "shaper_loop")
+# What each module must provide as native code, not as a Python function (names of functions,
+# or "Class.method").
+NATIVE_CALLABLES = {
+    "refill": ("compute_refill",),
+    "token_bucket": ("try_consume",),
+    "leaky_bucket": ("leak", "offer"),
+    "classes": ("validate_tree", "borrowable"),
+    "shaper_loop": ("run_contention", "ToyShaper.enqueue", "ToyShaper.tick"),
+}
 
 # ---------------------------------------------------------------------------------------------
 # Which implementation is under test
@@ -47,16 +60,19 @@ def reference_mode() -> bool:
 
 @dataclass(frozen=True)
 class Impl:
-    """The three modules of one implementation of ``protocol_in_code.qos``."""
+    """The package and the five course modules of one implementation of ``protocol_in_code.qos``."""
 
     name: str
     qos: types.ModuleType
     refill: types.ModuleType
     token_bucket: types.ModuleType
+    leaky_bucket: types.ModuleType
+    classes: types.ModuleType
+    shaper_loop: types.ModuleType
 
-    # Shortcuts so tests can write impl.compute_refill, impl.TokenBucket, ...
+    # Shortcuts so tests can write impl.compute_refill, impl.TokenBucket, impl.offer, ...
     def __getattr__(self, attr: str) -> Any:
-        for module in (self.refill, self.token_bucket, self.qos):
+        for module in (*(getattr(self, m) for m in SUBMODULES), self.qos):
             if attr in vars(module):
                 return vars(module)[attr]
         raise AttributeError(attr)
@@ -82,35 +98,32 @@ def _load_reference_as_package() -> Impl:
     sys.modules[QOS] = qos
     spec.loader.exec_module(qos)
     parent.qos = qos  # type: ignore[attr-defined]
-    return Impl(
-        "reference",
-        qos,
-        sys.modules[QOS + ".refill"],
-        sys.modules[QOS + ".token_bucket"],
-    )
+    return Impl("reference", qos, *(sys.modules[f"{QOS}.{m}"] for m in SUBMODULES))
 
 
 def _load_native() -> Impl:
     try:
         qos = importlib.import_module(QOS)
-        refill = importlib.import_module(QOS + ".refill")
-        token_bucket = importlib.import_module(QOS + ".token_bucket")
+        modules = [importlib.import_module(f"{QOS}.{m}") for m in SUBMODULES]
     except ImportError as exc:
         raise NativeUnavailable(
             f"cannot import the native package {QOS!r}: {exc!r}.\n"
             "Build and install it first (e.g. `pip install .` from the repository root), "
             "or run the tests against the pure-Python reference with QOS_IMPL=reference."
         ) from exc
-    for name in ("compute_refill", "try_consume"):
-        module = refill if name == "compute_refill" else token_bucket
-        fn = getattr(module, name, None)
-        if isinstance(fn, types.FunctionType):
-            raise NativeUnavailable(
-                f"{module.__name__}.{name} is a pure-Python function ({fn!r}, from "
-                f"{getattr(module, '__file__', '?')}); the tests expect the native build's object. "
-                "Set QOS_IMPL=reference to test the reference on purpose."
-            )
-    return Impl("native", qos, refill, token_bucket)
+    for module in modules:
+        for dotted in NATIVE_CALLABLES[module.__name__.rsplit(".", 1)[1]]:
+            fn: Any = module
+            for part in dotted.split("."):
+                fn = getattr(fn, part, None)
+            if fn is None or isinstance(fn, types.FunctionType):
+                what = "missing" if fn is None else f"a pure-Python function ({fn!r})"
+                raise NativeUnavailable(
+                    f"{module.__name__}.{dotted} is {what} (module file "
+                    f"{getattr(module, '__file__', '?')}); the tests expect the native build's "
+                    "object. Set QOS_IMPL=reference to test the reference on purpose."
+                )
+    return Impl("native", qos, *modules)
 
 
 def load_impl() -> Impl:
@@ -135,8 +148,7 @@ def load_reference() -> Impl:
         _cache["reference"] = Impl(
             "reference_qos",
             qos,
-            importlib.import_module("reference_qos.refill"),
-            importlib.import_module("reference_qos.token_bucket"),
+            *(importlib.import_module(f"reference_qos.{m}") for m in SUBMODULES),
         )
     return _cache["reference"]
 
@@ -150,6 +162,18 @@ def install_reference_copy(root: Path) -> Path:
         REFERENCE_DIR, package / "qos", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
     return root
+
+
+@contextmanager
+def watchdog(seconds: float) -> Iterator[None]:
+    """If the process wedges (e.g. a deadlock or an endless loop with the GIL held, where no
+    Python code can run any more, not even a join timeout), dump every thread's traceback and
+    exit."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,6 +239,18 @@ def assert_same_exception(ref: Outcome, got: Outcome, context: str = "") -> None
         )
 
 
+def assert_same_fields(
+    got: Any, want: Any, fields: tuple[str, ...], context: str = "", what: str = ""
+) -> None:
+    """Each field of ``got`` is ``same_value`` as the reference object's, and the reprs agree."""
+    for field in fields:
+        have, expected = getattr(got, field), getattr(want, field)
+        assert same_value(have, expected), (
+            f"{context}{what}.{field}: got {describe(have)}, reference {describe(expected)}"
+        )
+    assert repr(got) == repr(want), f"{context}{what}: repr {got!r} != reference {want!r}"
+
+
 def call(fn: Callable[..., Any], names: tuple[str, ...], values: list[Any], style: Any) -> Any:
     """Call ``fn``: the first ``npos`` arguments positional, the rest by keyword in ``order``."""
     npos, order = style
@@ -248,7 +284,7 @@ class Boom:
         raise BoomError("boom")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _boom
-    __lt__ = __le__ = __gt__ = __ge__ = __isub__ = _boom
+    __lt__ = __le__ = __gt__ = __ge__ = __isub__ = __iadd__ = _boom
 
 
 class TaggedInt(int):
@@ -289,7 +325,7 @@ class TaggedFloat(float):
         return f"TaggedFloat({float(self)!r})"
 
 
-OPS = ("add", "radd", "sub", "rsub", "mul", "rmul", "lt", "le", "gt", "ge", "isub")
+OPS = ("add", "radd", "sub", "rsub", "mul", "rmul", "lt", "le", "gt", "ge", "isub", "iadd")
 
 
 def _label(x: Any) -> str:
@@ -354,7 +390,8 @@ class Traced:
 
 
 class TracedInplace(Traced):
-    """A Traced that also has ``__isub__`` (mutating itself), to tell ``-=`` from ``- then =``."""
+    """A Traced that also has ``__isub__`` and ``__iadd__`` (mutating itself), to tell ``-=``
+    from ``- then =`` and ``+=`` from ``+ then =``."""
 
     __slots__ = ()
 
@@ -365,6 +402,12 @@ class TracedInplace(Traced):
         ov = self._enter("isub", o)
         self.v = self.v - ov
         self.label = f"({self.label}-={_label(o)})"
+        return self
+
+    def __iadd__(self, o: Any) -> Any:
+        ov = self._enter("iadd", o)
+        self.v = self.v + ov
+        self.label = f"({self.label}+={_label(o)})"
         return self
 
 

@@ -17,20 +17,64 @@ import pytest
 from qos_support import REPO_ROOT, install_reference_copy, reference_mode
 
 EXAMPLES = REPO_ROOT / "examples" / "qos"
+# A line each walkthrough must print (with its [OK] prefix).
 SCRIPTS = {
     "session_01_walkthrough.py": (
         "TokenBucket(capacity=5, tokens=4, rate_per_sec=1, last_refill_at=100)"
     ),
     "session_02_walkthrough.py": "RefillResult(tokens=10, last_refill_at=5)",
+    "session_03_walkthrough.py": (
+        "LeakyBucket(capacity=10, level=0, leak_per_sec=2, last_leak_at=100)"
+    ),
+    "session_04_walkthrough.py": "detail='default: children claim 120 > guaranteed 100'",
+    "session_05_walkthrough.py": ("'enqueue video size=2 at t=0: Throttled (tokens_remaining=1)'"),
 }
-# Every walkthrough on disk is run; the two of issue 2 must be there.
+# Every walkthrough on disk is run; the five of the track must be there.
 NAMES = sorted(set(SCRIPTS) | {p.name for p in EXAMPLES.glob("session_*_walkthrough.py")})
 PROBE = (
-    "import types, protocol_in_code.qos, protocol_in_code.qos.refill as r, "
-    "protocol_in_code.qos.token_bucket as t\n"
-    "assert not isinstance(r.compute_refill, types.FunctionType), r.__file__\n"
-    "assert not isinstance(t.try_consume, types.FunctionType), t.__file__\n"
+    "import importlib, types\n"
+    "for module, names in {\n"
+    "    'refill': ['compute_refill'], 'token_bucket': ['try_consume'],\n"
+    "    'leaky_bucket': ['leak', 'offer'], 'classes': ['validate_tree', 'borrowable'],\n"
+    "    'shaper_loop': ['run_contention'],\n"
+    "}.items():\n"
+    "    m = importlib.import_module('protocol_in_code.qos.' + module)\n"
+    "    for name in names:\n"
+    "        assert not isinstance(getattr(m, name), types.FunctionType), m.__file__\n"
 )
+
+# Mutations of the reference copy that each walkthrough's checks must catch: (file, old, new).
+FLOAT_REFILL = (
+    "refill.py",
+    "    capped = min(grown, capacity)\n    return",
+    "    capped = float(min(grown, capacity))\n    return",
+)
+MUTATIONS = {
+    "session_01_walkthrough.py": [FLOAT_REFILL],
+    "session_02_walkthrough.py": [FLOAT_REFILL],
+    "session_03_walkthrough.py": [
+        FLOAT_REFILL,
+        ("leaky_bucket.py", "max(bucket.level", "float(bucket.level) + 0 * max(bucket.level"),
+        (
+            "leaky_bucket.py",
+            "bucket.level + n > bucket.capacity",
+            "bucket.level + n >= bucket.capacity",
+        ),
+        ("leaky_bucket.py", "    bucket.last_leak_at = now\n", "\n"),
+    ],
+    "session_04_walkthrough.py": [
+        ("classes.py", "total += max(spare, 0)", "total += float(max(spare, 0))"),
+        ("classes.py", '"cycle reached at {name}"', '"cycle at {name}"'),
+        ("classes.py", "if claimed > cls.guaranteed_rate", "if claimed >= cls.guaranteed_rate"),
+        ("classes.py", "ValidationOutcome.UNKNOWN_PARENT, f", "ValidationOutcome.CYCLE, f"),
+    ],
+    "session_05_walkthrough.py": [
+        FLOAT_REFILL,
+        ("shaper_loop.py", "size={size} at", "size {size} at"),
+        ("shaper_loop.py", "self.clock += seconds", "self.clock = seconds"),
+        ("shaper_loop.py", "bucket = self.buckets[class_name]", "bucket = self.buckets['video']"),
+    ],
+}
 
 
 def run_python(args: list[str], pythonpath: str) -> subprocess.CompletedProcess:
@@ -91,14 +135,20 @@ def test_walkthrough_prints_only_ok_lines_and_matches_the_reference(
     )
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_walkthrough_reports_a_wrong_implementation(name, tmp_path):
-    """The checks have teeth: a refill that turns ints into floats gives [NG] and exit 1."""
+@pytest.mark.parametrize(
+    ("name", "mutation"),
+    [(name, m) for name in NAMES for m in MUTATIONS.get(name, [FLOAT_REFILL])],
+    ids=[f"{name}-{i}" for name in NAMES for i in range(len(MUTATIONS.get(name, [1])))],
+)
+def test_walkthrough_reports_a_wrong_implementation(name, mutation, tmp_path):
+    """The checks have teeth: a subtly wrong course module gives [NG] and exit 1 (e.g. a refill
+    that turns ints into floats, a leak that forgets its time, a cycle detail reworded)."""
     root = install_reference_copy(tmp_path)
-    refill = root / "protocol_in_code" / "qos" / "refill.py"
-    source = refill.read_text()
-    assert "capped = min(grown, capacity)" in source
-    refill.write_text(source.replace("min(grown, capacity)", "float(min(grown, capacity))"))
+    file, old, new = mutation
+    path = root / "protocol_in_code" / "qos" / file
+    source = path.read_text()
+    assert source.count(old) == 1, f"{old!r} not found once in {file}"
+    path.write_text(source.replace(old, new))
     proc = run_python([str(EXAMPLES / name)], str(root))
     assert proc.returncode == 1, explain(proc)
     assert "[NG] " in proc.stdout.decode(), explain(proc)
@@ -128,6 +178,14 @@ def test_tmp_copy_layout(tmp_path):
     assert (root / "protocol_in_code" / "__init__.py").read_text() == ""
     assert sorted(p.name for p in (root / "protocol_in_code" / "qos").iterdir()) == [
         "__init__.py",
+        "classes.py",
+        "leaky_bucket.py",
         "refill.py",
+        "shaper_loop.py",
         "token_bucket.py",
     ]
+
+
+def test_all_five_sessions_have_a_walkthrough():
+    assert set(SCRIPTS) <= set(NAMES) and len(SCRIPTS) == 5
+    assert set(MUTATIONS) == set(SCRIPTS)

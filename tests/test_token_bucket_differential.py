@@ -23,6 +23,7 @@ from qos_support import (
     TracedInplace,
     anything,
     assert_same_exception,
+    assert_same_fields,
     call,
     call_styles,
     describe,
@@ -38,16 +39,11 @@ POSITIONAL = (3, [])
 
 
 def assert_same_bucket(got, want, stored: dict, context: str = "") -> None:
-    for field in FIELDS:
-        have, expected = getattr(got, field), getattr(want, field)
-        assert same_value(have, expected), (
-            f"{context}bucket.{field}: got {describe(have)}, reference {describe(expected)}"
-        )
+    assert_same_fields(got, want, FIELDS, context, "bucket")
     for field in ("capacity", "rate_per_sec"):  # never written by try_consume
         assert getattr(got, field) is stored[field], (
             f"{context}bucket.{field} is not the object set"
         )
-    assert repr(got) == repr(want), context
 
 
 @st.composite

@@ -1,15 +1,30 @@
 """Type stubs for the native core; import these names from ``protocol_in_code.qos`` instead."""
 
 import enum
+from collections.abc import Iterable
 from typing import Any, ClassVar, final
 
 __all__ = [
+    "ClassTree",
     "ConsumeOutcome",
     "ConsumeResult",
+    "EnqueueResult",
+    "LeakyBucket",
+    "OfferOutcome",
+    "OfferResult",
     "RefillResult",
     "TokenBucket",
+    "ToyShaper",
+    "TrafficClass",
+    "ValidationOutcome",
+    "ValidationResult",
+    "borrowable",
     "compute_refill",
+    "leak",
+    "offer",
+    "run_contention",
     "try_consume",
+    "validate_tree",
 ]
 
 @final
@@ -57,3 +72,117 @@ class TokenBucket:
     def __eq__(self, value: object, /) -> bool: ...
 
 def try_consume(bucket: TokenBucket, n: Any, now: Any) -> ConsumeResult: ...
+
+class OfferOutcome(str, enum.Enum):
+    def __new__(cls, value: object) -> OfferOutcome: ...
+    ACCEPTED = "Accepted"
+    OVERFLOWED = "Overflowed"
+
+@final
+class LeakyBucket:
+    __match_args__: ClassVar[tuple[str, str, str, str]]
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    capacity: Any
+    level: Any
+    leak_per_sec: Any
+    last_leak_at: Any
+    def __new__(
+        cls, capacity: Any, level: Any, leak_per_sec: Any, last_leak_at: Any = 0
+    ) -> LeakyBucket: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class OfferResult:
+    __match_args__: ClassVar[tuple[str, str]]
+    def __new__(cls, outcome: OfferOutcome, level: Any) -> OfferResult: ...
+    @property
+    def outcome(self) -> OfferOutcome: ...
+    @property
+    def level(self) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+def leak(bucket: LeakyBucket, now: Any) -> None: ...
+def offer(bucket: LeakyBucket, n: Any, now: Any) -> OfferResult: ...
+
+class ValidationOutcome(str, enum.Enum):
+    def __new__(cls, value: object) -> ValidationOutcome: ...
+    VALID = "Valid"
+    UNKNOWN_PARENT = "UnknownParent"
+    CYCLE = "Cycle"
+    OVER_SUBSCRIBED = "OverSubscribed"
+
+@final
+class TrafficClass:
+    __match_args__: ClassVar[tuple[str, str, str]]
+    def __new__(
+        cls, name: str, guaranteed_rate: Any, parent: str | None = None
+    ) -> TrafficClass: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def guaranteed_rate(self) -> Any: ...
+    @property
+    def parent(self) -> str | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class ClassTree:
+    __match_args__: ClassVar[tuple[str]]
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    classes: dict[str, TrafficClass]
+    def __new__(cls, classes: dict[str, TrafficClass] = ...) -> ClassTree: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
+class ValidationResult:
+    __match_args__: ClassVar[tuple[str, str]]
+    def __new__(cls, outcome: ValidationOutcome, detail: str) -> ValidationResult: ...
+    @property
+    def outcome(self) -> ValidationOutcome: ...
+    @property
+    def detail(self) -> str: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+def validate_tree(tree: ClassTree) -> ValidationResult: ...
+def borrowable(tree: ClassTree, class_name: str) -> Any: ...
+
+@final
+class EnqueueResult:
+    __match_args__: ClassVar[tuple[str, str, str]]
+    def __new__(
+        cls, class_name: str, outcome: ConsumeOutcome, tokens_remaining: Any
+    ) -> EnqueueResult: ...
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def outcome(self) -> ConsumeOutcome: ...
+    @property
+    def tokens_remaining(self) -> Any: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class ToyShaper:
+    __match_args__: ClassVar[tuple[str, str, str, str]]
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+    tree: ClassTree
+    buckets: dict[str, TokenBucket]
+    clock: Any
+    trace: list[str]
+    def __new__(
+        cls,
+        tree: ClassTree,
+        buckets: dict[str, TokenBucket] = ...,
+        clock: Any = 0,
+        trace: list[str] = ...,
+    ) -> ToyShaper: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def tick(self, seconds: Any) -> None: ...
+    def enqueue(self, class_name: str, size: Any, now: Any) -> EnqueueResult: ...
+
+def run_contention(
+    shaper: ToyShaper, offered: Iterable[tuple[str, Any]]
+) -> tuple[EnqueueResult, ...]: ...

@@ -7,7 +7,13 @@
 //! * [`refill`]: the lazy-refill math. Plain scalars in, a pair out. It never names a bucket.
 //! * [`token_bucket`]: the bucket, which is only where the refill math's answer gets stored, and
 //!   the spend decision made right after storing it.
+//! * [`leak`] and [`leaky_bucket`]: the same lazy settlement run the other way (time drains a
+//!   level), and the bucket that drops what does not fit.
+//! * [`classes`]: hierarchical shaping as a tree of parent pointers: validation and borrowing.
 
+pub mod classes;
+pub mod leak;
+pub mod leaky_bucket;
 pub mod quantity;
 pub mod refill;
 pub mod token_bucket;

@@ -30,13 +30,25 @@ pub trait Quantity: Clone {
     fn times(&self, rhs: &Self) -> Result<Self, Self::Error>;
     /// `self < rhs`
     fn less_than(&self, rhs: &Self) -> Result<bool, Self::Error>;
+    /// `self > rhs`
+    fn greater_than(&self, rhs: &Self) -> Result<bool, Self::Error>;
     /// `self <= 0`, against the integer literal zero.
     fn at_most_zero(&self) -> Result<bool, Self::Error>;
+    /// `0 > self`, with the integer literal zero on the left (as `max(self, 0)` asks it).
+    fn below_zero(&self) -> Result<bool, Self::Error>;
+    /// The integer literal `0`, as this number type represents it.
+    #[must_use]
+    fn zero(&self) -> Self;
 
     /// `self -= rhs`: the course spends tokens with an augmented assignment, which a number type
     /// may implement differently from `-`. Plain numbers do not, hence the default.
     fn minus_in_place(&self, rhs: &Self) -> Result<Self, Self::Error> {
         self.minus(rhs)
+    }
+
+    /// `self += rhs`, for the same reason.
+    fn plus_in_place(&self, rhs: &Self) -> Result<Self, Self::Error> {
+        self.plus(rhs)
     }
 }
 
@@ -53,6 +65,20 @@ pub fn python_min<N: Quantity>(a: &N, b: &N) -> Result<N, N::Error> {
         b.clone()
     } else {
         a.clone()
+    })
+}
+
+/// Python's `max(value, 0)`: `value` unless `0 > value`, so a NaN stays NaN and the zero that
+/// replaces a negative value is the literal `0` (an `int` in Python, whatever `value` was).
+///
+/// # Errors
+///
+/// The comparison's error.
+pub fn python_max_with_zero<N: Quantity>(value: &N) -> Result<N, N::Error> {
+    Ok(if value.below_zero()? {
+        value.zero()
+    } else {
+        value.clone()
     })
 }
 
@@ -83,8 +109,17 @@ impl Quantity for i64 {
     fn less_than(&self, rhs: &Self) -> Result<bool, Overflow> {
         Ok(self < rhs)
     }
+    fn greater_than(&self, rhs: &Self) -> Result<bool, Overflow> {
+        Ok(self > rhs)
+    }
     fn at_most_zero(&self) -> Result<bool, Overflow> {
         Ok(*self <= 0)
+    }
+    fn below_zero(&self) -> Result<bool, Overflow> {
+        Ok(*self < 0)
+    }
+    fn zero(&self) -> Self {
+        0
     }
 }
 
@@ -103,8 +138,17 @@ impl Quantity for f64 {
     fn less_than(&self, rhs: &Self) -> Result<bool, Infallible> {
         Ok(self < rhs)
     }
+    fn greater_than(&self, rhs: &Self) -> Result<bool, Infallible> {
+        Ok(self > rhs)
+    }
     fn at_most_zero(&self) -> Result<bool, Infallible> {
         Ok(*self <= 0.0)
+    }
+    fn below_zero(&self) -> Result<bool, Infallible> {
+        Ok(*self < 0.0)
+    }
+    fn zero(&self) -> Self {
+        0.0
     }
 }
 
@@ -118,6 +162,13 @@ mod tests {
         assert_eq!(python_min(&5_i64, &3), Ok(3));
         assert!(python_min(&f64::NAN, &5.0).unwrap().is_nan());
         assert_eq!(python_min(&5.0, &f64::NAN), Ok(5.0));
+    }
+
+    #[test]
+    fn python_max_with_zero_floors_negatives_and_keeps_nan() {
+        assert_eq!(python_max_with_zero(&-3_i64), Ok(0));
+        assert_eq!(python_max_with_zero(&3_i64), Ok(3));
+        assert!(python_max_with_zero(&f64::NAN).unwrap().is_nan());
     }
 
     #[test]

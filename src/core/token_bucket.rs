@@ -43,25 +43,30 @@ pub struct ConsumeResult<N> {
     pub tokens_remaining: N,
 }
 
-impl<N> TokenBucket<N> {
-    /// The same bucket with every number converted by `f`, in field order.
-    pub fn map<M>(self, mut f: impl FnMut(N) -> M) -> TokenBucket<M> {
-        TokenBucket {
-            capacity: f(self.capacity),
-            tokens: f(self.tokens),
-            rate_per_sec: f(self.rate_per_sec),
-            last_refill_at: f(self.last_refill_at),
+impl<N> From<[N; 4]> for TokenBucket<N> {
+    /// The fields in declaration order: capacity, tokens, rate, last refill time.
+    fn from([capacity, tokens, rate_per_sec, last_refill_at]: [N; 4]) -> Self {
+        Self {
+            capacity,
+            tokens,
+            rate_per_sec,
+            last_refill_at,
         }
     }
+}
 
-    /// Visit each field of `self` with the same field of `other`, in field order.
-    pub fn update_from<M>(&mut self, other: TokenBucket<M>, mut f: impl FnMut(&mut N, M)) {
-        f(&mut self.capacity, other.capacity);
-        f(&mut self.tokens, other.tokens);
-        f(&mut self.rate_per_sec, other.rate_per_sec);
-        f(&mut self.last_refill_at, other.last_refill_at);
+impl<N> From<TokenBucket<N>> for [N; 4] {
+    fn from(bucket: TokenBucket<N>) -> Self {
+        [
+            bucket.capacity,
+            bucket.tokens,
+            bucket.rate_per_sec,
+            bucket.last_refill_at,
+        ]
     }
+}
 
+impl<N> TokenBucket<N> {
     /// Keep the refill math's answer: both numbers, always together.
     pub fn store(&mut self, refilled: RefillResult<N>) {
         self.tokens = refilled.tokens;

@@ -1,19 +1,27 @@
 //! The PyO3 glue: the `protocol_in_code._native` extension module.
 //!
-//! Each file adapts one core module to Python and nothing more; the Python package in
-//! `python/protocol_in_code/qos/` re-exports these objects under the course's module names.
+//! Each file adapts one core module to Python and holds no algorithm of its own; the Python
+//! package in `python/protocol_in_code/qos/` re-exports these objects under the course's module
+//! names.
 //!
 //! * [`number`]: Python numbers as a core `Quantity`, with Python's arithmetic.
-//! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes.
+//! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes, and
+//!   the thread-safe fields of the mutable ones.
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
+//! * [`format`]: values written into messages as an f-string writes them.
 //! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
-//! * [`refill`], [`token_bucket`]: the lesson's two modules.
+//! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
+//!   modules.
 
+mod classes;
 mod enums;
 mod fastcall;
+mod format;
+mod leaky_bucket;
 mod number;
 mod record;
 mod refill;
+mod shaper_loop;
 mod token_bucket;
 
 use pyo3::prelude::*;
@@ -21,14 +29,30 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
+    // refill
     module.add_class::<refill::RefillResult>()?;
     module.add_function(refill::COMPUTE_REFILL.function(py, "protocol_in_code.qos.refill")?)?;
-    module.add(
-        "ConsumeOutcome",
-        token_bucket::consume_outcome(py)?.class(py),
-    )?;
+    // token_bucket
+    module.add("ConsumeOutcome", token_bucket::CONSUME_OUTCOME.class(py)?)?;
     module.add_class::<token_bucket::ConsumeResult>()?;
     module.add_class::<token_bucket::TokenBucket>()?;
     module.add_function(wrap_pyfunction!(token_bucket::try_consume, module)?)?;
+    // leaky_bucket
+    module.add("OfferOutcome", leaky_bucket::OFFER_OUTCOME.class(py)?)?;
+    module.add_class::<leaky_bucket::LeakyBucket>()?;
+    module.add_class::<leaky_bucket::OfferResult>()?;
+    module.add_function(wrap_pyfunction!(leaky_bucket::leak, module)?)?;
+    module.add_function(wrap_pyfunction!(leaky_bucket::offer, module)?)?;
+    // classes
+    module.add("ValidationOutcome", classes::VALIDATION_OUTCOME.class(py)?)?;
+    module.add_class::<classes::TrafficClass>()?;
+    module.add_class::<classes::ClassTree>()?;
+    module.add_class::<classes::ValidationResult>()?;
+    module.add_function(wrap_pyfunction!(classes::validate_tree, module)?)?;
+    module.add_function(wrap_pyfunction!(classes::borrowable, module)?)?;
+    // shaper_loop
+    module.add_class::<shaper_loop::EnqueueResult>()?;
+    module.add_class::<shaper_loop::ToyShaper>()?;
+    module.add_function(wrap_pyfunction!(shaper_loop::run_contention, module)?)?;
     Ok(())
 }

@@ -82,6 +82,27 @@ impl<'py> Scalar<'py> {
         }
     }
 
+    /// `0 > self`, likewise.
+    fn is_below_zero(&self) -> bool {
+        match self.value {
+            Value::Int(i) => i < 0,
+            Value::Float(f) => f < 0.0,
+        }
+    }
+
+    fn compare(
+        &self,
+        rhs: &Self,
+        int_op: fn(&i64, &i64) -> bool,
+        float_op: fn(&f64, &f64) -> bool,
+    ) -> Result<bool, NeedsPython> {
+        if let (Value::Int(a), Value::Int(b)) = (self.value, rhs.value) {
+            return Ok(int_op(&a, &b));
+        }
+        let (a, b) = self.as_f64_pair(rhs).ok_or(NeedsPython)?;
+        Ok(float_op(&a, &b))
+    }
+
     fn made(&self, value: Value) -> Self {
         Self {
             py: self.py,
@@ -145,25 +166,30 @@ impl Quantity for Scalar<'_> {
         self.arithmetic(rhs, i64::checked_mul, |a, b| a * b)
     }
     fn less_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
-        if let (Value::Int(a), Value::Int(b)) = (self.value, rhs.value) {
-            return Ok(a < b);
-        }
-        let (a, b) = self.as_f64_pair(rhs).ok_or(NeedsPython)?;
-        Ok(a < b)
+        self.compare(rhs, |a, b| a < b, |a, b| a < b)
+    }
+    fn greater_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
+        self.compare(rhs, |a, b| a > b, |a, b| a > b)
     }
     fn at_most_zero(&self) -> Result<bool, NeedsPython> {
         Ok(self.is_at_most_zero())
     }
+    fn below_zero(&self) -> Result<bool, NeedsPython> {
+        Ok(self.is_below_zero())
+    }
+    fn zero(&self) -> Self {
+        self.made(Value::Int(0))
+    }
 }
 
-/// A number kept in a native object's field: the Python object callers see, and its value if
-/// it is a [`Scalar`], read once when the object is stored instead of on every use.
-pub struct StoredNumber {
+/// A Python object kept in a native object's field: the object callers see and, if it is a
+/// [`Scalar`], its value, read once when the object is stored instead of on every use.
+pub struct StoredObject {
     object: Py<PyAny>,
     value: Option<Value>,
 }
 
-impl StoredNumber {
+impl StoredObject {
     pub fn new(object: Bound<'_, PyAny>) -> Self {
         let value = Scalar::new(&object).map(|scalar| scalar.value);
         Self {
@@ -199,6 +225,19 @@ impl StoredNumber {
         }
     }
 
+    /// Store `number` here unless it is already the stored object. Returns what it displaced,
+    /// for the caller to release once its lock is gone.
+    pub fn set_num(&mut self, number: Num<'_>) -> Option<Self> {
+        let same = match &number {
+            Num::Scalar(scalar) => scalar
+                .object
+                .as_ref()
+                .is_some_and(|object| object.as_ptr() == self.object.as_ptr()),
+            Num::Object(object) => object.as_ptr() == self.object.as_ptr(),
+        };
+        (!same).then(|| std::mem::replace(self, Self::from_num(number)))
+    }
+
     pub fn object(&self) -> &Py<PyAny> {
         &self.object
     }
@@ -229,6 +268,14 @@ pub enum Num<'py> {
 impl<'py> Num<'py> {
     pub fn new(object: &Bound<'py, PyAny>) -> Self {
         Scalar::new(object).map_or_else(|| Self::Object(object.clone()), Self::Scalar)
+    }
+
+    /// The number as a [`Scalar`], if it is one.
+    pub fn as_scalar(&self) -> Option<&Scalar<'py>> {
+        match self {
+            Self::Scalar(scalar) => Some(scalar),
+            Self::Object(_) => None,
+        }
     }
 
     /// The Python object for this number (the original one if it passed through unchanged).
@@ -286,6 +333,13 @@ fn in_place_subtract<'py>(
     }
 }
 
+fn in_place_add<'py>(a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: as for `in_place_subtract`.
+    unsafe {
+        Bound::from_owned_ptr_or_err(a.py(), ffi::PyNumber_InPlaceAdd(a.as_ptr(), b.as_ptr()))
+    }
+}
+
 impl Quantity for Num<'_> {
     type Error = PyErr;
 
@@ -302,13 +356,36 @@ impl Quantity for Num<'_> {
     fn minus_in_place(&self, rhs: &Self) -> PyResult<Self> {
         self.arithmetic(rhs, Scalar::minus, in_place_subtract)
     }
+    /// Likewise for `+=`.
+    fn plus_in_place(&self, rhs: &Self) -> PyResult<Self> {
+        self.arithmetic(rhs, Scalar::plus, in_place_add)
+    }
     fn less_than(&self, rhs: &Self) -> PyResult<bool> {
         self.either(rhs, Scalar::less_than, |a, b| a.lt(b))
+    }
+    fn greater_than(&self, rhs: &Self) -> PyResult<bool> {
+        self.either(rhs, Scalar::greater_than, |a, b| a.gt(b))
     }
     fn at_most_zero(&self) -> PyResult<bool> {
         match self {
             Self::Scalar(scalar) => Ok(scalar.is_at_most_zero()),
             Self::Object(object) => object.le(0),
+        }
+    }
+    fn below_zero(&self) -> PyResult<bool> {
+        match self {
+            Self::Scalar(scalar) => Ok(scalar.is_below_zero()),
+            Self::Object(object) => 0_i64.into_bound_py_any(object.py())?.gt(object),
+        }
+    }
+    fn zero(&self) -> Self {
+        match self {
+            Self::Scalar(scalar) => Self::Scalar(scalar.zero()),
+            Self::Object(object) => Self::new(
+                &0_i64
+                    .into_bound_py_any(object.py())
+                    .expect("converting 0 to a Python int cannot fail"),
+            ),
         }
     }
 }

@@ -1,0 +1,162 @@
+//! `protocol_in_code.qos.classes` for Python: the course's class tree, validated and walked by
+//! the core.
+//!
+//! The tree stays a Python dict that callers build and mutate as they like; each call reads it
+//! into the core's plain map and asks the core. Class names must be `str`, as in the course:
+//! that lets the core compare them exactly as Python compares strings.
+
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use pyo3::IntoPyObjectExt;
+
+use crate::core::classes::{self as core, TreeError, Validation};
+use crate::python::enums::StrEnum;
+use crate::python::format::format_value;
+use crate::python::number::Num;
+use crate::python::record::{defaults, frozen_record, mutable_record};
+
+frozen_record! {
+    /// A traffic class: its name, the rate it is guaranteed, and its parent's name (`None` for a
+    /// root).
+    pub struct TrafficClass as "TrafficClass" in "protocol_in_code.qos.classes" {
+        name,
+        guaranteed_rate,
+        parent = defaults::none(),
+    }
+    text_signature = "(name, guaranteed_rate, parent=None)";
+}
+
+mutable_record! {
+    /// Classes by name: a dict from each class's name to its `TrafficClass`, nothing more. Each
+    /// tree gets its own dict unless one is given.
+    pub struct ClassTree as "ClassTree" in "protocol_in_code.qos.classes" {
+        classes / set_classes = defaults::dict(),
+    }
+    text_signature = "(classes={})";
+}
+
+/// The course's `ValidationOutcome(str, Enum)`.
+pub static VALIDATION_OUTCOME: StrEnum = StrEnum::new(
+    "ValidationOutcome",
+    "protocol_in_code.qos.classes",
+    "What validate_tree found first: VALID, UNKNOWN_PARENT, CYCLE or OVER_SUBSCRIBED.",
+    &[
+        ("VALID", "Valid"),
+        ("UNKNOWN_PARENT", "UnknownParent"),
+        ("CYCLE", "Cycle"),
+        ("OVER_SUBSCRIBED", "OverSubscribed"),
+    ],
+);
+
+frozen_record! {
+    /// What `validate_tree` found, and a detail for people (empty when the tree is valid).
+    pub struct ValidationResult as "ValidationResult" in "protocol_in_code.qos.classes" {
+        outcome,
+        detail,
+    }
+}
+
+/// Check a class tree in three passes and report the first problem.
+///
+/// 1. UNKNOWN_PARENT, `"video -> ghost"`: a class names a parent that is not in the tree.
+/// 2. CYCLE, `"cycle reached at a"`: walking up from a class reaches some name twice.
+/// 3. OVER_SUBSCRIBED, `"default: children claim 120 > guaranteed 100"`: the direct children
+///    of a class are guaranteed more, together, than the class itself.
+///
+/// Otherwise VALID, with an empty detail. Each pass runs only if the ones before found nothing,
+/// since a walk up an unknown parent or round a cycle would be meaningless.
+#[pyfunction]
+pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
+    let py = tree.py();
+    let found = core::validate_tree(&read_tree(tree)?).map_err(tree_error)?;
+    let (index, detail) = match found {
+        Validation::Valid => (0, String::new()),
+        Validation::UnknownParent { class, parent } => (1, format!("{class} -> {parent}")),
+        Validation::Cycle { at } => (2, format!("cycle reached at {at}")),
+        Validation::OverSubscribed {
+            parent,
+            claimed,
+            guaranteed,
+        } => (
+            3,
+            format!(
+                "{parent}: children claim {} > guaranteed {}",
+                format_value(&claimed.into_object())?,
+                format_value(&guaranteed.into_object())?
+            ),
+        ),
+    };
+    Ok(ValidationResult {
+        outcome: VALIDATION_OUTCOME.member(py, index)?,
+        detail: PyString::new(py, &detail).into_any().unbind(),
+    })
+}
+
+/// The rate `class_name` could borrow: walking from the class up to the root, each class adds
+/// `max(guaranteed_rate - its direct children's guaranteed rates, 0)`, the part of its own
+/// guarantee that its children leave unclaimed.
+///
+/// Raises KeyError for a name that is not in the tree, and ValueError if the walk goes round a
+/// cycle (validate the tree first).
+#[pyfunction]
+pub fn borrowable<'py>(
+    tree: &Bound<'py, PyAny>,
+    class_name: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let classes = read_tree(tree)?;
+    // The course's walk stops at None before looking anything up: nothing to borrow.
+    if class_name.is_none() {
+        return 0_i64.into_bound_py_any(tree.py());
+    }
+    // Every key is a str, so a name of any other type is simply not in the tree (a dict
+    // lookup would still hash it first, and reject it if it cannot be hashed).
+    let Ok(name) = class_name.cast::<PyString>() else {
+        class_name.hash()?;
+        return Err(PyKeyError::new_err((class_name.clone().unbind(),)));
+    };
+    let total = core::borrowable(&classes, &name.to_str()?.to_owned()).map_err(tree_error)?;
+    Ok(total.into_object())
+}
+
+/// `tree.classes` as the core's map: keys, names and parents as strings, rates as numbers.
+fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<String, Num<'py>>> {
+    let items = tree.getattr("classes")?.call_method0("items")?;
+    let mut entries = Vec::new();
+    for item in items.try_iter()? {
+        let (key, class) = item?.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
+        let parent = class.getattr("parent")?;
+        let entry = core::TrafficClass {
+            name: class_name(&class.getattr("name")?)?,
+            guaranteed_rate: Num::new(&class.getattr("guaranteed_rate")?),
+            parent: if parent.is_none() {
+                None
+            } else {
+                Some(class_name(&parent)?)
+            },
+        };
+        entries.push((class_name(&key)?, entry));
+    }
+    Ok(core::ClassTree::new(entries))
+}
+
+fn class_name(name: &Bound<'_, PyAny>) -> PyResult<String> {
+    match name.cast::<PyString>() {
+        Ok(text) => Ok(text.to_str()?.to_owned()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "class names must be str, not {}: {}",
+            name.get_type().name()?,
+            name.repr()?
+        ))),
+    }
+}
+
+fn tree_error(error: TreeError<String, PyErr>) -> PyErr {
+    match error {
+        TreeError::MissingClass(name) => PyKeyError::new_err((name,)),
+        TreeError::Cycle(name) => PyValueError::new_err(format!(
+            "cycle reached at {name}: walking up from the class comes back to it"
+        )),
+        TreeError::Number(error) => error,
+    }
+}

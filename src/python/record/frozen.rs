@@ -1,0 +1,115 @@
+//! Immutable records: `@dataclass(frozen=True)` for native classes.
+
+/// Defines an immutable pyclass of Python-object fields that behaves as a
+/// `@dataclass(frozen=True)` with those fields, in that order.
+macro_rules! frozen_record {
+    (
+        $(#[doc = $doc:expr])*
+        pub struct $rust:ident as $name:literal in $module:literal {
+            $($field:ident $(= $default:expr)?),+ $(,)?
+        }
+        $(text_signature = $text:literal;)?
+        $(methods { $($methods:tt)* })?
+    ) => {
+        $(#[doc = $doc])*
+        #[::pyo3::pyclass(frozen, name = $name, module = $module)]
+        pub struct $rust {
+            $(pub $field: ::pyo3::Py<::pyo3::PyAny>,)+
+        }
+
+        impl $rust {
+            fn field_values<'py>(
+                &self,
+                py: ::pyo3::Python<'py>,
+            ) -> [::pyo3::Bound<'py, ::pyo3::PyAny>; [$(stringify!($field)),+].len()] {
+                [$(self.$field.bind(py).clone()),+]
+            }
+        }
+
+        #[::pyo3::pymethods]
+        impl $rust {
+            #[new]
+            #[pyo3(signature = ($($field $(= $default)?),+) $(, text_signature = $text)?)]
+            fn __new__($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
+                Self { $($field),+ }
+            }
+
+            $(
+                #[getter]
+                fn $field(&self, py: ::pyo3::Python<'_>) -> ::pyo3::Py<::pyo3::PyAny> {
+                    self.$field.clone_ref(py)
+                }
+            )+
+
+            #[classattr]
+            fn __match_args__(
+                py: ::pyo3::Python<'_>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, ::pyo3::types::PyTuple>> {
+                ::pyo3::types::PyTuple::new(py, [$(stringify!($field)),+])
+            }
+
+            fn __repr__(slf: &::pyo3::Bound<'_, Self>) -> ::pyo3::PyResult<String> {
+                let py = slf.py();
+                let this = slf.get();
+                $crate::python::record::repr(
+                    slf.as_any(),
+                    &[$((stringify!($field), this.$field.bind(py).clone())),+],
+                )
+            }
+
+            fn __richcmp__(
+                slf: &::pyo3::Bound<'_, Self>,
+                other: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                op: ::pyo3::basic::CompareOp,
+            ) -> ::pyo3::PyResult<::pyo3::Py<::pyo3::PyAny>> {
+                let py = slf.py();
+                let fields = other.cast_exact::<Self>().ok().map(|other| {
+                    (slf.get().field_values(py), other.get().field_values(py))
+                });
+                $crate::python::record::compare_fields(py, op, fields)
+            }
+
+            fn __hash__(&self, py: ::pyo3::Python<'_>) -> ::pyo3::PyResult<isize> {
+                $crate::python::record::fields_hash(py, &self.field_values(py))
+            }
+
+            fn __setattr__(
+                &self,
+                py: ::pyo3::Python<'_>,
+                name: &str,
+                _value: ::pyo3::Bound<'_, ::pyo3::PyAny>,
+            ) -> ::pyo3::PyResult<()> {
+                Err($crate::python::record::frozen_instance_error(py, "assign to", name))
+            }
+
+            fn __delattr__(&self, py: ::pyo3::Python<'_>, name: &str) -> ::pyo3::PyResult<()> {
+                Err($crate::python::record::frozen_instance_error(py, "delete", name))
+            }
+
+            fn __reduce__<'py>(
+                slf: &::pyo3::Bound<'py, Self>,
+            ) -> ::pyo3::PyResult<(
+                ::pyo3::Bound<'py, ::pyo3::types::PyType>,
+                ::pyo3::Bound<'py, ::pyo3::types::PyTuple>,
+            )> {
+                let py = slf.py();
+                Ok((
+                    slf.get_type(),
+                    ::pyo3::types::PyTuple::new(py, slf.get().field_values(py))?,
+                ))
+            }
+
+            fn __traverse__(
+                &self,
+                visit: ::pyo3::PyVisit<'_>,
+            ) -> Result<(), ::pyo3::PyTraverseError> {
+                $(visit.call(&self.$field)?;)+
+                Ok(())
+            }
+
+            $($($methods)*)?
+        }
+    };
+}
+
+pub(crate) use frozen_record;

@@ -1,0 +1,133 @@
+//! Dataclass behaviour for native classes.
+//!
+//! The course's result types are `@dataclass(frozen=True)` and its buckets are `@dataclass`. A
+//! course script may print them, compare them, hash them, pickle them or `match` on them, so the
+//! native classes reproduce what the generated dataclass methods do:
+//!
+//! * `repr`: `QualName(field=repr(value), ...)`, with `...` for a value that contains itself;
+//! * `==`: the tuples of fields compared, and only against an instance of the very same class;
+//! * `hash` (frozen classes): the hash of that tuple; mutable classes are unhashable;
+//! * assigning or deleting an attribute of a frozen instance raises
+//!   `dataclasses.FrozenInstanceError`;
+//! * `__match_args__`, and `__reduce__` for pickle and `copy`.
+//!
+//! [`frozen_record!`] writes all of that for an immutable class of Python-object fields,
+//! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; the helper
+//! functions here are what both expand to.
+
+mod frozen;
+mod mutable;
+
+pub(crate) use frozen::frozen_record;
+pub(crate) use mutable::{field_index, mutable_record, FieldOperation, SharedFields};
+
+use pyo3::basic::CompareOp;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+use pyo3::{ffi, IntoPyObjectExt};
+
+/// `QualName(name=repr(value), ...)`, as a dataclass's generated `__repr__` writes it.
+pub fn repr(instance: &Bound<'_, PyAny>, fields: &[(&str, Bound<'_, PyAny>)]) -> PyResult<String> {
+    let Some(_guard) = ReprGuard::enter(instance)? else {
+        return Ok("...".to_owned());
+    };
+    let qualname = instance.get_type().qualname()?;
+    let mut text = format!("{qualname}(");
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(name);
+        text.push('=');
+        text.push_str(&value.repr()?.to_cow()?);
+    }
+    text.push(')');
+    Ok(text)
+}
+
+/// Marks an object as being repr'd in this thread, so a value that contains it prints `...`
+/// instead of recursing forever (what `reprlib.recursive_repr` does for dataclasses).
+struct ReprGuard<'a, 'py>(&'a Bound<'py, PyAny>);
+
+impl<'a, 'py> ReprGuard<'a, 'py> {
+    fn enter(instance: &'a Bound<'py, PyAny>) -> PyResult<Option<Self>> {
+        // SAFETY: a live object; the call returns 0 (entered), 1 (already inside) or -1 (error).
+        match unsafe { ffi::Py_ReprEnter(instance.as_ptr()) } {
+            0 => Ok(Some(Self(instance))),
+            1 => Ok(None),
+            _ => Err(PyErr::fetch(instance.py())),
+        }
+    }
+}
+
+impl Drop for ReprGuard<'_, '_> {
+    fn drop(&mut self) {
+        // SAFETY: paired with a successful `Py_ReprEnter` on the same object.
+        unsafe { ffi::Py_ReprLeave(self.0.as_ptr()) }
+    }
+}
+
+/// The field values of two instances of one class, in field order.
+pub type FieldPair<'py, const N: usize> = ([Bound<'py, PyAny>; N], [Bound<'py, PyAny>; N]);
+
+/// `==` and `!=` as a dataclass generates them: the field tuples compared (Python's equality for
+/// each pair, identity first), and only when `other` is an instance of the very same class;
+/// `NotImplemented` otherwise, and for the ordering operators, so Python can try the other side.
+pub fn compare_fields<'py, const N: usize>(
+    py: Python<'py>,
+    op: CompareOp,
+    fields: Option<FieldPair<'py, N>>,
+) -> PyResult<Py<PyAny>> {
+    let (Some((a, b)), CompareOp::Eq | CompareOp::Ne) = (fields, op) else {
+        return Ok(py.NotImplemented());
+    };
+    let equal = PyTuple::new(py, a)?.eq(PyTuple::new(py, b)?)?;
+    (equal == matches!(op, CompareOp::Eq)).into_py_any(py)
+}
+
+/// `hash(tuple(fields))`, a frozen dataclass's hash.
+pub fn fields_hash<'py>(py: Python<'py>, fields: &[Bound<'py, PyAny>]) -> PyResult<isize> {
+    PyTuple::new(py, fields)?.hash()
+}
+
+/// `dataclasses.FrozenInstanceError` with the message a frozen dataclass gives.
+pub fn frozen_instance_error(py: Python<'_>, verb: &str, name: &str) -> PyErr {
+    static FROZEN_INSTANCE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    match FROZEN_INSTANCE_ERROR.import(py, "dataclasses", "FrozenInstanceError") {
+        Ok(class) => PyErr::from_type(class.clone(), format!("cannot {verb} field '{name}'")),
+        Err(err) => err,
+    }
+}
+
+/// Defaults for record fields, each made anew per instance as a dataclass's
+/// `field(default_factory=...)` would (a shared `{}` default would be a classic bug).
+pub mod defaults {
+    use pyo3::prelude::*;
+    use pyo3::types::{PyDict, PyList};
+
+    /// The int `0`.
+    pub fn zero() -> Py<PyAny> {
+        Python::attach(|py| {
+            0_i64
+                .into_pyobject(py)
+                .map_or_else(|never| match never {}, |zero| zero.into_any().unbind())
+        })
+    }
+
+    /// `None`.
+    #[allow(clippy::redundant_closure_for_method_calls)] // the method is not general enough
+    pub fn none() -> Py<PyAny> {
+        Python::attach(|py| py.None())
+    }
+
+    /// A new, empty `dict`.
+    pub fn dict() -> Py<PyAny> {
+        Python::attach(|py| PyDict::new(py).into_any().unbind())
+    }
+
+    /// A new, empty `list`.
+    pub fn list() -> Py<PyAny> {
+        Python::attach(|py| PyList::empty(py).into_any().unbind())
+    }
+}

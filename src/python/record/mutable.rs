@@ -1,0 +1,341 @@
+//! Mutable records: `@dataclass` for native classes that threads share.
+//!
+//! The course's buckets, class tree and shaper are mutable dataclasses: callers read and
+//! reassign their fields, and a bucket may be shared by many threads. [`SharedFields`] keeps the
+//! fields behind a mutex and follows one rule: **no Python code runs while the mutex is held**.
+//! Python code can switch threads or re-enter the same object (a number whose `__sub__` reads
+//! the bucket), and a lock held across it would deadlock.
+//!
+//! [`SharedFields::run`] therefore runs a core operation (a [`FieldOperation`]) one of two ways:
+//!
+//! * when every field and argument is an exact `int` or `float` (a `Scalar`), no Python code
+//!   can run, so the whole operation happens under the lock;
+//! * otherwise, lock, copy the fields out, unlock; compute on the copy (Python arithmetic runs
+//!   here); lock again and store the copy only if nobody stored anything in between (a version
+//!   counter says), else start over from the fresh state.
+//!
+//! Either way an update is stored whole or not at all: no update is lost and nobody sees half
+//! of one. Objects displaced from a field are released after unlocking, since releasing an
+//! arbitrary object can run its `__del__`.
+//!
+//! One consequence differs from the course's plain Python: a store made while an update computes
+//! restarts that update, whoever made it. So a number whose arithmetic *writes* the very object
+//! it is computing on (reading it is fine) has that arithmetic run again, until a pass completes
+//! with no store in between; the course's code would run it once and overwrite the write.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::prelude::*;
+use pyo3::{PyTraverseError, PyVisit};
+
+use crate::core::quantity::Quantity;
+use crate::python::number::{Num, StoredObject};
+
+/// The fields of a mutable record, shared between threads.
+pub struct SharedFields<const N: usize> {
+    state: Mutex<Stored<N>>,
+}
+
+struct Stored<const N: usize> {
+    fields: [StoredObject; N],
+    /// Counts stores, so an optimistic update can tell whether it is still current.
+    version: u64,
+}
+
+impl<const N: usize> Stored<N> {
+    fn bump(&mut self) {
+        self.version = self.version.wrapping_add(1);
+    }
+}
+
+impl<const N: usize> SharedFields<N> {
+    pub fn new(fields: [Bound<'_, PyAny>; N]) -> Self {
+        Self {
+            state: Mutex::new(Stored {
+                fields: fields.map(StoredObject::new),
+                version: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Stored<N>> {
+        // Every store is a single move, so even a panic elsewhere cannot leave the fields
+        // half-written: a poisoned lock still guards consistent fields.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One field's object.
+    pub fn get(&self, py: Python<'_>, index: usize) -> Py<PyAny> {
+        self.lock().fields[index].object().clone_ref(py)
+    }
+
+    /// Replace one field's object.
+    pub fn set(&self, index: usize, value: Bound<'_, PyAny>) {
+        let value = StoredObject::new(value);
+        let displaced = {
+            let mut stored = self.lock();
+            stored.bump();
+            std::mem::replace(&mut stored.fields[index], value)
+        };
+        drop(displaced);
+    }
+
+    /// Every field's object, read together.
+    pub fn objects<'py>(&self, py: Python<'py>) -> [Bound<'py, PyAny>; N] {
+        let stored = self.lock();
+        std::array::from_fn(|i| stored.fields[i].object().bind(py).clone())
+    }
+
+    /// Run a core operation on the fields with `args`, and return its answer with the object
+    /// that the operation's [`FieldOperation::REPORTED`] field holds afterwards.
+    ///
+    /// When the fields and the arguments are all `Scalar`s, the operation runs under the lock
+    /// from start to finish (no Python code can run). Otherwise, or if a scalar operation needs
+    /// Python after all, it runs on a copy with the lock released, and the copy is stored
+    /// unless another update came first, in which case it runs again on the fresh fields. The
+    /// copy is stored even when the operation failed part-way: it holds exactly what the
+    /// course's code would have left on the object when its exception was raised.
+    pub fn run<'py, Op, const A: usize>(
+        &self,
+        py: Python<'py>,
+        args: &[Num<'py>; A],
+    ) -> Ran<'py, Op::Answer>
+    where
+        Op: FieldOperation<N, A>,
+    {
+        if let Some(done) = self.run_scalars::<Op, A>(py, args) {
+            return done;
+        }
+        loop {
+            let (copy, version) = {
+                let stored = self.lock();
+                let copy: [Num<'py>; N] = std::array::from_fn(|i| stored.fields[i].num(py));
+                (copy, stored.version)
+            };
+            let (updated, answer) = Op::apply(copy, args);
+            let mut displaced = Vec::new();
+            let mut stored = self.lock();
+            if stored.version != version {
+                continue;
+            }
+            for (field, number) in stored.fields.iter_mut().zip(updated) {
+                displaced.extend(field.set_num(number));
+            }
+            stored.bump();
+            let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
+            drop(stored);
+            drop(displaced);
+            return (answer, reported);
+        }
+    }
+
+    fn run_scalars<'py, Op, const A: usize>(
+        &self,
+        py: Python<'py>,
+        args: &[Num<'py>; A],
+    ) -> Option<Ran<'py, Op::Answer>>
+    where
+        Op: FieldOperation<N, A>,
+    {
+        let mut scalar_args = [const { None }; A];
+        for (scalar, arg) in scalar_args.iter_mut().zip(args) {
+            *scalar = Some(arg.as_scalar()?.clone());
+        }
+        let scalar_args = scalar_args.map(|arg| arg.expect("every argument was read"));
+        let mut stored = self.lock();
+        let mut fields = [const { None }; N];
+        for (scalar, field) in fields.iter_mut().zip(&stored.fields) {
+            *scalar = Some(field.scalar(py)?);
+        }
+        let fields = fields.map(|field| field.expect("every field was read"));
+        let (updated, answer) = Op::apply(fields, &scalar_args);
+        let answer = answer.ok()?;
+        // Releasing displaced ints and floats runs no Python code, so it may happen here.
+        for (field, scalar) in stored.fields.iter_mut().zip(updated) {
+            field.set_scalar(scalar);
+        }
+        stored.bump();
+        let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
+        Some((Ok(answer), reported))
+    }
+
+    /// Visit every field for the cycle collector.
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Never wait here: the collector may run while this thread holds the lock. Skipping a
+        // visit only makes the collector keep these objects alive a little longer.
+        if let Ok(stored) = self.state.try_lock() {
+            for field in &stored.fields {
+                visit.call(field.object())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Set every field to `None`, to break a reference cycle.
+    pub fn clear(&self, py: Python<'_>) {
+        let cleared = std::array::from_fn(|_| StoredObject::new(py.None().into_bound(py)));
+        let displaced = {
+            let mut stored = self.lock();
+            stored.bump();
+            std::mem::replace(&mut stored.fields, cleared)
+        };
+        drop(displaced);
+    }
+}
+
+/// What running an operation gives: its answer, and the object its reported field then holds.
+pub type Ran<'py, A> = (PyResult<A>, Bound<'py, PyAny>);
+
+/// A core operation on a record's fields, written once for every kind of number: the glue runs
+/// it on `Scalar`s under the lock when it can, and on any Python numbers otherwise.
+pub trait FieldOperation<const N: usize, const A: usize> {
+    /// What the operation decides, apart from the new fields.
+    type Answer;
+
+    /// The field whose object the caller reports with the answer (a bucket's balance after a
+    /// decision is the very object the bucket then holds, as in the course).
+    const REPORTED: usize;
+
+    /// The fields after the operation (also when it failed part-way) and its answer.
+    fn apply<Q: Quantity>(
+        fields: [Q; N],
+        args: &[Q; A],
+    ) -> ([Q; N], Result<Self::Answer, Q::Error>);
+}
+
+/// The position of `name` in `names`, at compile time.
+pub const fn field_index(names: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < names.len() {
+        if const_str_eq(names[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("no such field")
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Defines a mutable pyclass whose fields live in [`SharedFields`] and which behaves as a
+/// `@dataclass` with those fields, in that order: readable and writable attributes, `repr`,
+/// `==` (and so unhashable), `__match_args__`, pickle and copy, and cycle collection.
+///
+/// Each field names its setter method; a default is a function returning the default object
+/// (called once per instance, so a `{}` default is a fresh dict each time), and the text
+/// signature spells the defaults as Python would.
+macro_rules! mutable_record {
+    (
+        $(#[doc = $doc:expr])*
+        pub struct $rust:ident as $name:literal in $module:literal {
+            $($field:ident / $setter:ident $(= $default:expr)?),+ $(,)?
+        }
+        text_signature = $text:literal;
+        $(methods { $($methods:tt)* })?
+    ) => {
+        $(#[doc = $doc])*
+        #[::pyo3::pyclass(frozen, name = $name, module = $module)]
+        pub struct $rust {
+            fields: $crate::python::record::SharedFields<{ [$(stringify!($field)),+].len() }>,
+        }
+
+        impl $rust {
+            const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
+        }
+
+        #[::pyo3::pymethods]
+        impl $rust {
+            #[new]
+            #[pyo3(signature = ($($field $(= $default)?),+), text_signature = $text)]
+            fn __new__(py: ::pyo3::Python<'_>, $($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
+                Self {
+                    fields: $crate::python::record::SharedFields::new([
+                        $($field.into_bound(py)),+
+                    ]),
+                }
+            }
+
+            $(
+                #[getter]
+                fn $field(&self, py: ::pyo3::Python<'_>) -> ::pyo3::Py<::pyo3::PyAny> {
+                    const INDEX: usize =
+                        $crate::python::record::field_index($rust::NAMES, stringify!($field));
+                    self.fields.get(py, INDEX)
+                }
+
+                #[setter]
+                fn $setter(&self, value: ::pyo3::Bound<'_, ::pyo3::PyAny>) {
+                    const INDEX: usize =
+                        $crate::python::record::field_index($rust::NAMES, stringify!($field));
+                    self.fields.set(INDEX, value);
+                }
+            )+
+
+            #[classattr]
+            fn __match_args__(
+                py: ::pyo3::Python<'_>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, ::pyo3::types::PyTuple>> {
+                ::pyo3::types::PyTuple::new(py, $rust::NAMES)
+            }
+
+            fn __repr__(slf: &::pyo3::Bound<'_, Self>) -> ::pyo3::PyResult<String> {
+                let values = slf.get().fields.objects(slf.py());
+                let named: Vec<_> = $rust::NAMES.iter().copied().zip(values).collect();
+                $crate::python::record::repr(slf.as_any(), &named)
+            }
+
+            fn __richcmp__(
+                slf: &::pyo3::Bound<'_, Self>,
+                other: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                op: ::pyo3::basic::CompareOp,
+            ) -> ::pyo3::PyResult<::pyo3::Py<::pyo3::PyAny>> {
+                let py = slf.py();
+                let fields = other.cast_exact::<Self>().ok().map(|other| {
+                    (slf.get().fields.objects(py), other.get().fields.objects(py))
+                });
+                $crate::python::record::compare_fields(py, op, fields)
+            }
+
+            fn __reduce__<'py>(
+                slf: &::pyo3::Bound<'py, Self>,
+            ) -> ::pyo3::PyResult<(
+                ::pyo3::Bound<'py, ::pyo3::types::PyType>,
+                ::pyo3::Bound<'py, ::pyo3::types::PyTuple>,
+            )> {
+                let py = slf.py();
+                Ok((
+                    slf.get_type(),
+                    ::pyo3::types::PyTuple::new(py, slf.get().fields.objects(py))?,
+                ))
+            }
+
+            fn __traverse__(
+                &self,
+                visit: ::pyo3::PyVisit<'_>,
+            ) -> Result<(), ::pyo3::PyTraverseError> {
+                self.fields.traverse(&visit)
+            }
+
+            fn __clear__(&self) {
+                ::pyo3::Python::attach(|py| self.fields.clear(py));
+            }
+
+            $($($methods)*)?
+        }
+    };
+}
+
+pub(crate) use mutable_record;

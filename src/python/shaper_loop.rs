@@ -1,0 +1,144 @@
+//! `protocol_in_code.qos.shaper_loop` for Python: the capstone, classify, refill, spend.
+//!
+//! Isolation comes from one independent token bucket per class: a class that floods drains only
+//! its own bucket, so another class sails through at the same instant. The shaper itself has no
+//! arithmetic: each decision is its class's bucket running the core's `try_consume`. It keeps the
+//! objects the course lets callers reach into (`buckets`, `trace`) as the Python objects they
+//! are, so replacing a bucket in `shaper.buckets` or reading `shaper.trace` behaves as in the
+//! course.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::core::quantity::Quantity;
+use crate::python::format::format_value;
+use crate::python::number::Num;
+use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
+use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
+
+frozen_record! {
+    /// Which class, what its bucket decided, and the balance its bucket has left.
+    pub struct EnqueueResult as "EnqueueResult" in "protocol_in_code.qos.shaper_loop" {
+        class_name,
+        outcome,
+        tokens_remaining,
+    }
+}
+
+const BUCKETS: usize = 1;
+const TRACE: usize = 3;
+
+mutable_record! {
+    /// A class tree, one token bucket per class (`buckets`, by class name), a clock, and a
+    /// trace of every decision (a list of lines). Each shaper gets its own dict and list unless
+    /// given them; callers may change both directly.
+    pub struct ToyShaper as "ToyShaper" in "protocol_in_code.qos.shaper_loop" {
+        tree / set_tree,
+        buckets / set_buckets = defaults::dict(),
+        clock / set_clock = defaults::zero(),
+        trace / set_trace = defaults::list(),
+    }
+    text_signature = "(tree, buckets={}, clock=0, trace=[])";
+    methods {
+        /// Move the shaper's clock forward: `clock += seconds`.
+        fn tick(&self, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
+            let (done, _) = self.fields.run::<Tick, 1>(seconds.py(), &[Num::new(seconds)]);
+            done
+        }
+
+        /// Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line,
+        /// and return the decision. An unknown class raises KeyError.
+        fn enqueue(
+            &self,
+            class_name: &Bound<'_, PyAny>,
+            size: &Bound<'_, PyAny>,
+            now: &Bound<'_, PyAny>,
+        ) -> PyResult<EnqueueResult> {
+            let py = class_name.py();
+            let bucket = self.fields.get(py, BUCKETS).into_bound(py).get_item(class_name)?;
+            let bucket = bucket.cast::<TokenBucket>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "the bucket of class {} must be a TokenBucket",
+                    class_name.repr().map_or_else(|_| "?".into(), |name| name.to_string())
+                ))
+            })?;
+            let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
+            let index = token_bucket::outcome_index(outcome);
+            let line = format!(
+                "enqueue {} size={} at t={}: {} (tokens_remaining={})",
+                format_value(class_name)?,
+                format_value(size)?,
+                format_value(now)?,
+                CONSUME_OUTCOME.value(index),
+                format_value(&tokens_remaining)?,
+            );
+            self.fields.get(py, TRACE).call_method1(py, "append", (line,))?;
+            Ok(EnqueueResult {
+                class_name: class_name.clone().unbind(),
+                outcome: CONSUME_OUTCOME.member(py, index)?,
+                tokens_remaining: tokens_remaining.unbind(),
+            })
+        }
+    }
+}
+
+/// `clock += seconds` on a shaper's fields.
+struct Tick;
+
+impl FieldOperation<4, 1> for Tick {
+    type Answer = ();
+    const REPORTED: usize = 2; // clock
+
+    fn apply<Q: Quantity>(
+        [tree, buckets, clock, trace]: [Q; 4],
+        [seconds]: &[Q; 1],
+    ) -> ([Q; 4], Result<(), Q::Error>) {
+        match clock.plus_in_place(seconds) {
+            Ok(clock) => ([tree, buckets, clock, trace], Ok(())),
+            Err(error) => ([tree, buckets, clock, trace], Err(error)),
+        }
+    }
+}
+
+/// Enqueue each `(class_name, size)` of `offered` at the shaper's clock, in order, and return
+/// the decisions as a tuple.
+#[pyfunction]
+pub fn run_contention<'py>(
+    shaper: &Bound<'py, PyAny>,
+    offered: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let mut decisions = Vec::new();
+    for item in offered.try_iter()? {
+        let [class_name, size] = unpack(&item?)?;
+        let enqueue = shaper.getattr("enqueue")?;
+        let now = shaper.getattr("clock")?;
+        decisions.push(enqueue.call1((class_name, size, now))?);
+    }
+    PyTuple::new(shaper.py(), decisions)
+}
+
+/// `a, b = item`, with Python's errors.
+fn unpack<'py>(item: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; 2]> {
+    let Ok(mut values) = item.try_iter() else {
+        return Err(PyTypeError::new_err(format!(
+            "cannot unpack non-iterable {} object",
+            item.get_type().name()?
+        )));
+    };
+    let mut take = || values.next().transpose();
+    match (take()?, take()?) {
+        (Some(first), Some(second)) => {
+            if take()?.is_some() {
+                return Err(PyValueError::new_err(
+                    "too many values to unpack (expected 2)",
+                ));
+            }
+            Ok([first, second])
+        }
+        (first, _) => Err(PyValueError::new_err(format!(
+            "not enough values to unpack (expected 2, got {})",
+            usize::from(first.is_some())
+        ))),
+    }
+}

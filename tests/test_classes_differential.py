@@ -1,0 +1,518 @@
+"""validate_tree and borrowable over random small class trees, compared with the reference.
+
+``validate_tree``: the outcome (the enum member itself), the detail string exactly, the
+exception type, and the Python operations done on traced rates (the children's rates are summed
+from the int ``0`` in dict order, then compared with ``>``). ``borrowable``: the value (by value
+and type), the exception type (``KeyError`` with the same key for an unknown name) and the
+operations. Neither may change the tree.
+
+Trees are built from string names (the course's), with unknown parents, self-parents, cycles,
+over-subscribed and valid trees, and now and then a dict key that differs from the class's own
+``name`` (the passes use both, exactly as the course's code does). ``borrowable`` is only called
+on trees without a cycle: the reference walks a cycle forever.
+
+Deliberate native differences (tested on the native build only): class names must be ``str``
+(anything else raises ``TypeError``), and ``borrowable`` raises ``ValueError`` mentioning "cycle"
+where the reference would loop forever.
+"""
+
+from __future__ import annotations
+
+import inspect
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from qos_support import (
+    BOOM,
+    INF,
+    NAN,
+    BoomError,
+    Traced,
+    TracedInplace,
+    anything,
+    assert_same_exception,
+    describe,
+    kind_values,
+    materialize,
+    run,
+    same_value,
+    watchdog,
+)
+
+NAMES = ["a", "b", "c", "d", "video", "voice", "default", "é"]
+GHOST = "ghost"
+
+# --------------------------------------------------------------------------------------------
+# Trees
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def tree_entries(draw, rates: st.SearchStrategy, acyclic: bool = False):
+    """[(key, name, rate recipe, parent)] in dict order.
+
+    Most trees are forests (each parent an earlier key or None), so that valid and
+    over-subscribed trees come up often; the rest take any key (self included) as a parent.
+    Now and then a parent is unknown, or a class's name is not its key. ``acyclic``: forests
+    only, so a walk up from any class ends.
+    """
+    forest = acyclic or draw(st.integers(0, 2)) > 0
+    keys = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=6))
+    entries = []
+    for i, key in enumerate(keys):
+        name = key if draw(st.integers(0, 19)) else draw(st.sampled_from([*NAMES, GHOST]))
+        if draw(st.integers(0, 19)) == 0:
+            parent = GHOST
+        elif forest:
+            parent = draw(st.one_of(st.none(), st.sampled_from(keys[:i] or [None])))
+        else:
+            parent = draw(st.one_of(st.none(), st.sampled_from(keys)))
+        entries.append((key, name, draw(rates), parent))
+    return entries
+
+
+def build(qos, entries, log: list):
+    return qos.ClassTree(
+        {
+            key: qos.TrafficClass(name, materialize(rate, log), parent)
+            for key, name, rate, parent in entries
+        }
+    )
+
+
+def tree_snapshot(tree):
+    return [(k, c.name, c.guaranteed_rate, c.parent) for k, c in tree.classes.items()]
+
+
+def assert_same_tree(got, want, context: str = "") -> None:
+    g, w = tree_snapshot(got), tree_snapshot(want)
+    assert len(g) == len(w), context
+    for gc, wc in zip(g, w, strict=True):
+        assert all(same_value(a, b) for a, b in zip(gc, wc, strict=True)), (
+            f"{context}tree changed: {gc!r} != {wc!r}"
+        )
+
+
+# Small rates of every kind, so that valid and over-subscribed trees both come up.
+small_rates = st.one_of(
+    st.integers(0, 12),
+    st.floats(0, 12),
+    st.sampled_from([NAN, INF, 0.1, 0.2, 0.3, -0.0, True, False, 2**64, -1]),
+    st.fractions(0, 12, max_denominator=4),
+    st.decimals(0, 12, places=1),
+)
+mixed_rates = st.one_of(small_rates, anything)
+
+
+def check_validate(impl, ref, entries) -> None:
+    ref_log: list = []
+    got_log: list = []
+    rt, gt = build(ref, entries, ref_log), build(impl, entries, got_log)
+    expected = run(ref.validate_tree, rt)
+    got = run(impl.validate_tree, gt)
+    assert_same_exception(expected, got)
+    assert got_log == ref_log, "Python operations differ"
+    assert_same_tree(gt, rt)
+    if expected.raised:
+        if isinstance(expected.exc, KeyError):
+            assert got.exc.args == expected.exc.args
+        return
+    result, want = got.value, expected.value
+    assert type(result) is impl.ValidationResult
+    assert result.outcome is impl.ValidationOutcome(want.outcome.value)
+    assert type(result.detail) is str and result.detail == want.detail, (
+        f"detail {result.detail!r} != reference {want.detail!r}"
+    )
+    assert repr(result) == repr(want)
+
+
+@given(entries=tree_entries(small_rates))
+def test_validate_tree_matches_reference(impl, ref, entries):
+    check_validate(impl, ref, entries)
+
+
+@given(entries=tree_entries(mixed_rates))
+def test_validate_tree_with_any_rates_matches_reference(impl, ref, entries):
+    check_validate(impl, ref, entries)
+
+
+@given(entries=kind_values.flatmap(tree_entries))
+def test_validate_tree_with_one_kind_of_rate_matches_reference(impl, ref, entries):
+    check_validate(impl, ref, entries)
+
+
+def check_borrowable(impl, ref, entries, class_name) -> None:
+    ref_log: list = []
+    got_log: list = []
+    rt, gt = build(ref, entries, ref_log), build(impl, entries, got_log)
+    expected = run(ref.borrowable, rt, class_name)
+    got = run(impl.borrowable, gt, class_name)
+    assert_same_exception(expected, got)
+    assert got_log == ref_log, "Python operations differ"
+    assert_same_tree(gt, rt)
+    if expected.raised:
+        if isinstance(expected.exc, KeyError):
+            assert got.exc.args == expected.exc.args
+        return
+    assert same_value(got.value, expected.value), (
+        f"got {describe(got.value)}, reference {describe(expected.value)}"
+    )
+
+
+def _with_name(entries_strategy):
+    return entries_strategy.flatmap(
+        lambda entries: st.tuples(
+            st.just(entries),
+            st.sampled_from([*(e[0] for e in entries), GHOST]),
+        )
+    )
+
+
+@given(case=_with_name(tree_entries(small_rates, acyclic=True)))
+def test_borrowable_matches_reference(impl, ref, case):
+    check_borrowable(impl, ref, *case)
+
+
+@given(case=_with_name(tree_entries(mixed_rates, acyclic=True)))
+def test_borrowable_with_any_rates_matches_reference(impl, ref, case):
+    check_borrowable(impl, ref, *case)
+
+
+@given(case=_with_name(kind_values.flatmap(lambda k: tree_entries(k, acyclic=True))))
+def test_borrowable_with_one_kind_of_rate_matches_reference(impl, ref, case):
+    check_borrowable(impl, ref, *case)
+
+
+# --------------------------------------------------------------------------------------------
+# The three passes, worked by hand
+# --------------------------------------------------------------------------------------------
+
+
+def tc(qos, name, rate, parent=None):
+    return qos.TrafficClass(name, rate, parent)
+
+
+def tree_of(qos, *classes):
+    return qos.ClassTree({c[0]: tc(qos, *c) for c in classes})
+
+
+VALID_TREE = [("default", 100), ("video", 60, "default"), ("voice", 30, "default")]
+
+# (what, classes as (name, rate[, parent]), outcome member name, detail)
+VALIDATION_CASES = [
+    ("empty tree", [], "VALID", ""),
+    ("a valid 2-level tree", VALID_TREE, "VALID", ""),
+    ("children claiming exactly the guarantee",
+     [("r", 10), ("x", 4, "r"), ("y", 6, "r")], "VALID", ""),
+    ("unknown parent",
+     [("default", 100), ("video", 60, "ghost")], "UNKNOWN_PARENT", "video -> ghost"),
+    ("unknown parent found before an earlier cycle",
+     [("a", 1, "b"), ("b", 1, "a"), ("c", 1, "nowhere")], "UNKNOWN_PARENT", "c -> nowhere"),
+    ("self-parent", [("a", 10, "a")], "CYCLE", "cycle reached at a"),
+    ("two-class cycle", [("a", 10, "b"), ("b", 10, "a")], "CYCLE", "cycle reached at a"),
+    ("cycle reached from a leaf",
+     [("leaf", 1, "x"), ("x", 10, "y"), ("y", 10, "x")], "CYCLE", "cycle reached at x"),
+    ("cycle found before over-subscription",
+     [("r", 1), ("k", 5, "r"), ("a", 10, "b"), ("b", 10, "a")], "CYCLE", "cycle reached at a"),
+    ("over-subscription",
+     [("default", 100), ("video", 70, "default"), ("voice", 50, "default")],
+     "OVER_SUBSCRIBED", "default: children claim 120 > guaranteed 100"),
+    ("over-subscription at the second level",
+     [("root", 100), ("mid", 50, "root"), ("x", 30, "mid"), ("y", 30, "mid")],
+     "OVER_SUBSCRIBED", "mid: children claim 60 > guaranteed 50"),
+    ("float sums are Python's", [("r", 0.3), ("x", 0.1, "r"), ("y", 0.2, "r")],
+     "OVER_SUBSCRIBED", "r: children claim 0.30000000000000004 > guaranteed 0.3"),
+    ("Fractions print as Fractions", [("r", 1), ("x", Fraction(1, 2), "r"), ("y", 1, "r")],
+     "OVER_SUBSCRIBED", "r: children claim 3/2 > guaranteed 1"),
+    ("Decimals print as Decimals", [("r", Decimal("1.0")), ("x", Decimal("1.50"), "r")],
+     "OVER_SUBSCRIBED", "r: children claim 1.50 > guaranteed 1.0"),
+    ("a bool child sums to an int", [("r", False), ("x", True, "r")],
+     "OVER_SUBSCRIBED", "r: children claim 1 > guaranteed False"),
+    ("a NaN guarantee is never exceeded", [("r", NAN), ("x", 5, "r")], "VALID", ""),
+    ("an infinite guarantee", [("r", INF), ("x", 10**400, "r")], "VALID", ""),
+    ("a huge int sum stays exact", [("r", 2**64), ("x", 2**63, "r"), ("y", 2**63 + 1, "r")],
+     "OVER_SUBSCRIBED", f"r: children claim {2**64 + 1} > guaranteed {2**64}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["impl", "ref"])
+@pytest.mark.parametrize(
+    ("classes", "outcome", "detail"),
+    [c[1:] for c in VALIDATION_CASES],
+    ids=[c[0] for c in VALIDATION_CASES],
+)
+def test_validation_hand_worked_cases(request, side, classes, outcome, detail):
+    qos = request.getfixturevalue(side)
+    result = qos.validate_tree(tree_of(qos, *classes))
+    assert type(result) is qos.ValidationResult
+    assert result.outcome is qos.ValidationOutcome[outcome]
+    assert result.detail == detail and type(result.detail) is str
+    assert repr(result) == (
+        f"ValidationResult(outcome={qos.ValidationOutcome[outcome]!r}, detail={detail!r})"
+    )
+
+
+def test_detail_uses_the_class_name_not_the_key(impl, ref):
+    for qos in (impl, ref):
+        tree = qos.ClassTree({"k": qos.TrafficClass("video", 1, "ghost")})
+        assert qos.validate_tree(tree).detail == "video -> ghost"
+
+
+@pytest.mark.parametrize(
+    ("classes", "exc"),
+    [
+        ([("r", Decimal(10)), ("x", Decimal(1), "r"), ("y", 1.5, "r")], TypeError),
+        ([("r", 10), ("x", Fraction(1, 2), "r"), ("y", Decimal(1), "r")], TypeError),
+        ([("r", 10), ("x", "5", "r")], TypeError),
+        ([("r", Decimal("NaN")), ("x", Decimal(1), "r")], Exception),  # InvalidOperation
+        ([("r", 10), ("x", BOOM, "r")], BoomError),
+        ([("r", BOOM), ("x", 1, "r")], BoomError),
+        ([("r", BOOM), ("x", 1)], None),  # no children: the rate is never touched
+    ],
+)
+def test_validation_exceptions_like_the_reference(impl, ref, classes, exc):
+    expected = run(ref.validate_tree, tree_of(ref, *classes))
+    got = run(impl.validate_tree, tree_of(impl, *classes))
+    assert_same_exception(expected, got)
+    if exc is None:
+        assert not expected.raised and got.value.outcome is impl.ValidationOutcome.VALID
+    else:
+        assert isinstance(expected.exc, exc)
+
+
+def test_a_name_that_is_not_a_key_fails_the_cycle_walk_like_the_reference(impl, ref):
+    """The cycle pass walks from ``cls.name``: a class filed under another key is looked up by
+    its name and raises KeyError, as the course's ``classes[name]`` does."""
+    for qos in (ref, impl):
+        tree = qos.ClassTree({"k": qos.TrafficClass("video", 1)})
+        with pytest.raises(KeyError) as info:
+            qos.validate_tree(tree)
+        assert info.value.args == ("video",)
+
+
+def test_summing_order_and_operations(impl, ref):
+    """Children's rates are summed from the int 0 in dict order, then compared with ``>``."""
+    logs = {}
+    for side, qos in (("ref", ref), ("got", impl)):
+        log: list = []
+        tree = tree_of(
+            qos,
+            ("x", Traced(4, "x", log), "r"),
+            ("r", Traced(10, "r", log)),
+            ("y", TracedInplace(7, "y", log), "r"),
+        )
+        result = qos.validate_tree(tree)
+        assert result.outcome is qos.ValidationOutcome.OVER_SUBSCRIBED
+        assert result.detail == (
+            "r: children claim Traced(11, '((0+x)+y)') > guaranteed Traced(10, 'r')"
+        )
+        logs[side] = log
+    assert logs["got"] == logs["ref"]
+    assert logs["ref"] == [
+        ("radd", "x", "0"),
+        ("add", "(0+x)", "y"),
+        ("gt", "((0+x)+y)", "r"),
+    ]
+
+
+def test_validation_reads_the_tree_at_call_time(impl):
+    tree = tree_of(impl, *VALID_TREE)
+    assert impl.validate_tree(tree).outcome is impl.ValidationOutcome.VALID
+    tree.classes["extra"] = impl.TrafficClass("extra", 20, "default")
+    assert impl.validate_tree(tree).detail == "default: children claim 110 > guaranteed 100"
+    tree.classes = {"video": impl.TrafficClass("video", 1, "ghost")}
+    assert impl.validate_tree(tree).detail == "video -> ghost"
+
+
+# --------------------------------------------------------------------------------------------
+# borrowable, worked by hand
+# --------------------------------------------------------------------------------------------
+
+BORROW_TREE = [
+    ("root", 100),
+    ("video", 60, "root"),
+    ("voice", 30, "root"),
+    ("hd", 25, "video"),
+    ("sd", 20, "video"),
+]
+
+# (what, classes, class name, expected value or exception type)
+BORROW_CASES = [
+    ("a leaf: its own rate, plus what each ancestor leaves free", BORROW_TREE, "hd", 25 + 15 + 10),
+    ("a leaf directly under the root", BORROW_TREE, "voice", 30 + 10),
+    ("the root", BORROW_TREE, "root", 10),
+    ("a middle class", BORROW_TREE, "video", 15 + 10),
+    ("over-subscribed ancestors add the int 0",
+     [("r", 10), ("x", 8, "r"), ("y", 8, "r")], "x", 8),
+    ("a float rate makes a float total", [("r", 10), ("x", 2.5, "r")], "x", 2.5 + 7.5),
+    ("a float fully claimed is 0.0, not 0", [("r", 2.0), ("x", 2, "r")], "r", 0.0),
+    ("a Fraction total", [("r", 1), ("x", Fraction(1, 3), "r")], "x", Fraction(1)),
+    ("a NaN spare stays NaN", [("r", NAN)], "r", NAN),
+    ("bools sum to ints", [("r", True)], "r", 1),
+    ("a class with nothing spare anywhere", [("r", 0)], "r", 0),
+    ("an unknown name", BORROW_TREE, "ghost", KeyError),
+    ("an unknown parent on the way up", [("x", 1, "ghost")], "x", KeyError),
+    ("Decimal plus float", [("r", Decimal(10)), ("x", 1.5, "r")], "x", TypeError),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["impl", "ref"])
+@pytest.mark.parametrize(
+    ("classes", "name", "expected"),
+    [c[1:] for c in BORROW_CASES],
+    ids=[c[0] for c in BORROW_CASES],
+)
+def test_borrowable_hand_worked_cases(request, side, classes, name, expected):
+    qos = request.getfixturevalue(side)
+    tree = tree_of(qos, *classes)
+    if isinstance(expected, type):
+        with pytest.raises(expected) as info:
+            qos.borrowable(tree, name)
+        assert type(info.value) is expected
+        return
+    got = qos.borrowable(tree, name)
+    assert same_value(got, expected), describe(got)
+
+
+def test_borrowable_operations(impl, ref):
+    logs = {}
+    for side, qos in (("ref", ref), ("got", impl)):
+        log: list = []
+        tree = tree_of(qos, ("r", Traced(10, "r", log)), ("x", TracedInplace(4, "x", log), "r"))
+        total = qos.borrowable(tree, "x")
+        assert total.v == 10 and total.label == "((0+(x-0))+=(r-(0+x)))"
+        logs[side] = log
+    assert logs["got"] == logs["ref"]
+    assert logs["ref"] == [
+        ("sub", "x", "0"),
+        ("lt", "(x-0)", "0"),
+        ("radd", "(x-0)", "0"),
+        ("radd", "x", "0"),
+        ("sub", "r", "(0+x)"),
+        ("lt", "(r-(0+x))", "0"),
+        ("iadd", "(0+(x-0))", "(r-(0+x))"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# How they can be called
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("validate_tree", ("tree",)), ("borrowable", ("tree", "class_name"))]
+)
+def test_signature(impl, name, params):
+    fn = getattr(impl, name)
+    assert fn.__name__ == name
+    got = inspect.signature(fn).parameters
+    assert list(got) == list(params)
+    for p in got.values():
+        assert p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, p
+        assert p.default is inspect.Parameter.empty, p
+
+
+def test_keyword_calls(impl):
+    tree = tree_of(impl, *BORROW_TREE)
+    assert impl.validate_tree(tree=tree).outcome is impl.ValidationOutcome.VALID
+    assert impl.borrowable(tree=tree, class_name="hd") == 50
+    assert impl.borrowable(class_name="hd", tree=tree) == 50
+    assert impl.borrowable(tree, class_name="voice") == 40
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs"),
+    [
+        ("validate_tree", (), {}),
+        ("validate_tree", ("T", 1), {}),
+        ("validate_tree", (), {"classes": {}}),
+        ("borrowable", ("T",), {}),
+        ("borrowable", ("T", "root", 1), {}),
+        ("borrowable", ("T", "root"), {"tree": 1}),
+    ],
+)
+def test_bad_calls_raise_type_error_like_the_reference(impl, ref, name, args, kwargs):
+    def args_for(qos):
+        return tuple(tree_of(qos, *BORROW_TREE) if a == "T" else a for a in args)
+
+    expected = run(lambda: getattr(ref, name)(*args_for(ref), **kwargs))
+    got = run(lambda: getattr(impl, name)(*args_for(impl), **kwargs))
+    assert type(expected.exc) is TypeError
+    assert_same_exception(expected, got)
+
+
+# --------------------------------------------------------------------------------------------
+# Deliberate native differences
+# --------------------------------------------------------------------------------------------
+
+native_only = pytest.mark.usefixtures("native_build")
+
+
+@pytest.fixture
+def native_build(reference_mode):
+    if reference_mode:
+        pytest.skip("a deliberate difference of the native build (the reference differs here)")
+
+
+NOT_STR = [1, None, b"a", ("a",), 1.5, True]
+
+
+def _bad_trees(qos, bad):
+    """(where, tree, name to borrow): ``bad`` as a dict key, a class's name or a parent."""
+
+    def tree(*classes, extra=()):
+        t = tree_of(qos, *classes)
+        for key, cls in extra:
+            t.classes[key] = cls
+        return t
+
+    trees = [
+        ("name", tree(extra=[("a", qos.TrafficClass(bad, 5))]), "a"),
+        ("name of a sibling", tree(("a", 5), extra=[("c", qos.TrafficClass(bad, 1, "a"))]), "a"),
+        ("key", tree(("a", 5), extra=[(bad, qos.TrafficClass("b", 5))]), "a"),
+    ]
+    if bad is not None:  # a None parent means a root
+        trees.append(("parent", tree(("a", 5), extra=[("b", qos.TrafficClass("b", 1, bad))]), "b"))
+    return trees
+
+
+@native_only
+@pytest.mark.parametrize("bad", NOT_STR, ids=repr)
+def test_names_in_the_tree_must_be_str(impl, bad):
+    for where, tree, name in _bad_trees(impl, bad):
+        for fn, args in ((impl.validate_tree, (tree,)), (impl.borrowable, (tree, name))):
+            with pytest.raises(TypeError):
+                fn(*args)
+                pytest.fail(f"{fn.__name__}: {bad!r} as the {where} did not raise")
+
+
+@pytest.mark.parametrize("name", [1, b"a", ("root",), 1.5, True, []], ids=repr)
+def test_borrowable_of_a_name_that_is_not_a_str_key(impl, ref, name):
+    """Not a key of a str-keyed tree: KeyError with that key (TypeError if unhashable), as in the
+    course."""
+    expected = run(ref.borrowable, tree_of(ref, *BORROW_TREE), name)
+    got = run(impl.borrowable, tree_of(impl, *BORROW_TREE), name)
+    assert expected.raised
+    assert_same_exception(expected, got)
+    assert got.exc.args == expected.exc.args or not isinstance(expected.exc, KeyError)
+
+
+CYCLES = {
+    "self-parent": ([("a", 10, "a")], "a"),
+    "two classes": ([("a", 10, "b"), ("b", 10, "a")], "b"),
+    "reached from a leaf": ([("leaf", 1, "x"), ("x", 10, "y"), ("y", 10, "x")], "leaf"),
+}
+
+
+@native_only
+@pytest.mark.parametrize("case", sorted(CYCLES))
+def test_borrowable_on_a_cycle_raises_value_error(impl, case):
+    classes, name = CYCLES[case]
+    tree = tree_of(impl, *classes)
+    with watchdog(120), pytest.raises(ValueError) as info:  # the reference would never return
+        impl.borrowable(tree, name)
+    assert type(info.value) is ValueError
+    assert "cycle" in str(info.value), str(info.value)
