@@ -1,15 +1,21 @@
 """Type stubs for the native core; import these names from ``protocol_in_code.qos`` instead."""
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from fractions import Fraction
 from typing import Any, ClassVar, final
+
+from typing_extensions import Self, disjoint_base
 
 __all__ = [
     "ClassTree",
     "ConsumeOutcome",
     "ConsumeResult",
+    "Decision",
     "EnqueueResult",
     "LeakyBucket",
+    "LimitOutcome",
+    "NativeRateLimiter",
     "OfferOutcome",
     "OfferResult",
     "RefillResult",
@@ -186,3 +192,49 @@ class ToyShaper:
 def run_contention(
     shaper: ToyShaper, offered: Iterable[tuple[str, Any]]
 ) -> tuple[EnqueueResult, ...]: ...
+
+class LimitOutcome(str, enum.Enum):
+    def __new__(cls, value: object) -> LimitOutcome: ...
+    ALLOWED = "Allowed"
+    DENIED = "Denied"
+    NEVER = "Never"
+
+@final
+class Decision:
+    __match_args__: ClassVar[tuple[str, str, str]]
+    def __new__(cls, outcome: LimitOutcome, wait_ns: int | None, remaining: int) -> Decision: ...
+    @property
+    def outcome(self) -> LimitOutcome: ...
+    @property
+    def wait_ns(self) -> int | None: ...
+    @property
+    def remaining(self) -> int: ...
+    @property
+    def allowed(self) -> bool: ...
+    def __bool__(self) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@disjoint_base
+class NativeRateLimiter:
+    def __new__(
+        cls,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        initial: int | None = None,
+        start_ns: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> Self: ...
+    def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool: ...
+    def check(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def peek(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def refund(self, n: int = 1, now_ns: int | None = None) -> None: ...
+    def available(self, now_ns: int | None = None) -> int: ...
+    def acquire(self, n: int = 1, timeout: float | None = None) -> bool: ...
+    @property
+    def bands(self) -> tuple[tuple[int | Fraction, int], ...]: ...
+    def __reduce__(self) -> tuple[Any, tuple[()], list[tuple[int, int | None]]]: ...
+    def __setstate__(self, balances: list[tuple[int, int | None]]) -> None: ...

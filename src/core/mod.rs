@@ -10,8 +10,11 @@
 //! * [`leak`] and [`leaky_bucket`]: the same lazy settlement run the other way (time drains a
 //!   level), and the bucket that drops what does not fit.
 //! * [`classes`]: hierarchical shaping as a tree of parent pointers: validation and borrowing.
+//! * [`exact`]: past the toy: the same lazy settlement exact in integers, on a nanosecond clock,
+//!   for a real rate limiter.
 
 pub mod classes;
+pub mod exact;
 pub mod leak;
 pub mod leaky_bucket;
 pub mod quantity;

@@ -9,15 +9,20 @@
 //!   the thread-safe fields of the mutable ones.
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
 //! * [`format`]: values written into messages as an f-string writes them.
+//! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules.
 //! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
+//! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
 
+mod args;
 mod classes;
+mod clock;
 mod enums;
 mod fastcall;
 mod format;
 mod leaky_bucket;
+mod limiter;
 mod number;
 mod record;
 mod refill;
@@ -54,5 +59,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<shaper_loop::EnqueueResult>()?;
     module.add_class::<shaper_loop::ToyShaper>()?;
     module.add_function(wrap_pyfunction!(shaper_loop::run_contention, module)?)?;
+    // limiter: past the toy
+    module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
+    module.add_class::<limiter::Decision>()?;
+    module.add_class::<limiter::NativeRateLimiter>()?;
     Ok(())
 }

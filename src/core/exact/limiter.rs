@@ -1,0 +1,263 @@
+//! A rate limiter of one or more bands, each an exact lazily settled bucket.
+//!
+//! A band is a rate and a burst ("10 per second, at most 10 at once"); a limiter may hold several
+//! ("... and 1000 per hour"). Every operation first settles each band up to `now` with
+//! [`settle`](super::settle::settle), exactly as the lesson's bucket refills before deciding, and
+//! then:
+//!
+//! * [`Limiter::acquire`] takes `n` tokens from **every** band or from none: a request is
+//!   allowed only if each band holds `n`, and a denied request takes nothing anywhere.
+//! * The answer is one of three, never confused: [`Decision::Allowed`]; [`Decision::Wait`] with
+//!   the exact number of nanoseconds after which the same request would be allowed (one
+//!   nanosecond earlier it is still denied), the longest of the bands' waits; or
+//!   [`Decision::Never`] when `n` exceeds some band's burst, which no wait can fix.
+
+use crate::core::exact::rate::BandSpec;
+use crate::core::exact::settle::{settle, Balance};
+
+/// One band: its fixed numbers and its current balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Band {
+    pub spec: BandSpec,
+    pub balance: Balance,
+}
+
+impl Band {
+    fn settle(&mut self, now_ns: i64) {
+        self.balance = settle(
+            self.balance,
+            self.spec.rate.units_per_ns(),
+            self.spec.capacity_units(),
+            now_ns,
+        );
+    }
+
+    /// What this band says about `n` tokens at `now_ns`, as it stands. A wait counts from
+    /// `now_ns`: if the clock is behind the settlement point (it went backwards), the time
+    /// until it catches up is part of the wait, since nothing accrues before then.
+    fn decide(&self, n: u64, now_ns: i64) -> Decision {
+        let Some(need) = self.spec.units_of(n) else {
+            return Decision::Never;
+        };
+        match need.checked_sub(self.balance.units) {
+            None | Some(0) => Decision::Allowed,
+            Some(deficit) => {
+                let behind = self.balance.settled_at.map_or(0, |settled_at| {
+                    (i128::from(settled_at) - i128::from(now_ns))
+                        .max(0)
+                        .unsigned_abs()
+                });
+                Decision::Wait(behind + deficit.div_ceil(self.spec.rate.units_per_ns()))
+            }
+        }
+    }
+
+    /// Whole tokens held.
+    fn whole_tokens(&self) -> u128 {
+        self.balance.units / self.spec.rate.units_per_token()
+    }
+}
+
+/// The answer to "may I take `n` tokens now?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Yes (and, from [`Limiter::acquire`], they were taken).
+    Allowed,
+    /// Not yet: the same request is allowed after exactly this many nanoseconds, and not one
+    /// nanosecond sooner (if nothing else takes tokens meanwhile).
+    Wait(u128),
+    /// Not ever: `n` is more than some band can hold.
+    Never,
+}
+
+impl Decision {
+    /// The answer of several bands together: never if any says never, else the longest wait.
+    fn and(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Never, _) | (_, Self::Never) => Self::Never,
+            (Self::Wait(a), Self::Wait(b)) => Self::Wait(a.max(b)),
+            (Self::Wait(a), Self::Allowed) | (Self::Allowed, Self::Wait(a)) => Self::Wait(a),
+            (Self::Allowed, Self::Allowed) => Self::Allowed,
+        }
+    }
+}
+
+/// Bands consumed all-or-nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limiter {
+    bands: Vec<Band>,
+}
+
+impl Limiter {
+    /// Bands holding `initial` tokens each (their full burst if `None`), settled from
+    /// `start_ns`, or from the first call's `now` if `None`.
+    ///
+    /// # Panics
+    ///
+    /// If `initial` exceeds a band's burst (callers check that first).
+    #[must_use]
+    pub fn new(specs: &[BandSpec], initial: Option<u64>, start_ns: Option<i64>) -> Self {
+        let bands = specs
+            .iter()
+            .map(|&spec| Band {
+                spec,
+                balance: Balance {
+                    units: initial.map_or(spec.capacity_units(), |tokens| {
+                        spec.units_of(tokens)
+                            .expect("initial fill within the burst")
+                    }),
+                    settled_at: start_ns,
+                },
+            })
+            .collect();
+        Self { bands }
+    }
+
+    /// A limiter with these exact bands and balances (to restore a saved one).
+    #[must_use]
+    pub fn from_bands(bands: Vec<Band>) -> Self {
+        Self { bands }
+    }
+
+    /// The bands, in order.
+    #[must_use]
+    pub fn bands(&self) -> &[Band] {
+        &self.bands
+    }
+
+    fn settle(&mut self, now_ns: i64) {
+        for band in &mut self.bands {
+            band.settle(now_ns);
+        }
+    }
+
+    fn decide(&self, n: u64, now_ns: i64) -> Decision {
+        self.bands.iter().fold(Decision::Allowed, |decision, band| {
+            decision.and(band.decide(n, now_ns))
+        })
+    }
+
+    /// Settle to `now_ns`, then take `n` tokens from every band if each holds them.
+    pub fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
+        self.settle(now_ns);
+        let decision = self.decide(n, now_ns);
+        if decision == Decision::Allowed {
+            for band in &mut self.bands {
+                // Allowed: every band holds at least the units of `n`.
+                let need = band.spec.units_of(n).unwrap_or(0);
+                band.balance.units = band.balance.units.saturating_sub(need);
+            }
+        }
+        decision
+    }
+
+    /// What [`Limiter::acquire`] would answer at `now_ns`, taking nothing. Like every call,
+    /// the first one anchors a new limiter's clock; otherwise nothing is stored.
+    pub fn peek(&mut self, n: u64, now_ns: i64) -> Decision {
+        self.anchor(now_ns);
+        let mut settled = self.clone();
+        settled.settle(now_ns);
+        settled.decide(n, now_ns)
+    }
+
+    /// Start counting time at `now_ns`, if nothing has been counted yet.
+    fn anchor(&mut self, now_ns: i64) {
+        for band in &mut self.bands {
+            band.balance.settled_at.get_or_insert(now_ns);
+        }
+    }
+
+    /// Settle to `now_ns`, then give `n` tokens back to every band, each capped at its burst.
+    pub fn refund(&mut self, n: u64, now_ns: i64) {
+        self.settle(now_ns);
+        for band in &mut self.bands {
+            let capacity = band.spec.capacity_units();
+            let returned = u128::from(n).saturating_mul(band.spec.rate.units_per_token());
+            band.balance.units = band.balance.units.saturating_add(returned).min(capacity);
+        }
+    }
+
+    /// Whole tokens every band holds as last settled: how many more 1-token requests would be
+    /// allowed right now.
+    #[must_use]
+    pub fn available(&self) -> u128 {
+        self.bands.iter().map(Band::whole_tokens).min().unwrap_or(0)
+    }
+
+    /// Whole tokens every band would hold if settled at `now_ns` (anchoring a new limiter,
+    /// as [`Limiter::peek`] does).
+    pub fn available_at(&mut self, now_ns: i64) -> u128 {
+        self.anchor(now_ns);
+        let mut settled = self.clone();
+        settled.settle(now_ns);
+        settled.available()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::exact::rate::Rate;
+
+    const SECOND: i64 = 1_000_000_000;
+
+    fn band(per_second: u64, burst: u64) -> BandSpec {
+        BandSpec::new(Rate::new(per_second, 1).unwrap(), burst).unwrap()
+    }
+
+    #[test]
+    fn a_new_limiter_is_full_and_anchored_at_its_first_call() {
+        let mut limiter = Limiter::new(&[band(1, 3)], None, None);
+        for _ in 0..3 {
+            assert_eq!(limiter.acquire(1, 5 * SECOND), Decision::Allowed);
+        }
+        assert_eq!(
+            limiter.acquire(1, 5 * SECOND),
+            Decision::Wait(1_000_000_000)
+        );
+    }
+
+    #[test]
+    fn the_wait_is_exact_to_the_nanosecond() {
+        let rate = Rate::new(1, 3).unwrap(); // one token every 3 s
+        let spec = BandSpec::new(rate, 1).unwrap();
+        let mut limiter = Limiter::new(&[spec], Some(0), Some(0));
+        let Decision::Wait(wait) = limiter.acquire(1, 0) else {
+            panic!("an empty band must ask to wait");
+        };
+        assert_eq!(wait, 3_000_000_000);
+        let wait = i64::try_from(wait).unwrap();
+        assert_eq!(limiter.peek(1, wait - 1), Decision::Wait(1));
+        assert_eq!(limiter.acquire(1, wait), Decision::Allowed);
+    }
+
+    #[test]
+    fn bands_are_all_or_nothing_and_wait_for_the_slowest() {
+        let mut limiter = Limiter::new(&[band(10, 10), band(1, 20)], Some(5), Some(0));
+        assert_eq!(limiter.acquire(6, 0), Decision::Wait(1_000_000_000));
+        assert_eq!(limiter.available(), 5, "a denied request took nothing");
+        assert_eq!(limiter.acquire(11, 0), Decision::Never);
+    }
+
+    #[test]
+    fn a_first_peek_anchors_the_clock_like_any_call() {
+        let mut limiter = Limiter::new(&[band(1, 1)], Some(0), None);
+        assert_eq!(limiter.peek(1, 0), Decision::Wait(1_000_000_000));
+        assert_eq!(limiter.acquire(1, SECOND), Decision::Allowed);
+    }
+
+    #[test]
+    fn a_wait_counts_from_now_even_when_the_clock_is_behind() {
+        let mut limiter = Limiter::new(&[band(1, 1)], Some(0), Some(SECOND));
+        assert_eq!(limiter.acquire(1, 0), Decision::Wait(2_000_000_000));
+        assert_eq!(limiter.peek(1, 2 * SECOND - 1), Decision::Wait(1));
+        assert_eq!(limiter.acquire(1, 2 * SECOND), Decision::Allowed);
+    }
+
+    #[test]
+    fn refunds_are_capped_at_the_burst() {
+        let mut limiter = Limiter::new(&[band(1, 3)], Some(2), Some(0));
+        limiter.refund(5, 0);
+        assert_eq!(limiter.available(), 3);
+    }
+}

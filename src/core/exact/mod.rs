@@ -1,0 +1,19 @@
+//! The real thing: the lesson's lazy settlement, exact, on a nanosecond clock.
+//!
+//! The course's bucket is a teaching toy, and says so: its clock is whatever number the caller
+//! passes, growth is `elapsed * rate` in whatever arithmetic the numbers bring (floats round),
+//! and a backwards clock is trusted to mean "no time passed". This module keeps the lesson's
+//! idea (nothing runs between calls; each call settles the balance for the time elapsed, then
+//! decides) and removes the toy's limits:
+//!
+//! * [`rate`]: a rate is an exact rational number of tokens per second, turned once, at
+//!   configuration, into an integer number of *units* per nanosecond, a unit being an exact
+//!   fraction of a token. After that no division and no float appear anywhere.
+//! * [`settle`]: [`settle::settle`] is `compute_refill` in units and nanoseconds: integer
+//!   addition, so a thousand small steps give exactly what one step of the same total gives.
+//! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
+//!   three-valued answer: allowed, denied with the exact wait, or never.
+
+pub mod limiter;
+pub mod rate;
+pub mod settle;

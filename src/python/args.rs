@@ -1,0 +1,117 @@
+//! Arguments checked at the door: Python values turned into the core's integers.
+//!
+//! The exact core computes with `u64` counts, `i64` nanoseconds and rational rates. Each helper
+//! here accepts what a Python user would reasonably pass, refuses the rest with a `TypeError` or
+//! `ValueError` that names the parameter and the value, and runs before anything is changed.
+
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyFloat, PyInt};
+
+/// `fractions.Fraction`.
+pub fn fraction_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static FRACTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(FRACTION
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("fractions")?.getattr("Fraction")?.unbind())
+        })?
+        .bind(py))
+}
+
+/// `value` as an exact `Fraction`: ints, Fractions, Decimals and numeric strings exactly; a
+/// float through its shortest repr, so 0.1 means 1/10. NaN, infinities and bools are refused.
+pub fn exact_fraction<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a number, not bool ({value})"
+        )));
+    }
+    // A float (or a subclass such as numpy.float64, whose own repr differs) is read through
+    // the plain float's shortest repr.
+    let source = if value.is_instance_of::<PyFloat>() {
+        PyFloat::new(py, value.extract::<f64>()?).repr()?.into_any()
+    } else {
+        value.clone()
+    };
+    fraction_class(py)?.call1((source,)).map_err(|err| {
+        let kind = if err.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err
+        } else {
+            PyValueError::new_err
+        };
+        kind(format!(
+            "{name} must be a finite number (int, Fraction, Decimal, float or numeric str), not {}",
+            value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+/// A count of tokens: an int (or an object with `__index__`), not a bool, from 0 to 2^64 - 1.
+pub fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    let index = integer(value, name)?;
+    index.extract::<u64>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be between 0 and 2**64 - 1, not {index}"
+        ))
+    })
+}
+
+/// A time in nanoseconds: an int within 64 bits.
+pub fn nanoseconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
+    let index = integer(value, name)?;
+    index
+        .extract::<i64>()
+        .map_err(|_| PyValueError::new_err(format!("{name} must fit in 64 bits, not {index}")))
+}
+
+/// `operator.index(value)`, refusing bools: an int as Python sees one.
+pub fn integer<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    if value.is_exact_instance_of::<PyInt>() {
+        return Ok(value.clone());
+    }
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not bool ({value})"
+        )));
+    }
+    // SAFETY: a live object; the result is a new reference or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Index(value.as_ptr())) }
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{name} must be an int, not {} ({})",
+                value
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string()),
+                value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            ))
+        })
+}
+
+/// A non-negative duration in seconds.
+pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be a number of seconds, not bool ({value})"
+        )));
+    }
+    let secs: f64 = value.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a number of seconds, not {}",
+            value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })?;
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be a finite number of seconds >= 0, not {secs}"
+        ))
+    })
+}

@@ -1,0 +1,453 @@
+//! `protocol_in_code.qos.limiter` for Python: the exact real-clock limiter of `core::exact`.
+//!
+//! Everything Python hands over is checked and turned into integers here, once: rates into
+//! exact fractions, counts into `u64`, times into `i64` nanoseconds. The limiter's state is
+//! then plain Rust behind a mutex, so no Python code ever runs while it is locked, and the
+//! default clock is read natively. A blocking `acquire` sleeps with the interpreter released.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::IntoPyObjectExt;
+
+use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
+use crate::core::exact::rate::{BandSpec, Rate, RateError};
+use crate::core::exact::settle::Balance;
+use crate::python::args::{count, exact_fraction, fraction_class, nanoseconds, seconds};
+use crate::python::clock::Clock;
+use crate::python::enums::StrEnum;
+use crate::python::record::frozen_record;
+
+/// The outcomes of a limiter's decision.
+pub static LIMIT_OUTCOME: StrEnum = StrEnum::new(
+    "LimitOutcome",
+    "protocol_in_code.qos.limiter",
+    "A limiter's answer: ALLOWED (taken), DENIED (not yet: see wait_ns) or NEVER (more than a \
+     band can ever hold).",
+    &[
+        ("ALLOWED", "Allowed"),
+        ("DENIED", "Denied"),
+        ("NEVER", "Never"),
+    ],
+);
+
+frozen_record! {
+    /// A limiter's answer: the outcome, the exact wait in nanoseconds until the same request
+    /// would be allowed (0 when allowed, None when never), and the whole tokens every band
+    /// still holds. True when allowed.
+    pub struct Decision as "Decision" in "protocol_in_code.qos.limiter" {
+        outcome,
+        wait_ns,
+        remaining,
+    }
+    methods {
+        /// Whether the request was (or would be) allowed.
+        #[getter]
+        fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
+            Ok(self.outcome.bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
+        }
+
+        fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+            self.allowed(py)
+        }
+    }
+}
+
+impl Decision {
+    fn new(py: Python<'_>, decision: CoreDecision, remaining: u128) -> PyResult<Self> {
+        let (index, wait_ns) = match decision {
+            CoreDecision::Allowed => (0, 0_u128.into_py_any(py)?),
+            CoreDecision::Wait(ns) => (1, ns.into_py_any(py)?),
+            CoreDecision::Never => (2, py.None()),
+        };
+        Ok(Self {
+            outcome: LIMIT_OUTCOME.member(py, index)?,
+            wait_ns,
+            remaining: remaining.into_py_any(py)?,
+        })
+    }
+}
+
+/// An exact rate limiter of one or more bands. See `protocol_in_code.qos.limiter`.
+#[pyclass(
+    frozen,
+    subclass,
+    name = "NativeRateLimiter",
+    module = "protocol_in_code._native"
+)]
+pub struct NativeRateLimiter {
+    state: Mutex<Limiter>,
+    clock: Clock,
+}
+
+impl NativeRateLimiter {
+    fn lock(&self) -> MutexGuard<'_, Limiter> {
+        // Every mutation of a `Limiter` completes without panicking or is not started, so a
+        // poisoned lock still guards a consistent state.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `now_ns` if given, else the limiter's clock.
+    fn now(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+        self.clock.now(py, now_ns)
+    }
+}
+
+#[pymethods]
+impl NativeRateLimiter {
+    #[new]
+    #[pyo3(signature = (rate = None, burst = None, *, per = None, bands = None, initial = None, start_ns = None, clock = None))]
+    #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
+    fn __new__(
+        py: Python<'_>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+        bands: Option<&Bound<'_, PyAny>>,
+        initial: Option<&Bound<'_, PyAny>>,
+        start_ns: Option<&Bound<'_, PyAny>>,
+        clock: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let specs = match (rate, bands) {
+            (Some(rate), None) => vec![band_spec(py, rate, burst, per)?],
+            (None, Some(bands)) => {
+                if burst.is_some() || per.is_some() {
+                    return Err(PyTypeError::new_err(
+                        "burst and per belong to each band when bands is given",
+                    ));
+                }
+                bands_from(py, bands)?
+            }
+            (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
+            (Some(_), Some(_)) => {
+                return Err(PyTypeError::new_err("give a rate or bands, not both"));
+            }
+        };
+        let initial = initial.map(|n| count(n, "initial")).transpose()?;
+        if let Some(tokens) = initial {
+            if let Some(spec) = specs.iter().find(|spec| tokens > spec.burst) {
+                return Err(PyValueError::new_err(format!(
+                    "initial={tokens} is more than a band's burst ({})",
+                    spec.burst
+                )));
+            }
+        }
+        let start_ns = start_ns.map(|t| nanoseconds(t, "start_ns")).transpose()?;
+        let clock = Clock::new(clock)?;
+        Ok(Self {
+            state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
+            clock,
+        })
+    }
+
+    /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.now(py, now_ns)?;
+        Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
+    }
+
+    /// Take `n` tokens if every band holds them, and say exactly what happened: a Decision
+    /// that is ALLOWED (taken), DENIED with the exact wait_ns until the same request would
+    /// pass (nothing taken), or NEVER (n exceeds a band's burst).
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn check(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.now(py, now_ns)?;
+        let (decision, remaining) = {
+            let mut limiter = self.lock();
+            let decision = limiter.acquire(n, now);
+            (decision, limiter.available())
+        };
+        Decision::new(py, decision, remaining)
+    }
+
+    /// What check(n) would answer now, taking nothing.
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn peek(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.now(py, now_ns)?;
+        let (decision, remaining) = {
+            let mut limiter = self.lock();
+            (limiter.peek(n, now), limiter.available_at(now))
+        };
+        Decision::new(py, decision, remaining)
+    }
+
+    /// Give `n` tokens back to every band (each capped at its burst).
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn refund(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.now(py, now_ns)?;
+        self.lock().refund(n, now);
+        Ok(())
+    }
+
+    /// Whole tokens every band holds now: how many 1-token requests would pass at once.
+    #[pyo3(signature = (now_ns = None))]
+    fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+        let now = self.now(py, now_ns)?;
+        Ok(self.lock().available_at(now))
+    }
+
+    /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds
+    /// them. Returns True once taken, or False if `timeout` seconds pass first. Raises
+    /// ValueError if `n` exceeds a band's burst, since no wait would ever be enough. The
+    /// sleeps assume the limiter's clock keeps pace with real time, as a monotonic clock does.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        // A deadline beyond what the clock can express is no deadline at all.
+        let deadline = timeout
+            .map(|t| seconds(t, "timeout"))
+            .transpose()?
+            .and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let now = self.now(py, None)?;
+            let wait = match self.lock().acquire(n, now) {
+                CoreDecision::Allowed => return Ok(true),
+                CoreDecision::Never => return Err(never(n)),
+                CoreDecision::Wait(ns) => {
+                    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+                }
+            };
+            let wait = match deadline {
+                None => wait,
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => wait.min(left),
+                    _ => return Ok(false),
+                },
+            };
+            py.detach(|| std::thread::sleep(wait));
+            py.check_signals()?;
+        }
+    }
+
+    /// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
+    #[getter]
+    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let bands: Vec<_> = self.lock().bands().iter().map(|band| band.spec).collect();
+        let pairs = bands
+            .iter()
+            .map(|spec| Ok((rate_object(py, spec.rate)?, spec.burst)))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, pairs)
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let py = slf.py();
+        let (bands, available) = {
+            let limiter = slf.get().lock();
+            (limiter.bands().to_vec(), limiter.available())
+        };
+        let mut parts = Vec::new();
+        for band in &bands {
+            parts.push(format!(
+                "Band(rate={}, burst={})",
+                rate_object(py, band.spec.rate)?.repr()?,
+                band.spec.burst
+            ));
+        }
+        Ok(format!(
+            "{}([{}], available={available})",
+            slf.get_type().qualname()?,
+            parts.join(", ")
+        ))
+    }
+
+    /// Pickle and copy: rebuilt from its bands and clock, then given its balances back.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyList>)> {
+        let py = slf.py();
+        let this = slf.get();
+        let bands = this.lock().bands().to_vec();
+        let specs = bands
+            .iter()
+            .map(|band| Ok((rate_object(py, band.spec.rate)?, band.spec.burst)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let balances: Vec<_> = bands
+            .iter()
+            .map(|band| (band.balance.units, band.balance.settled_at))
+            .collect();
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("bands", specs)?;
+        kwargs.set_item("clock", this.clock.callable(py))?;
+        let rebuild = py
+            .import("functools")?
+            .getattr("partial")?
+            .call((slf.get_type(),), Some(&kwargs))?;
+        Ok((rebuild, PyTuple::empty(py), PyList::new(py, balances)?))
+    }
+
+    /// Restore the balances saved by `__reduce__`.
+    fn __setstate__(&self, balances: Vec<(u128, Option<i64>)>) -> PyResult<()> {
+        let mut limiter = self.lock();
+        if balances.len() != limiter.bands().len() {
+            return Err(PyValueError::new_err(
+                "the saved state has a different number of bands",
+            ));
+        }
+        let mut bands = limiter.bands().to_vec();
+        for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
+            if units > band.spec.capacity_units() {
+                return Err(PyValueError::new_err(
+                    "a saved balance exceeds its band's burst",
+                ));
+            }
+            band.balance = Balance { units, settled_at };
+        }
+        *limiter = Limiter::from_bands(bands);
+        Ok(())
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        self.clock.traverse(&visit)
+    }
+}
+
+/// One band from a rate (tokens per `per` seconds) and a burst (default: the rate, rounded up).
+fn band_spec(
+    py: Python<'_>,
+    rate: &Bound<'_, PyAny>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+) -> PyResult<BandSpec> {
+    let fraction = fraction_class(py)?;
+    let given = exact_fraction(py, rate, "rate")?;
+    let per_value = match per {
+        Some(per) => exact_fraction(py, per, "per")?,
+        None => fraction.call1((1,))?,
+    };
+    for (value, name) in [(&given, "rate"), (&per_value, "per")] {
+        if !value.gt(0)? {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be positive, not {}",
+                value.str()?
+            )));
+        }
+    }
+    let burst = if let Some(burst) = burst {
+        match count(burst, "burst")? {
+            0 => return Err(PyValueError::new_err("burst must be at least 1, not 0")),
+            burst => burst,
+        }
+    } else {
+        // ceil(rate): the tokens one period brings, at least 1.
+        let ceiling = given.call_method0("__ceil__")?;
+        ceiling
+            .extract::<u64>()
+            .map(|tokens| tokens.max(1))
+            .map_err(|_| {
+                PyValueError::new_err(format!(
+                "rate {} per period makes a default burst of {ceiling} tokens, beyond 2**64 - 1: \
+                 give burst explicitly",
+                given.str().map_or_else(|_| "?".into(), |text| text.to_string())
+            ))
+            })?
+    };
+    let per_second = given.div(&per_value)?;
+    let numerator: u64 = per_second
+        .getattr("numerator")?
+        .extract()
+        .map_err(|_| too_fine(rate))?;
+    let denominator: u64 = per_second
+        .getattr("denominator")?
+        .extract()
+        .map_err(|_| too_fine(rate))?;
+    let rate = Rate::new(numerator, denominator).map_err(config_error)?;
+    BandSpec::new(rate, burst).map_err(config_error)
+}
+
+/// Bands from `Band` objects (any object with `rate`, `burst` and `per` attributes) or from
+/// `(rate, burst)` / `(rate, burst, per)` tuples.
+fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec>> {
+    let mut specs = Vec::new();
+    for band in bands.try_iter()? {
+        let band = band?;
+        let spec = if let Ok(tuple) = band.cast::<PyTuple>() {
+            let item = |i| tuple.get_item(i).ok().filter(|value| !value.is_none());
+            match tuple.len() {
+                2 | 3 => band_spec(py, &tuple.get_item(0)?, item(1).as_ref(), item(2).as_ref())?,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "a band tuple is (rate, burst) or (rate, burst, per), not {}",
+                        tuple.repr()?
+                    )))
+                }
+            }
+        } else {
+            let attribute = |name| band.getattr(name).ok().filter(|value| !value.is_none());
+            let rate = band.getattr("rate")?;
+            band_spec(
+                py,
+                &rate,
+                attribute("burst").as_ref(),
+                attribute("per").as_ref(),
+            )?
+        };
+        specs.push(spec);
+    }
+    if specs.is_empty() {
+        return Err(PyValueError::new_err("bands must hold at least one band"));
+    }
+    Ok(specs)
+}
+
+fn rate_object(py: Python<'_>, rate: Rate) -> PyResult<Bound<'_, PyAny>> {
+    if rate.denominator == 1 {
+        rate.numerator.into_bound_py_any(py)
+    } else {
+        fraction_class(py)?.call1((rate.numerator, rate.denominator))
+    }
+}
+
+fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {
+    PyValueError::new_err(format!(
+        "rate {} per second needs a numerator or denominator beyond 64 bits",
+        rate.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+    ))
+}
+
+fn config_error(error: RateError) -> PyErr {
+    PyValueError::new_err(match error {
+        RateError::Zero => "rate must be positive",
+        RateError::ZeroBurst => "burst must be at least 1",
+        RateError::TooFine => "burst times the rate's denominator is too large to hold exactly",
+    })
+}
+
+fn never(n: u64) -> PyErr {
+    PyValueError::new_err(format!(
+        "n={n} is more than a band's burst: it can never be acquired"
+    ))
+}

@@ -1,0 +1,227 @@
+"""A pure-Python reference model of ``protocol_in_code.qos.limiter.RateLimiter`` (issue 4).
+
+Written from the issue's rules, not from the Rust: every quantity is an exact
+``fractions.Fraction`` in *tokens* and *nanoseconds* (no units, no scaled integers), so the model
+and the implementation agree only if the implementation's integer trick really is exact.
+
+The rules, as the model applies them:
+
+* A rate is ``rate / per`` tokens per second, read exactly: int, ``Fraction``, ``Decimal`` and
+  numeric ``str`` as they are, a float through its shortest ``repr`` (so ``0.1`` is 1/10).
+  ``burst`` defaults to ``ceil(rate)`` (the rate as given, before dividing by ``per``).
+* A new limiter holds ``initial`` tokens in every band (default: each band's burst). It has no
+  settlement time until ``start_ns`` or, without one, until its first call of any kind, which
+  anchors it at that call's time without accruing anything.
+* Settlement at ``now``: if ``now`` is after the settlement time, every band becomes
+  ``min(balance + (now - settled_at) * rate_per_ns, burst)`` and the settlement time becomes
+  ``now``; if ``now`` is not after it (equal, or a clock gone backwards), nothing changes.
+* A request for ``n`` is NEVER if ``n`` exceeds some band's burst; else ALLOWED if every band
+  holds ``n`` (then every band gives ``n``); else DENIED (nothing taken) with ``wait_ns``, the
+  smallest whole number of nanoseconds after ``now`` at which every band would hold ``n``
+  (counted from ``now`` even when ``now`` is behind the settlement point: then nothing accrues
+  until the clock is back at the settlement point).
+* ``remaining`` (and ``available``) is the whole tokens every band holds after the decision:
+  ``floor(min(balances))``.
+* ``peek`` and ``available`` take nothing and leave the balances and settlement time alone
+  (beyond anchoring a limiter that was never anchored); ``refund`` settles, then gives ``n``
+  back to every band, each capped at its burst.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+NS_PER_SECOND = 10**9
+ALLOWED, DENIED, NEVER = "Allowed", "Denied", "Never"
+
+
+def exact(value: Any) -> Fraction:
+    """A number as the limiter reads it: exactly, a float through its shortest repr."""
+    if isinstance(value, bool):
+        raise TypeError(f"not a number: {value!r}")
+    if isinstance(value, float):
+        return Fraction(repr(value))
+    if isinstance(value, (int, Fraction, Decimal, str)):
+        return Fraction(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def band_spec(rate: Any, burst: int | None = None, per: Any = 1) -> tuple[Fraction, int]:
+    """``(tokens per second, burst)`` of one band given as the constructor takes it."""
+    given = exact(rate)
+    per_value = exact(1 if per is None else per)
+    if burst is None:
+        burst = max(1, math.ceil(given))
+    return given / per_value, burst
+
+
+@dataclass(frozen=True)
+class ModelDecision:
+    outcome: str
+    wait_ns: int | None
+    remaining: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome == ALLOWED
+
+
+@dataclass
+class ModelBand:
+    rate: Fraction  # tokens per second
+    burst: int
+    balance: Fraction  # tokens
+
+    @property
+    def per_ns(self) -> Fraction:
+        return self.rate / NS_PER_SECOND
+
+    def wait_for(self, n: int) -> int:
+        """The smallest whole w >= 0 with balance + w * per_ns >= n (n within the burst)."""
+        if self.balance >= n:
+            return 0
+        return math.ceil((n - self.balance) / self.per_ns)
+
+
+class ModelLimiter:
+    def __init__(
+        self,
+        bands: Iterable[tuple[Fraction, int]],
+        initial: int | None = None,
+        start_ns: int | None = None,
+    ) -> None:
+        self.bands = [
+            ModelBand(Fraction(rate), burst, Fraction(burst if initial is None else initial))
+            for rate, burst in bands
+        ]
+        if not self.bands:
+            raise ValueError("no bands")
+        if initial is not None and any(initial > band.burst for band in self.bands):
+            raise ValueError("initial above a burst")
+        self.settled_at: int | None = start_ns
+
+    # -- the rules ----------------------------------------------------------------------------
+
+    def _settle(self, now: int) -> None:
+        if self.settled_at is None:
+            self.settled_at = now
+            return
+        if now <= self.settled_at:
+            return
+        elapsed = now - self.settled_at
+        for band in self.bands:
+            band.balance = min(band.balance + elapsed * band.per_ns, Fraction(band.burst))
+        self.settled_at = now
+
+    def _decide(self, n: int, now: int) -> tuple[str, int | None]:
+        """Decide on balances settled to ``max(now, settled_at)``. The wait counts from ``now``:
+        if the clock is behind the settlement point (it went backwards, or ``start_ns`` is
+        ahead), nothing accrues until the settlement point is reached again."""
+        if any(n > band.burst for band in self.bands):
+            return NEVER, None
+        wait = max(band.wait_for(n) for band in self.bands)
+        if wait == 0:
+            return ALLOWED, 0
+        assert self.settled_at is not None
+        return DENIED, max(self.settled_at - now, 0) + wait
+
+    def _whole(self) -> int:
+        return math.floor(min(band.balance for band in self.bands))
+
+    def copy(self) -> ModelLimiter:
+        twin = ModelLimiter.__new__(ModelLimiter)
+        twin.bands = [ModelBand(band.rate, band.burst, band.balance) for band in self.bands]
+        twin.settled_at = self.settled_at
+        return twin
+
+    def _settled_copy(self, now: int) -> ModelLimiter:
+        if self.settled_at is None:
+            self.settled_at = now  # the first call anchors, even one that takes nothing
+        twin = self.copy()
+        twin._settle(now)
+        return twin
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def check(self, n: int, now: int) -> ModelDecision:
+        self._settle(now)
+        outcome, wait = self._decide(n, now)
+        if outcome == ALLOWED:
+            for band in self.bands:
+                band.balance -= n
+        return ModelDecision(outcome, wait, self._whole())
+
+    def try_acquire(self, n: int, now: int) -> bool:
+        return self.check(n, now).allowed
+
+    def peek(self, n: int, now: int) -> ModelDecision:
+        twin = self._settled_copy(now)
+        outcome, wait = twin._decide(n, now)
+        return ModelDecision(outcome, wait, twin._whole())
+
+    def available(self, now: int) -> int:
+        return self._settled_copy(now)._whole()
+
+    def refund(self, n: int, now: int) -> None:
+        self._settle(now)
+        for band in self.bands:
+            band.balance = min(band.balance + n, Fraction(band.burst))
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    def band_pairs(self) -> tuple[tuple[Fraction, int], ...]:
+        """What the limiter's ``bands`` property should say: ``(tokens per second, burst)``."""
+        return tuple((band.rate, band.burst) for band in self.bands)
+
+    def whole_as_settled(self) -> int:
+        """Whole tokens as last settled (what ``repr`` shows as ``available``)."""
+        return self._whole()
+
+
+def model_from(
+    rate: Any = None,
+    burst: int | None = None,
+    *,
+    per: Any = None,
+    bands: Sequence[Any] | None = None,
+    initial: int | None = None,
+    start_ns: int | None = None,
+) -> ModelLimiter:
+    """A model built from the same arguments as ``RateLimiter`` (bands as ``Band`` objects or
+    ``(rate, burst)`` / ``(rate, burst, per)`` tuples)."""
+    if bands is None:
+        specs = [band_spec(rate, burst, per)]
+    else:
+        specs = []
+        for band in bands:
+            if isinstance(band, tuple):
+                specs.append(band_spec(*band))
+            else:
+                specs.append(band_spec(band.rate, band.burst, band.per))
+    return ModelLimiter(specs, initial=initial, start_ns=start_ns)
+
+
+class FakeClock:
+    """A clock the test controls: ``clock()`` returns ``clock.now`` (int nanoseconds).
+
+    Module-level (so a limiter holding one pickles) and counting its reads.
+    """
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.now
+
+    def advance(self, ns: int) -> None:
+        self.now += ns
+
+    def __repr__(self) -> str:
+        return f"FakeClock(now={self.now})"
