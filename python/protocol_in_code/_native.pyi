@@ -1,27 +1,33 @@
 """Type stubs for the native core; import these names from ``protocol_in_code.qos`` instead."""
 
 import enum
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any, ClassVar, final
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import Buffer, Self, disjoint_base
 
 __all__ = [
     "ClassTree",
+    "Color",
     "ConsumeOutcome",
     "ConsumeResult",
     "Decision",
     "EnqueueResult",
+    "ExcessRateMeter",
     "LeakyBucket",
     "LimitOutcome",
     "NativeRateLimiter",
     "OfferOutcome",
     "OfferResult",
     "RefillResult",
+    "SingleRateMeter",
     "TokenBucket",
     "ToyShaper",
     "TrafficClass",
+    "TwoRateMeter",
     "ValidationOutcome",
     "ValidationResult",
     "borrowable",
@@ -238,3 +244,83 @@ class NativeRateLimiter:
     def bands(self) -> tuple[tuple[int | Fraction, int], ...]: ...
     def __reduce__(self) -> tuple[Any, tuple[()], list[tuple[int, int | None]]]: ...
     def __setstate__(self, balances: list[tuple[int, int | None]]) -> None: ...
+
+class Color(str, enum.Enum):
+    def __new__(cls, value: object) -> Color: ...
+    GREEN = "Green"
+    YELLOW = "Yellow"
+    RED = "Red"
+
+_Rate = int | Fraction | Decimal | str | float
+_Ints = Buffer | Sequence[int]
+
+@final
+class SingleRateMeter:
+    def __new__(
+        cls,
+        cir: _Rate,
+        cbs: int,
+        ebs: int,
+        *,
+        start_ns: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> SingleRateMeter: ...
+    def mark(
+        self, nbytes: int, now_ns: int | None = None, color: Color | str | None = None
+    ) -> Color: ...
+    def mark_many(
+        self, sizes: _Ints, times_ns: _Ints, colors: _Ints | None = None
+    ) -> array[int]: ...
+    @property
+    def tc(self) -> int | Fraction: ...
+    @property
+    def te(self) -> int | Fraction: ...
+    def __setstate__(self, state: list[tuple[int, int | None]]) -> None: ...
+
+@final
+class TwoRateMeter:
+    def __new__(
+        cls,
+        cir: _Rate,
+        cbs: int,
+        pir: _Rate,
+        pbs: int,
+        *,
+        start_ns: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> TwoRateMeter: ...
+    def mark(
+        self, nbytes: int, now_ns: int | None = None, color: Color | str | None = None
+    ) -> Color: ...
+    def mark_many(
+        self, sizes: _Ints, times_ns: _Ints, colors: _Ints | None = None
+    ) -> array[int]: ...
+    @property
+    def tp(self) -> int | Fraction: ...
+    @property
+    def tc(self) -> int | Fraction: ...
+    def __setstate__(self, state: list[tuple[int, int | None]]) -> None: ...
+
+@final
+class ExcessRateMeter:
+    def __new__(
+        cls,
+        cir: _Rate,
+        cbs: int,
+        eir: _Rate,
+        ebs: int,
+        *,
+        start_ns: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> ExcessRateMeter: ...
+    def mark(
+        self, nbytes: int, now_ns: int | None = None, color: Color | str | None = None
+    ) -> Color: ...
+    def mark_many(
+        self, sizes: _Ints, times_ns: _Ints, colors: _Ints | None = None
+    ) -> array[int]: ...
+    @property
+    def tc(self) -> int | Fraction: ...
+    @property
+    def te(self) -> int | Fraction: ...
+    def __setstate__(self, state: list[tuple[int, int | None]]) -> None: ...

@@ -12,11 +12,13 @@
 //! * [`classes`]: hierarchical shaping as a tree of parent pointers: validation and borrowing.
 //! * [`exact`]: past the toy: the same lazy settlement exact in integers, on a nanosecond clock,
 //!   for a real rate limiter.
+//! * [`meter`]: the three-colour meters of RFC 2697, 2698 and 4115 on that exact settlement.
 
 pub mod classes;
 pub mod exact;
 pub mod leak;
 pub mod leaky_bucket;
+pub mod meter;
 pub mod quantity;
 pub mod refill;
 pub mod token_bucket;

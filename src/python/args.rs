@@ -115,3 +115,26 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
         ))
     })
 }
+
+/// A rate that may be zero, as `(numerator, denominator)` in lowest terms: exact as for
+/// [`exact_fraction`], refused if negative or beyond 64 bits.
+pub fn rational(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResult<(u64, u64)> {
+    let fraction = exact_fraction(py, value, name)?;
+    if fraction.lt(0)? {
+        return Err(PyValueError::new_err(format!(
+            "{name} must not be negative, not {}",
+            fraction.str()?
+        )));
+    }
+    let part = |attribute: &str| -> PyResult<u64> {
+        fraction.getattr(attribute)?.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "{name}={} needs a numerator or denominator beyond 64 bits",
+                fraction
+                    .str()
+                    .map_or_else(|_| "?".into(), |text| text.to_string())
+            ))
+        })
+    };
+    Ok((part("numerator")?, part("denominator")?))
+}

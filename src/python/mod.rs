@@ -14,6 +14,7 @@
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
+//! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 
 mod args;
 mod classes;
@@ -23,6 +24,7 @@ mod fastcall;
 mod format;
 mod leaky_bucket;
 mod limiter;
+mod meter;
 mod number;
 mod record;
 mod refill;
@@ -63,5 +65,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
     module.add_class::<limiter::NativeRateLimiter>()?;
+    // meter: the RFC three-colour markers
+    module.add("Color", meter::COLOR.class(py)?)?;
+    module.add_class::<meter::SingleRateMeter>()?;
+    module.add_class::<meter::TwoRateMeter>()?;
+    module.add_class::<meter::ExcessRateMeter>()?;
     Ok(())
 }

@@ -1,0 +1,139 @@
+//! Whole traces: a packet list through a meter, in order, checked before anything runs.
+//!
+//! Marking a trace gives exactly the colours that marking its packets one by one would give.
+//! A trace whose times go backwards, or whose colours do not line up with its packets, is
+//! refused whole, naming the first bad index, and the meter is left untouched.
+
+use crate::core::meter::{Color, Meter};
+
+/// What is wrong with a trace, and where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceError {
+    /// The sizes, times and colours do not all have the same length.
+    Lengths {
+        sizes: usize,
+        times: usize,
+        colors: Option<usize>,
+    },
+    /// `times[index]` is earlier than `times[index - 1]`.
+    Backwards { index: usize },
+}
+
+/// Mark every packet `(sizes[i], times[i], colors[i])` in order, on a copy of `meter` that
+/// replaces it only if the whole trace is valid.
+///
+/// # Errors
+///
+/// [`TraceError`] for a trace that cannot be marked; `meter` is then unchanged.
+pub fn mark_trace<M: Meter + Clone>(
+    meter: &mut M,
+    sizes: &[u64],
+    times: &[i64],
+    colors: Option<&[Color]>,
+) -> Result<Vec<Color>, TraceError> {
+    if sizes.len() != times.len() || colors.is_some_and(|c| c.len() != sizes.len()) {
+        return Err(TraceError::Lengths {
+            sizes: sizes.len(),
+            times: times.len(),
+            colors: colors.map(<[Color]>::len),
+        });
+    }
+    let mut trace = TraceMarker::new(meter.clone());
+    let mut colored = vec![Color::Green; sizes.len()];
+    trace.mark(sizes, times, colors, &mut colored)?;
+    *meter = trace.finish();
+    Ok(colored)
+}
+
+/// Marks a trace piece by piece (so a caller can feed it from buffers without copying them
+/// whole), carrying the meter, the last time seen and the packet count across pieces.
+#[derive(Debug, Clone)]
+pub struct TraceMarker<M> {
+    meter: M,
+    last_time: Option<i64>,
+    marked: usize,
+}
+
+impl<M: Meter> TraceMarker<M> {
+    /// Start marking on `meter` (a working copy: keep it with [`TraceMarker::finish`] only if
+    /// every piece was valid).
+    pub fn new(meter: M) -> Self {
+        Self {
+            meter,
+            last_time: None,
+            marked: 0,
+        }
+    }
+
+    /// Mark the next piece of the trace into `out` (one colour per packet).
+    ///
+    /// # Errors
+    ///
+    /// [`TraceError::Backwards`] naming the packet's index in the whole trace.
+    ///
+    /// # Panics
+    ///
+    /// If the slices' lengths differ (the caller checks the whole trace's lengths first).
+    pub fn mark(
+        &mut self,
+        sizes: &[u64],
+        times: &[i64],
+        colors: Option<&[Color]>,
+        out: &mut [Color],
+    ) -> Result<(), TraceError> {
+        assert!(sizes.len() == times.len() && out.len() == sizes.len());
+        for (i, (&size, &time)) in sizes.iter().zip(times).enumerate() {
+            if self.last_time.is_some_and(|last| time < last) {
+                return Err(TraceError::Backwards {
+                    index: self.marked + i,
+                });
+            }
+            self.last_time = Some(time);
+            out[i] = self.meter.mark(size, time, colors.map(|c| c[i]));
+        }
+        self.marked += sizes.len();
+        Ok(())
+    }
+
+    /// The meter after every piece marked so far.
+    pub fn finish(self) -> M {
+        self.meter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::meter::bucket::ByteRate;
+    use crate::core::meter::srtcm::SrTcm;
+
+    fn meter() -> SrTcm {
+        SrTcm::new(ByteRate::new(100, 1).unwrap(), 1000, 500, None).unwrap()
+    }
+
+    #[test]
+    fn a_trace_marks_as_its_packets_would_one_by_one() {
+        let sizes = [600, 600, 600, 100];
+        let times = [0, 1_000_000, 2_000_000_000, 2_000_000_000];
+        let mut one_by_one = meter();
+        let expected: Vec<_> = sizes
+            .iter()
+            .zip(times)
+            .map(|(&size, time)| one_by_one.mark(size, time, None))
+            .collect();
+        let mut traced = meter();
+        assert_eq!(mark_trace(&mut traced, &sizes, &times, None), Ok(expected));
+        assert_eq!(traced, one_by_one);
+    }
+
+    #[test]
+    fn a_bad_trace_is_refused_whole() {
+        let mut m = meter();
+        let before = m;
+        assert_eq!(
+            mark_trace(&mut m, &[1, 1, 1], &[0, 5, 4], None),
+            Err(TraceError::Backwards { index: 2 })
+        );
+        assert_eq!(m, before);
+    }
+}

@@ -1,0 +1,607 @@
+//! `protocol_in_code.qos.meter` for Python: the three-colour meters of `core::meter`.
+//!
+//! Each meter class holds its core meter behind a mutex (plain Rust state: no Python code runs
+//! while it is locked). `mark` colours one packet; `mark_many` colours a whole trace from any
+//! buffer of integers (numpy arrays, `array.array`, `memoryview`, or a plain list), with the
+//! interpreter released while the core runs, and stores the result only if no packet was
+//! marked by another thread meanwhile (else it runs the trace again on the fresh state).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::core::exact::settle::Balance;
+use crate::core::meter::bucket::{Bucket, ByteRate};
+use crate::core::meter::rfc4115::Rfc4115;
+use crate::core::meter::srtcm::SrTcm;
+use crate::core::meter::trace::{TraceError, TraceMarker};
+use crate::core::meter::trtcm::TrTcm;
+use crate::core::meter::{Color, Meter, MeterError};
+use crate::python::args::{count, fraction_class, nanoseconds, rational};
+use crate::python::clock::Clock;
+use crate::python::enums::StrEnum;
+
+/// The colours, in the order of their codes in `mark_many`'s arrays (0, 1, 2).
+pub static COLOR: StrEnum = StrEnum::new(
+    "Color",
+    "protocol_in_code.qos.meter",
+    "A packet's colour: GREEN (within the committed rate), YELLOW (within the excess or peak \
+     allowance) or RED (beyond both). In arrays, 0, 1 and 2.",
+    &[("GREEN", "Green"), ("YELLOW", "Yellow"), ("RED", "Red")],
+);
+
+const COLORS: [Color; 3] = [Color::Green, Color::Yellow, Color::Red];
+
+fn code(color: Color) -> u8 {
+    match color {
+        Color::Green => 0,
+        Color::Yellow => 1,
+        Color::Red => 2,
+    }
+}
+
+/// A `Color` member (or its value string) as a core colour.
+fn color_of(value: &Bound<'_, PyAny>) -> PyResult<Color> {
+    let py = value.py();
+    for (i, color) in COLORS.into_iter().enumerate() {
+        if value.eq(COLOR.member(py, i)?)? {
+            return Ok(color);
+        }
+    }
+    Err(PyValueError::new_err(format!(
+        "color must be a Color (or None for colour-blind marking), not {}",
+        value.repr()?
+    )))
+}
+
+/// What the glue needs from each meter type, beyond marking.
+trait MeterState: Meter + Clone + Send {
+    /// The RFC's names for the buckets, with the buckets.
+    fn buckets(&self) -> [(&'static str, &Bucket); 2];
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2];
+}
+
+impl MeterState for SrTcm {
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tc", &self.committed), ("te", &self.excess)]
+    }
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.committed, &mut self.excess]
+    }
+}
+
+impl MeterState for TrTcm {
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tp", &self.peak), ("tc", &self.committed)]
+    }
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.peak, &mut self.committed]
+    }
+}
+
+impl MeterState for Rfc4115 {
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tc", &self.committed), ("te", &self.excess)]
+    }
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.committed, &mut self.excess]
+    }
+}
+
+/// A core meter shared between threads, with its clock.
+///
+/// `mark_many` holds the meter's lock for the whole trace (so a stream of single marks from
+/// other threads cannot starve it) while it reads the caller's buffers with the interpreter
+/// held. Every other waiter therefore waits for the lock with the interpreter *released*;
+/// otherwise it would hold the interpreter that the trace needs to finish, and both would wait
+/// forever.
+struct Shared<M> {
+    meter: Mutex<M>,
+    clock: Clock,
+}
+
+impl<M: MeterState> Shared<M> {
+    fn new(meter: M, clock: Clock) -> Self {
+        Self {
+            meter: Mutex::new(meter),
+            clock,
+        }
+    }
+
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, M> {
+        // A mark either completes or does not start, so a poisoned lock guards a whole meter.
+        // `lock_py_attached` waits with the interpreter released.
+        self.meter
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn mark<'py>(
+        &self,
+        py: Python<'py>,
+        nbytes: &Bound<'py, PyAny>,
+        now_ns: Option<&Bound<'py, PyAny>>,
+        color: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let bytes = count(nbytes, "nbytes")?;
+        let arrived = color.filter(|c| !c.is_none()).map(color_of).transpose()?;
+        let now = self.clock.now(py, now_ns)?;
+        let marked = self.lock(py).mark(bytes, now, arrived);
+        COLOR.member(py, usize::from(code(marked)))
+    }
+
+    fn mark_many<'py>(
+        &self,
+        py: Python<'py>,
+        sizes: &Bound<'py, PyAny>,
+        times_ns: &Bound<'py, PyAny>,
+        colors: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let sizes = IntBuffer::new(sizes, "sizes")?;
+        let times = IntBuffer::new(times_ns, "times_ns")?;
+        let colors = colors
+            .filter(|c| !c.is_none())
+            .map(|c| IntBuffer::new(c, "colors"))
+            .transpose()?;
+        let n = sizes.len();
+        if times.len() != n || colors.as_ref().is_some_and(|c| c.len() != n) {
+            return Err(trace_error(TraceError::Lengths {
+                sizes: n,
+                times: times.len(),
+                colors: colors.as_ref().map(IntBuffer::len),
+            }));
+        }
+        let mut marked = vec![Color::Green; n];
+        let mut meter = self.lock(py);
+        // On a working copy: a bad packet anywhere leaves the meter as it was.
+        let working = meter.clone();
+        *meter = mark_buffers(py, working, &sizes, &times, colors.as_ref(), &mut marked)?;
+        drop(meter);
+        let codes = PyBytes::new_with(py, n, |bytes| {
+            for (byte, color) in bytes.iter_mut().zip(&marked) {
+                *byte = *color as u8;
+            }
+            Ok(())
+        })?;
+        py.import("array")?.getattr("array")?.call1(("B", codes))
+    }
+
+    /// The level of the bucket at `index` as bytes: an int, or a Fraction when not whole.
+    fn level<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        let (units, per_byte) = self.lock(py).buckets()[index].1.level();
+        if units % per_byte == 0 {
+            return Ok((units / per_byte).into_pyobject(py)?.into_any());
+        }
+        fraction_class(py)?.call1((units, per_byte))
+    }
+
+    fn repr(&self, py: Python<'_>, head: String) -> PyResult<String> {
+        let names: Vec<_> = self.lock(py).buckets().map(|(name, _)| name).to_vec();
+        let mut text = head;
+        for (i, name) in names.iter().enumerate() {
+            text = format!("{text}, {name}={}", self.level(py, i)?.repr()?);
+        }
+        text.push(')');
+        Ok(text)
+    }
+
+    fn state(&self, py: Python<'_>) -> Vec<(u128, Option<i64>)> {
+        self.lock(py)
+            .buckets()
+            .iter()
+            .map(|(_, bucket)| {
+                let balance = bucket.balance();
+                (balance.units, balance.settled_at)
+            })
+            .collect()
+    }
+
+    fn restore(&self, py: Python<'_>, state: Vec<(u128, Option<i64>)>) -> PyResult<()> {
+        let mut current = self.lock(py);
+        let mut meter = current.clone();
+        if state.len() != 2 {
+            return Err(PyValueError::new_err(
+                "a meter's saved state has two buckets",
+            ));
+        }
+        for (bucket, (units, settled_at)) in meter.buckets_mut().into_iter().zip(state) {
+            if !bucket.restore(Balance { units, settled_at }) {
+                return Err(PyValueError::new_err(
+                    "a saved level exceeds its bucket's size",
+                ));
+            }
+        }
+        *current = meter;
+        Ok(())
+    }
+}
+
+/// Mark a trace read from buffers on `meter` (a working copy). The buffers are copied once,
+/// with the interpreter held (so no Python code changes them while they are read), and then
+/// marked in one go with it released: taking the interpreter back part-way would make the trace
+/// wait behind any other busy Python thread.
+fn mark_buffers<M: MeterState>(
+    py: Python<'_>,
+    meter: M,
+    sizes: &IntBuffer,
+    times: &IntBuffer,
+    colors: Option<&IntBuffer>,
+    marked: &mut [Color],
+) -> PyResult<M> {
+    let n = marked.len();
+    let mut raw = vec![0_i64; n];
+    sizes.read(py, 0, &mut raw)?;
+    let sizes = raw
+        .iter()
+        .enumerate()
+        .map(|(i, &value)| {
+            u64::try_from(value).map_err(|_| {
+                PyValueError::new_err(format!("sizes[{i}] must not be negative, not {value}"))
+            })
+        })
+        .collect::<PyResult<Vec<u64>>>()?;
+    let colors = colors
+        .map(|colors| {
+            colors.read(py, 0, &mut raw)?;
+            raw.iter()
+                .enumerate()
+                .map(|(i, &value)| {
+                    usize::try_from(value)
+                        .ok()
+                        .and_then(|code| COLORS.get(code).copied())
+                        .ok_or_else(|| {
+                            PyValueError::new_err(format!(
+                                "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {value}"
+                            ))
+                        })
+                })
+                .collect::<PyResult<Vec<Color>>>()
+        })
+        .transpose()?;
+    times.read(py, 0, &mut raw)?;
+    let mut trace = TraceMarker::new(meter);
+    py.detach(|| trace.mark(&sizes, &raw, colors.as_deref(), marked))
+        .map_err(trace_error)?;
+    Ok(trace.finish())
+}
+
+/// A buffer of integers of any width (numpy arrays, `array.array`, `memoryview`), or a list or
+/// tuple of ints, read a piece at a time.
+enum IntBuffer {
+    I64(PyBuffer<i64>),
+    I32(PyBuffer<i32>),
+    I16(PyBuffer<i16>),
+    I8(PyBuffer<i8>),
+    U64(PyBuffer<u64>, &'static str),
+    U32(PyBuffer<u32>),
+    U16(PyBuffer<u16>),
+    U8(PyBuffer<u8>),
+    Values(Vec<i64>),
+}
+
+impl IntBuffer {
+    fn new(value: &Bound<'_, PyAny>, name: &'static str) -> PyResult<Self> {
+        // The fast way: a C-contiguous, one-dimensional buffer of native integers, read in place.
+        macro_rules! native {
+            ($t:ty, $variant:expr) => {
+                if let Ok(buffer) = PyBuffer::<$t>::get(value) {
+                    if native_layout(&buffer) {
+                        return Ok($variant(buffer));
+                    }
+                }
+            };
+        }
+        native!(i64, Self::I64);
+        native!(i32, Self::I32);
+        native!(i16, Self::I16);
+        native!(i8, Self::I8);
+        native!(u64, |b| Self::U64(b, name));
+        native!(u32, Self::U32);
+        native!(u16, Self::U16);
+        native!(u8, Self::U8);
+        // A buffer of something other than integers is refused by its format.
+        if let Ok(memory) = pyo3::types::PyMemoryView::from(value) {
+            let format = memory.getattr("format")?.str()?.to_string();
+            if !format
+                .trim_start_matches(['@', '=', '<', '>', '!'])
+                .chars()
+                .all(|c| "bBhHiIlLqQnN".contains(c))
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "{name} must hold integers, not items of format {format:?}"
+                )));
+            }
+        }
+        // Anything else iterable (lists, tuples, empty, strided or byte-swapped arrays): item by
+        // item, each an int as Python sees it.
+        let Ok(items) = value.try_iter() else {
+            return Err(PyTypeError::new_err(format!(
+                "{name} must be a buffer of integers (numpy array, array.array, memoryview) or a \
+                 list, not {}",
+                value.get_type().name()?
+            )));
+        };
+        let values = items
+            .enumerate()
+            .map(|(i, item)| nanoseconds(&item?, &format!("{name}[{i}]")))
+            .collect::<PyResult<_>>()?;
+        Ok(Self::Values(values))
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::I64(b) => b.item_count(),
+            Self::I32(b) => b.item_count(),
+            Self::I16(b) => b.item_count(),
+            Self::I8(b) => b.item_count(),
+            Self::U64(b, _) => b.item_count(),
+            Self::U32(b) => b.item_count(),
+            Self::U16(b) => b.item_count(),
+            Self::U8(b) => b.item_count(),
+            Self::Values(v) => v.len(),
+        }
+    }
+
+    /// Items `start..start + out.len()`, as `i64`s. Read with the interpreter held, so no
+    /// Python code changes the buffer while it is read.
+    fn read(&self, _py: Python<'_>, start: usize, out: &mut [i64]) -> PyResult<()> {
+        match self {
+            Self::I64(b) => read_widened(b, start, out),
+            Self::I32(b) => read_widened(b, start, out),
+            Self::I16(b) => read_widened(b, start, out),
+            Self::I8(b) => read_widened(b, start, out),
+            Self::U32(b) => read_widened(b, start, out),
+            Self::U16(b) => read_widened(b, start, out),
+            Self::U8(b) => read_widened(b, start, out),
+            Self::U64(b, name) => {
+                let base = items(b, start + out.len());
+                for (i, o) in out.iter_mut().enumerate() {
+                    // SAFETY: `items` checked the bounds; see `read_widened`.
+                    let value = unsafe { base.add(start + i).read_unaligned() };
+                    *o = i64::try_from(value).map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "{name}[{}] does not fit in 64 bits: {value}",
+                            start + i
+                        ))
+                    })?;
+                }
+            }
+            Self::Values(values) => out.copy_from_slice(&values[start..start + out.len()]),
+        }
+        Ok(())
+    }
+}
+
+/// Whether a buffer can be read in place: one dimension, C-contiguous, in the machine's own
+/// byte order and sizes (a format with no prefix, or `@`).
+fn native_layout<T: Element>(buffer: &PyBuffer<T>) -> bool {
+    let format = buffer.format().to_bytes();
+    buffer.dimensions() <= 1
+        && buffer.is_c_contiguous()
+        && !matches!(format.first(), Some(b'=' | b'<' | b'>' | b'!'))
+}
+
+/// The first item of a C-contiguous buffer holding at least `end` items.
+fn items<T: Element>(buffer: &PyBuffer<T>, end: usize) -> *const T {
+    let all = buffer.as_slice_ptr().expect("checked to be C-contiguous");
+    assert!(end <= all.len(), "reading past the buffer's end");
+    all.as_ptr().cast::<T>()
+}
+
+fn read_widened<T: Element + Copy + Into<i64>>(
+    buffer: &PyBuffer<T>,
+    start: usize,
+    out: &mut [i64],
+) {
+    let base = items(buffer, start + out.len());
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: `items` checked that `start + i` is within the buffer, which stays alive (and
+        // its memory valid) as long as `buffer` does; unaligned reads accept any layout.
+        *o = unsafe { base.add(start + i).read_unaligned() }.into();
+    }
+}
+
+fn trace_error(error: TraceError) -> PyErr {
+    match error {
+        TraceError::Lengths {
+            sizes,
+            times,
+            colors,
+        } => PyValueError::new_err(format!(
+            "sizes ({sizes}), times_ns ({times}){} must have the same length",
+            colors.map_or_else(String::new, |c| format!(" and colors ({c})"))
+        )),
+        TraceError::Backwards { index } => PyValueError::new_err(format!(
+            "times_ns[{index}] is earlier than times_ns[{}]: a trace's times must not go back",
+            index - 1
+        )),
+    }
+}
+
+fn meter_error(error: MeterError) -> PyErr {
+    PyValueError::new_err(match error {
+        MeterError::Rule(rule) => format!("the RFC requires {rule}"),
+        MeterError::TooFine => {
+            "a bucket size times the rate's denominator is too large to hold exactly".to_owned()
+        }
+    })
+}
+
+/// A rate argument: bytes per second, exact, possibly zero; with its normalized Python value.
+fn rate(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResult<(ByteRate, Py<PyAny>)> {
+    let (numerator, denominator) = rational(py, value, name)?;
+    let rate = ByteRate::new(numerator, denominator).map_err(meter_error)?;
+    let shown = if rate.denominator == 1 {
+        rate.numerator.into_pyobject(py)?.into_any()
+    } else {
+        fraction_class(py)?.call1((rate.numerator, rate.denominator))?
+    };
+    Ok((rate, shown.unbind()))
+}
+
+/// A size argument: whole bytes.
+fn size(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResult<(u64, Py<PyAny>)> {
+    let bytes = count(value, name)?;
+    Ok((bytes, bytes.into_pyobject(py)?.into_any().unbind()))
+}
+
+/// Defines a meter pyclass: its constructor, and mark, mark_many, levels, repr and pickle.
+macro_rules! meter_class {
+    (
+        $(#[doc = $doc:expr])*
+        $rust:ident as $name:literal, core $core:ty,
+        params ($($arg:ident: $kind:ident),+),
+        build = |$start:ident| $build:expr,
+        text_signature = $text:literal,
+        levels ($first:ident, $second:ident),
+    ) => {
+        $(#[doc = $doc])*
+        #[pyclass(frozen, name = $name, module = "protocol_in_code.qos.meter")]
+        pub struct $rust {
+            shared: Shared<$core>,
+            /// The constructor's arguments, normalized, in order: for repr and pickle.
+            config: Vec<(&'static str, Py<PyAny>)>,
+        }
+
+        #[pymethods]
+        impl $rust {
+            #[new]
+            #[pyo3(signature = ($($arg),+, *, start_ns = None, clock = None), text_signature = $text)]
+            fn __new__(
+                py: Python<'_>,
+                $($arg: &Bound<'_, PyAny>,)+
+                start_ns: Option<&Bound<'_, PyAny>>,
+                clock: Option<Bound<'_, PyAny>>,
+            ) -> PyResult<Self> {
+                let mut config = Vec::new();
+                $(
+                    let ($arg, shown) = $kind(py, $arg, stringify!($arg))?;
+                    config.push((stringify!($arg), shown));
+                )+
+                let $start = start_ns.map(|t| nanoseconds(t, "start_ns")).transpose()?;
+                let meter: $core = $build.map_err(meter_error)?;
+                Ok(Self {
+                    shared: Shared::new(meter, Clock::new(clock)?),
+                    config,
+                })
+            }
+
+            /// Settle the buckets to `now_ns` (default: the clock) and colour a packet of
+            /// `nbytes` bytes; colour-aware when `color` is the colour it arrived with.
+            #[pyo3(signature = (nbytes, now_ns = None, color = None))]
+            fn mark(
+                &self,
+                py: Python<'_>,
+                nbytes: &Bound<'_, PyAny>,
+                now_ns: Option<&Bound<'_, PyAny>>,
+                color: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<Py<PyAny>> {
+                self.shared.mark(py, nbytes, now_ns, color)
+            }
+
+            /// Colour a whole trace: `sizes[i]` bytes at `times_ns[i]` (and arrived as
+            /// `colors[i]`: 0 green, 1 yellow, 2 red), in order. Returns an `array('B')` of
+            /// colour codes, the same colours `mark` would give one packet at a time. Any
+            /// buffer of integers works (numpy, array.array, memoryview), or a list. A bad trace
+            /// raises, naming the index, and the meter is left as it was.
+            #[pyo3(signature = (sizes, times_ns, colors = None))]
+            fn mark_many<'py>(
+                &self,
+                py: Python<'py>,
+                sizes: &Bound<'py, PyAny>,
+                times_ns: &Bound<'py, PyAny>,
+                colors: Option<&Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                self.shared.mark_many(py, sizes, times_ns, colors)
+            }
+
+            /// The first bucket's level in bytes (exact: an int, or a Fraction).
+            #[getter]
+            fn $first<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.shared.level(py, 0)
+            }
+
+            /// The second bucket's level in bytes (exact: an int, or a Fraction).
+            #[getter]
+            fn $second<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.shared.level(py, 1)
+            }
+
+            fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+                let py = slf.py();
+                let this = slf.get();
+                let parts = this
+                    .config
+                    .iter()
+                    .map(|(name, value)| Ok(format!("{name}={}", value.bind(py).repr()?)))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let head = format!("{}({}", slf.get_type().qualname()?, parts.join(", "));
+                this.shared.repr(py, head)
+            }
+
+            /// Pickle and copy: rebuilt from its arguments and clock, then given its levels.
+            fn __reduce__<'py>(
+                slf: &Bound<'py, Self>,
+            ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyList>)> {
+                let py = slf.py();
+                let this = slf.get();
+                let kwargs = pyo3::types::PyDict::new(py);
+                for (name, value) in &this.config {
+                    kwargs.set_item(*name, value.bind(py))?;
+                }
+                kwargs.set_item("clock", this.shared.clock.callable(py))?;
+                let rebuild = py
+                    .import("functools")?
+                    .getattr("partial")?
+                    .call((slf.get_type(),), Some(&kwargs))?;
+                Ok((rebuild, PyTuple::empty(py), PyList::new(py, this.shared.state(py))?))
+            }
+
+            fn __setstate__(&self, py: Python<'_>, state: Vec<(u128, Option<i64>)>) -> PyResult<()> {
+                self.shared.restore(py, state)
+            }
+
+            fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+                for (_, value) in &self.config {
+                    visit.call(value)?;
+                }
+                self.shared.clock.traverse(&visit)
+            }
+        }
+    };
+}
+
+meter_class! {
+    /// RFC 2697, the single rate three colour marker: rate `cir` (bytes per second) fills the
+    /// committed bucket (`cbs` bytes), whose overflow fills the excess bucket (`ebs` bytes).
+    /// Levels: `tc`, `te`.
+    SingleRateMeter as "SingleRateMeter", core SrTcm,
+    params (cir: rate, cbs: size, ebs: size),
+    build = |start| SrTcm::new(cir, cbs, ebs, start),
+    text_signature = "(cir, cbs, ebs, *, start_ns=None, clock=None)",
+    levels (tc, te),
+}
+
+meter_class! {
+    /// RFC 2698, the two rate three colour marker: the committed bucket (`cir`, `cbs`) and
+    /// the peak bucket (`pir`, `pbs`), independent. Levels: `tp`, `tc`.
+    TwoRateMeter as "TwoRateMeter", core TrTcm,
+    params (cir: rate, cbs: size, pir: rate, pbs: size),
+    build = |start| TrTcm::new(cir, cbs, pir, pbs, start),
+    text_signature = "(cir, cbs, pir, pbs, *, start_ns=None, clock=None)",
+    levels (tp, tc),
+}
+
+meter_class! {
+    /// RFC 4115: committed (`cir`, `cbs`) and excess (`eir`, `ebs`) buckets filling
+    /// independently, decided like RFC 2697; either rate may be 0. Levels: `tc`, `te`.
+    ExcessRateMeter as "ExcessRateMeter", core Rfc4115,
+    params (cir: rate, cbs: size, eir: rate, ebs: size),
+    build = |start| Rfc4115::new(cir, cbs, eir, ebs, start),
+    text_signature = "(cir, cbs, eir, ebs, *, start_ns=None, clock=None)",
+    levels (tc, te),
+}
