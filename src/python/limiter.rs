@@ -90,9 +90,15 @@ impl NativeRateLimiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `now_ns` if given, else the limiter's clock.
-    fn now(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
-        self.clock.now(py, now_ns)
+    /// A call's `n` (default 1) and time (`now_ns`, else the limiter's clock), checked.
+    fn request(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, i64)> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        Ok((n, self.clock.now(py, now_ns)?))
     }
 }
 
@@ -151,8 +157,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let now = self.now(py, now_ns)?;
+        let (n, now) = self.request(py, n, now_ns)?;
         Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
     }
 
@@ -166,8 +171,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let now = self.now(py, now_ns)?;
+        let (n, now) = self.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
             let decision = limiter.acquire(n, now);
@@ -184,8 +188,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let now = self.now(py, now_ns)?;
+        let (n, now) = self.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
             (limiter.peek(n, now), limiter.available_at(now))
@@ -201,8 +204,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let now = self.now(py, now_ns)?;
+        let (n, now) = self.request(py, n, now_ns)?;
         self.lock().refund(n, now);
         Ok(())
     }
@@ -210,7 +212,7 @@ impl NativeRateLimiter {
     /// Whole tokens every band holds now: how many 1-token requests would pass at once.
     #[pyo3(signature = (now_ns = None))]
     fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
-        let now = self.now(py, now_ns)?;
+        let now = self.clock.now(py, now_ns)?;
         Ok(self.lock().available_at(now))
     }
 
@@ -232,7 +234,7 @@ impl NativeRateLimiter {
             .transpose()?
             .and_then(|t| Instant::now().checked_add(t));
         loop {
-            let now = self.now(py, None)?;
+            let now = self.clock.now(py, None)?;
             let wait = match self.lock().acquire(n, now) {
                 CoreDecision::Allowed => return Ok(true),
                 CoreDecision::Never => return Err(never(n)),

@@ -43,15 +43,7 @@ impl Meter for Rfc4115 {
     fn mark(&mut self, bytes: u64, now_ns: i64, arrived: Option<Color>) -> Color {
         self.committed.settle(now_ns);
         self.excess.settle(now_ns);
-        let may_be_green = arrived.is_none_or(|color| color == Color::Green);
-        let may_be_yellow = arrived.is_none_or(|color| color != Color::Red);
-        excess_decision(
-            &mut self.committed,
-            &mut self.excess,
-            bytes,
-            may_be_green,
-            may_be_yellow,
-        )
+        excess_decision(&mut self.committed, &mut self.excess, bytes, arrived)
     }
 }
 

@@ -48,26 +48,20 @@ impl Meter for SrTcm {
     fn mark(&mut self, bytes: u64, now_ns: i64, arrived: Option<Color>) -> Color {
         let overflow = self.committed.settle(now_ns);
         self.excess.settle_and_pour(now_ns, overflow);
-        let may_be_green = arrived.is_none_or(|color| color == Color::Green);
-        let may_be_yellow = arrived.is_none_or(|color| color != Color::Red);
-        excess_decision(
-            &mut self.committed,
-            &mut self.excess,
-            bytes,
-            may_be_green,
-            may_be_yellow,
-        )
+        excess_decision(&mut self.committed, &mut self.excess, bytes, arrived)
     }
 }
 
-/// RFC 2697's decision, shared with RFC 4115: green from C, else yellow from E, else red.
+/// RFC 2697's decision, shared with RFC 4115: green from C, else yellow from E, else red; a
+/// packet that arrived coloured can keep or worsen its colour, never improve it.
 pub fn excess_decision(
     committed: &mut Bucket,
     excess: &mut Bucket,
     bytes: u64,
-    may_be_green: bool,
-    may_be_yellow: bool,
+    arrived: Option<Color>,
 ) -> Color {
+    let may_be_green = arrived.is_none_or(|color| color == Color::Green);
+    let may_be_yellow = arrived.is_none_or(|color| color != Color::Red);
     if may_be_green && committed.holds(bytes) {
         committed.take(bytes);
         Color::Green
