@@ -238,6 +238,11 @@ impl StoredObject {
         (!same).then(|| std::mem::replace(self, Self::from_num(number)))
     }
 
+    /// Whether the object is a [`Scalar`].
+    pub fn is_scalar(&self) -> bool {
+        self.value.is_some()
+    }
+
     pub fn object(&self) -> &Py<PyAny> {
         &self.object
     }

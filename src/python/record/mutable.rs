@@ -29,7 +29,7 @@ use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::core::quantity::Quantity;
-use crate::python::number::{Num, StoredObject};
+use crate::python::number::{Num, Scalar, StoredObject};
 
 /// The fields of a mutable record, shared between threads.
 pub struct SharedFields<const N: usize> {
@@ -137,17 +137,22 @@ impl<const N: usize> SharedFields<N> {
     where
         Op: FieldOperation<N, A>,
     {
-        let mut scalar_args = [const { None }; A];
-        for (scalar, arg) in scalar_args.iter_mut().zip(args) {
-            *scalar = Some(arg.as_scalar()?.clone());
+        if !args.iter().all(|arg| arg.as_scalar().is_some()) {
+            return None;
         }
-        let scalar_args = scalar_args.map(|arg| arg.expect("every argument was read"));
+        let scalar_args: [Scalar<'py>; A] = std::array::from_fn(|i| match &args[i] {
+            Num::Scalar(scalar) => scalar.clone(),
+            Num::Object(_) => unreachable!("every argument was checked to be a scalar"),
+        });
         let mut stored = self.lock();
-        let mut fields = [const { None }; N];
-        for (scalar, field) in fields.iter_mut().zip(&stored.fields) {
-            *scalar = Some(field.scalar(py)?);
+        if !stored.fields.iter().all(StoredObject::is_scalar) {
+            return None;
         }
-        let fields = fields.map(|field| field.expect("every field was read"));
+        let fields: [Scalar<'py>; N] = std::array::from_fn(|i| {
+            stored.fields[i]
+                .scalar(py)
+                .expect("every field was checked to be a scalar")
+        });
         let (updated, answer) = Op::apply(fields, &scalar_args);
         let answer = answer.ok()?;
         // Releasing displaced ints and floats runs no Python code, so it may happen here.
