@@ -45,8 +45,9 @@ pub fn mark_trace<M: Meter + Clone>(
     Ok(colored)
 }
 
-/// Marks a trace piece by piece (so a caller can feed it from buffers without copying them
-/// whole), carrying the meter, the last time seen and the packet count across pieces.
+/// Marks a trace in one or more pieces (a caller may read a long trace in parts), carrying the
+/// meter, the last time seen and the packet count from one piece to the next, so the indices in
+/// its errors are those of the whole trace.
 #[derive(Debug, Clone)]
 pub struct TraceMarker<M> {
     meter: M,
