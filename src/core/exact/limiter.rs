@@ -177,6 +177,24 @@ impl Limiter {
         }
     }
 
+    /// Whether this limiter, settled at `now_ns`, is indistinguishable from a new one: every
+    /// band full, and no band settled later than `now_ns` (a later settlement point would make
+    /// refills start later than a new limiter's).
+    #[must_use]
+    pub fn is_fresh_at(&self, now_ns: i64) -> bool {
+        self.bands.iter().all(|band| {
+            band.balance.settled_at.is_none_or(|at| at <= now_ns)
+                && settle(
+                    band.balance,
+                    band.spec.rate.units_per_ns(),
+                    band.spec.capacity_units(),
+                    now_ns,
+                )
+                .units
+                    == band.spec.capacity_units()
+        })
+    }
+
     /// Whole tokens every band holds as last settled: how many more 1-token requests would be
     /// allowed right now.
     #[must_use]

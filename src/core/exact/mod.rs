@@ -13,7 +13,10 @@
 //!   addition, so a thousand small steps give exactly what one step of the same total gives.
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
+//! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
+//!   indistinguishable from a new one (core only so far: not yet exported to Python).
 
+pub mod keyed;
 pub mod limiter;
 pub mod rate;
 pub mod settle;
