@@ -57,9 +57,10 @@ def refill_fraction(fn: Callable[..., object]) -> Case:
 def consume(fn: Callable[..., object], bucket_type: type, start: object) -> Case:
     def names() -> dict[str, object]:
         bucket = bucket_type(capacity=start, tokens=start, rate_per_sec=1, last_refill_at=0)
-        return {"f": fn, "bucket": bucket}
+        return {"f": fn, "bucket": bucket, "clock": itertools.count(1)}
 
-    return "f(bucket, 1, 0)", names
+    # The clock advances on every call, so the refill math runs every time.
+    return "f(bucket, 1, next(clock))", names
 
 
 def offer(fn: Callable[..., object], bucket_type: type) -> Case:

@@ -444,22 +444,10 @@ def test_number_writing_its_own_bucket_finishes(impl, what):
 
 
 @pytest.mark.parametrize("what", ["try_consume", "offer", "leak", "tick"])
-def test_number_writing_its_own_bucket_runs_like_the_reference(
-    impl, ref, what, reference_mode, request
-):
+def test_number_writing_its_own_bucket_runs_like_the_reference(impl, ref, what):
     """Single-threaded, the course's code runs each operation once, then stores its answer over
-    whatever the number wrote meanwhile.
-
-    The native code deliberately differs (see src/python/record/mutable.rs): a store made while
-    an update computes restarts the update, whoever made it, because that is what keeps
-    concurrent updates from being lost. So a number whose arithmetic writes its own bucket has
-    that arithmetic run again until a pass sees no store. The test stays, strictly expected to
-    fail on the native side, so that a change of that behaviour is noticed.
-    """
-    if not reference_mode:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="documented: a store mid-update restarts it")
-        )
+    whatever the number wrote meanwhile; the native code must do the same (a store made by the
+    updating thread itself does not restart the update; see src/python/record/mutable.rs)."""
     expected = _writer_scenario(ref, what)
     box: dict = {}
 

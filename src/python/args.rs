@@ -42,6 +42,11 @@ pub fn exact_fraction<'py>(
         value.clone()
     };
     fraction_class(py)?.call1((source,)).map_err(|err| {
+        if !is_type_or_value_error(py, &err)
+            && !err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+        {
+            return err;
+        }
         let kind = if err.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err
         } else {
@@ -84,7 +89,10 @@ pub fn integer<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py
     }
     // SAFETY: a live object; the result is a new reference or NULL with an exception set.
     unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Index(value.as_ptr())) }
-        .map_err(|_| {
+        .map_err(|err| {
+            if !is_type_or_value_error(value.py(), &err) {
+                return err;
+            }
             PyTypeError::new_err(format!(
                 "{name} must be an int, not {} ({})",
                 value
@@ -103,12 +111,18 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
             "{name} must be a number of seconds, not bool ({value})"
         )));
     }
-    let secs: f64 = value.extract().map_err(|_| {
+    let secs: f64 = value.extract().map_err(|err| {
+        if !is_type_or_value_error(value.py(), &err) {
+            return err;
+        }
         PyTypeError::new_err(format!(
             "{name} must be a number of seconds, not {}",
             value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
         ))
     })?;
+    if secs.is_finite() && secs > Duration::MAX.as_secs_f64() {
+        return Ok(Duration::MAX);
+    }
     Duration::try_from_secs_f64(secs).map_err(|_| {
         PyValueError::new_err(format!(
             "{name} must be a finite number of seconds >= 0, not {secs}"
@@ -137,4 +151,10 @@ pub fn rational(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResul
         })
     };
     Ok((part("numerator")?, part("denominator")?))
+}
+
+/// Whether an error is one a bad argument raises (and so may be reworded to name the
+/// parameter), rather than something to pass on untouched (`KeyboardInterrupt`, `MemoryError`).
+fn is_type_or_value_error(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<PyTypeError>(py) || err.is_instance_of::<PyValueError>(py)
 }

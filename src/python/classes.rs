@@ -12,7 +12,6 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::classes::{self as core, TreeError, Validation};
 use crate::python::enums::StrEnum;
-use crate::python::format::format_value;
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record};
 
@@ -69,28 +68,50 @@ frozen_record! {
 #[pyfunction]
 pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
     let py = tree.py();
-    let found = core::validate_tree(&read_tree(tree)?).map_err(tree_error)?;
+    let found = core::validate_tree(&read_tree(tree)?).map_err(|e| tree_error(py, e))?;
     let (index, detail) = match found {
-        Validation::Valid => (0, String::new()),
-        Validation::UnknownParent { class, parent } => (1, format!("{class} -> {parent}")),
-        Validation::Cycle { at } => (2, format!("cycle reached at {at}")),
+        Validation::Valid => (0, PyString::new(py, "")),
+        Validation::UnknownParent { class, parent } => (
+            1,
+            text(
+                py,
+                "{} -> {}",
+                (name_str(py, &class)?, name_str(py, &parent)?),
+            )?,
+        ),
+        Validation::Cycle { at } => (2, text(py, "cycle reached at {}", (name_str(py, &at)?,))?),
         Validation::OverSubscribed {
             parent,
             claimed,
             guaranteed,
         } => (
             3,
-            format!(
-                "{parent}: children claim {} > guaranteed {}",
-                format_value(&claimed.into_object())?,
-                format_value(&guaranteed.into_object())?
-            ),
+            text(
+                py,
+                "{}: children claim {} > guaranteed {}",
+                (
+                    name_str(py, &parent)?,
+                    claimed.into_object(),
+                    guaranteed.into_object(),
+                ),
+            )?,
         ),
     };
     Ok(ValidationResult {
         outcome: VALIDATION_OUTCOME.member(py, index)?,
-        detail: PyString::new(py, &detail).into_any().unbind(),
+        detail: detail.into_any().unbind(),
     })
+}
+
+/// `template.format(*values)`: Python writes the message, as the course's f-strings do.
+fn text<'py>(
+    py: Python<'py>,
+    template: &str,
+    values: impl pyo3::call::PyCallArgs<'py>,
+) -> PyResult<Bound<'py, PyString>> {
+    Ok(PyString::new(py, template)
+        .call_method1("format", values)?
+        .cast_into::<PyString>()?)
 }
 
 /// The rate `class_name` could borrow: walking from the class up to the root, each class adds
@@ -111,16 +132,18 @@ pub fn borrowable<'py>(
     }
     // Every key is a str, so a name of any other type is simply not in the tree (a dict
     // lookup would still hash it first, and reject it if it cannot be hashed).
-    let Ok(name) = class_name.cast::<PyString>() else {
+    if class_name.cast::<PyString>().is_err() {
         class_name.hash()?;
         return Err(PyKeyError::new_err((class_name.clone().unbind(),)));
-    };
-    let total = core::borrowable(&classes, &name.to_str()?.to_owned()).map_err(tree_error)?;
+    }
+    let py = tree.py();
+    let total = core::borrowable(&classes, &self::class_name(class_name)?)
+        .map_err(|e| tree_error(py, e))?;
     Ok(total.into_object())
 }
 
 /// `tree.classes` as the core's map: keys, names and parents as strings, rates as numbers.
-fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<String, Num<'py>>> {
+fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<Name, Num<'py>>> {
     let items = tree.getattr("classes")?.call_method0("items")?;
     let mut entries = Vec::new();
     for item in items.try_iter()? {
@@ -140,23 +163,39 @@ fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<String, 
     Ok(core::ClassTree::new(entries))
 }
 
-fn class_name(name: &Bound<'_, PyAny>) -> PyResult<String> {
-    match name.cast::<PyString>() {
-        Ok(text) => Ok(text.to_str()?.to_owned()),
-        Err(_) => Err(PyTypeError::new_err(format!(
+/// A class name as the core compares it: the str's UTF-8 bytes, lone surrogates included
+/// (`surrogatepass`), so two names are equal exactly when Python says so.
+type Name = Vec<u8>;
+
+fn class_name(name: &Bound<'_, PyAny>) -> PyResult<Name> {
+    if name.cast::<PyString>().is_err() {
+        return Err(PyTypeError::new_err(format!(
             "class names must be str, not {}: {}",
             name.get_type().name()?,
             name.repr()?
-        ))),
+        )));
     }
+    name.call_method1("encode", ("utf-8", "surrogatepass"))?
+        .extract::<Vec<u8>>()
 }
 
-fn tree_error(error: TreeError<String, PyErr>) -> PyErr {
+/// The str a core name came from.
+fn name_str<'py>(py: Python<'py>, name: &Name) -> PyResult<Bound<'py, PyAny>> {
+    pyo3::types::PyBytes::new(py, name).call_method1("decode", ("utf-8", "surrogatepass"))
+}
+
+fn tree_error(py: Python<'_>, error: TreeError<Name, PyErr>) -> PyErr {
     match error {
-        TreeError::MissingClass(name) => PyKeyError::new_err((name,)),
-        TreeError::Cycle(name) => PyValueError::new_err(format!(
-            "cycle reached at {name}: walking up from the class comes back to it"
-        )),
+        TreeError::MissingClass(name) => match name_str(py, &name) {
+            Ok(name) => PyKeyError::new_err((name.unbind(),)),
+            Err(err) => err,
+        },
+        TreeError::Cycle(name) => match name_str(py, &name) {
+            Ok(name) => PyValueError::new_err(format!(
+                "cycle reached at {name}: walking up from the class comes back to it"
+            )),
+            Err(err) => err,
+        },
         TreeError::Number(error) => error,
     }
 }

@@ -267,6 +267,8 @@ impl NativeRateLimiter {
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
+        // As of the last call: showing a limiter neither reads its clock (which may be any
+        // callable, even a failing one) nor settles it.
         let (bands, available) = {
             let limiter = slf.get().lock();
             (limiter.bands().to_vec(), limiter.available())
@@ -393,6 +395,12 @@ fn band_spec(
 /// Bands from `Band` objects (any object with `rate`, `burst` and `per` attributes) or from
 /// `(rate, burst)` / `(rate, burst, per)` tuples.
 fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec>> {
+    if bands.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "bands must be a list of Band or (rate, burst[, per]) tuples, not {}",
+            bands.repr()?
+        )));
+    }
     let mut specs = Vec::new();
     for band in bands.try_iter()? {
         let band = band?;

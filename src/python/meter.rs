@@ -2,9 +2,9 @@
 //!
 //! Each meter class holds its core meter behind a mutex (plain Rust state: no Python code runs
 //! while it is locked). `mark` colours one packet; `mark_many` colours a whole trace from any
-//! buffer of integers (numpy arrays, `array.array`, `memoryview`, or a plain list), with the
-//! interpreter released while the core runs, and stores the result only if no packet was
-//! marked by another thread meanwhile (else it runs the trace again on the fresh state).
+//! buffer of integers (numpy arrays, `array.array`, `memoryview`, or a plain list): it copies
+//! the buffers, then marks them with the interpreter released, holding the meter for the whole
+//! trace so that single marks from other threads queue behind it instead of starving it.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -347,7 +347,9 @@ impl IntBuffer {
     }
 
     /// Items `start..start + out.len()`, as `i64`s. Read with the interpreter held, so no
-    /// Python code changes the buffer while it is read.
+    /// Python code changes the buffer while it is read (native code that writes the buffer
+    /// with the interpreter released, or another thread on a free-threaded build, could still
+    /// race with this copy: the caller must not change a trace while it is being marked).
     fn read(&self, _py: Python<'_>, start: usize, out: &mut [i64]) -> PyResult<()> {
         match self {
             Self::I64(b) => read_widened(b, start, out),
@@ -364,7 +366,7 @@ impl IntBuffer {
                     let value = unsafe { base.add(start + i).read_unaligned() };
                     *o = i64::try_from(value).map_err(|_| {
                         PyValueError::new_err(format!(
-                            "{name}[{}] does not fit in 64 bits: {value}",
+                            "{name}[{}] must be at most 2**63 - 1, not {value}",
                             start + i
                         ))
                     })?;

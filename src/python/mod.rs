@@ -8,7 +8,6 @@
 //! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes, and
 //!   the thread-safe fields of the mutable ones.
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
-//! * [`format`]: values written into messages as an f-string writes them.
 //! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules.
 //! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
@@ -21,7 +20,6 @@ mod classes;
 mod clock;
 mod enums;
 mod fastcall;
-mod format;
 mod leaky_bucket;
 mod limiter;
 mod meter;

@@ -275,6 +275,15 @@ impl<'py> Num<'py> {
         Scalar::new(object).map_or_else(|| Self::Object(object.clone()), Self::Scalar)
     }
 
+    /// Which object this number is, for identity comparisons (0 for a value not yet made into
+    /// an object: a new result, never the same as anything stored).
+    pub fn identity(&self) -> usize {
+        match self {
+            Self::Scalar(scalar) => scalar.object.as_ref().map_or(0, |o| o.as_ptr() as usize),
+            Self::Object(object) => object.as_ptr() as usize,
+        }
+    }
+
     /// The number as a [`Scalar`], if it is one.
     pub fn as_scalar(&self) -> Option<&Scalar<'py>> {
         match self {

@@ -9,10 +9,9 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
-use crate::python::format::format_value;
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
@@ -65,14 +64,12 @@ mutable_record! {
             })?;
             let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
             let index = token_bucket::outcome_index(outcome);
-            let line = format!(
-                "enqueue {} size={} at t={}: {} (tokens_remaining={})",
-                format_value(class_name)?,
-                format_value(size)?,
-                format_value(now)?,
-                CONSUME_OUTCOME.value(index),
-                format_value(&tokens_remaining)?,
-            );
+            // As the course's f-string: every value through format(value, "").
+            let line = PyString::new(py, "enqueue {} size={} at t={}: {} (tokens_remaining={})")
+                .call_method1(
+                    "format",
+                    (class_name, size, now, CONSUME_OUTCOME.value(index), &tokens_remaining),
+                )?;
             self.fields.get(py, TRACE).call_method1(py, "append", (line,))?;
             Ok(EnqueueResult {
                 class_name: class_name.clone().unbind(),

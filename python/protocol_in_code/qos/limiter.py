@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -148,10 +147,13 @@ class RateLimiter(NativeRateLimiter):
 
 
 def _seconds(timeout: float) -> float:
-    """A timeout as ``acquire`` accepts it: a real number of seconds, finite and >= 0."""
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+    """A timeout as ``acquire`` accepts it: a number of seconds, finite and >= 0."""
+    if isinstance(timeout, (bool, str, bytes)):
         raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    seconds = float(timeout)
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}") from None
     if not 0 <= seconds < float("inf"):
         raise ValueError(f"timeout must be a finite number of seconds >= 0, not {timeout!r}")
     return seconds

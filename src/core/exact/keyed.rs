@@ -21,9 +21,9 @@
 //! Fresh keys start full, which is what lets "full" mean "forgettable".
 
 use std::borrow::Borrow;
-use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::core::exact::limiter::{Decision, Limiter};
@@ -75,6 +75,8 @@ struct Shard<K> {
 
 /// One limiter per key, at most `max_keys` of them, forgotten only when safe.
 pub struct KeyedLimiter<K> {
+    /// Seeded per table, so nobody can choose keys that all land in one shard.
+    hasher: RandomState,
     specs: Vec<BandSpec>,
     fresh: Limiter,
     shards: Vec<Mutex<Shard<K>>>,
@@ -82,13 +84,15 @@ pub struct KeyedLimiter<K> {
 }
 
 impl<K: Hash + Eq> KeyedLimiter<K> {
-    /// A table of at most `max_keys` keys (at least one per shard), each limited by `specs`,
-    /// split into `shards` shards (at least one).
+    /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
+    /// `shards` shards (at least one, at most `max_keys`), each holding `max_keys / shards`.
     #[must_use]
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
-        let shards = shards.clamp(1, max_keys.max(1));
-        let per_shard = max_keys.div_ceil(shards).max(1);
+        let max_keys = max_keys.max(1);
+        let shards = shards.clamp(1, max_keys);
+        let per_shard = max_keys / shards;
         Self {
+            hasher: RandomState::new(),
             specs: specs.to_vec(),
             fresh: Limiter::new(specs, None, None),
             shards: (0..shards)
@@ -111,10 +115,8 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
     }
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
-        let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
         #[allow(clippy::cast_possible_truncation)] // only the low bits pick a shard
-        let index = (hasher.finish() as usize) % self.shards.len();
+        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
         // A shard's every change is a single insert or removal: a poisoned lock still guards
         // a consistent map.
         self.shards[index]
@@ -285,6 +287,21 @@ mod tests {
         let stats = limiter.stats();
         assert_eq!(stats.allowed + stats.refused, 10_000);
         assert!(stats.refused >= 9_900 - 100);
+    }
+
+    #[test]
+    fn the_bound_holds_whatever_the_shard_count() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        for (max_keys, shards) in [(10, 4), (0, 3), (7, 7), (5, 64)] {
+            let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], max_keys, shards);
+            for i in 0..1_000 {
+                limiter.acquire(format!("k{i}").as_str(), 1, 0);
+            }
+            assert!(
+                limiter.len() <= max_keys.max(1),
+                "{max_keys} keys in {shards} shards"
+            );
+        }
     }
 
     #[test]

@@ -18,13 +18,17 @@
 //! of one. Objects displaced from a field are released after unlocking, since releasing an
 //! arbitrary object can run its `__del__`.
 //!
-//! One consequence differs from the course's plain Python: a store made while an update computes
-//! restarts that update, whoever made it. So a number whose arithmetic *writes* the very object
-//! it is computing on (reading it is fine) has that arithmetic run again, until a pass completes
-//! with no store in between; the course's code would run it once and overwrite the write.
+//! A store made by *another* thread while an update computes restarts that update. A store made
+//! by the updating thread itself can only come from inside the update (a number whose arithmetic
+//! writes the very object it is computing on): then, as the course's code would, the update
+//! stores the fields it changed over what is there, once, without starting over. An update
+//! interrupted by a `BaseException` that is not an `Exception` (`KeyboardInterrupt`) is not
+//! retried either.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
 
@@ -40,11 +44,14 @@ struct Stored<const N: usize> {
     fields: [StoredObject; N],
     /// Counts stores, so an optimistic update can tell whether it is still current.
     version: u64,
+    /// The thread that made the latest store.
+    last_writer: Option<ThreadId>,
 }
 
 impl<const N: usize> Stored<N> {
     fn bump(&mut self) {
         self.version = self.version.wrapping_add(1);
+        self.last_writer = Some(std::thread::current().id());
     }
 }
 
@@ -54,6 +61,7 @@ impl<const N: usize> SharedFields<N> {
             state: Mutex::new(Stored {
                 fields: fields.map(StoredObject::new),
                 version: 0,
+                last_writer: None,
             }),
         }
     }
@@ -106,20 +114,39 @@ impl<const N: usize> SharedFields<N> {
         if let Some(done) = self.run_scalars::<Op, A>(py, args) {
             return done;
         }
+        let me = std::thread::current().id();
         loop {
             let (copy, version) = {
                 let stored = self.lock();
                 let copy: [Num<'py>; N] = std::array::from_fn(|i| stored.fields[i].num(py));
                 (copy, stored.version)
             };
+            let before: [usize; N] = std::array::from_fn(|i| copy[i].identity());
             let (updated, answer) = Op::apply(copy, args);
             let mut displaced = Vec::new();
             let mut stored = self.lock();
-            if stored.version != version {
-                continue;
-            }
-            for (field, number) in stored.fields.iter_mut().zip(updated) {
-                displaced.extend(field.set_num(number));
+            if stored.version == version {
+                for (field, number) in stored.fields.iter_mut().zip(updated) {
+                    displaced.extend(field.set_num(number));
+                }
+            } else {
+                let reentered = stored.last_writer == Some(me);
+                let interrupted = answer
+                    .as_ref()
+                    .is_err_and(|err| !err.is_instance_of::<PyException>(py));
+                if !reentered && !interrupted {
+                    // Another thread stored first: start over from its result.
+                    continue;
+                }
+                // This thread stored meanwhile, from inside the operation (a number whose
+                // arithmetic writes this object), or the operation was interrupted (e.g.
+                // KeyboardInterrupt): as the course's code would, store what the operation
+                // changed over what is there, and stop.
+                for ((field, number), was) in stored.fields.iter_mut().zip(updated).zip(before) {
+                    if number.identity() != was {
+                        displaced.extend(field.set_num(number));
+                    }
+                }
             }
             stored.bump();
             let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
