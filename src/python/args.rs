@@ -158,3 +158,16 @@ pub fn rational(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResul
 fn is_type_or_value_error(py: Python<'_>, err: &PyErr) -> bool {
     err.is_instance_of::<PyTypeError>(py) || err.is_instance_of::<PyValueError>(py)
 }
+
+/// `numerator / denominator` as Python shows an exact rate: an int when whole, else a Fraction.
+pub fn rational_object(
+    py: Python<'_>,
+    numerator: u64,
+    denominator: u64,
+) -> PyResult<Bound<'_, PyAny>> {
+    if denominator == 1 {
+        Ok(numerator.into_pyobject(py)?.into_any())
+    } else {
+        fraction_class(py)?.call1((numerator, denominator))
+    }
+}

@@ -16,7 +16,9 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
 use crate::core::exact::rate::{BandSpec, Rate, RateError};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, exact_fraction, fraction_class, nanoseconds, seconds};
+use crate::python::args::{
+    count, exact_fraction, fraction_class, nanoseconds, rational_object, seconds,
+};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
 use crate::python::record::frozen_record;
@@ -434,11 +436,7 @@ fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec
 }
 
 fn rate_object(py: Python<'_>, rate: Rate) -> PyResult<Bound<'_, PyAny>> {
-    if rate.denominator == 1 {
-        rate.numerator.into_bound_py_any(py)
-    } else {
-        fraction_class(py)?.call1((rate.numerator, rate.denominator))
-    }
+    rational_object(py, rate.numerator, rate.denominator)
 }
 
 fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {

@@ -21,7 +21,7 @@ use crate::core::meter::srtcm::SrTcm;
 use crate::core::meter::trace::{TraceError, TraceMarker};
 use crate::core::meter::trtcm::TrTcm;
 use crate::core::meter::{Color, Meter, MeterError};
-use crate::python::args::{count, fraction_class, nanoseconds, rational};
+use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
 
@@ -437,11 +437,7 @@ fn meter_error(error: MeterError) -> PyErr {
 fn rate(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResult<(ByteRate, Py<PyAny>)> {
     let (numerator, denominator) = rational(py, value, name)?;
     let rate = ByteRate::new(numerator, denominator).map_err(meter_error)?;
-    let shown = if rate.denominator == 1 {
-        rate.numerator.into_pyobject(py)?.into_any()
-    } else {
-        fraction_class(py)?.call1((rate.numerator, rate.denominator))?
-    };
+    let shown = rational_object(py, rate.numerator, rate.denominator)?;
     Ok((rate, shown.unbind()))
 }
 
