@@ -583,9 +583,10 @@ def test_a_clock_that_raises_lets_its_exception_through_and_changes_nothing() ->
 # ---------------------------------------------------------------------------------------------
 
 
-def test_limit_outcome_is_a_str_enum_of_three() -> None:
-    assert [m.name for m in LimitOutcome] == ["ALLOWED", "DENIED", "NEVER"]
-    assert [m.value for m in LimitOutcome] == ["Allowed", "Denied", "Never"]
+def test_limit_outcome_is_a_str_enum_of_four() -> None:
+    # REFUSED is the keyed limiter's (a full table); a single limiter never answers it.
+    assert [m.name for m in LimitOutcome] == ["ALLOWED", "DENIED", "NEVER", "REFUSED"]
+    assert [m.value for m in LimitOutcome] == ["Allowed", "Denied", "Never", "Refused"]
     assert isinstance(ALLOWED, str) and ALLOWED == "Allowed"
     assert LimitOutcome("Denied") is DENIED
 

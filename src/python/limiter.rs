@@ -27,12 +27,13 @@ use crate::python::record::frozen_record;
 pub static LIMIT_OUTCOME: StrEnum = StrEnum::new(
     "LimitOutcome",
     "protocol_in_code.qos.limiter",
-    "A limiter's answer: ALLOWED (taken), DENIED (not yet: see wait_ns) or NEVER (more than a \
-     band can ever hold).",
+    "A limiter's answer: ALLOWED (taken), DENIED (not yet: see wait_ns), NEVER (more than a \
+     band can ever hold) or REFUSED (a keyed limiter's table is full of throttled keys).",
     &[
         ("ALLOWED", "Allowed"),
         ("DENIED", "Denied"),
         ("NEVER", "Never"),
+        ("REFUSED", "Refused"),
     ],
 );
 
@@ -59,17 +60,67 @@ frozen_record! {
 }
 
 impl Decision {
-    fn new(py: Python<'_>, decision: CoreDecision, remaining: u128) -> PyResult<Self> {
-        let (index, wait_ns) = match decision {
-            CoreDecision::Allowed => (0, 0_u128.into_py_any(py)?),
-            CoreDecision::Wait(ns) => (1, ns.into_py_any(py)?),
-            CoreDecision::Never => (2, py.None()),
-        };
+    pub fn new(py: Python<'_>, decision: CoreDecision, remaining: u128) -> PyResult<Self> {
+        match decision {
+            CoreDecision::Allowed => Self::build(py, 0, Some(0), remaining),
+            CoreDecision::Wait(ns) => Self::build(py, 1, Some(ns), remaining),
+            CoreDecision::Never => Self::build(py, 2, None, remaining),
+        }
+    }
+
+    /// The answer whose outcome is `LimitOutcome` member `index`.
+    pub fn build(
+        py: Python<'_>,
+        index: usize,
+        wait_ns: Option<u128>,
+        remaining: u128,
+    ) -> PyResult<Self> {
         Ok(Self {
             outcome: LIMIT_OUTCOME.member(py, index)?,
-            wait_ns,
+            wait_ns: wait_ns.into_py_any(py)?,
             remaining: remaining.into_py_any(py)?,
         })
+    }
+}
+
+/// What one attempt of a blocking acquire found.
+pub enum Attempt {
+    Taken,
+    Never,
+    /// Try again after this many nanoseconds.
+    Retry(u128),
+}
+
+/// A blocking acquire: `attempt` at the clock's time until it takes, sleeping without the
+/// interpreter between attempts; False if `timeout` seconds pass first, ValueError if `n` can
+/// never be taken. The sleeps assume the clock keeps pace with real time, as a monotonic one does.
+pub fn block_until_taken(
+    py: Python<'_>,
+    clock: &Clock,
+    n: u64,
+    timeout: Option<&Bound<'_, PyAny>>,
+    mut attempt: impl FnMut(i64) -> Attempt,
+) -> PyResult<bool> {
+    // A deadline beyond what the clock can express is no deadline at all.
+    let deadline = timeout
+        .map(|t| seconds(t, "timeout"))
+        .transpose()?
+        .and_then(|t| Instant::now().checked_add(t));
+    loop {
+        let wait = match attempt(clock.now(py, None)?) {
+            Attempt::Taken => return Ok(true),
+            Attempt::Never => return Err(never(n)),
+            Attempt::Retry(ns) => Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)),
+        };
+        let wait = match deadline {
+            None => wait,
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => wait.min(left),
+                _ => return Ok(false),
+            },
+        };
+        py.detach(|| std::thread::sleep(wait));
+        py.check_signals()?;
     }
 }
 
@@ -119,21 +170,7 @@ impl NativeRateLimiter {
         start_ns: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let specs = match (rate, bands) {
-            (Some(rate), None) => vec![band_spec(py, rate, burst, per)?],
-            (None, Some(bands)) => {
-                if burst.is_some() || per.is_some() {
-                    return Err(PyTypeError::new_err(
-                        "burst and per belong to each band when bands is given",
-                    ));
-                }
-                bands_from(py, bands)?
-            }
-            (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
-            (Some(_), Some(_)) => {
-                return Err(PyTypeError::new_err("give a rate or bands, not both"));
-            }
-        };
+        let specs = specs_from(py, rate, burst, per, bands)?;
         let initial = initial.map(|n| count(n, "initial")).transpose()?;
         if let Some(tokens) = initial {
             if let Some(spec) = specs.iter().find(|spec| tokens > spec.burst) {
@@ -230,63 +267,35 @@ impl NativeRateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        // A deadline beyond what the clock can express is no deadline at all.
-        let deadline = timeout
-            .map(|t| seconds(t, "timeout"))
-            .transpose()?
-            .and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let now = self.clock.now(py, None)?;
-            let wait = match self.lock().acquire(n, now) {
-                CoreDecision::Allowed => return Ok(true),
-                CoreDecision::Never => return Err(never(n)),
-                CoreDecision::Wait(ns) => {
-                    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
-                }
-            };
-            let wait = match deadline {
-                None => wait,
-                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => wait.min(left),
-                    _ => return Ok(false),
-                },
-            };
-            py.detach(|| std::thread::sleep(wait));
-            py.check_signals()?;
-        }
+        block_until_taken(py, &self.clock, n, timeout, |now| {
+            match self.lock().acquire(n, now) {
+                CoreDecision::Allowed => Attempt::Taken,
+                CoreDecision::Never => Attempt::Never,
+                CoreDecision::Wait(ns) => Attempt::Retry(ns),
+            }
+        })
     }
 
     /// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
     #[getter]
     fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let bands: Vec<_> = self.lock().bands().iter().map(|band| band.spec).collect();
-        let pairs = bands
-            .iter()
-            .map(|spec| Ok((rate_object(py, spec.rate)?, spec.burst)))
-            .collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, pairs)
+        let specs: Vec<_> = self.lock().bands().iter().map(|band| band.spec).collect();
+        band_pairs(py, &specs)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
         // As of the last call: showing a limiter neither reads its clock (which may be any
         // callable, even a failing one) nor settles it.
-        let (bands, available) = {
+        let (specs, available) = {
             let limiter = slf.get().lock();
-            (limiter.bands().to_vec(), limiter.available())
+            let specs: Vec<_> = limiter.bands().iter().map(|band| band.spec).collect();
+            (specs, limiter.available())
         };
-        let mut parts = Vec::new();
-        for band in &bands {
-            parts.push(format!(
-                "Band(rate={}, burst={})",
-                rate_object(py, band.spec.rate)?.repr()?,
-                band.spec.burst
-            ));
-        }
         Ok(format!(
-            "{}([{}], available={available})",
+            "{}({}, available={available})",
             slf.get_type().qualname()?,
-            parts.join(", ")
+            bands_repr(py, &specs)?
         ))
     }
 
@@ -297,21 +306,15 @@ impl NativeRateLimiter {
         let py = slf.py();
         let this = slf.get();
         let bands = this.lock().bands().to_vec();
-        let specs = bands
-            .iter()
-            .map(|band| Ok((rate_object(py, band.spec.rate)?, band.spec.burst)))
-            .collect::<PyResult<Vec<_>>>()?;
+        let specs: Vec<_> = bands.iter().map(|band| band.spec).collect();
         let balances: Vec<_> = bands
             .iter()
             .map(|band| (band.balance.units, band.balance.settled_at))
             .collect();
         let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("bands", specs)?;
+        kwargs.set_item("bands", band_pairs(py, &specs)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
-        let rebuild = py
-            .import("functools")?
-            .getattr("partial")?
-            .call((slf.get_type(),), Some(&kwargs))?;
+        let rebuild = rebuilder(slf.as_any(), &kwargs)?;
         Ok((rebuild, PyTuple::empty(py), PyList::new(py, balances)?))
     }
 
@@ -338,6 +341,29 @@ impl NativeRateLimiter {
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.clock.traverse(&visit)
+    }
+}
+
+/// The bands a constructor describes: one from `rate`, `burst` and `per`, or a list of `bands`.
+pub fn specs_from(
+    py: Python<'_>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+    bands: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<BandSpec>> {
+    match (rate, bands) {
+        (Some(rate), None) => Ok(vec![band_spec(py, rate, burst, per)?]),
+        (None, Some(bands)) => {
+            if burst.is_some() || per.is_some() {
+                return Err(PyTypeError::new_err(
+                    "burst and per belong to each band when bands is given",
+                ));
+            }
+            bands_from(py, bands)
+        }
+        (None, None) => Err(PyTypeError::new_err("give a rate, or bands")),
+        (Some(_), Some(_)) => Err(PyTypeError::new_err("give a rate or bands, not both")),
     }
 }
 
@@ -433,6 +459,42 @@ fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec
         return Err(PyValueError::new_err("bands must hold at least one band"));
     }
     Ok(specs)
+}
+
+/// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
+pub fn band_pairs<'py>(py: Python<'py>, specs: &[BandSpec]) -> PyResult<Bound<'py, PyTuple>> {
+    let pairs = specs
+        .iter()
+        .map(|spec| Ok((rate_object(py, spec.rate)?, spec.burst)))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, pairs)
+}
+
+/// `[Band(rate=10, burst=10), ...]`, for reprs.
+pub fn bands_repr(py: Python<'_>, specs: &[BandSpec]) -> PyResult<String> {
+    let parts = specs
+        .iter()
+        .map(|spec| {
+            Ok(format!(
+                "Band(rate={}, burst={})",
+                rate_object(py, spec.rate)?.repr()?,
+                spec.burst
+            ))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(format!("[{}]", parts.join(", ")))
+}
+
+/// `functools.partial(type(instance), **kwargs)`: how a limiter pickles its configuration,
+/// keyword-only arguments included.
+pub fn rebuilder<'py>(
+    instance: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, pyo3::types::PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = instance.py();
+    py.import("functools")?
+        .getattr("partial")?
+        .call((instance.get_type(),), Some(kwargs))
 }
 
 fn rate_object(py: Python<'_>, rate: Rate) -> PyResult<Bound<'_, PyAny>> {

@@ -8,18 +8,23 @@
 //! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes, and
 //!   the thread-safe fields of the mutable ones.
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
-//! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules.
+//! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules;
+//!   [`buffers`]: whole traces of integers in, codes out.
 //! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
+//! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 
 mod args;
+mod buffers;
 mod classes;
 mod clock;
 mod enums;
 mod fastcall;
+mod keyed;
+mod keys;
 mod leaky_bucket;
 mod limiter;
 mod meter;
@@ -63,6 +68,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
     module.add_class::<limiter::NativeRateLimiter>()?;
+    // keyed: one limiter per client
+    module.add_class::<keyed::KeyedStats>()?;
+    module.add_class::<keyed::NativeKeyedRateLimiter>()?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

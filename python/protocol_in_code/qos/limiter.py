@@ -87,21 +87,7 @@ class RateLimiter(NativeRateLimiter):
 
         Raises ValueError if ``n`` exceeds a band's burst (no wait would ever be enough).
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + _seconds(timeout)
-        while True:
-            decision = self.check(n)
-            if decision.outcome is LimitOutcome.ALLOWED:
-                return True
-            if decision.wait_ns is None:  # NEVER
-                raise ValueError(f"n={n} is more than a band's burst: it can never be acquired")
-            delay = decision.wait_ns / 1e9
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    return False
-                delay = min(delay, left)
-            await asyncio.sleep(delay)
+        return await _await_allowed(lambda: self.check(n), n, timeout)
 
     def __call__(self, function: F) -> F:
         """Decorate a function (``def`` or ``async def``) to take one token before each call."""
@@ -144,6 +130,28 @@ class RateLimiter(NativeRateLimiter):
 
     async def __aexit__(self, *exc_info: object) -> None:
         return None
+
+
+async def _await_allowed(check: Callable[[], Decision], n: int, timeout: float | None) -> bool:
+    """Call ``check`` (which takes if allowed) until it allows, sleeping for the wait it gives.
+
+    False if ``timeout`` seconds pass first; ValueError if the answer is NEVER.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + _seconds(timeout)
+    while True:
+        decision = check()
+        if decision.outcome is LimitOutcome.ALLOWED:
+            return True
+        if decision.wait_ns is None:  # NEVER
+            raise ValueError(f"n={n} is more than a band's burst: it can never be acquired")
+        delay = decision.wait_ns / 1e9
+        if deadline is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            delay = min(delay, left)
+        await asyncio.sleep(delay)
 
 
 def _seconds(timeout: float) -> float:

@@ -11,20 +11,28 @@
 //!   settled no later than now. Forgetting it then changes no answer, ever.
 //!
 //! Forgetting is lazy, the same read-time trick as a DNS cache entry that expires only when
-//! someone looks: nothing runs in the background; when a new key finds its shard full, the shard
-//! is swept for keys that have refilled to the top. If none has, the new key is refused (fail
-//! closed, counted in [`Stats::refused`]) rather than anyone being evicted. The trade-off is
-//! deliberate: under a flood of distinct keys faster than buckets refill, new clients wait, but
-//! no throttled client is ever let off.
+//! someone looks: nothing runs in the background. A key is checked when it is touched, and when
+//! a new key finds its shard full, the shard is swept for keys that have refilled to the top. If
+//! none has, the new key is refused (fail closed, counted in [`Stats::refused`]) rather than
+//! anyone being evicted. The trade-off is deliberate: under a flood of distinct keys faster than
+//! buckets refill, new clients wait, but no throttled client is ever let off.
+//!
+//! Two details keep "forgetting changes nothing" exact:
+//!
+//! * Fresh keys start full, so a full key and a forgotten one are the same thing.
+//! * The table has **one clock that never goes backwards**: a call made at a time before the
+//!   latest one the table has seen is decided at that latest time (its wait still counts from
+//!   the caller's time). Otherwise a key forgotten at noon and asked about "at 11:00" would be
+//!   recreated anchored at 11:00 and accrue an hour it never waited.
 //!
 //! The table is split into shards, each behind its own lock, so different keys rarely contend.
-//! Fresh keys start full, which is what lets "full" mean "forgettable".
 
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::{Equivalent, HashTable};
 
 use crate::core::exact::limiter::{Decision, Limiter};
 use crate::core::exact::rate::BandSpec;
@@ -34,9 +42,17 @@ use crate::core::exact::rate::BandSpec;
 pub enum KeyedDecision {
     /// The key's own limiter decided.
     Decided(Decision),
-    /// The key is new and the table is full of keys that cannot be forgotten: refused, without
-    /// evicting anyone.
-    Refused,
+    /// The key is new and its shard is full of keys that cannot be forgotten: refused, without
+    /// evicting anyone. The first of those keys can be forgotten `retry_in` nanoseconds from
+    /// the caller's time (a hint: someone else may take the room first).
+    Refused { retry_in: u128 },
+}
+
+/// A decision, and the whole tokens the key holds after it (every band's least).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Answer {
+    pub decision: KeyedDecision,
+    pub remaining: u128,
 }
 
 /// Counts since the limiter was made.
@@ -53,7 +69,7 @@ impl Stats {
         match decision {
             KeyedDecision::Decided(Decision::Allowed) => self.allowed += 1,
             KeyedDecision::Decided(Decision::Wait(_) | Decision::Never) => self.denied += 1,
-            KeyedDecision::Refused => self.refused += 1,
+            KeyedDecision::Refused { .. } => self.refused += 1,
         }
     }
 
@@ -66,10 +82,12 @@ impl Stats {
 }
 
 struct Shard<K> {
-    entries: HashMap<K, Limiter>,
-    /// The time of the last sweep that found nothing to forget: until the clock moves past it,
-    /// another sweep would find nothing either (only time makes a key forgettable).
-    fruitless_sweep_at: Option<i64>,
+    /// Keys and their limiters, found by the hash the table computed once per call.
+    entries: HashTable<(K, Limiter)>,
+    /// No sweep can find a forgettable key before this time: the earliest a remembered key is
+    /// full again, as the last fruitless sweep found (taking tokens only moves that later; a
+    /// refund resets it).
+    room_from: i64,
     stats: Stats,
 }
 
@@ -81,16 +99,30 @@ pub struct KeyedLimiter<K> {
     fresh: Limiter,
     shards: Vec<Mutex<Shard<K>>>,
     per_shard: usize,
+    /// The table's clock: the latest time any call has used.
+    latest: AtomicI64,
+    /// Keys whose forgetting the owner wants to hear about (see [`KeyedLimiter::watching`]).
+    watched: fn(&K) -> bool,
+    forgotten_watched: Mutex<Vec<K>>,
 }
 
-impl<K: Hash + Eq> KeyedLimiter<K> {
+/// A shard, locked, with the key's hash and the table's time for this call.
+struct Locked<'a, K> {
+    shard: MutexGuard<'a, Shard<K>>,
+    hash: u64,
+    /// The caller's time, moved forward to the table's clock.
+    now: i64,
+    /// How far the caller's time is behind the table's clock: added to every wait.
+    behind: u128,
+}
+
+impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
     /// `shards` shards (at least one, at most `max_keys`), each holding `max_keys / shards`.
     #[must_use]
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
         let max_keys = max_keys.max(1);
         let shards = shards.clamp(1, max_keys);
-        let per_shard = max_keys / shards;
         Self {
             hasher: RandomState::new(),
             specs: specs.to_vec(),
@@ -98,14 +130,31 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
             shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
-                        entries: HashMap::new(),
-                        fruitless_sweep_at: None,
+                        entries: HashTable::new(),
+                        room_from: i64::MIN,
                         stats: Stats::default(),
                     })
                 })
                 .collect(),
-            per_shard,
+            per_shard: max_keys / shards,
+            latest: AtomicI64::new(i64::MIN),
+            watched: |_| false,
+            forgotten_watched: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Keep every forgotten key for which `watched` says yes, for
+    /// [`KeyedLimiter::take_forgotten`]: an owner that keeps something of its own per key
+    /// (the Python glue keeps the key objects) learns when to let it go.
+    #[must_use]
+    pub fn watching(mut self, watched: fn(&K) -> bool) -> Self {
+        self.watched = watched;
+        self
+    }
+
+    /// The watched keys forgotten since the last call.
+    pub fn take_forgotten(&self) -> Vec<K> {
+        std::mem::take(&mut *lock(&self.forgotten_watched))
     }
 
     /// The bands every key is limited by.
@@ -114,106 +163,302 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
         &self.specs
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K>> {
-        #[allow(clippy::cast_possible_truncation)] // only the low bits pick a shard
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        // A shard's every change is a single insert or removal: a poisoned lock still guards
-        // a consistent map.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// The most keys this table remembers.
+    #[must_use]
+    pub fn max_keys(&self) -> usize {
+        self.per_shard * self.shards.len()
+    }
+
+    /// The number of shards.
+    #[must_use]
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The key's hash, and its shard. The shard is picked by middle bits of the hash: the
+    /// table inside a shard uses the low bits for its buckets and the top seven as tags, so
+    /// neither may be the same for every key of a shard.
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Mutex<Shard<K>>) {
+        let hash = self.hasher.hash_one(key);
+        #[allow(clippy::cast_possible_truncation)] // bits 24..56 of the hash, then the high half
+        let index = ((u64::from((hash >> 24) as u32) * self.shards.len() as u64) >> 32) as usize;
+        (hash, &self.shards[index])
+    }
+
+    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<&'s mut Limiter>
+    where
+        Q: Equivalent<K> + ?Sized,
+    {
+        shard
+            .entries
+            .find_mut(hash, |(known, _)| key.equivalent(known))
+            .map(|(_, limiter)| limiter)
+    }
+
+    /// Lock the shard of `key` and read the table's clock at `now_ns`. The clock moves under
+    /// the shard's lock, so calls on one shard see it in the order they hold the lock.
+    fn locked<Q: Hash + ?Sized>(&self, key: &Q, now_ns: i64) -> Locked<'_, K> {
+        let (hash, shard) = self.shard_of(key);
+        let shard = lock(shard);
+        let now = self.latest.fetch_max(now_ns, Ordering::Relaxed).max(now_ns);
+        let behind = (i128::from(now) - i128::from(now_ns)).unsigned_abs();
+        Locked {
+            shard,
+            hash,
+            now,
+            behind,
+        }
     }
 
     /// Take `n` tokens for `key` at `now_ns`, as its own limiter decides.
     pub fn acquire<Q>(&self, key: &Q, n: u64, now_ns: i64) -> KeyedDecision
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
     {
-        let mut shard = self.shard(key);
-        let decision = if let Some(limiter) = shard.entries.get_mut(key) {
-            let decision = limiter.acquire(n, now_ns);
-            if limiter.is_fresh_at(now_ns) {
-                // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
-                shard.entries.remove(key);
-                shard.stats.forgotten += 1;
+        let mut locked = self.locked(key, now_ns);
+        self.acquire_locked(&mut locked, key, n, false).0
+    }
+
+    /// [`KeyedLimiter::acquire`], also saying what the key holds after it.
+    pub fn check<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Answer
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
+    {
+        let mut locked = self.locked(key, now_ns);
+        let (decision, remaining) = self.acquire_locked(&mut locked, key, n, true);
+        Answer {
+            decision,
+            remaining,
+        }
+    }
+
+    fn acquire_locked<Q>(
+        &self,
+        locked: &mut Locked<'_, K>,
+        key: &Q,
+        n: u64,
+        with_remaining: bool,
+    ) -> (KeyedDecision, u128)
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
+    {
+        // What the key holds after the decision costs a division: only `check` asks for it.
+        let remaining = |limiter: &Limiter| {
+            if with_remaining {
+                limiter.available()
+            } else {
+                0
             }
-            KeyedDecision::Decided(decision)
-        } else {
-            self.acquire_new(&mut shard, key, n, now_ns)
         };
+        let Locked {
+            shard,
+            hash,
+            now,
+            behind,
+        } = locked;
+        let (decision, remaining) = if let Some(limiter) = Self::find(shard, *hash, key) {
+            let decision = limiter.acquire(n, *now);
+            let remaining = remaining(limiter);
+            if limiter.is_fresh_at(*now) {
+                // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
+                self.forget(shard, *hash, key);
+            }
+            (KeyedDecision::Decided(decision), remaining)
+        } else {
+            let (decision, limiter) = self.acquire_new(shard, *hash, key, n, *now);
+            (decision, limiter.map_or(0, |limiter| remaining(&limiter)))
+        };
+        let decision = Self::waits_from_caller(decision, *behind);
         shard.stats.count(decision);
-        decision
+        (decision, remaining)
     }
 
     /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
-    /// the answer changed it.
-    fn acquire_new<Q>(&self, shard: &mut Shard<K>, key: &Q, n: u64, now_ns: i64) -> KeyedDecision
+    /// the answer changed it. Returns the new key's limiter as it stands after the decision,
+    /// or `None` if refused.
+    fn acquire_new<Q>(
+        &self,
+        shard: &mut Shard<K>,
+        hash: u64,
+        key: &Q,
+        n: u64,
+        now: i64,
+    ) -> (KeyedDecision, Option<Limiter>)
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
     {
         let mut limiter = self.fresh.clone();
-        let decision = limiter.acquire(n, now_ns);
-        if decision != Decision::Allowed || limiter.is_fresh_at(now_ns) {
+        let decision = limiter.acquire(n, now);
+        if decision != Decision::Allowed || limiter.is_fresh_at(now) {
             // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
             // key's state is still a fresh one, so there is nothing to remember.
-            return KeyedDecision::Decided(decision);
+            return (KeyedDecision::Decided(decision), Some(limiter));
         }
-        if shard.entries.len() >= self.per_shard && !Self::sweep(shard, now_ns) {
-            return KeyedDecision::Refused;
+        if let Some(retry_in) = self.make_room(shard, now) {
+            return (KeyedDecision::Refused { retry_in }, None);
         }
-        shard.entries.insert(key.to_owned(), limiter);
-        KeyedDecision::Decided(decision)
-    }
-
-    /// Forget every key of the shard that is indistinguishable from a fresh one at `now_ns`;
-    /// whether any room was made.
-    fn sweep(shard: &mut Shard<K>, now_ns: i64) -> bool {
-        if shard.fruitless_sweep_at.is_some_and(|at| now_ns <= at) {
-            return false;
-        }
-        let before = shard.entries.len();
         shard
             .entries
-            .retain(|_, limiter| !limiter.is_fresh_at(now_ns));
-        let forgotten = before - shard.entries.len();
-        shard.stats.forgotten += forgotten as u64;
-        if forgotten == 0 {
-            shard.fruitless_sweep_at = Some(now_ns);
-        }
-        forgotten > 0
+            .insert_unique(hash, (K::from(key), limiter.clone()), |(key, _)| {
+                self.hasher.hash_one(key)
+            });
+        (KeyedDecision::Decided(decision), Some(limiter))
     }
 
-    /// What [`KeyedLimiter::acquire`] would answer, taking nothing and storing nothing new.
-    pub fn peek<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Decision
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut shard = self.shard(key);
-        match shard.entries.get_mut(key) {
-            Some(limiter) => limiter.peek(n, now_ns),
-            None => self.fresh.clone().peek(n, now_ns),
+    /// Room for one more key in `shard` at `now`: `None` if there is (perhaps after
+    /// forgetting keys that are fresh again), else how long until there may be.
+    fn make_room(&self, shard: &mut Shard<K>, now: i64) -> Option<u128> {
+        if shard.entries.len() < self.per_shard {
+            return None;
         }
+        if now >= shard.room_from {
+            let before = shard.entries.len();
+            let mut gone = Vec::new();
+            shard.entries.retain(|(key, limiter)| {
+                let keep = !limiter.is_fresh_at(now);
+                if !keep && (self.watched)(key) {
+                    gone.push(key.clone());
+                }
+                keep
+            });
+            shard.stats.forgotten += (before - shard.entries.len()) as u64;
+            self.note_forgotten(gone);
+            if shard.entries.len() < self.per_shard {
+                return None;
+            }
+            shard.room_from = shard
+                .entries
+                .iter()
+                .map(|(_, limiter)| limiter.fresh_from())
+                .min()
+                .unwrap_or(i64::MIN);
+        }
+        Some(
+            (i128::from(shard.room_from) - i128::from(now))
+                .unsigned_abs()
+                .max(1),
+        )
+    }
+
+    fn forget<Q>(&self, shard: &mut Shard<K>, hash: u64, key: &Q)
+    where
+        Q: Equivalent<K> + ?Sized,
+    {
+        if let Ok(entry) = shard
+            .entries
+            .find_entry(hash, |(known, _)| key.equivalent(known))
+        {
+            let ((key, _), _) = entry.remove();
+            shard.stats.forgotten += 1;
+            if (self.watched)(&key) {
+                self.note_forgotten(vec![key]);
+            }
+        }
+    }
+
+    fn note_forgotten(&self, keys: Vec<K>) {
+        if !keys.is_empty() {
+            lock(&self.forgotten_watched).extend(keys);
+        }
+    }
+
+    /// A wait decided at the table's time, counted from the caller's (earlier) time.
+    fn waits_from_caller(decision: KeyedDecision, behind: u128) -> KeyedDecision {
+        match decision {
+            KeyedDecision::Decided(Decision::Wait(ns)) => {
+                KeyedDecision::Decided(Decision::Wait(ns.saturating_add(behind)))
+            }
+            KeyedDecision::Refused { retry_in } => KeyedDecision::Refused {
+                retry_in: retry_in.saturating_add(behind),
+            },
+            decided @ KeyedDecision::Decided(_) => decided,
+        }
+    }
+
+    /// What [`KeyedLimiter::check`] would answer, taking nothing and storing nothing new
+    /// (though keys that are fresh again may be forgotten, which changes no answer).
+    pub fn peek<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Answer
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let Locked {
+            mut shard,
+            hash,
+            now,
+            behind,
+        } = self.locked(key, now_ns);
+        let (decision, remaining) = if let Some(limiter) = Self::find(&mut shard, hash, key) {
+            let mut limiter = limiter.clone();
+            let decision = limiter.peek(n, now);
+            (KeyedDecision::Decided(decision), limiter.available_at(now))
+        } else {
+            let mut limiter = self.fresh.clone();
+            let decision = limiter.acquire(n, now);
+            let stores = decision == Decision::Allowed && !limiter.is_fresh_at(now);
+            match stores.then(|| self.make_room(&mut shard, now)).flatten() {
+                Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
+                None => (
+                    KeyedDecision::Decided(decision),
+                    self.fresh.clone().available_at(now),
+                ),
+            }
+        };
+        Answer {
+            decision: Self::waits_from_caller(decision, behind),
+            remaining,
+        }
+    }
+
+    /// Whole tokens `key` holds at `now_ns` (a key not remembered is full).
+    pub fn available<Q>(&self, key: &Q, now_ns: i64) -> u128
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let Locked {
+            mut shard,
+            hash,
+            now,
+            ..
+        } = self.locked(key, now_ns);
+        Self::find(&mut shard, hash, key)
+            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
+            .available_at(now)
     }
 
     /// Give `n` tokens back to `key` (capped at each burst); a key that is then full is
     /// forgotten at once, and an unknown key is already full.
     pub fn refund<Q>(&self, key: &Q, n: u64, now_ns: i64)
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
-        let mut shard = self.shard(key);
-        let refilled = shard.entries.get_mut(key).is_some_and(|limiter| {
-            limiter.refund(n, now_ns);
-            limiter.is_fresh_at(now_ns)
-        });
-        if refilled {
-            shard.entries.remove(key);
-            shard.stats.forgotten += 1;
+        let Locked {
+            mut shard,
+            hash,
+            now,
+            ..
+        } = self.locked(key, now_ns);
+        let Some(limiter) = Self::find(&mut shard, hash, key) else {
+            return;
+        };
+        limiter.refund(n, now);
+        if limiter.is_fresh_at(now) {
+            self.forget(&mut shard, hash, key);
         }
+        // A refund can bring a key's refill closer than the last sweep found.
+        shard.room_from = i64::MIN;
+    }
+
+    /// Whether `key` is remembered.
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let (hash, shard) = self.shard_of(key);
+        Self::find(&mut lock(shard), hash, key).is_some()
     }
 
     /// How many keys are remembered.
@@ -221,13 +466,7 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| {
-                shard
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .entries
-                    .len()
-            })
+            .map(|shard| lock(shard).entries.len())
             .sum()
     }
 
@@ -242,24 +481,54 @@ impl<K: Hash + Eq> KeyedLimiter<K> {
     pub fn stats(&self) -> Stats {
         let mut total = Stats::default();
         for shard in &self.shards {
-            total.add(&shard.lock().unwrap_or_else(PoisonError::into_inner).stats);
+            total.add(&lock(shard).stats);
         }
         total
     }
-}
 
-impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// The remembered keys (a snapshot, shard by shard).
     #[must_use]
     pub fn keys(&self) -> Vec<K> {
+        self.entries().into_iter().map(|(key, _)| key).collect()
+    }
+
+    /// The table's clock: the latest time any call has used (`None` before the first).
+    #[must_use]
+    pub fn latest(&self) -> Option<i64> {
+        Some(self.latest.load(Ordering::Relaxed)).filter(|&at| at != i64::MIN)
+    }
+
+    /// Put back what [`KeyedLimiter::entries`], [`KeyedLimiter::latest`] and
+    /// [`KeyedLimiter::stats`] saved, into an empty table of the same bands. Keys land in
+    /// this table's own shards, which may then hold more than their share until keys are
+    /// forgotten; the table as a whole never holds more than it was saved with.
+    pub fn restore(&self, entries: Vec<(K, Limiter)>, latest: Option<i64>, stats: Stats) {
+        if let Some(at) = latest {
+            self.latest.fetch_max(at, Ordering::Relaxed);
+        }
+        for (key, limiter) in entries {
+            let (hash, shard) = self.shard_of(&key);
+            lock(shard)
+                .entries
+                .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
+        }
+        lock(&self.shards[0]).stats.add(&stats);
+    }
+
+    /// Every remembered key with its limiter (a snapshot, shard by shard).
+    #[must_use]
+    pub fn entries(&self) -> Vec<(K, Limiter)> {
         self.shards
             .iter()
-            .flat_map(|shard| {
-                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-                shard.entries.keys().cloned().collect::<Vec<_>>()
-            })
+            .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
             .collect()
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A shard's every change is a single insert, removal or counter step: a poisoned lock
+    // still guards a consistent map.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -334,13 +603,25 @@ mod tests {
         assert!(limiter.len() <= 4);
         assert!(limiter.stats().forgotten >= 1);
         // A forgotten key answers exactly as if it had been kept: full, burst 2.
-        assert_eq!(limiter.peek("k0", 2, SECOND), Decision::Allowed);
+        assert_eq!(
+            limiter.peek("k0", 2, SECOND).decision,
+            KeyedDecision::Refused {
+                retry_in: 1_000_000_000
+            },
+            "no room for k0 until k4..k7 are full"
+        );
+        assert_eq!(limiter.available("k0", SECOND), 2);
         // Taking from it needs room, and k4..k7 are not full until a second later.
-        assert_eq!(limiter.acquire("k0", 2, SECOND), KeyedDecision::Refused);
+        assert_eq!(
+            limiter.acquire("k0", 2, SECOND),
+            KeyedDecision::Refused {
+                retry_in: 1_000_000_000
+            }
+        );
         assert_eq!(limiter.acquire("k0", 2, 2 * SECOND), ALLOWED);
         assert_eq!(
-            limiter.peek("k0", 1, 2 * SECOND),
-            Decision::Wait(1_000_000_000)
+            limiter.peek("k0", 1, 2 * SECOND).decision,
+            KeyedDecision::Decided(Decision::Wait(1_000_000_000))
         );
     }
 
@@ -348,8 +629,8 @@ mod tests {
     fn forgetting_changes_no_answer() {
         // The same random workload through a tiny table and through one that never forgets.
         let spec = BandSpec::new(Rate::new(3, 2).unwrap(), 3).unwrap();
-        let small = KeyedLimiter::new(&[spec], 2, 1);
-        let large = KeyedLimiter::new(&[spec], 1_000_000, 2);
+        let small: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 2, 1);
+        let large: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 1_000_000, 2);
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = || {
             state ^= state << 13;
@@ -365,7 +646,7 @@ mod tests {
             // A refusal takes nothing from a key the small table holds as fresh; the large
             // table skips that request too, so both keep seeing the same history.
             let small_said = small.acquire(key.as_str(), n, now);
-            if small_said != KeyedDecision::Refused {
+            if !matches!(small_said, KeyedDecision::Refused { .. }) {
                 let large_said = large.acquire(key.as_str(), n, now);
                 assert_eq!(small_said, large_said, "key {key}, n {n}, at {now}");
             }
@@ -377,7 +658,7 @@ mod tests {
     fn refunds_and_peeks_do_not_store_fresh_keys() {
         let limiter = table(4);
         limiter.refund("nobody", 5, 0);
-        assert_eq!(limiter.peek("nobody", 2, 0), Decision::Allowed);
+        assert_eq!(limiter.peek("nobody", 2, 0).decision, ALLOWED);
         assert_eq!(
             limiter.acquire("nobody", 3, 0),
             KeyedDecision::Decided(Decision::Never)

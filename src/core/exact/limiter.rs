@@ -52,6 +52,17 @@ impl Band {
         }
     }
 
+    /// When this band is full if nothing is taken: its settlement point plus the time its
+    /// deficit takes to accrue.
+    fn full_from(&self) -> i64 {
+        let deficit = self.spec.capacity_units() - self.balance.units;
+        let Some(settled_at) = self.balance.settled_at else {
+            return if deficit == 0 { i64::MIN } else { i64::MAX };
+        };
+        let refill = deficit.div_ceil(self.spec.rate.units_per_ns());
+        i64::try_from(i128::from(settled_at).saturating_add_unsigned(refill)).unwrap_or(i64::MAX)
+    }
+
     /// Whole tokens held.
     fn whole_tokens(&self) -> u128 {
         self.balance.units / self.spec.rate.units_per_token()
@@ -182,6 +193,7 @@ impl Limiter {
     /// refills start later than a new limiter's).
     #[must_use]
     pub fn is_fresh_at(&self, now_ns: i64) -> bool {
+        // The same as `fresh_from() <= now_ns`, without a division: this runs on every call.
         self.bands.iter().all(|band| {
             band.balance.settled_at.is_none_or(|at| at <= now_ns)
                 && settle(
@@ -193,6 +205,18 @@ impl Limiter {
                 .units
                     == band.spec.capacity_units()
         })
+    }
+
+    /// The first nanosecond from which [`Limiter::is_fresh_at`] holds, if nothing is taken
+    /// meanwhile: when the slowest band is full again (`i64::MAX` if never within the clock's
+    /// range). A band never anchored is fresh from any time, if full.
+    #[must_use]
+    pub fn fresh_from(&self) -> i64 {
+        self.bands
+            .iter()
+            .map(Band::full_from)
+            .max()
+            .unwrap_or(i64::MIN)
     }
 
     /// Whole tokens every band holds as last settled: how many more 1-token requests would be

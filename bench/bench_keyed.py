@@ -1,0 +1,152 @@
+"""The keyed limiter's hot calls against an empty Python function, the peers, and a loop.
+
+Run from the repository root after installing the package::
+
+    python3 bench/bench_keyed.py [--rounds 15]
+
+Rows, in one run (medians of interleaved rounds; read the ratios, not the times):
+
+* ``try_acquire(key)`` with a str key, against an empty ``def f(key)`` called the same way and
+  against token-bucket's ``Limiter.consume(key)`` (optional: ``pip install '.[bench]'``);
+* the same over 10,000 distinct keys in turn (a table that really holds them);
+* ``try_acquire_many`` over a trace of int keys, per decision, against ``try_acquire`` called
+  for each item in a Python loop.
+
+Every limiter is configured so that no request is ever denied during a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import importlib
+import statistics
+import timeit
+from collections.abc import Callable
+from itertools import cycle
+
+from protocol_in_code.qos.keyed import KeyedRateLimiter
+
+HUGE = 10**12  # tokens per second and burst: never denied during a run
+TRACE = 100_000  # requests in the trace rows
+CLIENTS = 10_000
+
+
+def empty(key: object) -> None:
+    return None
+
+
+def keyed() -> KeyedRateLimiter:
+    return KeyedRateLimiter(HUGE, max_keys=2 * CLIENTS)
+
+
+Case = Callable[[], tuple[str, dict[str, object], int]]
+
+
+def native_one_key() -> tuple[str, dict[str, object], int]:
+    return "limiter.try_acquire(key)", {"limiter": keyed(), "key": "client-42"}, 1
+
+
+def empty_one_key() -> tuple[str, dict[str, object], int]:
+    return "f(key)", {"f": empty, "key": "client-42"}, 1
+
+
+def token_bucket_one_key() -> tuple[str, dict[str, object], int]:
+    module = importlib.import_module("token_bucket")
+    limiter = module.Limiter(HUGE, HUGE, module.MemoryStorage())
+    return "limiter.consume(key)", {"limiter": limiter, "key": "client-42"}, 1
+
+
+def names() -> cycle[str]:
+    return cycle([f"client-{i}" for i in range(CLIENTS)])
+
+
+def native_many_keys() -> tuple[str, dict[str, object], int]:
+    return "limiter.try_acquire(next(keys))", {"limiter": keyed(), "keys": names()}, 1
+
+
+def empty_many_keys() -> tuple[str, dict[str, object], int]:
+    return "f(next(keys))", {"f": empty, "keys": names()}, 1
+
+
+def token_bucket_many_keys() -> tuple[str, dict[str, object], int]:
+    module = importlib.import_module("token_bucket")
+    limiter = module.Limiter(HUGE, HUGE, module.MemoryStorage())
+    return "limiter.consume(next(keys))", {"limiter": limiter, "keys": names()}, 1
+
+
+def trace() -> tuple[array.array[int], array.array[int]]:
+    keys = array.array("q", (i * 7919 % CLIENTS for i in range(TRACE)))
+    times = array.array("q", range(0, TRACE * 1000, 1000))
+    return keys, times
+
+
+def trace_loop() -> tuple[str, dict[str, object], int]:
+    keys, times = trace()
+    stmt = "for k, t in zip(keys, times): limiter.try_acquire(k, now_ns=t)"
+    return stmt, {"limiter": keyed(), "keys": keys.tolist(), "times": times.tolist()}, TRACE
+
+
+def trace_many() -> tuple[str, dict[str, object], int]:
+    keys, times = trace()
+    return (
+        "limiter.try_acquire_many(keys, times)",
+        {
+            "limiter": keyed(),
+            "keys": keys,
+            "times": times,
+        },
+        TRACE,
+    )
+
+
+CASES: dict[str, Case] = {
+    "try_acquire(key), one str key (native)": native_one_key,
+    "empty def f(key)": empty_one_key,
+    "token-bucket consume(key)": token_bucket_one_key,
+    "try_acquire(key), 10k str keys (native)": native_many_keys,
+    "empty def f(next(keys))": empty_many_keys,
+    "token-bucket consume, 10k keys": token_bucket_many_keys,
+    "trace: try_acquire in a loop": trace_loop,
+    "trace: try_acquire_many": trace_many,
+}
+
+RATIOS = [
+    ("try_acquire(key), one str key (native)", "empty def f(key)"),
+    ("token-bucket consume(key)", "try_acquire(key), one str key (native)"),
+    ("try_acquire(key), 10k str keys (native)", "empty def f(next(keys))"),
+    ("token-bucket consume, 10k keys", "try_acquire(key), 10k str keys (native)"),
+    ("trace: try_acquire in a loop", "trace: try_acquire_many"),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--number", type=int, default=20_000)
+    options = parser.parse_args()
+
+    ready: dict[str, tuple[str, dict[str, object], int]] = {}
+    for name, make in CASES.items():
+        try:
+            ready[name] = make()
+        except ImportError:
+            print(f"skipped (not installed): {name}")
+    samples: dict[str, list[float]] = {name: [] for name in ready}
+    for _ in range(options.rounds):
+        for name, (stmt, names_, per_run) in ready.items():
+            number = max(1, options.number // per_run)
+            seconds = timeit.timeit(stmt, globals=names_, number=number)
+            samples[name].append(seconds / (number * per_run) * 1e9)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"median of {options.rounds} rounds, ns per call or per decision")
+    for name, ns in medians.items():
+        print(f"{name:44} {ns:8.1f}")
+    print("ratios")
+    for slow, fast in RATIOS:
+        if slow in medians and fast in medians:
+            print(f"{slow:44} / {fast}: {medians[slow] / medians[fast]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

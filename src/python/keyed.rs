@@ -1,0 +1,482 @@
+//! `protocol_in_code.qos.keyed` for Python: the keyed limiter of `core::exact::keyed`.
+//!
+//! Arguments are checked as the single limiter checks them (and before any key is looked at),
+//! each key is turned into a table key by [`keys`](super::keys), and the table decides with no
+//! Python code running under its locks. A whole trace of integer keys is decided with the
+//! interpreter released, after every item has been read and checked, so a bad trace changes
+//! nothing.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
+use pyo3::IntoPyObjectExt;
+
+use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, Stats};
+use crate::core::exact::limiter::{Band, Decision as CoreDecision, Limiter};
+use crate::core::exact::settle::Balance;
+use crate::python::args::count;
+use crate::python::buffers::{code_array, IntBuffer};
+use crate::python::clock::Clock;
+use crate::python::keys::{classify, key_object, Classified, Key, KeyRef, Registry};
+use crate::python::limiter::{
+    band_pairs, bands_repr, block_until_taken, rebuilder, specs_from, Attempt, Decision,
+};
+use crate::python::record::frozen_record;
+
+frozen_record! {
+    /// What a keyed limiter has done since it was made: requests allowed, denied (including
+    /// never), refused because the table was full, and keys forgotten.
+    pub struct KeyedStats as "KeyedStats" in "protocol_in_code.qos.keyed" {
+        allowed,
+        denied,
+        refused,
+        forgotten,
+    }
+}
+
+/// The most shards a table is split into by default: enough that threads on different keys
+/// rarely meet, few enough that each shard's share of `max_keys` stays large.
+const DEFAULT_SHARDS: u64 = 16;
+
+/// One exact rate limiter per key, in bounded memory. See `protocol_in_code.qos.keyed`.
+#[pyclass(
+    frozen,
+    subclass,
+    name = "NativeKeyedRateLimiter",
+    module = "protocol_in_code._native"
+)]
+pub struct NativeKeyedRateLimiter {
+    table: KeyedLimiter<Key>,
+    registry: Registry,
+    clock: Clock,
+}
+
+impl NativeKeyedRateLimiter {
+    /// A call's `n` (default 1) and time (`now_ns`, else the clock), checked.
+    fn request(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, i64)> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        Ok((n, self.clock.now(py, now_ns)?))
+    }
+
+    /// Run `decide` on the table key of `key`; `stores` says whether it may remember a new key.
+    fn with_key<R>(
+        &self,
+        key: &Bound<'_, PyAny>,
+        stores: bool,
+        decide: impl FnOnce(&KeyRef<'_>) -> R,
+    ) -> PyResult<R> {
+        match classify(key)? {
+            Classified::Plain(plain) => Ok(decide(&plain)),
+            Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
+        }
+    }
+}
+
+#[pymethods]
+impl NativeKeyedRateLimiter {
+    #[new]
+    #[pyo3(signature = (rate = None, burst = None, *, per = None, bands = None, max_keys = None, shards = None, clock = None))]
+    #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
+    fn __new__(
+        py: Python<'_>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+        bands: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        shards: Option<&Bound<'_, PyAny>>,
+        clock: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let specs = specs_from(py, rate, burst, per, bands)?;
+        let max_keys = max_keys.map_or(Ok(100_000), |m| count(m, "max_keys"))?;
+        if max_keys == 0 {
+            return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
+        }
+        let shards = shards.map_or(Ok(DEFAULT_SHARDS.min(max_keys)), |s| count(s, "shards"))?;
+        if !(1..=max_keys).contains(&shards) {
+            return Err(PyValueError::new_err(format!(
+                "shards must be between 1 and max_keys ({max_keys}), not {shards}"
+            )));
+        }
+        let too_many = |name: &str, value: u64| {
+            PyValueError::new_err(format!(
+                "{name}={value} is more than this machine can address"
+            ))
+        };
+        let table = KeyedLimiter::new(
+            &specs,
+            usize::try_from(max_keys).map_err(|_| too_many("max_keys", max_keys))?,
+            usize::try_from(shards).map_err(|_| too_many("shards", shards))?,
+        )
+        .watching(Key::is_registered);
+        Ok(Self {
+            table,
+            registry: Registry::new(py),
+            clock: Clock::new(clock)?,
+        })
+    }
+
+    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
+    /// (denied, never, or refused because the table is full).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.request(py, n, now_ns)?;
+        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
+        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
+    }
+
+    /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is
+    /// ALLOWED, DENIED (with the exact wait_ns), NEVER (n exceeds a burst) or REFUSED (a new
+    /// key and a full table; wait_ns says when room may appear).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn check(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        let (n, now) = self.request(py, n, now_ns)?;
+        let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
+        decision(py, answer)
+    }
+
+    /// What check(key, n) would answer now, taking nothing.
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn peek(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        let (n, now) = self.request(py, n, now_ns)?;
+        let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
+        decision(py, answer)
+    }
+
+    /// Give `n` tokens back to `key` (each band capped at its burst; a key not remembered is
+    /// already full).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn refund(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (n, now) = self.request(py, n, now_ns)?;
+        self.with_key(key, false, |key| self.table.refund(key, n, now))
+    }
+
+    /// Whole tokens `key` holds now (every band's least).
+    #[pyo3(signature = (key, now_ns = None))]
+    fn available(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u128> {
+        let now = self.clock.now(py, now_ns)?;
+        self.with_key(key, false, |key| self.table.available(key, now))
+    }
+
+    /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
+    /// True once taken, False if `timeout` seconds pass first; ValueError if `n` exceeds a
+    /// burst. A refusal (full table) sleeps until room may appear and tries again.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        // The key is read once: its registered form is looked up at each attempt.
+        let mut failure = None;
+        let taken = block_until_taken(py, &self.clock, n, timeout, |now| {
+            match self.with_key(key, true, |key| self.table.acquire(key, n, now)) {
+                Ok(KeyedDecision::Decided(CoreDecision::Allowed)) => Attempt::Taken,
+                Ok(KeyedDecision::Decided(CoreDecision::Never)) => Attempt::Never,
+                Ok(KeyedDecision::Decided(CoreDecision::Wait(ns))) => Attempt::Retry(ns),
+                Ok(KeyedDecision::Refused { retry_in }) => Attempt::Retry(retry_in),
+                Err(err) => {
+                    failure = Some(err);
+                    Attempt::Taken
+                }
+            }
+        })?;
+        failure.map_or(Ok(taken), Err)
+    }
+
+    /// Decide a whole trace of integer keys: request `i` is `n[i]` tokens (or `n` for each, 1
+    /// by default) for `keys[i]` at `now_ns[i]`. Returns an `array('B')` of outcome codes (0
+    /// allowed, 1 denied, 2 never, 3 refused), exactly what `check` would have said one call at
+    /// a time, with the same effect. Any buffer of integers works (numpy, array.array,
+    /// memoryview), or a list. A bad trace raises, naming the index, and changes nothing.
+    #[pyo3(signature = (keys, now_ns, n = None))]
+    fn try_acquire_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        now_ns: &Bound<'py, PyAny>,
+        n: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let keys = IntBuffer::new(keys, "keys")?;
+        let times = IntBuffer::new(now_ns, "now_ns")?;
+        let length = keys.len();
+        let counts = match n.filter(|n| !n.is_none()) {
+            None => Counts::Each(1),
+            Some(n) if n.is_instance_of::<PyInt>() => Counts::Each(count(n, "n")?),
+            Some(n) => Counts::Items(IntBuffer::new(n, "n")?),
+        };
+        let counts_length = match &counts {
+            Counts::Items(buffer) => Some(buffer.len()),
+            Counts::Each(_) => None,
+        };
+        if times.len() != length || counts_length.is_some_and(|c| c != length) {
+            return Err(PyValueError::new_err(format!(
+                "keys ({length}), now_ns ({}){} must have the same length",
+                times.len(),
+                counts_length.map_or_else(String::new, |c| format!(" and n ({c})"))
+            )));
+        }
+        let mut key_values = vec![0_i64; length];
+        keys.read(py, 0, &mut key_values)?;
+        let mut time_values = vec![0_i64; length];
+        times.read(py, 0, &mut time_values)?;
+        let count_values = match counts {
+            Counts::Each(n) => vec![n; length],
+            Counts::Items(buffer) => {
+                let mut raw = vec![0_i64; length];
+                buffer.read(py, 0, &mut raw)?;
+                raw.iter()
+                    .enumerate()
+                    .map(|(i, &value)| {
+                        u64::try_from(value).map_err(|_| {
+                            PyValueError::new_err(format!(
+                                "n[{i}] must not be negative, not {value}"
+                            ))
+                        })
+                    })
+                    .collect::<PyResult<Vec<u64>>>()?
+            }
+        };
+        let codes = py.detach(|| {
+            key_values
+                .iter()
+                .zip(&time_values)
+                .zip(&count_values)
+                .map(|((&key, &now), &n)| code(self.table.acquire(&KeyRef::Int(key), n, now)))
+                .collect::<Vec<u8>>()
+        });
+        code_array(py, codes.into_iter())
+    }
+
+    /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten).
+    #[getter]
+    fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
+        let Stats {
+            allowed,
+            denied,
+            refused,
+            forgotten,
+        } = self.table.stats();
+        Ok(KeyedStats {
+            allowed: allowed.into_py_any(py)?,
+            denied: denied.into_py_any(py)?,
+            refused: refused.into_py_any(py)?,
+            forgotten: forgotten.into_py_any(py)?,
+        })
+    }
+
+    /// The most keys the table remembers at once.
+    #[getter]
+    fn max_keys(&self) -> usize {
+        self.table.max_keys()
+    }
+
+    /// The bands every key is limited by, as `(tokens per second, burst)` pairs.
+    #[getter]
+    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        band_pairs(py, self.table.specs())
+    }
+
+    /// How many keys are remembered now.
+    fn __len__(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether `key` is remembered now (a key not remembered is full).
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.with_key(key, false, |key| self.table.contains(key))
+    }
+
+    /// The keys remembered now (a snapshot).
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let keys = self
+            .table
+            .keys()
+            .iter()
+            .map(|key| key_object(py, key, &self.registry))
+            .filter_map(Result::transpose)
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, keys)?.try_iter().map(Bound::into_any)
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let this = slf.get();
+        Ok(format!(
+            "{}({}, max_keys={}, keys={})",
+            slf.get_type().qualname()?,
+            bands_repr(slf.py(), this.table.specs())?,
+            this.table.max_keys(),
+            this.table.len()
+        ))
+    }
+
+    /// Pickle and copy: rebuilt from its configuration, then given back every remembered
+    /// key's balances, the table's clock and its counts.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
+        let py = slf.py();
+        let this = slf.get();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("bands", band_pairs(py, this.table.specs())?)?;
+        kwargs.set_item("max_keys", this.table.max_keys())?;
+        kwargs.set_item("shards", this.table.shard_count())?;
+        kwargs.set_item("clock", this.clock.callable(py))?;
+        let mut entries = Vec::new();
+        for (key, limiter) in this.table.entries() {
+            let Some(key) = key_object(py, &key, &this.registry)? else {
+                continue;
+            };
+            let balances: Vec<_> = limiter
+                .bands()
+                .iter()
+                .map(|band| (band.balance.units, band.balance.settled_at))
+                .collect();
+            entries.push((key, balances));
+        }
+        let Stats {
+            allowed,
+            denied,
+            refused,
+            forgotten,
+        } = this.table.stats();
+        let state = (
+            entries,
+            this.table.latest(),
+            (allowed, denied, refused, forgotten),
+        )
+            .into_pyobject(py)?
+            .into_any();
+        Ok((rebuilder(slf.as_any(), &kwargs)?, PyTuple::empty(py), state))
+    }
+
+    /// Restore what `__reduce__` saved, into a table that has remembered nothing yet.
+    #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
+    fn __setstate__(
+        &self,
+        state: (
+            Vec<(Bound<'_, PyAny>, Vec<(u128, Option<i64>)>)>,
+            Option<i64>,
+            (u64, u64, u64, u64),
+        ),
+    ) -> PyResult<()> {
+        let (saved, latest, (allowed, denied, refused, forgotten)) = state;
+        if !self.table.is_empty() {
+            return Err(PyValueError::new_err(
+                "a keyed limiter's state can only be restored into a new limiter",
+            ));
+        }
+        let specs = self.table.specs();
+        let mut entries = Vec::with_capacity(saved.len());
+        for (key, balances) in saved {
+            if balances.len() != specs.len() {
+                return Err(PyValueError::new_err(
+                    "the saved state has a different number of bands",
+                ));
+            }
+            let bands = specs
+                .iter()
+                .zip(balances)
+                .map(|(&spec, (units, settled_at))| {
+                    if units > spec.capacity_units() {
+                        return Err(PyValueError::new_err(
+                            "a saved balance exceeds its band's burst",
+                        ));
+                    }
+                    Ok(Band {
+                        spec,
+                        balance: Balance { units, settled_at },
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let key = match classify(&key)? {
+                Classified::Plain(plain) => Key::from(&plain),
+                Classified::Object => Key::Object(self.registry.add(&key)?),
+            };
+            entries.push((key, Limiter::from_bands(bands)));
+        }
+        if entries.len() > self.table.max_keys() {
+            return Err(PyValueError::new_err(
+                "the saved state holds more keys than max_keys",
+            ));
+        }
+        let counts = Stats {
+            allowed,
+            denied,
+            refused,
+            forgotten,
+        };
+        self.table.restore(entries, latest, counts);
+        Ok(())
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        self.clock.traverse(&visit)?;
+        self.registry.traverse(&visit)
+    }
+}
+
+/// The tokens of each request in a trace: one count for all, or one each.
+enum Counts {
+    Each(u64),
+    Items(IntBuffer),
+}
+
+/// The Python answer for a table's answer.
+fn decision(py: Python<'_>, answer: Answer) -> PyResult<Decision> {
+    let Answer {
+        decision,
+        remaining,
+    } = answer;
+    match decision {
+        KeyedDecision::Decided(decided) => Decision::new(py, decided, remaining),
+        KeyedDecision::Refused { retry_in } => Decision::build(py, 3, Some(retry_in), 0),
+    }
+}
+
+/// A decision's `LimitOutcome` code, as in `try_acquire_many`'s array.
+fn code(decision: KeyedDecision) -> u8 {
+    match decision {
+        KeyedDecision::Decided(CoreDecision::Allowed) => 0,
+        KeyedDecision::Decided(CoreDecision::Wait(_)) => 1,
+        KeyedDecision::Decided(CoreDecision::Never) => 2,
+        KeyedDecision::Refused { .. } => 3,
+    }
+}

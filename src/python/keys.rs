@@ -1,0 +1,339 @@
+//! Python objects as keys of a keyed limiter, without calling Python for the common ones.
+//!
+//! A keyed limiter must treat keys as a `dict` does: keys that compare equal (with equal
+//! hashes) are one client, so `1`, `1.0`, `True`, `Fraction(1)` and `numpy.int64(1)` share a
+//! bucket, and `"a"` and `b"a"` do not. The table itself is plain Rust and runs no Python code
+//! under its locks, so every key is first turned into a [`Key`]:
+//!
+//! * exact `str`, `bytes`, `int` (64-bit), `bool` and integral `float` are read directly, with
+//!   no call to `__hash__` or `__eq__`: the fast path;
+//! * any other hashable that equals one of those (an `IntEnum` member, a `Decimal`, a `str`
+//!   subclass) is found by asking Python, once per call, which plain value it equals;
+//! * everything else (tuples, big ints, non-integral floats, objects) gets a number from a
+//!   [`Registry`]: a Python dict from key object to number, kept only for keys the table holds.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::Equivalent;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
+
+use crate::core::exact::keyed::KeyedLimiter;
+
+/// A key as the table stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    Int(i64),
+    Str(Box<str>),
+    Bytes(Box<[u8]>),
+    /// A key object's number in the [`Registry`].
+    Object(u64),
+}
+
+/// A key as a call looks it up: borrowed from the Python object, so a lookup allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyRef<'a> {
+    Int(i64),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Object(u64),
+}
+
+impl Key {
+    fn as_ref(&self) -> KeyRef<'_> {
+        match self {
+            Self::Int(value) => KeyRef::Int(*value),
+            Self::Str(text) => KeyRef::Str(text),
+            Self::Bytes(bytes) => KeyRef::Bytes(bytes),
+            Self::Object(id) => KeyRef::Object(*id),
+        }
+    }
+
+    /// Whether the table should say when it forgets this key (the registry must let go of it).
+    pub fn is_registered(&self) -> bool {
+        matches!(self, Self::Object(_))
+    }
+}
+
+/// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_ref().hash(state);
+    }
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        *self == key.as_ref()
+    }
+}
+
+impl From<&KeyRef<'_>> for Key {
+    fn from(key: &KeyRef<'_>) -> Self {
+        match *key {
+            KeyRef::Int(value) => Self::Int(value),
+            KeyRef::Str(text) => Self::Str(text.into()),
+            KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
+            KeyRef::Object(id) => Self::Object(id),
+        }
+    }
+}
+
+/// What a Python key turned out to be.
+pub enum Classified<'a> {
+    Plain(KeyRef<'a>),
+    /// Neither equal to a plain key nor one: the registry numbers it.
+    Object,
+}
+
+/// Turn `key` into a plain key if it is, or equals, one.
+pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
+    if let Some(plain) = exact_plain(key) {
+        return Ok(plain);
+    }
+    // Not an exact plain type: Python decides what it equals, as a dict would.
+    let hash = key.hash()?;
+    let py = key.py();
+    if let Ok(text) = key.cast::<PyString>() {
+        if let Ok(value) = text.to_str() {
+            let plain = PyString::new(py, value);
+            if plain.hash()? == hash && key.eq(&plain)? {
+                return Ok(Classified::Plain(KeyRef::Str(value)));
+            }
+        }
+        return Ok(Classified::Object);
+    }
+    if let Ok(bytes) = key.cast::<PyBytes>() {
+        let value = bytes.as_bytes();
+        let plain = PyBytes::new(py, value);
+        if plain.hash()? == hash && key.eq(&plain)? {
+            return Ok(Classified::Plain(KeyRef::Bytes(value)));
+        }
+        return Ok(Classified::Object);
+    }
+    for candidate in ints_hashing_to(hash) {
+        if key.eq(candidate)? {
+            return Ok(Classified::Plain(KeyRef::Int(candidate)));
+        }
+    }
+    Ok(Classified::Object)
+}
+
+/// 2**63, the first float beyond the 64-bit ints.
+const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python.
+/// `None` for other types; `Some(Object)` for values of these types that no plain key equals.
+fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
+    if key.is_exact_instance_of::<PyString>() {
+        // A str with lone surrogates has no UTF-8 form: the registry takes it.
+        let text = key.cast::<PyString>().ok()?;
+        return Some(text.to_str().map_or(Classified::Object, |value| {
+            Classified::Plain(KeyRef::Str(value))
+        }));
+    }
+    if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<pyo3::types::PyBool>() {
+        let mut overflow = 0;
+        // SAFETY: `key` is a live int; the call sets `overflow` instead of raising.
+        let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(key.as_ptr(), &raw mut overflow) };
+        // Beyond 64 bits an int equals no plain key (only big ints and floats, in the registry).
+        return Some(if overflow == 0 {
+            Classified::Plain(KeyRef::Int(value))
+        } else {
+            Classified::Object
+        });
+    }
+    if key.is_exact_instance_of::<PyBytes>() {
+        let bytes = key.cast::<PyBytes>().ok()?;
+        return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
+    }
+    if key.is_exact_instance_of::<PyFloat>() {
+        let value = key.cast::<PyFloat>().ok()?.value();
+        // -2**63 <= value < 2**63, integral: equal to exactly one 64-bit int.
+        #[allow(clippy::cast_possible_truncation)] // integral and within range
+        let plain = (value.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&value))
+            .then_some(KeyRef::Int(value as i64));
+        return Some(plain.map_or(Classified::Object, Classified::Plain));
+    }
+    None
+}
+
+/// The 64-bit ints whose Python hash is `hash`: an object equal to an int hashes like it, so
+/// these are the only ints it can equal. Python hashes an int by its absolute value modulo the
+/// Mersenne prime 2**61 - 1, sign kept (so 0 for every multiple of it), and -1 becomes -2.
+fn ints_hashing_to(hash: isize) -> impl Iterator<Item = i64> {
+    const MODULUS: i64 = (1 << 61) - 1;
+    let hash = hash as i64;
+    let positive = (hash >= 0).then_some((hash, 1));
+    let negative = (hash <= 0).then_some((hash, -1));
+    let minus_one = (hash == -2).then_some((-1, -1));
+    [positive, negative, minus_one]
+        .into_iter()
+        .flatten()
+        .flat_map(|(residue, sign)| {
+            // At most 4 * MODULUS < 2**63 away: every 64-bit int with this residue.
+            (0..=4).filter_map(move |m: i64| residue.checked_add(sign * m * MODULUS))
+        })
+}
+
+/// The numbers of key objects that are not plain keys.
+///
+/// A dict maps each such key (as Python compares keys) to its number, and a second dict maps
+/// the number back to the object, for iteration and pickling. A key is registered while the
+/// table holds it: when the table forgets a registered key, the registry lets go of it at its
+/// next use, so memory stays bounded by the table's own bound.
+///
+/// Looking a key up runs the key's `__hash__` and `__eq__`, so registry operations take a lock
+/// of their own, waited for with the interpreter released; a key whose `__eq__` calls back into
+/// the same limiter gets a `RuntimeError` instead of a deadlock. Plain keys never come here.
+pub struct Registry {
+    /// Held for a whole lookup-decide-register sequence; holds the next number.
+    lock: Mutex<u64>,
+    /// The thread holding `lock`, as the address of a thread-local (0: none).
+    holder: AtomicUsize,
+    numbers: Py<PyDict>,
+    objects: Py<PyDict>,
+}
+
+/// A number never given to a key: what an unregistered key is looked up as.
+const UNREGISTERED: u64 = u64::MAX;
+
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
+fn this_thread() -> usize {
+    THREAD_MARK.with(|mark| std::ptr::from_ref(mark) as usize)
+}
+
+struct Entered<'a> {
+    next: MutexGuard<'a, u64>,
+    holder: &'a AtomicUsize,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.holder.store(0, Ordering::Release);
+    }
+}
+
+impl Registry {
+    pub fn new(py: Python<'_>) -> Self {
+        Self {
+            lock: Mutex::new(0),
+            holder: AtomicUsize::new(0),
+            numbers: PyDict::new(py).unbind(),
+            objects: PyDict::new(py).unbind(),
+        }
+    }
+
+    fn enter(&self, py: Python<'_>) -> PyResult<Entered<'_>> {
+        if self.holder.load(Ordering::Acquire) == this_thread() {
+            return Err(PyRuntimeError::new_err(
+                "a key's __hash__ or __eq__ used the limiter it is a key of",
+            ));
+        }
+        let next = self
+            .lock
+            .lock_py_attached(py)
+            .unwrap_or_else(PoisonError::into_inner);
+        self.holder.store(this_thread(), Ordering::Release);
+        Ok(Entered {
+            next,
+            holder: &self.holder,
+        })
+    }
+
+    /// Run `decide` on the registered form of `key`. If `stores` and the key is new, it is
+    /// given a number first, and kept registered if the table then holds it.
+    pub fn with_object<R>(
+        &self,
+        key: &Bound<'_, PyAny>,
+        table: &KeyedLimiter<Key>,
+        stores: bool,
+        decide: impl FnOnce(&KeyRef<'_>) -> R,
+    ) -> PyResult<R> {
+        let py = key.py();
+        let mut entered = self.enter(py)?;
+        self.release_forgotten(py, table);
+        let numbers = self.numbers.bind(py);
+        if let Some(number) = numbers.get_item(key)? {
+            return Ok(decide(&KeyRef::Object(number.extract()?)));
+        }
+        if !stores {
+            return Ok(decide(&KeyRef::Object(UNREGISTERED)));
+        }
+        let number = *entered.next;
+        *entered.next += 1;
+        let decided = decide(&KeyRef::Object(number));
+        if table.contains(&KeyRef::Object(number)) {
+            self.register(py, key, number)?;
+        }
+        Ok(decided)
+    }
+
+    /// Register `key` under a new number (to restore a saved table).
+    pub fn add(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let mut entered = self.enter(key.py())?;
+        if let Some(number) = self.numbers.bind(key.py()).get_item(key)? {
+            return number.extract();
+        }
+        let number = *entered.next;
+        *entered.next += 1;
+        self.register(key.py(), key, number)?;
+        Ok(number)
+    }
+
+    fn register(&self, py: Python<'_>, key: &Bound<'_, PyAny>, number: u64) -> PyResult<()> {
+        self.numbers.bind(py).set_item(key, number)?;
+        self.objects.bind(py).set_item(number, key)
+    }
+
+    /// Let go of the keys the table has forgotten and not taken back since.
+    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) {
+        for key in table.take_forgotten() {
+            let Key::Object(number) = key else { continue };
+            if table.contains(&KeyRef::Object(number)) {
+                continue;
+            }
+            let objects = self.objects.bind(py);
+            if let Ok(Some(object)) = objects.get_item(number) {
+                let _ = objects.del_item(number);
+                // A key whose hash now fails stays registered: harmless, if not tidy.
+                if self.numbers.bind(py).del_item(object).is_err() {
+                    PyErr::take(py);
+                }
+            }
+        }
+    }
+
+    /// The key object registered under `number`, if any.
+    pub fn object<'py>(&self, py: Python<'py>, number: u64) -> Option<Bound<'py, PyAny>> {
+        self.objects.bind(py).get_item(number).ok().flatten()
+    }
+
+    /// For the cycle collector.
+    pub fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.numbers)?;
+        visit.call(&self.objects)
+    }
+}
+
+/// A stored key back as a Python object.
+pub fn key_object<'py>(
+    py: Python<'py>,
+    key: &Key,
+    registry: &Registry,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(Some(match key {
+        Key::Int(value) => value.into_pyobject(py)?.into_any(),
+        Key::Str(text) => PyString::new(py, text).into_any(),
+        Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
+        Key::Object(number) => return Ok(registry.object(py, *number)),
+    }))
+}
