@@ -274,13 +274,14 @@ impl NativeKeyedRateLimiter {
                     .collect::<PyResult<Vec<u64>>>()?
             }
         };
-        let codes = py.detach(|| {
-            key_values
-                .iter()
-                .zip(&time_values)
-                .zip(&count_values)
-                .map(|((&key, &now), &n)| code(self.table.acquire(&KeyRef::Int(key), n, now)))
-                .collect::<Vec<u8>>()
+        let mut codes = Vec::with_capacity(length);
+        py.detach(|| {
+            let keys: Vec<_> = key_values.iter().map(|&key| KeyRef::Int(key)).collect();
+            let requests = keys.iter().zip(count_values).zip(time_values);
+            self.table
+                .acquire_many(requests.map(|((key, n), now)| (key, n, now)), |decision| {
+                    codes.push(code(decision));
+                });
         });
         code_array(py, codes.into_iter())
     }

@@ -36,7 +36,7 @@ pub enum Key {
 }
 
 /// A key as a call looks it up: borrowed from the Python object, so a lookup allocates nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyRef<'a> {
     Int(i64),
     Str(&'a str),
@@ -64,6 +64,20 @@ impl Key {
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_ref().hash(state);
+    }
+}
+
+/// One write to the hasher per key, not two: keys of different kinds may share a hash (an int
+/// and an object number), which equality sorts out, and the hot path hashes on every call.
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match *self {
+            #[allow(clippy::cast_sign_loss)] // the bits, not the value
+            Self::Int(value) => state.write_u64(value as u64),
+            Self::Str(text) => text.hash(state),
+            Self::Bytes(bytes) => bytes.hash(state),
+            Self::Object(number) => state.write_u64(number),
+        }
     }
 }
 
