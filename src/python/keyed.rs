@@ -34,6 +34,21 @@ frozen_record! {
     }
 }
 
+/// `max_keys` unless given.
+const DEFAULT_MAX_KEYS: KeyCount = KeyCount(100_000);
+
+/// A `max_keys` argument, checked as a count (so None, a bool or a float is refused).
+#[derive(Clone, Copy)]
+struct KeyCount(u64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for KeyCount {
+    type Error = PyErr;
+
+    fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        count(&value, "max_keys").map(Self)
+    }
+}
+
 /// The most shards a table is split into by default: enough that threads on different keys
 /// rarely meet, few enough that each shard's share of `max_keys` stays large.
 const DEFAULT_SHARDS: u64 = 16;
@@ -80,7 +95,10 @@ impl NativeKeyedRateLimiter {
 #[pymethods]
 impl NativeKeyedRateLimiter {
     #[new]
-    #[pyo3(signature = (rate = None, burst = None, *, per = None, bands = None, max_keys = None, shards = None, clock = None))]
+    #[pyo3(
+        signature = (rate = None, burst = None, *, per = None, bands = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
+        text_signature = "(rate=None, burst=None, *, per=None, bands=None, max_keys=100000, shards=None, clock=None)"
+    )]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
     fn __new__(
         py: Python<'_>,
@@ -88,12 +106,12 @@ impl NativeKeyedRateLimiter {
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
         bands: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
+        max_keys: KeyCount,
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let specs = specs_from(py, rate, burst, per, bands)?;
-        let max_keys = max_keys.map_or(Ok(100_000), |m| count(m, "max_keys"))?;
+        let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
         }

@@ -82,11 +82,13 @@ impl Stats {
 }
 
 struct Shard<K> {
+    /// How many keys this shard may remember: its share of `max_keys`.
+    capacity: usize,
     /// Keys and their limiters, found by the hash the table computed once per call.
     entries: HashTable<(K, Limiter)>,
-    /// No sweep can find a forgettable key before this time: the earliest a remembered key is
-    /// full again, as the last fruitless sweep found (taking tokens only moves that later; a
-    /// refund resets it).
+    /// No sweep can find a forgettable key before this time: a lower bound on when the first
+    /// remembered key is full again. A fruitless sweep sets it exactly; taking tokens only
+    /// moves the truth later; a new key lowers it to its own time; a refund resets it.
     room_from: i64,
     stats: Stats,
 }
@@ -98,7 +100,7 @@ pub struct KeyedLimiter<K> {
     specs: Vec<BandSpec>,
     fresh: Limiter,
     shards: Vec<Mutex<Shard<K>>>,
-    per_shard: usize,
+    max_keys: usize,
     /// The table's clock: the latest time any call has used.
     latest: AtomicI64,
     /// Keys whose forgetting the owner wants to hear about (see [`KeyedLimiter::watching`]).
@@ -118,7 +120,8 @@ struct Locked<'a, K> {
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
-    /// `shards` shards (at least one, at most `max_keys`), each holding `max_keys / shards`.
+    /// `shards` shards (at least one, at most `max_keys`), each holding its share of
+    /// `max_keys`. A new key is refused when its own shard is full.
     #[must_use]
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
         let max_keys = max_keys.max(1);
@@ -128,15 +131,16 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             specs: specs.to_vec(),
             fresh: Limiter::new(specs, None, None),
             shards: (0..shards)
-                .map(|_| {
+                .map(|index| {
                     Mutex::new(Shard {
+                        capacity: share(max_keys, shards, index),
                         entries: HashTable::new(),
                         room_from: i64::MIN,
                         stats: Stats::default(),
                     })
                 })
                 .collect(),
-            per_shard: max_keys / shards,
+            max_keys,
             latest: AtomicI64::new(i64::MIN),
             watched: |_| false,
             forgotten_watched: Mutex::new(Vec::new()),
@@ -166,7 +170,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// The most keys this table remembers.
     #[must_use]
     pub fn max_keys(&self) -> usize {
-        self.per_shard * self.shards.len()
+        self.max_keys
     }
 
     /// The number of shards.
@@ -346,6 +350,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         if let Some(retry_in) = self.make_room(shard, now) {
             return (KeyedDecision::Refused { retry_in }, None);
         }
+        // A new key may be full again before any the last sweep saw.
+        shard.room_from = shard.room_from.min(limiter.fresh_from());
         shard
             .entries
             .insert_unique(hash, (K::from(key), limiter.clone()), |(key, _)| {
@@ -357,7 +363,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Room for one more key in `shard` at `now`: `None` if there is (perhaps after
     /// forgetting keys that are fresh again), else how long until there may be.
     fn make_room(&self, shard: &mut Shard<K>, now: i64) -> Option<u128> {
-        if shard.entries.len() < self.per_shard {
+        if shard.entries.len() < shard.capacity {
             return None;
         }
         if now >= shard.room_from {
@@ -372,7 +378,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             });
             shard.stats.forgotten += (before - shard.entries.len()) as u64;
             self.note_forgotten(gone);
-            if shard.entries.len() < self.per_shard {
+            if shard.entries.len() < shard.capacity {
                 return None;
             }
             shard.room_from = shard
@@ -558,6 +564,16 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
         }
         lock(&self.shards[0]).stats.add(&stats);
+        // This table's seed spreads the keys over its shards differently from the saved one's:
+        // each shard keeps room for what it now holds, plus its share of what is left, so the
+        // table as a whole still holds at most `max_keys`.
+        let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
+        let held: usize = shards.iter().map(|shard| shard.entries.len()).sum();
+        let spare = self.max_keys.saturating_sub(held);
+        let count = shards.len();
+        for (index, shard) in shards.iter_mut().enumerate() {
+            shard.capacity = shard.entries.len() + share(spare, count, index);
+        }
     }
 
     /// Every remembered key with its limiter (a snapshot, shard by shard).
@@ -568,6 +584,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
             .collect()
     }
+}
+
+/// Shard `index`'s share of `total` keys split over `shards`: the remainder goes to the first
+/// shards, so the shares add up to `total` exactly.
+fn share(total: usize, shards: usize, index: usize) -> usize {
+    total / shards + usize::from(index < total % shards)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
