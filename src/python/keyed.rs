@@ -439,6 +439,12 @@ impl NativeKeyedRateLimiter {
                             "a saved balance exceeds its band's burst",
                         ));
                     }
+                    // The table's clock is never behind a key's settlement point.
+                    if settled_at.is_some_and(|at| latest.is_none_or(|latest| at > latest)) {
+                        return Err(PyValueError::new_err(
+                            "a saved balance is settled later than the saved table's clock",
+                        ));
+                    }
                     Ok(Band {
                         spec,
                         balance: Balance { units, settled_at },

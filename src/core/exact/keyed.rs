@@ -280,7 +280,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let (decision, remaining) = if let Some(limiter) = Self::find(shard, hash, key) {
             let decision = limiter.acquire(n, now);
             let remaining = remaining(limiter);
-            if limiter.is_fresh_at(now) {
+            // Settled at the table's clock, which no key's settlement point is ever past.
+            if limiter.is_full() {
                 // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
                 self.forget(shard, hash, key);
             }
@@ -342,7 +343,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let mut limiter = self.fresh.clone();
         let decision = limiter.acquire(n, now);
-        if decision != Decision::Allowed || limiter.is_fresh_at(now) {
+        if decision != Decision::Allowed || limiter.is_full() {
             // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), Some(limiter));

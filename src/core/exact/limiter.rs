@@ -96,7 +96,44 @@ impl Decision {
 /// Bands consumed all-or-nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limiter {
-    bands: Vec<Band>,
+    bands: Bands,
+}
+
+/// A limiter's bands: inline when there is one, as there usually is, so that a table of one
+/// limiter per key allocates nothing per key and reaches each key's state in one step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Bands {
+    One([Band; 1]),
+    Many(Vec<Band>),
+}
+
+impl From<Vec<Band>> for Bands {
+    fn from(bands: Vec<Band>) -> Self {
+        match <[Band; 1]>::try_from(bands) {
+            Ok(one) => Self::One(one),
+            Err(many) => Self::Many(many),
+        }
+    }
+}
+
+impl std::ops::Deref for Bands {
+    type Target = [Band];
+
+    fn deref(&self) -> &[Band] {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Bands {
+    fn deref_mut(&mut self) -> &mut [Band] {
+        match self {
+            Self::One(one) => one,
+            Self::Many(many) => many,
+        }
+    }
 }
 
 impl Limiter {
@@ -120,14 +157,18 @@ impl Limiter {
                     settled_at: start_ns,
                 },
             })
-            .collect();
-        Self { bands }
+            .collect::<Vec<_>>();
+        Self {
+            bands: bands.into(),
+        }
     }
 
     /// A limiter with these exact bands and balances (to restore a saved one).
     #[must_use]
     pub fn from_bands(bands: Vec<Band>) -> Self {
-        Self { bands }
+        Self {
+            bands: bands.into(),
+        }
     }
 
     /// The bands, in order.
@@ -137,7 +178,7 @@ impl Limiter {
     }
 
     fn settle(&mut self, now_ns: i64) {
-        for band in &mut self.bands {
+        for band in self.bands.iter_mut() {
             band.settle(now_ns);
         }
     }
@@ -153,7 +194,7 @@ impl Limiter {
         self.settle(now_ns);
         let decision = self.decide(n, now_ns);
         if decision == Decision::Allowed {
-            for band in &mut self.bands {
+            for band in self.bands.iter_mut() {
                 // Allowed: every band holds at least the units of `n`.
                 let need = band.spec.units_of(n).unwrap_or(0);
                 band.balance.units = band.balance.units.saturating_sub(need);
@@ -173,7 +214,7 @@ impl Limiter {
 
     /// Start counting time at `now_ns`, if nothing has been counted yet.
     fn anchor(&mut self, now_ns: i64) {
-        for band in &mut self.bands {
+        for band in self.bands.iter_mut() {
             band.balance.settled_at.get_or_insert(now_ns);
         }
     }
@@ -181,7 +222,7 @@ impl Limiter {
     /// Settle to `now_ns`, then give `n` tokens back to every band, each capped at its burst.
     pub fn refund(&mut self, n: u64, now_ns: i64) {
         self.settle(now_ns);
-        for band in &mut self.bands {
+        for band in self.bands.iter_mut() {
             let capacity = band.spec.capacity_units();
             let returned = u128::from(n).saturating_mul(band.spec.rate.units_per_token());
             band.balance.units = band.balance.units.saturating_add(returned).min(capacity);
@@ -205,6 +246,15 @@ impl Limiter {
                 .units
                     == band.spec.capacity_units()
         })
+    }
+
+    /// Whether every band is full as last settled: after a call at `now_ns` that is the same
+    /// as [`Limiter::is_fresh_at`]`(now_ns)` when the clock did not go backwards, and cheaper.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.bands
+            .iter()
+            .all(|band| band.balance.units == band.spec.capacity_units())
     }
 
     /// The first nanosecond from which [`Limiter::is_fresh_at`] holds, if nothing is taken
