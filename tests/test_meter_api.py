@@ -385,7 +385,7 @@ def test_a_long_trace_marks_as_its_packets_do(kind: str, flavour: str, aware: bo
     assert state(traced) == state(one_by_one)
 
 
-FAULTS = ("backwards", "negative size", "colour code", "size beyond 63 bits")
+FAULTS = ("backwards", "negative size", "colour code", "size beyond 64 bits")
 
 
 @pytest.mark.parametrize("index", [1, 4095, 4096, 4097, 8192, LONG - 1])
@@ -403,12 +403,12 @@ def test_a_fault_deep_in_a_long_trace_changes_nothing(fault: str, index: int) ->
     elif fault == "colour code":
         codes[index] = 3
     sized: Any = sizes
-    if fault == "size beyond 63 bits":
-        sizes[index] = 2**63
-        sized = np.array(sizes, dtype=np.uint64) if np is not None else sizes
+    if fault == "size beyond 64 bits":
+        sizes[index] = 2**64
+        sized = sizes
     for convert in (list, lambda xs: array.array("q", xs)):
         args = (
-            sized if fault == "size beyond 63 bits" else convert(sizes),
+            sized if fault == "size beyond 64 bits" else convert(sizes),
             convert(times),
             convert(codes),
         )
@@ -417,3 +417,15 @@ def test_a_fault_deep_in_a_long_trace_changes_nothing(fault: str, index: int) ->
         assert state(meter) == before
     assert meter.mark(700, 10**12) is twin.mark(700, 10**12)
     assert state(meter) == state(twin)
+
+
+def test_a_trace_takes_every_size_mark_takes() -> None:
+    # Sizes up to 2**64 - 1 (a uint64 buffer's whole range) colour as mark colours them.
+    sizes = [2**64 - 1, 2**63, 1500, 0]
+    times = [0, 1, 2, 3]
+    one_by_one = SingleRateMeter(10**9, 10**6, 10**6)
+    traced = SingleRateMeter(10**9, 10**6, 10**6)
+    expected = [one_by_one.mark(size, t) for size, t in zip(sizes, times, strict=True)]
+    codes = traced.mark_many(array.array("Q", sizes), array.array("q", times))
+    assert [list(Color)[code] for code in codes] == expected
+    assert (traced.tc, traced.te) == (one_by_one.tc, one_by_one.te)

@@ -11,7 +11,7 @@
   packet at a time on a twin meter, and as the model.
 * ``test_a_bad_trace_changes_nothing``: a warmed-up meter given a bad trace (times going back,
   a negative size, lengths that differ, a colour code outside 0..2, a float or bool dtype, a
-  non-int item, a size beyond 63 bits) raises, naming the index where there is one, and is left
+  non-int item, a size beyond 64 bits) raises, naming the index where there is one, and is left
   exactly as it was: same levels, same saved state, and the same next decision as a twin.
 * ``test_splitting_a_pause_changes_nothing``: settling a pause in any number of steps (zero-byte
   packets in between) gives exactly the levels, state and next colour of one step.
@@ -318,7 +318,7 @@ FAULTS = (
     "float dtype",
     "bool dtype",
     "non-int item",
-    "size beyond 63 bits",
+    "size beyond 64 bits",
 )
 
 
@@ -374,9 +374,9 @@ def test_a_bad_trace_changes_nothing(data: Any) -> None:
     elif fault == "non-int item":
         sizes_[index] = data.draw(st.sampled_from([1.5, "3", None, Fraction(3), Decimal(3)]))
         args = (sizes_, times, codes)
-    else:  # a size beyond 63 bits, in a uint64 buffer (or a list without numpy)
-        index, sizes_, times = n, [*sizes_, 2**63], [*times, times[-1] if times else 0]
-        args = (sizes_ if np is None else np.array(sizes_, dtype=np.uint64), times, None)
+    else:  # a size beyond 64 bits (a uint64 buffer holds any size a packet may have)
+        index, sizes_, times = n, [*sizes_, 2**64], [*times, times[-1] if times else 0]
+        args = (sizes_, times, None)
     note(f"fault {fault} at {index}")
 
     with pytest.raises((ValueError, TypeError)) as info:

@@ -272,7 +272,7 @@ class NativeKeyedRateLimiter:
         *,
         per: Any = None,
         bands: Iterable[Any] | None = None,
-        max_keys: int | None = None,
+        max_keys: int = 100000,
         shards: int | None = None,
         clock: Callable[[], int] | None = None,
     ) -> Self: ...

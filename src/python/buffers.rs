@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::python::args::nanoseconds;
+use crate::python::args::integer;
 
 /// A buffer of integers of any width (numpy arrays, `array.array`, `memoryview`), or a list or
 /// tuple of ints, read a piece at a time.
@@ -19,11 +19,11 @@ pub enum IntBuffer {
     I32(PyBuffer<i32>),
     I16(PyBuffer<i16>),
     I8(PyBuffer<i8>),
-    U64(PyBuffer<u64>, &'static str),
+    U64(PyBuffer<u64>),
     U32(PyBuffer<u32>),
     U16(PyBuffer<u16>),
     U8(PyBuffer<u8>),
-    Values(Vec<i64>),
+    Values(Vec<i128>),
 }
 
 impl IntBuffer {
@@ -42,7 +42,7 @@ impl IntBuffer {
         native!(i32, Self::I32);
         native!(i16, Self::I16);
         native!(i8, Self::I8);
-        native!(u64, |b| Self::U64(b, name));
+        native!(u64, Self::U64);
         native!(u32, Self::U32);
         native!(u16, Self::U16);
         native!(u8, Self::U8);
@@ -70,7 +70,18 @@ impl IntBuffer {
         };
         let values = items
             .enumerate()
-            .map(|(i, item)| nanoseconds(&item?, &format!("{name}[{i}]")))
+            .map(|(i, item)| {
+                let value = integer(&item?, &format!("{name}[{i}]"))?;
+                value
+                    .extract::<i128>()
+                    .ok()
+                    .filter(|v| (i128::from(i64::MIN)..=i128::from(u64::MAX)).contains(v))
+                    .ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "{name}[{i}] must be between -2**63 and 2**64 - 1, not {value}"
+                        ))
+                    })
+            })
             .collect::<PyResult<_>>()?;
         Ok(Self::Values(values))
     }
@@ -81,7 +92,7 @@ impl IntBuffer {
             Self::I32(b) => b.item_count(),
             Self::I16(b) => b.item_count(),
             Self::I8(b) => b.item_count(),
-            Self::U64(b, _) => b.item_count(),
+            Self::U64(b) => b.item_count(),
             Self::U32(b) => b.item_count(),
             Self::U16(b) => b.item_count(),
             Self::U8(b) => b.item_count(),
@@ -89,36 +100,36 @@ impl IntBuffer {
         }
     }
 
-    /// Items `start..start + out.len()`, as `i64`s. Read with the interpreter held, so no
-    /// Python code changes the buffer while it is read (native code that writes the buffer
-    /// with the interpreter released, or another thread on a free-threaded build, could still
-    /// race with this copy: the caller must not change a trace while it is being marked).
-    pub fn read(&self, _py: Python<'_>, start: usize, out: &mut [i64]) -> PyResult<()> {
+    /// Every item, widened to `i128` (which holds any of them). Read with the interpreter
+    /// held, so no Python code changes the buffer while it is read (native code that writes
+    /// the buffer with the interpreter released, or another thread on a free-threaded build,
+    /// could still race with this copy: the caller must not change a trace while it is used).
+    pub fn values(&self) -> Vec<i128> {
         match self {
-            Self::I64(b) => read_widened(b, start, out),
-            Self::I32(b) => read_widened(b, start, out),
-            Self::I16(b) => read_widened(b, start, out),
-            Self::I8(b) => read_widened(b, start, out),
-            Self::U32(b) => read_widened(b, start, out),
-            Self::U16(b) => read_widened(b, start, out),
-            Self::U8(b) => read_widened(b, start, out),
-            Self::U64(b, name) => {
-                let base = items(b, start + out.len());
-                for (i, o) in out.iter_mut().enumerate() {
-                    // SAFETY: `items` checked the bounds; see `read_widened`.
-                    let value = unsafe { base.add(start + i).read_unaligned() };
-                    *o = i64::try_from(value).map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "{name}[{}] must be at most 2**63 - 1, not {value}",
-                            start + i
-                        ))
-                    })?;
-                }
-            }
-            Self::Values(values) => out.copy_from_slice(&values[start..start + out.len()]),
+            Self::I64(b) => read_widened(b),
+            Self::I32(b) => read_widened(b),
+            Self::I16(b) => read_widened(b),
+            Self::I8(b) => read_widened(b),
+            Self::U64(b) => read_widened(b),
+            Self::U32(b) => read_widened(b),
+            Self::U16(b) => read_widened(b),
+            Self::U8(b) => read_widened(b),
+            Self::Values(values) => values.clone(),
         }
-        Ok(())
     }
+}
+
+/// `values` as `T`s, or a ValueError naming the first item out of `T`'s range, the parameter
+/// and what the items must be.
+pub fn narrowed<T: TryFrom<i128>>(values: &[i128], name: &str, must: &str) -> PyResult<Vec<T>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &value)| {
+            T::try_from(value)
+                .map_err(|_| PyValueError::new_err(format!("{name}[{i}] must {must}, not {value}")))
+        })
+        .collect()
 }
 
 /// Whether a buffer can be read in place: one dimension, C-contiguous, in the machine's own
@@ -137,17 +148,15 @@ fn items<T: Element>(buffer: &PyBuffer<T>, end: usize) -> *const T {
     all.as_ptr().cast::<T>()
 }
 
-fn read_widened<T: Element + Copy + Into<i64>>(
-    buffer: &PyBuffer<T>,
-    start: usize,
-    out: &mut [i64],
-) {
-    let base = items(buffer, start + out.len());
-    for (i, o) in out.iter_mut().enumerate() {
-        // SAFETY: `items` checked that `start + i` is within the buffer, which stays alive (and
-        // its memory valid) as long as `buffer` does; unaligned reads accept any layout.
-        *o = unsafe { base.add(start + i).read_unaligned() }.into();
-    }
+fn read_widened<T: Element + Copy + Into<i128>>(buffer: &PyBuffer<T>) -> Vec<i128> {
+    let count = buffer.item_count();
+    let base = items(buffer, count);
+    (0..count)
+        // SAFETY: `items` checked that every index below `count` is within the buffer, which
+        // stays alive (and its memory valid) as long as `buffer` does; unaligned reads accept
+        // any layout.
+        .map(|i| unsafe { base.add(i).read_unaligned() }.into())
+        .collect()
 }
 
 /// Codes (one byte each) as an `array('B')`.

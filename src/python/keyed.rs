@@ -15,9 +15,9 @@ use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, Stats};
 use crate::core::exact::limiter::{Band, Decision as CoreDecision, Limiter};
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
-use crate::python::buffers::{code_array, IntBuffer};
+use crate::python::buffers::{code_array, narrowed, IntBuffer};
 use crate::python::clock::Clock;
-use crate::python::keys::{classify, key_object, Classified, Key, KeyRef, Registry};
+use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
     band_pairs, bands_repr, block_until_taken, rebuilder, specs_from, Attempt, Decision,
 };
@@ -271,31 +271,20 @@ impl NativeKeyedRateLimiter {
                 counts_length.map_or_else(String::new, |c| format!(" and n ({c})"))
             )));
         }
-        let mut key_values = vec![0_i64; length];
-        keys.read(py, 0, &mut key_values)?;
-        let mut time_values = vec![0_i64; length];
-        times.read(py, 0, &mut time_values)?;
+        // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` sees it.
+        let key_values: Vec<KeyRef<'static>> = keys
+            .values()
+            .into_iter()
+            .map(|key| plain_int(key).expect("buffers hold 64-bit ints"))
+            .collect();
+        let time_values: Vec<i64> = narrowed(&times.values(), "now_ns", "fit in 64 bits")?;
         let count_values = match counts {
             Counts::Each(n) => vec![n; length],
-            Counts::Items(buffer) => {
-                let mut raw = vec![0_i64; length];
-                buffer.read(py, 0, &mut raw)?;
-                raw.iter()
-                    .enumerate()
-                    .map(|(i, &value)| {
-                        u64::try_from(value).map_err(|_| {
-                            PyValueError::new_err(format!(
-                                "n[{i}] must not be negative, not {value}"
-                            ))
-                        })
-                    })
-                    .collect::<PyResult<Vec<u64>>>()?
-            }
+            Counts::Items(buffer) => narrowed(&buffer.values(), "n", "be between 0 and 2**64 - 1")?,
         };
         let mut codes = Vec::with_capacity(length);
         py.detach(|| {
-            let keys: Vec<_> = key_values.iter().map(|&key| KeyRef::Int(key)).collect();
-            let requests = keys.iter().zip(count_values).zip(time_values);
+            let requests = key_values.iter().zip(count_values).zip(time_values);
             self.table
                 .acquire_many(requests.map(|((key, n), now)| (key, n, now)), |decision| {
                     codes.push(code(decision));

@@ -5,10 +5,12 @@
 //! bucket, and `"a"` and `b"a"` do not. The table itself is plain Rust and runs no Python code
 //! under its locks, so every key is first turned into a [`Key`]:
 //!
-//! * exact `str`, `bytes`, `int` (64-bit), `bool` and integral `float` are read directly, with
-//!   no call to `__hash__` or `__eq__`: the fast path;
-//! * any other hashable that equals one of those (an `IntEnum` member, a `Decimal`, a `str`
-//!   subclass) is found by asking Python, once per call, which plain value it equals;
+//! * exact `str`, `bytes`, `int` (from -2**63 to 2**64 - 1), `bool` and integral `float` are
+//!   read directly, with no call to `__hash__` or `__eq__`: the fast path;
+//! * a `str` or `bytes` subclass, or a number of another type (an `IntEnum` member, a
+//!   `Decimal`, a `Fraction`, a numpy integer) that equals one of those, is found by asking
+//!   Python, once per call, which plain value it equals (an object that is not a number is never
+//!   taken for an int, whatever its `__eq__` says);
 //! * everything else (tuples, big ints, non-integral floats, objects) gets a number from a
 //!   [`Registry`]: a Python dict from key object to number, kept only for keys the table holds.
 
@@ -29,6 +31,8 @@ use crate::core::exact::keyed::KeyedLimiter;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
     Int(i64),
+    /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
+    Wide(u64),
     Str(Box<str>),
     Bytes(Box<[u8]>),
     /// A key object's number in the [`Registry`].
@@ -39,6 +43,7 @@ pub enum Key {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyRef<'a> {
     Int(i64),
+    Wide(u64),
     Str(&'a str),
     Bytes(&'a [u8]),
     Object(u64),
@@ -48,6 +53,7 @@ impl Key {
     fn as_ref(&self) -> KeyRef<'_> {
         match self {
             Self::Int(value) => KeyRef::Int(*value),
+            Self::Wide(value) => KeyRef::Wide(*value),
             Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
             Self::Object(id) => KeyRef::Object(*id),
@@ -74,6 +80,7 @@ impl Hash for KeyRef<'_> {
         match *self {
             #[allow(clippy::cast_sign_loss)] // the bits, not the value
             Self::Int(value) => state.write_u64(value as u64),
+            Self::Wide(value) => state.write_u64(value),
             Self::Str(text) => text.hash(state),
             Self::Bytes(bytes) => bytes.hash(state),
             Self::Object(number) => state.write_u64(number),
@@ -91,6 +98,7 @@ impl From<&KeyRef<'_>> for Key {
     fn from(key: &KeyRef<'_>) -> Self {
         match *key {
             KeyRef::Int(value) => Self::Int(value),
+            KeyRef::Wide(value) => Self::Wide(value),
             KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
             KeyRef::Object(id) => Self::Object(id),
@@ -130,9 +138,15 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
         }
         return Ok(Classified::Object);
     }
+    // Only a number (something with __index__, __int__ or __float__) is asked whether it
+    // equals an int: a tuple or a plain object is not, and asking would cost a call each.
+    // SAFETY: a live object; the call only reads its type's slots.
+    if unsafe { ffi::PyNumber_Check(key.as_ptr()) } == 0 {
+        return Ok(Classified::Object);
+    }
     for candidate in ints_hashing_to(hash) {
         if key.eq(candidate)? {
-            return Ok(Classified::Plain(KeyRef::Int(candidate)));
+            return Ok(plain_int(candidate).map_or(Classified::Object, Classified::Plain));
         }
     }
     Ok(Classified::Object)
@@ -155,12 +169,12 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
         let mut overflow = 0;
         // SAFETY: `key` is a live int; the call sets `overflow` instead of raising.
         let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(key.as_ptr(), &raw mut overflow) };
+        if overflow == 0 {
+            return Some(Classified::Plain(KeyRef::Int(value)));
+        }
         // Beyond 64 bits an int equals no plain key (only big ints and floats, in the registry).
-        return Some(if overflow == 0 {
-            Classified::Plain(KeyRef::Int(value))
-        } else {
-            Classified::Object
-        });
+        let wide = key.extract::<u64>().ok().map(KeyRef::Wide);
+        return Some(wide.map_or(Classified::Object, Classified::Plain));
     }
     if key.is_exact_instance_of::<PyBytes>() {
         let bytes = key.cast::<PyBytes>().ok()?;
@@ -168,21 +182,31 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     }
     if key.is_exact_instance_of::<PyFloat>() {
         let value = key.cast::<PyFloat>().ok()?.value();
-        // -2**63 <= value < 2**63, integral: equal to exactly one 64-bit int.
+        // -2**63 <= value < 2**64, integral: equal to exactly one plain int.
         #[allow(clippy::cast_possible_truncation)] // integral and within range
-        let plain = (value.fract() == 0.0 && (-TWO_TO_63..TWO_TO_63).contains(&value))
-            .then_some(KeyRef::Int(value as i64));
+        let plain = (value.fract() == 0.0 && (-TWO_TO_63..2.0 * TWO_TO_63).contains(&value))
+            .then(|| plain_int(value as i128))
+            .flatten();
         return Some(plain.map_or(Classified::Object, Classified::Plain));
     }
     None
 }
 
-/// The 64-bit ints whose Python hash is `hash`: an object equal to an int hashes like it, so
-/// these are the only ints it can equal. Python hashes an int by its absolute value modulo the
-/// Mersenne prime 2**61 - 1, sign kept (so 0 for every multiple of it), and -1 becomes -2.
-fn ints_hashing_to(hash: isize) -> impl Iterator<Item = i64> {
-    const MODULUS: i64 = (1 << 61) - 1;
-    let hash = hash as i64;
+/// An int as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`.
+pub fn plain_int(value: i128) -> Option<KeyRef<'static>> {
+    i64::try_from(value)
+        .map(KeyRef::Int)
+        .or_else(|_| u64::try_from(value).map(KeyRef::Wide))
+        .ok()
+}
+
+/// The plain ints (from -2**63 to 2**64 - 1) whose Python hash is `hash`: an object equal to
+/// an int hashes like it, so these are the only ints it can equal. Python hashes an int by its
+/// absolute value modulo the Mersenne prime 2**61 - 1, sign kept (so 0 for every multiple of
+/// it), and -1 becomes -2.
+fn ints_hashing_to(hash: isize) -> impl Iterator<Item = i128> {
+    const MODULUS: i128 = (1 << 61) - 1;
+    let hash = hash as i128;
     let positive = (hash >= 0).then_some((hash, 1));
     let negative = (hash <= 0).then_some((hash, -1));
     let minus_one = (hash == -2).then_some((-1, -1));
@@ -190,8 +214,9 @@ fn ints_hashing_to(hash: isize) -> impl Iterator<Item = i64> {
         .into_iter()
         .flatten()
         .flat_map(|(residue, sign)| {
-            // At most 4 * MODULUS < 2**63 away: every 64-bit int with this residue.
-            (0..=4).filter_map(move |m: i64| residue.checked_add(sign * m * MODULUS))
+            (0..=8)
+                .map(move |m| residue + sign * m * MODULUS)
+                .filter(|&candidate| plain_int(candidate).is_some())
         })
 }
 
@@ -346,6 +371,7 @@ pub fn key_object<'py>(
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(Some(match key {
         Key::Int(value) => value.into_pyobject(py)?.into_any(),
+        Key::Wide(value) => value.into_pyobject(py)?.into_any(),
         Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
         Key::Object(number) => return Ok(registry.object(py, *number)),

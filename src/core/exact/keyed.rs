@@ -86,10 +86,12 @@ struct Shard<K> {
     capacity: usize,
     /// Keys and their limiters, found by the hash the table computed once per call.
     entries: HashTable<(K, Limiter)>,
-    /// No sweep can find a forgettable key before this time: a lower bound on when the first
-    /// remembered key is full again. A fruitless sweep sets it exactly; taking tokens only
-    /// moves the truth later; a new key lowers it to its own time; a refund resets it.
-    room_from: i64,
+    /// When the first remembered key is full again, if known: a fruitless sweep learns it,
+    /// a new key lowers it to its own time, and whatever else could change it (taking from
+    /// that very key, forgetting a key, a refund) forgets it. While it is known, a refusal
+    /// needs no sweep and its hint is exact; a flood of new keys into a full shard costs one
+    /// sweep, not one per key.
+    room_from: Option<i64>,
     stats: Stats,
 }
 
@@ -135,7 +137,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                     Mutex::new(Shard {
                         capacity: share(max_keys, shards, index),
                         entries: HashTable::new(),
-                        room_from: i64::MIN,
+                        room_from: None,
                         stats: Stats::default(),
                     })
                 })
@@ -277,11 +279,18 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 0
             }
         };
+        let room_from = shard.room_from;
         let (decision, remaining) = if let Some(limiter) = Self::find(shard, hash, key) {
+            // Taking from the key that is full first moves the shard's first room later.
+            let was_first = room_from.is_some_and(|at| limiter.fresh_from() == at);
             let decision = limiter.acquire(n, now);
             let remaining = remaining(limiter);
             // Settled at the table's clock, which no key's settlement point is ever past.
-            if limiter.is_full() {
+            let full = limiter.is_full();
+            if was_first && decision == Decision::Allowed {
+                shard.room_from = None;
+            }
+            if full {
                 // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
                 self.forget(shard, hash, key);
             }
@@ -352,7 +361,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             return (KeyedDecision::Refused { retry_in }, None);
         }
         // A new key may be full again before any the last sweep saw.
-        shard.room_from = shard.room_from.min(limiter.fresh_from());
+        let fresh_from = limiter.fresh_from();
+        shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
         shard
             .entries
             .insert_unique(hash, (K::from(key), limiter.clone()), |(key, _)| {
@@ -367,7 +377,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         if shard.entries.len() < shard.capacity {
             return None;
         }
-        if now >= shard.room_from {
+        if shard.room_from.is_none_or(|at| now >= at) {
             let before = shard.entries.len();
             let mut gone = Vec::new();
             shard.entries.retain(|(key, limiter)| {
@@ -380,17 +390,18 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             shard.stats.forgotten += (before - shard.entries.len()) as u64;
             self.note_forgotten(gone);
             if shard.entries.len() < shard.capacity {
+                shard.room_from = None;
                 return None;
             }
             shard.room_from = shard
                 .entries
                 .iter()
                 .map(|(_, limiter)| limiter.fresh_from())
-                .min()
-                .unwrap_or(i64::MIN);
+                .min();
         }
+        let room_from = shard.room_from.unwrap_or(i64::MIN);
         Some(
-            (i128::from(shard.room_from) - i128::from(now))
+            (i128::from(room_from) - i128::from(now))
                 .unsigned_abs()
                 .max(1),
         )
@@ -406,6 +417,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         {
             let ((key, _), _) = entry.remove();
             shard.stats.forgotten += 1;
+            shard.room_from = None;
             if (self.watched)(&key) {
                 self.note_forgotten(vec![key]);
             }
@@ -501,7 +513,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             self.forget(&mut shard, hash, key);
         }
         // A refund can bring a key's refill closer than the last sweep found.
-        shard.room_from = i64::MIN;
+        shard.room_from = None;
     }
 
     /// Whether `key` is remembered.
