@@ -14,7 +14,7 @@
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
-//!   indistinguishable from a new one (core only so far: not yet exported to Python).
+//!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 
 pub mod keyed;
 pub mod limiter;
