@@ -1388,3 +1388,80 @@ def test_acquire_async() -> None:
     assert out["timed_out"] is False and out["timeout_elapsed"] < 1.0
     assert out["ticks"] >= 3, "the event loop kept running while acquire_async waited"
     assert out["stats"].refused >= 2 and out["stats"].allowed == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Regressions found in review
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_restored_table_keeps_its_keys_in_their_shards() -> None:
+    # The seed is saved with the table: a restored table's shards hold what the saved one's
+    # held, so none is left with no room (new keys used to be refused in an empty table).
+    limiter = KeyedRateLimiter(1, burst=2, max_keys=16)
+    limiter.check("seed", now_ns=0)
+    restored = pickle.loads(pickle.dumps(limiter))
+    restored.check("seed", n=0, now_ns=10**10)  # full again: forgotten
+    assert len(restored) == 0
+    for i in range(200):  # each new key meets an empty table: never refused
+        assert restored.check(f"k{i}", now_ns=10**10).outcome is ALLOWED, i
+        restored.refund(f"k{i}", now_ns=10**10)  # full again: forgotten
+        assert len(restored) == 0
+
+
+def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None:
+    limiter = KeyedRateLimiter(1, burst=2, max_keys=10, shards=1)
+    limiter.check(1, now_ns=0)
+    limiter.check((1, 2), now_ns=0)
+    rebuild, args, (state, attributes) = limiter.__reduce__()
+    seed, entries, latest, counts = state
+    for doubled in ([*entries, (1.0, entries[0][1])], [*entries, ((1.0, 2), entries[1][1])]):
+        fresh = rebuild(*args)
+        with pytest.raises(ValueError, match="twice"):
+            fresh.__setstate__(((seed, doubled, latest, counts), attributes))
+        assert len(fresh) == 0 and list(fresh) == []
+        fresh.__setstate__(((seed, entries, latest, counts), attributes))
+        assert sorted(map(repr, fresh)) == sorted(map(repr, limiter))
+
+
+def test_a_key_whose_registration_fails_takes_nothing() -> None:
+    class Flaky:
+        calls = 0
+
+        def __hash__(self) -> int:
+            Flaky.calls += 1
+            if Flaky.calls == 3:  # while being registered
+                raise KeyboardInterrupt
+            return 42
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Flaky)
+
+    limiter = KeyedRateLimiter(1, burst=1, max_keys=10)
+    with pytest.raises(KeyboardInterrupt):
+        limiter.check(Flaky(), now_ns=0)
+    assert len(limiter) == 0 and limiter.stats == KeyedStats(0, 0, 0, 0)
+    assert limiter.check(Flaky(), now_ns=0).outcome is ALLOWED
+    assert len(limiter) == 1 and Flaky() in limiter and len(list(limiter)) == 1
+    assert limiter.check(Flaky(), now_ns=0).outcome is DENIED
+
+
+def test_shards_beyond_the_limit_are_refused() -> None:
+    with pytest.raises(ValueError, match="shards"):
+        KeyedRateLimiter(1, max_keys=2**62, shards=2**62)
+    assert KeyedRateLimiter(1, max_keys=2**20, shards=65_536).max_keys == 2**20
+
+
+def test_a_trace_takes_a_numpy_integer_as_n_for_every_request() -> None:
+    limiter = KeyedRateLimiter(1, burst=2, max_keys=10, shards=1)
+    codes = limiter.try_acquire_many([1, 1], [0, 0], n=numpy.int64(2))
+    assert list(codes) == [0, 1]
+
+
+def test_pickle_keeps_attributes_set_on_the_instance() -> None:
+    limiter = KeyedRateLimiter(1, burst=2, max_keys=10)
+    limiter.tag = "api"  # type: ignore[attr-defined]
+    limiter.check("a", now_ns=0)
+    restored = pickle.loads(pickle.dumps(limiter))
+    assert restored.tag == "api"  # type: ignore[attr-defined]
+    assert restored.available("a", now_ns=0) == 1

@@ -11,8 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
-use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, Stats};
+use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats};
 use crate::core::exact::limiter::{Band, Decision as CoreDecision, Limiter};
+use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, narrowed, IntBuffer};
@@ -48,6 +49,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KeyCount {
         count(&value, "max_keys").map(Self)
     }
 }
+
+/// The most shards a table may have: far more locks than threads gains nothing.
+const MAX_SHARDS: u64 = 65_536;
 
 /// The most shards a table is split into by default: enough that threads on different keys
 /// rarely meet, few enough that each shard's share of `max_keys` stays large.
@@ -116,9 +120,10 @@ impl NativeKeyedRateLimiter {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
         }
         let shards = shards.map_or(Ok(DEFAULT_SHARDS.min(max_keys)), |s| count(s, "shards"))?;
-        if !(1..=max_keys).contains(&shards) {
+        if !(1..=max_keys.min(MAX_SHARDS)).contains(&shards) {
             return Err(PyValueError::new_err(format!(
-                "shards must be between 1 and max_keys ({max_keys}), not {shards}"
+                "shards must be between 1 and max_keys ({max_keys}), at most {MAX_SHARDS}, not \
+                 {shards}"
             )));
         }
         let too_many = |name: &str, value: u64| {
@@ -257,7 +262,10 @@ impl NativeKeyedRateLimiter {
         let length = keys.len();
         let counts = match n.filter(|n| !n.is_none()) {
             None => Counts::Each(1),
-            Some(n) if n.is_instance_of::<PyInt>() => Counts::Each(count(n, "n")?),
+            // A single number (an int, a numpy integer: not iterable) is the count for all.
+            Some(n) if n.is_instance_of::<PyInt>() || n.try_iter().is_err() => {
+                Counts::Each(count(n, "n")?)
+            }
             Some(n) => Counts::Items(IntBuffer::new(n, "n")?),
         };
         let counts_length = match &counts {
@@ -334,9 +342,8 @@ impl NativeKeyedRateLimiter {
 
     /// The keys remembered now (a snapshot).
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keys = self
-            .table
-            .keys()
+        let keys = self.registry.reading(py, || self.table.keys())?;
+        let keys = keys
             .iter()
             .map(|key| key_object(py, key, &self.registry))
             .filter_map(Result::transpose)
@@ -368,7 +375,10 @@ impl NativeKeyedRateLimiter {
         kwargs.set_item("shards", this.table.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let mut entries = Vec::new();
-        for (key, limiter) in this.table.entries() {
+        let (saved, counts) = this
+            .registry
+            .reading(py, || (this.table.entries(), this.table.stats()))?;
+        for (key, limiter) in saved {
             let Some(key) = key_object(py, &key, &this.registry)? else {
                 continue;
             };
@@ -384,8 +394,9 @@ impl NativeKeyedRateLimiter {
             denied,
             refused,
             forgotten,
-        } = this.table.stats();
+        } = counts;
         let state = (
+            this.table.seed(),
             entries,
             this.table.latest(),
             (allowed, denied, refused, forgotten),
@@ -400,56 +411,28 @@ impl NativeKeyedRateLimiter {
     fn __setstate__(
         &self,
         state: (
+            (u64, u64),
             Vec<(Bound<'_, PyAny>, Vec<(u128, Option<i64>)>)>,
             Option<i64>,
             (u64, u64, u64, u64),
         ),
     ) -> PyResult<()> {
-        let (saved, latest, (allowed, denied, refused, forgotten)) = state;
-        if !self.table.is_empty() {
+        let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
+        if !self.table.is_empty() || self.table.latest().is_some() {
             return Err(PyValueError::new_err(
                 "a keyed limiter's state can only be restored into a new limiter",
             ));
         }
+        // Everything is checked before anything is registered or stored.
         let specs = self.table.specs();
-        let mut entries = Vec::with_capacity(saved.len());
+        let mut plain = Vec::new();
+        let mut objects = Vec::new();
         for (key, balances) in saved {
-            if balances.len() != specs.len() {
-                return Err(PyValueError::new_err(
-                    "the saved state has a different number of bands",
-                ));
+            let limiter = saved_limiter(specs, balances, latest)?;
+            match classify(&key)? {
+                Classified::Plain(key) => plain.push((Key::from(&key), limiter)),
+                Classified::Object => objects.push((key, limiter)),
             }
-            let bands = specs
-                .iter()
-                .zip(balances)
-                .map(|(&spec, (units, settled_at))| {
-                    if units > spec.capacity_units() {
-                        return Err(PyValueError::new_err(
-                            "a saved balance exceeds its band's burst",
-                        ));
-                    }
-                    // The table's clock is never behind a key's settlement point.
-                    if settled_at.is_some_and(|at| latest.is_none_or(|latest| at > latest)) {
-                        return Err(PyValueError::new_err(
-                            "a saved balance is settled later than the saved table's clock",
-                        ));
-                    }
-                    Ok(Band {
-                        spec,
-                        balance: Balance { units, settled_at },
-                    })
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            let key = match classify(&key)? {
-                Classified::Plain(plain) => Key::from(&plain),
-                Classified::Object => Key::Object(self.registry.add(&key)?),
-            };
-            entries.push((key, Limiter::from_bands(bands)));
-        }
-        if entries.len() > self.table.max_keys() {
-            return Err(PyValueError::new_err(
-                "the saved state holds more keys than max_keys",
-            ));
         }
         let counts = Stats {
             allowed,
@@ -457,14 +440,66 @@ impl NativeKeyedRateLimiter {
             refused,
             forgotten,
         };
-        self.table.restore(entries, latest, counts);
-        Ok(())
+        let keys: Vec<_> = objects.iter().map(|(key, _)| key.clone()).collect();
+        self.registry.restoring(&keys, |numbers| {
+            let entries = plain.into_iter().chain(
+                numbers
+                    .iter()
+                    .zip(objects)
+                    .map(|(&number, (_, limiter))| (Key::Object(number), limiter)),
+            );
+            self.table
+                .restore(seed, entries.collect(), latest, counts)
+                .map_err(|error| {
+                    PyValueError::new_err(match error {
+                        RestoreError::Duplicate => "the saved state holds a key twice",
+                        RestoreError::Overfull => {
+                            "the saved state holds more keys than a shard of this table can"
+                        }
+                    })
+                })
+        })
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.clock.traverse(&visit)?;
         self.registry.traverse(&visit)
     }
+}
+
+/// A saved key's limiter, checked against the bands and the table's saved clock.
+fn saved_limiter(
+    specs: &[BandSpec],
+    balances: Vec<(u128, Option<i64>)>,
+    latest: Option<i64>,
+) -> PyResult<Limiter> {
+    if balances.len() != specs.len() {
+        return Err(PyValueError::new_err(
+            "the saved state has a different number of bands",
+        ));
+    }
+    let bands = specs
+        .iter()
+        .zip(balances)
+        .map(|(&spec, (units, settled_at))| {
+            if units > spec.capacity_units() {
+                return Err(PyValueError::new_err(
+                    "a saved balance exceeds its band's burst",
+                ));
+            }
+            // The table's clock is never behind a key's settlement point.
+            if settled_at.is_some_and(|at| latest.is_none_or(|latest| at > latest)) {
+                return Err(PyValueError::new_err(
+                    "a saved balance is settled later than the saved table's clock",
+                ));
+            }
+            Ok(Band {
+                spec,
+                balance: Balance { units, settled_at },
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(Limiter::from_bands(bands))
 }
 
 /// The tokens of each request in a trace: one count for all, or one each.

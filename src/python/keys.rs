@@ -10,7 +10,9 @@
 //! * a `str` or `bytes` subclass, or a number of another type (an `IntEnum` member, a
 //!   `Decimal`, a `Fraction`, a numpy integer) that equals one of those, is found by asking
 //!   Python, once per call, which plain value it equals (an object that is not a number is never
-//!   taken for an int, whatever its `__eq__` says);
+//!   taken for an int, and a `str` or `bytes` subclass is only compared with its own value:
+//!   one whose `__eq__` says it equals a *different* plain value, a case-insensitive string
+//!   say, is a key of its own);
 //! * everything else (tuples, big ints, non-integral floats, objects) gets a number from a
 //!   [`Registry`]: a Python dict from key object to number, kept only for keys the table holds.
 
@@ -19,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::Equivalent;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
@@ -289,7 +291,8 @@ impl Registry {
     }
 
     /// Run `decide` on the registered form of `key`. If `stores` and the key is new, it is
-    /// given a number first, and kept registered if the table then holds it.
+    /// registered first (the step that runs Python code, and so may fail) and kept only if the
+    /// table then holds it: the table never holds a number whose object is not registered.
     pub fn with_object<R>(
         &self,
         key: &Bound<'_, PyAny>,
@@ -299,7 +302,7 @@ impl Registry {
     ) -> PyResult<R> {
         let py = key.py();
         let mut entered = self.enter(py)?;
-        self.release_forgotten(py, table);
+        self.release_forgotten(py, table)?;
         let numbers = self.numbers.bind(py);
         if let Some(number) = numbers.get_item(key)? {
             return Ok(decide(&KeyRef::Object(number.extract()?)));
@@ -309,23 +312,59 @@ impl Registry {
         }
         let number = *entered.next;
         *entered.next += 1;
+        self.register(py, key, number)?;
         let decided = decide(&KeyRef::Object(number));
-        if table.contains(&KeyRef::Object(number)) {
-            self.register(py, key, number)?;
+        if !table.contains(&KeyRef::Object(number)) {
+            self.unregister(py, number)?;
         }
         Ok(decided)
     }
 
-    /// Register `key` under a new number (to restore a saved table).
-    pub fn add(&self, key: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let mut entered = self.enter(key.py())?;
-        if let Some(number) = self.numbers.bind(key.py()).get_item(key)? {
-            return number.extract();
+    /// Register the objects of a saved table's keys, run `restore` with their numbers, and
+    /// keep them registered only if it succeeds.
+    pub fn restoring<R>(
+        &self,
+        keys: &[Bound<'_, PyAny>],
+        restore: impl FnOnce(&[u64]) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let Some(first) = keys.first() else {
+            return restore(&[]);
+        };
+        let py = first.py();
+        let mut entered = self.enter(py)?;
+        let mut numbers = Vec::with_capacity(keys.len());
+        let mut outcome = Ok(());
+        for key in keys {
+            let number = *entered.next;
+            *entered.next += 1;
+            outcome = match self.numbers.bind(py).contains(key) {
+                Ok(true) => Err(PyValueError::new_err(format!(
+                    "the saved state holds the key {} twice",
+                    key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                ))),
+                Ok(false) => self.register(py, key, number),
+                Err(error) => Err(error),
+            };
+            if outcome.is_err() {
+                break;
+            }
+            numbers.push(number);
         }
-        let number = *entered.next;
-        *entered.next += 1;
-        self.register(key.py(), key, number)?;
-        Ok(number)
+        let restored = outcome.and_then(|()| restore(&numbers));
+        if restored.is_err() {
+            for &number in &numbers {
+                // Already failing: the first error is the one to report.
+                let _ = self.unregister(py, number);
+            }
+        }
+        restored
+    }
+
+    /// Run `read` with no registration under way, so that every number the table holds has
+    /// its object registered (to iterate or save a table).
+    pub fn reading<R>(&self, py: Python<'_>, read: impl FnOnce() -> R) -> PyResult<R> {
+        let _entered = self.enter(py)?;
+        Ok(read())
     }
 
     fn register(&self, py: Python<'_>, key: &Bound<'_, PyAny>, number: u64) -> PyResult<()> {
@@ -333,22 +372,30 @@ impl Registry {
         self.objects.bind(py).set_item(number, key)
     }
 
-    /// Let go of the keys the table has forgotten and not taken back since.
-    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) {
+    fn unregister(&self, py: Python<'_>, number: u64) -> PyResult<()> {
+        let objects = self.objects.bind(py);
+        let Some(object) = objects.get_item(number)? else {
+            return Ok(());
+        };
+        objects.del_item(number)?;
+        self.numbers.bind(py).del_item(object)
+    }
+
+    /// Let go of the keys the table has forgotten and not taken back since. A key object whose
+    /// hash now fails stays registered (memory, not correctness: its number is not in the
+    /// table), and the first such error is reported once every key has been tried.
+    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) -> PyResult<()> {
+        let mut first_error = Ok(());
         for key in table.take_forgotten() {
             let Key::Object(number) = key else { continue };
             if table.contains(&KeyRef::Object(number)) {
                 continue;
             }
-            let objects = self.objects.bind(py);
-            if let Ok(Some(object)) = objects.get_item(number) {
-                let _ = objects.del_item(number);
-                // A key whose hash now fails stays registered: harmless, if not tidy.
-                if self.numbers.bind(py).del_item(object).is_err() {
-                    PyErr::take(py);
-                }
+            if let Err(error) = self.unregister(py, number) {
+                first_error = first_error.and(Err(error));
             }
         }
+        first_error
     }
 
     /// The key object registered under `number`, if any.

@@ -18,8 +18,10 @@ someone: under a flood of new keys faster than buckets refill, new clients wait,
 throttled client is ever let off. That is the trade-off, chosen on purpose.
 
 Keys are any hashable objects, equal as dict keys are (``1``, ``1.0`` and ``True`` are one
-client). ``str``, ``bytes``, ``int`` and integral ``float`` keys never call Python's
-``__hash__``/``__eq__``; other keys are looked up in a Python dict, one thread at a time.
+client; one exception: a ``str`` or ``bytes`` subclass whose ``__eq__`` equals it to a
+*different* plain value is a key of its own). ``str``, ``bytes``, ``int`` and integral
+``float`` keys never call Python's ``__hash__``/``__eq__``; other keys are looked up in a
+Python dict, one thread at a time.
 
 Usage, in a web-style handler::
 
@@ -39,18 +41,19 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from protocol_in_code._native import Decision, KeyedStats, LimitOutcome, NativeKeyedRateLimiter
-from protocol_in_code.qos.limiter import Band, _await_allowed
+from protocol_in_code.qos.limiter import Band, _await_allowed, _PicklesAttributes
 
 __all__ = ["Band", "Decision", "KeyedRateLimiter", "KeyedStats", "LimitOutcome"]
 
 
-class KeyedRateLimiter(NativeKeyedRateLimiter):
+class KeyedRateLimiter(_PicklesAttributes, NativeKeyedRateLimiter):
     """One exact rate limiter per key, at most ``max_keys`` keys remembered.
 
     ``KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
     clock=None)``: every key is limited by the same bands, given as for :class:`RateLimiter`.
     Each key starts full. The table is split into ``shards`` locks (default
-    ``min(16, max_keys)``), each remembering ``max_keys // shards`` keys.
+    ``min(16, max_keys)``) that share ``max_keys`` between them; a new key is refused when its
+    own shard is full.
 
     Per key (each takes ``now_ns=`` to override the clock): ``try_acquire(key, n=1) -> bool``,
     ``check(key, n=1) -> Decision``, ``peek(key, n=1) -> Decision``, ``refund(key, n=1)``,

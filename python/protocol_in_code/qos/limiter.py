@@ -45,7 +45,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from protocol_in_code._native import Decision, LimitOutcome, NativeRateLimiter
 
@@ -66,7 +66,21 @@ class Band:
     per: Any = 1
 
 
-class RateLimiter(NativeRateLimiter):
+class _PicklesAttributes:
+    """Pickles a native limiter's own state, plus any attributes set on the instance."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The native class's (rebuild, args, state), beside which this class sits in the MRO.
+        rebuild, args, state = cast("tuple[Any, Any, Any]", super().__reduce__())
+        return rebuild, args, (state, dict(vars(self)))
+
+    def __setstate__(self, state: Any) -> None:
+        native_state, attributes = state
+        super().__setstate__(native_state)  # type: ignore[misc]
+        vars(self).update(attributes)
+
+
+class RateLimiter(_PicklesAttributes, NativeRateLimiter):
     """An exact rate limiter of one or more bands.
 
     ``RateLimiter(rate, burst=None, *, per=1, bands=None, initial=None, start_ns=None,
@@ -106,16 +120,6 @@ class RateLimiter(NativeRateLimiter):
             return function(*args, **kwargs)
 
         return limited  # type: ignore[return-value]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The native state (bands, balances, clock), plus any attributes set on the instance.
-        rebuild, args, balances = super().__reduce__()
-        return rebuild, args, (balances, dict(vars(self)))
-
-    def __setstate__(self, state: Any) -> None:
-        balances, attributes = state
-        super().__setstate__(balances)
-        vars(self).update(attributes)
 
     def __enter__(self) -> RateLimiter:
         self.acquire()

@@ -29,10 +29,11 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::{Equivalent, HashTable};
+use siphasher::sip::SipHasher13;
 
 use crate::core::exact::limiter::{Decision, Limiter};
 use crate::core::exact::rate::BandSpec;
@@ -98,7 +99,7 @@ struct Shard<K> {
 /// One limiter per key, at most `max_keys` of them, forgotten only when safe.
 pub struct KeyedLimiter<K> {
     /// Seeded per table, so nobody can choose keys that all land in one shard.
-    hasher: RandomState,
+    hasher: Seed,
     specs: Vec<BandSpec>,
     fresh: Limiter,
     shards: Vec<Mutex<Shard<K>>>,
@@ -129,7 +130,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let max_keys = max_keys.max(1);
         let shards = shards.clamp(1, max_keys);
         Self {
-            hasher: RandomState::new(),
+            hasher: Seed::random(),
             specs: specs.to_vec(),
             fresh: Limiter::new(specs, None, None),
             shards: (0..shards)
@@ -562,31 +563,63 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Some(self.latest.load(Ordering::Relaxed)).filter(|&at| at != i64::MIN)
     }
 
-    /// Put back what [`KeyedLimiter::entries`], [`KeyedLimiter::latest`] and
-    /// [`KeyedLimiter::stats`] saved, into an empty table of the same bands. Keys land in
-    /// this table's own shards, which may then hold more than their share until keys are
-    /// forgotten; the table as a whole never holds more than it was saved with.
-    pub fn restore(&self, entries: Vec<(K, Limiter)>, latest: Option<i64>, stats: Stats) {
-        if let Some(at) = latest {
-            self.latest.fetch_max(at, Ordering::Relaxed);
-        }
+    /// The table's hash seed: saved with the table, so that its keys come back in the same
+    /// shards.
+    #[must_use]
+    pub fn seed(&self) -> (u64, u64) {
+        self.hasher.keys()
+    }
+
+    /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
+    /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
+    /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
+    /// lands in the shard it was saved from, so no shard holds more than its share.
+    ///
+    /// # Errors
+    ///
+    /// If a key appears twice or a shard would hold more than its share (a state this table
+    /// could not have saved); then nothing is restored.
+    pub fn restore(
+        &self,
+        seed: (u64, u64),
+        entries: Vec<(K, Limiter)>,
+        latest: Option<i64>,
+        stats: Stats,
+    ) -> Result<(), RestoreError> {
+        let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
+        let previous = self.hasher.keys();
+        self.hasher.set(seed);
         for (key, limiter) in entries {
-            let (hash, shard) = self.shard_of(&key);
-            lock(shard)
+            let (hash, index) = self.shard_index(&key);
+            let shard = &mut shards[index];
+            let problem = if shard
+                .entries
+                .find(hash, |(known, _)| *known == key)
+                .is_some()
+            {
+                Some(RestoreError::Duplicate)
+            } else if shard.entries.len() >= shard.capacity {
+                Some(RestoreError::Overfull)
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                // Back to the unused table this was.
+                for shard in &mut shards {
+                    shard.entries.clear();
+                }
+                self.hasher.set(previous);
+                return Err(problem);
+            }
+            shard
                 .entries
                 .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
         }
-        lock(&self.shards[0]).stats.add(&stats);
-        // This table's seed spreads the keys over its shards differently from the saved one's:
-        // each shard keeps room for what it now holds, plus its share of what is left, so the
-        // table as a whole still holds at most `max_keys`.
-        let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
-        let held: usize = shards.iter().map(|shard| shard.entries.len()).sum();
-        let spare = self.max_keys.saturating_sub(held);
-        let count = shards.len();
-        for (index, shard) in shards.iter_mut().enumerate() {
-            shard.capacity = shard.entries.len() + share(spare, count, index);
+        shards[0].stats.add(&stats);
+        if let Some(at) = latest {
+            self.latest.fetch_max(at, Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Every remembered key with its limiter (a snapshot, shard by shard).
@@ -596,6 +629,55 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .iter()
             .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
             .collect()
+    }
+}
+
+/// Why a saved state could not be restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreError {
+    /// A key appears twice.
+    Duplicate,
+    /// More keys for one shard than its share of `max_keys`.
+    Overfull,
+}
+
+/// A SipHash-1-3 seed, random per table unless restored. Atomic only so that a restore can set
+/// it through a shared reference; it never changes while the table is in use.
+struct Seed {
+    k0: AtomicU64,
+    k1: AtomicU64,
+}
+
+impl Seed {
+    fn random() -> Self {
+        // std's RandomState draws its keys from the OS; hashing two constants with it gives
+        // two random words.
+        let random = RandomState::new();
+        Self {
+            k0: AtomicU64::new(random.hash_one(0_u8)),
+            k1: AtomicU64::new(random.hash_one(1_u8)),
+        }
+    }
+
+    fn keys(&self) -> (u64, u64) {
+        (
+            self.k0.load(Ordering::Relaxed),
+            self.k1.load(Ordering::Relaxed),
+        )
+    }
+
+    fn set(&self, (k0, k1): (u64, u64)) {
+        self.k0.store(k0, Ordering::Relaxed);
+        self.k1.store(k1, Ordering::Relaxed);
+    }
+}
+
+impl BuildHasher for Seed {
+    type Hasher = SipHasher13;
+
+    fn build_hasher(&self) -> SipHasher13 {
+        let (k0, k1) = self.keys();
+        SipHasher13::new_with_keys(k0, k1)
     }
 }
 
