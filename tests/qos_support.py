@@ -176,6 +176,18 @@ def watchdog(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+@contextmanager
+def switch_interval(seconds: float) -> Iterator[None]:
+    """Make the interpreter switch threads every ``seconds`` (restored after), so that races
+    inside a call have every chance to show."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparing values the way a course script could tell them apart
 # ---------------------------------------------------------------------------------------------

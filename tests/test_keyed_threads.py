@@ -17,12 +17,10 @@ a faulthandler watchdog guards against a wedged process.
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -48,16 +46,6 @@ HANG_SECONDS = 120  # only a hang detector
 JOIN_SECONDS = 60
 
 
-@contextmanager
-def switch_interval(seconds: float) -> Iterator[None]:
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def run_threads(workers: list[Callable[[], Any]]) -> list[Any]:
     """Run each worker in its own thread, started together; their results, in order."""
     barrier = threading.Barrier(len(workers))
@@ -72,7 +60,7 @@ def run_threads(workers: list[Callable[[], Any]]) -> list[Any]:
             errors.append(exc)
 
     threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(len(workers))]
-    with qos_support.watchdog(HANG_SECONDS), switch_interval(1e-6):
+    with qos_support.watchdog(HANG_SECONDS), qos_support.switch_interval(1e-6):
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -49,16 +47,6 @@ BURST = 1000
 HANG_SECONDS = 120  # only a hang detector
 
 
-@contextmanager
-def switch_interval(seconds: float) -> Iterator[None]:
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def hammer(call: Callable[[], Any]) -> list[Any]:
     """``call()`` CALLS times in each of THREADS threads started together; all the results."""
     barrier = threading.Barrier(THREADS)
@@ -75,7 +63,7 @@ def hammer(call: Callable[[], Any]) -> list[Any]:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(THREADS)]
-    with qos_support.watchdog(HANG_SECONDS), switch_interval(1e-6):
+    with qos_support.watchdog(HANG_SECONDS), qos_support.switch_interval(1e-6):
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import array
 import random
-import sys
 import threading
 import time
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -52,16 +50,6 @@ HANG_SECONDS = 120
 T = 123_456_789  # the one instant of the no-refill test
 
 
-@contextmanager
-def switch_interval(seconds: float):
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def run_threads(worker: Any, n: int = THREADS) -> None:
     """Run ``worker(i, barrier)`` on ``n`` threads; re-raise the first exception."""
     barrier = threading.Barrier(n)
@@ -74,7 +62,7 @@ def run_threads(worker: Any, n: int = THREADS) -> None:
             errors.append(exc)
 
     threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
-    with watchdog(HANG_SECONDS), switch_interval(1e-6):
+    with watchdog(HANG_SECONDS), qos_support.switch_interval(1e-6):
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -19,28 +19,16 @@ build's.
 
 from __future__ import annotations
 
-import sys
 import threading
-from contextlib import contextmanager
 from fractions import Fraction
 
 import pytest
-from qos_support import describe, watchdog
+from qos_support import describe, switch_interval, watchdog
 
 THREADS = 8
 CALLS = 20_000
 CAPACITY = 1000
 HANG_SECONDS = 240  # generous: only a hang detector
-
-
-@contextmanager
-def switch_interval(seconds: float):
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
 
 
 def serialised(fn):
