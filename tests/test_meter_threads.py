@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import qos_support
-from qos_support import watchdog
+from qos_support import switch_interval, watchdog
 
 if qos_support.reference_mode():
     pytest.skip(
@@ -62,7 +62,7 @@ def run_threads(worker: Any, n: int = THREADS) -> None:
             errors.append(exc)
 
     threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
-    with watchdog(HANG_SECONDS), qos_support.switch_interval(1e-6):
+    with watchdog(HANG_SECONDS), switch_interval(1e-6):
         for thread in threads:
             thread.start()
         for thread in threads:
