@@ -29,6 +29,7 @@ import enum
 import inspect
 import pickle
 import random
+import sys
 import threading
 import time
 from array import array
@@ -1415,13 +1416,78 @@ def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None
     limiter.check((1, 2), now_ns=0)
     rebuild, args, (state, attributes) = limiter.__reduce__()
     seed, entries, latest, counts = state
-    for doubled in ([*entries, (1.0, entries[0][1])], [*entries, ((1.0, 2), entries[1][1])]):
+    (plain,) = [entry for entry in entries if entry[1] is None]
+    (thing,) = [entry for entry in entries if entry[1] is not None]
+    for doubled in (
+        [*entries, (1.0, None, plain[2])],  # 1.0 is 1
+        [*entries, ((1.0, 2), thing[1] + 1, thing[2])],  # (1.0, 2) is (1, 2)
+        [*entries, (("other",), thing[1], thing[2])],  # a number twice
+    ):
         fresh = rebuild(*args)
         with pytest.raises(ValueError, match="twice"):
             fresh.__setstate__(((seed, doubled, latest, counts), attributes))
         assert len(fresh) == 0 and list(fresh) == []
         fresh.__setstate__(((seed, entries, latest, counts), attributes))
         assert sorted(map(repr, fresh)) == sorted(map(repr, limiter))
+
+
+@pytest.mark.parametrize("clone", CLONES, ids=["pickle", "pickle0", "copy", "deepcopy"])
+def test_a_full_table_of_object_keys_copies_with_its_keys_in_their_shards(clone: Any) -> None:
+    limiter = KeyedRateLimiter(1, burst=5, max_keys=8, shards=4)
+    i = 0
+    while len(limiter) < 8:
+        limiter.try_acquire(("k", i), now_ns=0)
+        i += 1
+    copied = clone(limiter)
+    assert sorted(copied) == sorted(limiter)
+    assert copied.check(("k", 0), 5, now_ns=0).outcome is DENIED
+    assert copied.check(("new",), now_ns=0).outcome is REFUSED  # still full: nothing evicted
+
+
+class HashFailsOnCall:
+    """A key whose ``__hash__`` raises KeyboardInterrupt on its ``fail_on``-th call."""
+
+    def __init__(self, fail_on: int) -> None:
+        self.calls = 0
+        self.fail_on = fail_on
+
+    def __hash__(self) -> int:
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise KeyboardInterrupt
+        return 42
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashFailsOnCall)
+
+
+def test_a_key_that_fails_while_being_let_go_stays_visible() -> None:
+    # NEVER for a new key: registered (hash calls 1-3), not kept, let go (call 4 fails).
+    limiter = KeyedRateLimiter(1, burst=5, max_keys=10)
+    key = HashFailsOnCall(fail_on=4)
+    with pytest.raises(KeyboardInterrupt):
+        limiter.try_acquire(key, 6, now_ns=0)
+    assert limiter.try_acquire(key, 5, now_ns=0)
+    assert len(limiter) == 1 and key in limiter and list(limiter) == [key]
+    restored = pickle.loads(pickle.dumps(limiter))
+    assert len(restored) == 1 and restored.check(key, now_ns=0).outcome is DENIED
+
+
+def test_another_key_s_failure_does_not_fail_this_call() -> None:
+    limiter = KeyedRateLimiter(1, burst=1, max_keys=10)
+    key = HashFailsOnCall(fail_on=0)
+    assert limiter.try_acquire(key, now_ns=0)
+    limiter.refund(key, now_ns=0)  # full again: forgotten, to be let go at the next object call
+    key.fail_on = key.calls + 1
+    seen: list[Any] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        assert limiter.try_acquire(("innocent",), now_ns=0)
+    finally:
+        sys.unraisablehook = old_hook
+    assert [type(hook.exc_value) for hook in seen] == [KeyboardInterrupt]
+    assert len(limiter) == 1 and list(limiter) == [("innocent",)]
 
 
 def test_a_key_whose_registration_fails_takes_nothing() -> None:

@@ -263,7 +263,7 @@ impl NativeKeyedRateLimiter {
         let counts = match n.filter(|n| !n.is_none()) {
             None => Counts::Each(1),
             // A single number (an int, a numpy integer: not iterable) is the count for all.
-            Some(n) if n.is_instance_of::<PyInt>() || n.try_iter().is_err() => {
+            Some(n) if n.is_instance_of::<PyInt>() || !is_iterable(n)? => {
                 Counts::Each(count(n, "n")?)
             }
             Some(n) => Counts::Items(IntBuffer::new(n, "n")?),
@@ -379,6 +379,11 @@ impl NativeKeyedRateLimiter {
             .registry
             .reading(py, || (this.table.entries(), this.table.stats()))?;
         for (key, limiter) in saved {
+            // An object key keeps its number: its hash, so its shard, depends on it.
+            let number = match key {
+                Key::Object(number) => Some(number),
+                _ => None,
+            };
             let Some(key) = key_object(py, &key, &this.registry)? else {
                 continue;
             };
@@ -387,7 +392,7 @@ impl NativeKeyedRateLimiter {
                 .iter()
                 .map(|band| (band.balance.units, band.balance.settled_at))
                 .collect();
-            entries.push((key, balances));
+            entries.push((key, number, balances));
         }
         let Stats {
             allowed,
@@ -410,9 +415,10 @@ impl NativeKeyedRateLimiter {
     #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
     fn __setstate__(
         &self,
+        py: Python<'_>,
         state: (
             (u64, u64),
-            Vec<(Bound<'_, PyAny>, Vec<(u128, Option<i64>)>)>,
+            Vec<(Bound<'_, PyAny>, Option<u64>, Vec<(u128, Option<i64>)>)>,
             Option<i64>,
             (u64, u64, u64, u64),
         ),
@@ -425,13 +431,22 @@ impl NativeKeyedRateLimiter {
         }
         // Everything is checked before anything is registered or stored.
         let specs = self.table.specs();
-        let mut plain = Vec::new();
+        let mut entries = Vec::new();
         let mut objects = Vec::new();
-        for (key, balances) in saved {
+        for (key, number, balances) in saved {
             let limiter = saved_limiter(specs, balances, latest)?;
-            match classify(&key)? {
-                Classified::Plain(key) => plain.push((Key::from(&key), limiter)),
-                Classified::Object => objects.push((key, limiter)),
+            match (classify(&key)?, number) {
+                (Classified::Plain(plain), None) => entries.push((Key::from(&plain), limiter)),
+                (Classified::Object, Some(number)) => {
+                    entries.push((Key::Object(number), limiter));
+                    objects.push((key, number));
+                }
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "the saved key {} does not match its saved number",
+                        key.repr()?
+                    )))
+                }
             }
         }
         let counts = Stats {
@@ -440,16 +455,9 @@ impl NativeKeyedRateLimiter {
             refused,
             forgotten,
         };
-        let keys: Vec<_> = objects.iter().map(|(key, _)| key.clone()).collect();
-        self.registry.restoring(&keys, |numbers| {
-            let entries = plain.into_iter().chain(
-                numbers
-                    .iter()
-                    .zip(objects)
-                    .map(|(&number, (_, limiter))| (Key::Object(number), limiter)),
-            );
+        self.registry.restoring(py, &objects, || {
             self.table
-                .restore(seed, entries.collect(), latest, counts)
+                .restore(seed, entries, latest, counts)
                 .map_err(|error| {
                     PyValueError::new_err(match error {
                         RestoreError::Duplicate => "the saved state holds a key twice",
@@ -500,6 +508,18 @@ fn saved_limiter(
         })
         .collect::<PyResult<Vec<_>>>()?;
     Ok(Limiter::from_bands(bands))
+}
+
+/// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any
+/// other error (a KeyboardInterrupt in `__iter__`) reaches the caller.
+fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    match value.try_iter() {
+        Ok(_) => Ok(true),
+        Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => {
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// The tokens of each request in a trace: one count for all, or one each.

@@ -302,7 +302,7 @@ impl Registry {
     ) -> PyResult<R> {
         let py = key.py();
         let mut entered = self.enter(py)?;
-        self.release_forgotten(py, table)?;
+        self.release_forgotten(py, table);
         let numbers = self.numbers.bind(py);
         if let Some(number) = numbers.get_item(key)? {
             return Ok(decide(&KeyRef::Object(number.extract()?)));
@@ -320,44 +320,54 @@ impl Registry {
         Ok(decided)
     }
 
-    /// Register the objects of a saved table's keys, run `restore` with their numbers, and
-    /// keep them registered only if it succeeds.
+    /// Register the objects of a saved table's keys under their saved numbers (their hashes,
+    /// so their shards, depend on them), run `restore`, and keep them registered only if it
+    /// succeeds.
     pub fn restoring<R>(
         &self,
-        keys: &[Bound<'_, PyAny>],
-        restore: impl FnOnce(&[u64]) -> PyResult<R>,
+        py: Python<'_>,
+        keys: &[(Bound<'_, PyAny>, u64)],
+        restore: impl FnOnce() -> PyResult<R>,
     ) -> PyResult<R> {
-        let Some(first) = keys.first() else {
-            return restore(&[]);
-        };
-        let py = first.py();
         let mut entered = self.enter(py)?;
-        let mut numbers = Vec::with_capacity(keys.len());
+        let mut registered = Vec::with_capacity(keys.len());
         let mut outcome = Ok(());
-        for key in keys {
-            let number = *entered.next;
-            *entered.next += 1;
-            outcome = match self.numbers.bind(py).contains(key) {
-                Ok(true) => Err(PyValueError::new_err(format!(
-                    "the saved state holds the key {} twice",
-                    key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-                ))),
-                Ok(false) => self.register(py, key, number),
-                Err(error) => Err(error),
-            };
+        for (key, number) in keys {
+            outcome = self.register_saved(py, key, *number);
             if outcome.is_err() {
                 break;
             }
-            numbers.push(number);
+            registered.push(*number);
         }
-        let restored = outcome.and_then(|()| restore(&numbers));
-        if restored.is_err() {
-            for &number in &numbers {
-                // Already failing: the first error is the one to report.
-                let _ = self.unregister(py, number);
+        let restored = outcome.and_then(|()| restore());
+        match &restored {
+            Ok(_) => {
+                let highest = registered.iter().max().map_or(0, |&number| number + 1);
+                *entered.next = (*entered.next).max(highest);
+            }
+            Err(_) => {
+                for &number in &registered {
+                    // Already failing: the first error is the one to report.
+                    let _ = self.unregister(py, number);
+                }
             }
         }
         restored
+    }
+
+    fn register_saved(&self, py: Python<'_>, key: &Bound<'_, PyAny>, number: u64) -> PyResult<()> {
+        if number == UNREGISTERED || self.objects.bind(py).contains(number)? {
+            return Err(PyValueError::new_err(format!(
+                "the saved state holds the key number {number} twice, or one out of range"
+            )));
+        }
+        if self.numbers.bind(py).contains(key)? {
+            return Err(PyValueError::new_err(format!(
+                "the saved state holds the key {} twice",
+                key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            )));
+        }
+        self.register(py, key, number)
     }
 
     /// Run `read` with no registration under way, so that every number the table holds has
@@ -372,30 +382,30 @@ impl Registry {
         self.objects.bind(py).set_item(number, key)
     }
 
+    /// Forget `number` and its object: the object's entry first, since removing it runs the
+    /// object's `__hash__` and `__eq__` and may fail; then the registry still maps both ways.
     fn unregister(&self, py: Python<'_>, number: u64) -> PyResult<()> {
         let objects = self.objects.bind(py);
         let Some(object) = objects.get_item(number)? else {
             return Ok(());
         };
-        objects.del_item(number)?;
-        self.numbers.bind(py).del_item(object)
+        self.numbers.bind(py).del_item(object)?;
+        objects.del_item(number)
     }
 
     /// Let go of the keys the table has forgotten and not taken back since. A key object whose
     /// hash now fails stays registered (memory, not correctness: its number is not in the
-    /// table), and the first such error is reported once every key has been tried.
-    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) -> PyResult<()> {
-        let mut first_error = Ok(());
+    /// table); its error is that key's, not the caller's, so it goes to `sys.unraisablehook`.
+    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) {
         for key in table.take_forgotten() {
             let Key::Object(number) = key else { continue };
             if table.contains(&KeyRef::Object(number)) {
                 continue;
             }
             if let Err(error) = self.unregister(py, number) {
-                first_error = first_error.and(Err(error));
+                error.write_unraisable(py, self.object(py, number).as_ref());
             }
         }
-        first_error
     }
 
     /// The key object registered under `number`, if any.
