@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 
-use crate::python::args::nanoseconds;
+use crate::python::args::{count, nanoseconds};
 
 /// `None` for the monotonic clock, else a callable.
 pub struct Clock(Option<Py<PyAny>>);
@@ -33,6 +33,18 @@ impl Clock {
             (None, None) => monotonic_ns(py),
             (None, Some(clock)) => nanoseconds(&clock.bind(py).call0()?, "clock()"),
         }
+    }
+
+    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock), checked in that
+    /// order.
+    pub fn request(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, i64)> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        Ok((n, self.now(py, now_ns)?))
     }
 
     /// The callable, or None for the monotonic clock (to pickle).

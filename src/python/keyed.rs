@@ -71,17 +71,6 @@ pub struct NativeKeyedRateLimiter {
 }
 
 impl NativeKeyedRateLimiter {
-    /// A call's `n` (default 1) and time (`now_ns`, else the clock), checked.
-    fn request(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(u64, i64)> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok((n, self.clock.now(py, now_ns)?))
-    }
-
     /// Run `decide` on the table key of `key`; `stores` says whether it may remember a new key.
     fn with_key<R>(
         &self,
@@ -154,7 +143,7 @@ impl NativeKeyedRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
         Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
     }
@@ -170,7 +159,7 @@ impl NativeKeyedRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
         decision(py, answer)
     }
@@ -184,7 +173,7 @@ impl NativeKeyedRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
         decision(py, answer)
     }
@@ -199,7 +188,7 @@ impl NativeKeyedRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         self.with_key(key, false, |key| self.table.refund(key, n, now))
     }
 

@@ -142,17 +142,6 @@ impl NativeRateLimiter {
         // poisoned lock still guards a consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// A call's `n` (default 1) and time (`now_ns`, else the limiter's clock), checked.
-    fn request(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(u64, i64)> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok((n, self.clock.now(py, now_ns)?))
-    }
 }
 
 #[pymethods]
@@ -196,7 +185,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
     }
 
@@ -210,7 +199,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
             let decision = limiter.acquire(n, now);
@@ -227,7 +216,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
             (limiter.peek(n, now), limiter.available_at(now))
@@ -243,7 +232,7 @@ impl NativeRateLimiter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let (n, now) = self.request(py, n, now_ns)?;
+        let (n, now) = self.clock.request(py, n, now_ns)?;
         self.lock().refund(n, now);
         Ok(())
     }
