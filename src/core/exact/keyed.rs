@@ -228,18 +228,29 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
-        let Locked {
-            mut shard,
-            hash,
-            now,
-            behind,
-        } = self.locked(key, now_ns);
-        self.acquire_in(&mut shard, hash, key, n, now, behind, false)
-            .0
+        self.acquire_locked(key, n, now_ns, false).0
     }
 
     /// [`KeyedLimiter::acquire`], also saying what the key holds after it.
     pub fn check<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Answer
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
+    {
+        let (decision, remaining) = self.acquire_locked(key, n, now_ns, true);
+        Answer {
+            decision,
+            remaining,
+        }
+    }
+
+    fn acquire_locked<Q>(
+        &self,
+        key: &Q,
+        n: u64,
+        now_ns: i64,
+        with_remaining: bool,
+    ) -> (KeyedDecision, u128)
     where
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
@@ -250,11 +261,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             now,
             behind,
         } = self.locked(key, now_ns);
-        let (decision, remaining) = self.acquire_in(&mut shard, hash, key, n, now, behind, true);
-        Answer {
-            decision,
-            remaining,
-        }
+        self.acquire_in(&mut shard, hash, key, n, now, behind, with_remaining)
     }
 
     #[allow(clippy::too_many_arguments)] // one decision's every input, in one place
@@ -272,20 +279,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
-        // What the key holds after the decision costs a division: only `check` asks for it.
-        let remaining = |limiter: &Limiter| {
-            if with_remaining {
-                limiter.available()
-            } else {
-                0
-            }
-        };
         let room_from = shard.room_from;
         let (decision, remaining) = if let Some(limiter) = Self::find(shard, hash, key) {
             // Taking from the key that is full first moves the shard's first room later.
             let was_first = room_from.is_some_and(|at| limiter.fresh_from() == at);
             let decision = limiter.acquire(n, now);
-            let remaining = remaining(limiter);
+            let remaining = remaining_if(with_remaining, limiter);
             // Settled at the table's clock, which no key's settlement point is ever past.
             let full = limiter.is_full();
             if was_first && decision == Decision::Allowed {
@@ -297,8 +296,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             }
             (KeyedDecision::Decided(decision), remaining)
         } else {
-            let (decision, limiter) = self.acquire_new(shard, hash, key, n, now);
-            (decision, limiter.map_or(0, |limiter| remaining(&limiter)))
+            self.acquire_new(shard, hash, key, n, now, with_remaining)
         };
         let decision = Self::waits_from_caller(decision, behind);
         shard.stats.count(decision);
@@ -337,8 +335,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     }
 
     /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
-    /// the answer changed it. Returns the new key's limiter as it stands after the decision,
-    /// or `None` if refused.
+    /// the answer changed it. Also returns what the key holds after the decision (0 if
+    /// refused), if asked.
     fn acquire_new<Q>(
         &self,
         shard: &mut Shard<K>,
@@ -346,30 +344,32 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         key: &Q,
         n: u64,
         now: i64,
-    ) -> (KeyedDecision, Option<Limiter>)
+        with_remaining: bool,
+    ) -> (KeyedDecision, u128)
     where
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let mut limiter = self.fresh.clone();
         let decision = limiter.acquire(n, now);
+        let remaining = remaining_if(with_remaining, &limiter);
         if decision != Decision::Allowed || limiter.is_full() {
             // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
             // key's state is still a fresh one, so there is nothing to remember.
-            return (KeyedDecision::Decided(decision), Some(limiter));
+            return (KeyedDecision::Decided(decision), remaining);
         }
         if let Some(retry_in) = self.make_room(shard, now) {
-            return (KeyedDecision::Refused { retry_in }, None);
+            return (KeyedDecision::Refused { retry_in }, 0);
         }
         // A new key may be full again before any the last sweep saw.
         let fresh_from = limiter.fresh_from();
         shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
         shard
             .entries
-            .insert_unique(hash, (K::from(key), limiter.clone()), |(key, _)| {
+            .insert_unique(hash, (K::from(key), limiter), |(key, _)| {
                 self.hasher.hash_one(key)
             });
-        (KeyedDecision::Decided(decision), Some(limiter))
+        (KeyedDecision::Decided(decision), remaining)
     }
 
     /// Room for one more key in `shard` at `now`: `None` if there is (perhaps after
@@ -629,6 +629,16 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .iter()
             .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
             .collect()
+    }
+}
+
+/// The whole tokens `limiter` holds if `wanted`, else 0: it costs a division, and only
+/// `check` asks for it.
+fn remaining_if(wanted: bool, limiter: &Limiter) -> u128 {
+    if wanted {
+        limiter.available()
+    } else {
+        0
     }
 }
 
