@@ -31,24 +31,14 @@ through its shortest ``repr`` (``0.1`` is 1/10).
 
 from __future__ import annotations
 
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
+
+from limiter_model import exact  # rates are read as the limiter reads them
 
 NS_PER_SECOND = 10**9
 GREEN, YELLOW, RED = "Green", "Yellow", "Red"
 COLOR_CODES = (GREEN, YELLOW, RED)  # the codes of mark_many's arrays: 0, 1, 2
-
-
-def exact(value: Any) -> Fraction:
-    """A rate as the meters read it: exactly, a float through its shortest repr."""
-    if isinstance(value, bool):
-        raise TypeError(f"not a number: {value!r}")
-    if isinstance(value, float):
-        return Fraction(repr(value))
-    if isinstance(value, (int, Fraction, Decimal, str)):
-        return Fraction(value)
-    raise TypeError(f"not a number: {value!r}")
 
 
 class ModelMeter:
