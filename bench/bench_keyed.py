@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import array
 import importlib
-import statistics
-import timeit
 from collections.abc import Callable
 from itertools import cycle
 
 from protocol_in_code.qos.keyed import KeyedRateLimiter
+from timing import median_ns
 
 HUGE = 10**12  # tokens per second and burst: never denied during a run
 TRACE = 100_000  # requests in the trace rows
@@ -126,19 +125,7 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=20_000)
     options = parser.parse_args()
 
-    ready: dict[str, tuple[str, dict[str, object], int]] = {}
-    for name, make in CASES.items():
-        try:
-            ready[name] = make()
-        except ImportError:
-            print(f"skipped (not installed): {name}")
-    samples: dict[str, list[float]] = {name: [] for name in ready}
-    for _ in range(options.rounds):
-        for name, (stmt, names_, per_run) in ready.items():
-            number = max(1, options.number // per_run)
-            seconds = timeit.timeit(stmt, globals=names_, number=number)
-            samples[name].append(seconds / (number * per_run) * 1e9)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+    medians = median_ns(CASES, options.rounds, options.number)
     print(f"median of {options.rounds} rounds, ns per call or per decision")
     for name, ns in medians.items():
         print(f"{name:44} {ns:8.1f}")

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import statistics
-import timeit
 from collections.abc import Callable
 
 from protocol_in_code.qos.limiter import RateLimiter
+from timing import median_ns
 
 HUGE = 10**12  # tokens per second and burst: never denied during a run
 
@@ -75,18 +74,7 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=20_000)
     options = parser.parse_args()
 
-    ready: dict[str, tuple[str, dict[str, object]]] = {}
-    for name, make in CASES.items():
-        try:
-            ready[name] = make()
-        except ImportError:
-            print(f"skipped (not installed): {name}")
-    samples: dict[str, list[float]] = {name: [] for name in ready}
-    for _ in range(options.rounds):
-        for name, (stmt, names) in ready.items():
-            seconds = timeit.timeit(stmt, globals=names, number=options.number)
-            samples[name].append(seconds / options.number * 1e9)
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+    medians = median_ns(CASES, options.rounds, options.number)
     native_ns = medians["RateLimiter.try_acquire() (native)"]
     print(f"median of {options.rounds} rounds x {options.number} calls, ns per call")
     print(f"{'call':40} {'ns':>8} {'/ native':>9}")
