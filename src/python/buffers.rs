@@ -100,36 +100,33 @@ impl IntBuffer {
         }
     }
 
-    /// Every item, widened to `i128` (which holds any of them). Read with the interpreter
-    /// held, so no Python code changes the buffer while it is read (native code that writes
-    /// the buffer with the interpreter released, or another thread on a free-threaded build,
-    /// could still race with this copy: the caller must not change a trace while it is used).
-    pub fn values(&self) -> Vec<i128> {
-        match self {
-            Self::I64(b) => read_widened(b),
-            Self::I32(b) => read_widened(b),
-            Self::I16(b) => read_widened(b),
-            Self::I8(b) => read_widened(b),
-            Self::U64(b) => read_widened(b),
-            Self::U32(b) => read_widened(b),
-            Self::U16(b) => read_widened(b),
-            Self::U8(b) => read_widened(b),
-            Self::Values(values) => values.clone(),
-        }
-    }
-}
-
-/// `values` as `T`s, or a ValueError naming the first item out of `T`'s range, the parameter
-/// and what the items must be.
-pub fn narrowed<T: TryFrom<i128>>(values: &[i128], name: &str, must: &str) -> PyResult<Vec<T>> {
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, &value)| {
+    /// Every item as a `T`, or a ValueError naming the first item out of `T`'s range, the
+    /// parameter and what the items must be. Items are widened to `i128` (which holds any of
+    /// them) one at a time, on the way. Read with the interpreter held, so no Python code
+    /// changes the buffer while it is read (native code that writes the buffer with the
+    /// interpreter released, or another thread on a free-threaded build, could still race with
+    /// this copy: the caller must not change a trace while it is used).
+    pub fn narrowed<T: TryFrom<i128>>(&self, name: &str, must: &str) -> PyResult<Vec<T>> {
+        let narrow = |i: usize, value: i128| {
             T::try_from(value)
                 .map_err(|_| PyValueError::new_err(format!("{name}[{i}] must {must}, not {value}")))
-        })
-        .collect()
+        };
+        match self {
+            Self::I64(b) => read_narrowed(b, narrow),
+            Self::I32(b) => read_narrowed(b, narrow),
+            Self::I16(b) => read_narrowed(b, narrow),
+            Self::I8(b) => read_narrowed(b, narrow),
+            Self::U64(b) => read_narrowed(b, narrow),
+            Self::U32(b) => read_narrowed(b, narrow),
+            Self::U16(b) => read_narrowed(b, narrow),
+            Self::U8(b) => read_narrowed(b, narrow),
+            Self::Values(values) => values
+                .iter()
+                .enumerate()
+                .map(|(i, &value)| narrow(i, value))
+                .collect(),
+        }
+    }
 }
 
 /// Whether a buffer can be read in place: one dimension, C-contiguous, in the machine's own
@@ -148,14 +145,17 @@ fn items<T: Element>(buffer: &PyBuffer<T>, end: usize) -> *const T {
     all.as_ptr().cast::<T>()
 }
 
-fn read_widened<T: Element + Copy + Into<i128>>(buffer: &PyBuffer<T>) -> Vec<i128> {
+fn read_narrowed<E: Element + Copy + Into<i128>, T>(
+    buffer: &PyBuffer<E>,
+    narrow: impl Fn(usize, i128) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
     let count = buffer.item_count();
     let base = items(buffer, count);
     (0..count)
         // SAFETY: `items` checked that every index below `count` is within the buffer, which
         // stays alive (and its memory valid) as long as `buffer` does; unaligned reads accept
         // any layout.
-        .map(|i| unsafe { base.add(i).read_unaligned() }.into())
+        .map(|i| narrow(i, unsafe { base.add(i).read_unaligned() }.into()))
         .collect()
 }
 

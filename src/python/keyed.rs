@@ -16,7 +16,7 @@ use crate::core::exact::limiter::{Band, Decision as CoreDecision, Limiter};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
-use crate::python::buffers::{code_array, narrowed, IntBuffer};
+use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
@@ -270,14 +270,14 @@ impl NativeKeyedRateLimiter {
         }
         // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` sees it.
         let key_values: Vec<KeyRef<'static>> = keys
-            .values()
+            .narrowed::<i128>("keys", "be a 64-bit int")?
             .into_iter()
             .map(|key| plain_int(key).expect("buffers hold 64-bit ints"))
             .collect();
-        let time_values: Vec<i64> = narrowed(&times.values(), "now_ns", "fit in 64 bits")?;
+        let time_values: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
         let count_values = match counts {
             Counts::Each(n) => vec![n; length],
-            Counts::Items(buffer) => narrowed(&buffer.values(), "n", "be between 0 and 2**64 - 1")?,
+            Counts::Items(buffer) => buffer.narrowed("n", "be between 0 and 2**64 - 1")?,
         };
         let mut codes = Vec::with_capacity(length);
         py.detach(|| {

@@ -21,7 +21,7 @@ use crate::core::meter::trace::{TraceError, TraceMarker};
 use crate::core::meter::trtcm::TrTcm;
 use crate::core::meter::{Color, Meter, MeterError};
 use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object};
-use crate::python::buffers::{code_array, narrowed, IntBuffer};
+use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
 
@@ -226,27 +226,24 @@ fn mark_buffers<M: MeterState>(
     colors: Option<&IntBuffer>,
     marked: &mut [Color],
 ) -> PyResult<M> {
-    let sizes: Vec<u64> = narrowed(&sizes.values(), "sizes", "be between 0 and 2**64 - 1")?;
+    let sizes: Vec<u64> = sizes.narrowed("sizes", "be between 0 and 2**64 - 1")?;
     let colors = colors
         .map(|colors| {
-            narrowed::<usize>(
-                &colors.values(),
-                "colors",
-                "be 0 (green), 1 (yellow) or 2 (red)",
-            )?
-            .into_iter()
-            .enumerate()
-            .map(|(i, code)| {
-                COLORS.get(code).copied().ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
-                    ))
+            colors
+                .narrowed::<usize>("colors", "be 0 (green), 1 (yellow) or 2 (red)")?
+                .into_iter()
+                .enumerate()
+                .map(|(i, code)| {
+                    COLORS.get(code).copied().ok_or_else(|| {
+                        PyValueError::new_err(format!(
+                            "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
+                        ))
+                    })
                 })
-            })
-            .collect::<PyResult<Vec<Color>>>()
+                .collect::<PyResult<Vec<Color>>>()
         })
         .transpose()?;
-    let raw: Vec<i64> = narrowed(&times.values(), "times_ns", "fit in 64 bits")?;
+    let raw: Vec<i64> = times.narrowed("times_ns", "fit in 64 bits")?;
     let mut trace = TraceMarker::new(meter);
     py.detach(|| trace.mark(&sizes, &raw, colors.as_deref(), marked))
         .map_err(trace_error)?;
