@@ -54,17 +54,24 @@ pub fn settle_with_overflow(
     if now_ns <= settled_at {
         return (balance, 0);
     }
-    // Positive, since now_ns > settled_at; 128 bits hold any difference of two i64s.
-    let elapsed = (i128::from(now_ns) - i128::from(settled_at)).unsigned_abs();
-    let grown = balance
-        .units
-        .saturating_add(elapsed.saturating_mul(units_per_ns));
+    // Positive, since now_ns > settled_at, and below 2^64: any difference of two i64s.
+    let elapsed = now_ns.abs_diff(settled_at);
+    let grown = balance.units.saturating_add(accrued(elapsed, units_per_ns));
     let units = grown.min(capacity_units);
     let settled = Balance {
         units,
         settled_at: Some(now_ns),
     };
     (settled, grown - units)
+}
+
+/// `elapsed_ns * units_per_ns`, saturating. A rate's units per nanosecond fit in 64 bits, and
+/// then the product of two 64-bit numbers always fits in 128: one multiplication, no check.
+fn accrued(elapsed_ns: u64, units_per_ns: u128) -> u128 {
+    match u64::try_from(units_per_ns) {
+        Ok(per_ns) => u128::from(elapsed_ns) * u128::from(per_ns),
+        Err(_) => u128::from(elapsed_ns).saturating_mul(units_per_ns),
+    }
 }
 
 #[cfg(test)]
