@@ -671,12 +671,14 @@ def test_pickle_keeps_a_limiter_not_yet_anchored_and_the_default_clock() -> None
 
 def test_a_corrupt_pickle_state_is_refused() -> None:
     limiter = RateLimiter(1, burst=2)
-    rebuild, args, state = limiter.__reduce__()
+    rebuild, args, (balances, attributes) = limiter.__reduce__()
     fresh = rebuild(*args)
-    with pytest.raises(ValueError):
-        fresh.__setstate__([*state, *state])
-    with pytest.raises(ValueError):
-        fresh.__setstate__([(10**30, None)])  # more units than the burst holds
-    with pytest.raises((ValueError, OverflowError)):
-        fresh.__setstate__([(10**40, None)])  # beyond 128 bits
+    with pytest.raises(ValueError, match="number of bands"):
+        fresh.__setstate__(([*balances, *balances], attributes))
+    with pytest.raises(ValueError, match="exceeds"):
+        fresh.__setstate__(([(10**30, None)], attributes))  # more units than the burst holds
+    with pytest.raises(OverflowError):
+        fresh.__setstate__(([(10**40, None)], attributes))  # beyond 128 bits
+    with pytest.raises(TypeError):
+        fresh.__setstate__(balances)  # the attributes are missing
     assert fresh.available(now_ns=0) == 2, "a refused state changed nothing"

@@ -2,12 +2,15 @@
 
 import enum
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, TypeVar, final
 
 from typing_extensions import Buffer, Self, disjoint_base
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_Ints = Buffer | Sequence[int]
 
 __all__ = [
     "ClassTree",
@@ -17,13 +20,13 @@ __all__ = [
     "Decision",
     "EnqueueResult",
     "ExcessRateMeter",
+    "KeyedRateLimiter",
     "KeyedStats",
     "LeakyBucket",
     "LimitOutcome",
-    "NativeKeyedRateLimiter",
-    "NativeRateLimiter",
     "OfferOutcome",
     "OfferResult",
+    "RateLimiter",
     "RefillResult",
     "SingleRateMeter",
     "TokenBucket",
@@ -225,7 +228,7 @@ class Decision:
     def __hash__(self) -> int: ...
 
 @disjoint_base
-class NativeRateLimiter:
+class RateLimiter:
     def __new__(
         cls,
         rate: Any = None,
@@ -243,10 +246,20 @@ class NativeRateLimiter:
     def refund(self, n: int = 1, now_ns: int | None = None) -> None: ...
     def available(self, now_ns: int | None = None) -> int: ...
     def acquire(self, n: int = 1, timeout: float | None = None) -> bool: ...
+    def acquire_async(self, n: int = 1, timeout: float | None = None) -> Awaitable[bool]: ...
+    def __call__(self, function: _F) -> _F: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+    def __aenter__(self) -> Awaitable[Self]: ...
+    def __aexit__(self, *exc_info: object) -> Awaitable[None]: ...
     @property
     def bands(self) -> tuple[tuple[int | Fraction, int], ...]: ...
-    def __reduce__(self) -> tuple[Any, tuple[()], list[tuple[int, int | None]]]: ...
-    def __setstate__(self, balances: list[tuple[int, int | None]]) -> None: ...
+    def __reduce__(
+        self,
+    ) -> tuple[Any, tuple[()], tuple[list[tuple[int, int | None]], dict[str, Any]]]: ...
+    def __setstate__(
+        self, state: tuple[list[tuple[int, int | None]], dict[str, Any]], /
+    ) -> None: ...
 
 @final
 class KeyedStats:
@@ -264,7 +277,7 @@ class KeyedStats:
     def __hash__(self) -> int: ...
 
 @disjoint_base
-class NativeKeyedRateLimiter:
+class KeyedRateLimiter:
     def __new__(
         cls,
         rate: Any = None,
@@ -282,6 +295,9 @@ class NativeKeyedRateLimiter:
     def refund(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> None: ...
     def available(self, key: Hashable, now_ns: int | None = None) -> int: ...
     def acquire(self, key: Hashable, n: int = 1, timeout: float | None = None) -> bool: ...
+    def acquire_async(
+        self, key: Hashable, n: int = 1, timeout: float | None = None
+    ) -> Awaitable[bool]: ...
     def try_acquire_many(
         self, keys: _Ints, now_ns: _Ints, n: int | _Ints | None = None
     ) -> array[int]: ...
@@ -304,7 +320,6 @@ class Color(str, enum.Enum):
     RED = "Red"
 
 _Rate = int | Fraction | Decimal | str | float
-_Ints = Buffer | Sequence[int]
 
 @final
 class SingleRateMeter:

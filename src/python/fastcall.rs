@@ -1,12 +1,15 @@
-//! A quicker door for calls with keyword arguments.
+//! A quicker door for calls into the hottest functions and methods.
 //!
-//! PyO3 binds each keyword argument by comparing its UTF-8 text with every parameter name, which
-//! for `compute_refill(tokens=..., capacity=..., ...)` costs more than the refill arithmetic
-//! itself. Keyword names in a call are nearly always interned strings (Python interns the
-//! identifiers in compiled code), so comparing their addresses with interned parameter names
-//! finds each at once; comparing text remains the fallback for names built at run time.
+//! PyO3's own entry point counts the thread as attached, catches panics, and binds keyword
+//! arguments by comparing their UTF-8 text with every parameter name: for
+//! `compute_refill(tokens=..., capacity=..., ...)` that costs more than the refill arithmetic
+//! itself, and for `limiter.try_acquire()` about as much as the decision. Keyword names in a
+//! call are nearly always interned strings (Python interns the identifiers in compiled code), so
+//! comparing their addresses with interned parameter names finds each at once; comparing text
+//! remains the fallback for names built at run time.
 //!
-//! Only `compute_refill` uses it: its callers, the course among them, pass five keywords. A
+//! Only a few calls use it: `compute_refill` (its callers, the course among them, pass five
+//! keywords) and the limiters' `try_acquire` (the call a rate-limited program makes most). A
 //! function exported this way is a plain CPython `METH_FASTCALL | METH_KEYWORDS` function:
 //! [`Parameters::bind`] maps its arguments to the parameters, [`run`] turns the Rust result (or
 //! a panic) into what CPython expects, and [`MethodDef`] describes it to Python, with a text
@@ -21,13 +24,14 @@ use pyo3::ffi;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCFunction, PyString, PyTuple};
+use pyo3::types::{PyCFunction, PyString, PyTuple, PyType};
 
-/// The parameters of a function whose arguments are all required and may be passed by position
-/// or by keyword.
+/// The parameters of a function, each of which may be passed by position or by keyword: the
+/// first `required` must be given, the rest may be left out.
 pub struct Parameters<const N: usize> {
     function: &'static str,
     names: [&'static str; N],
+    required: usize,
     interned: PyOnceLock<[Py<PyString>; N]>,
 }
 
@@ -39,30 +43,61 @@ pub struct VectorcallArgs {
 }
 
 impl<const N: usize> Parameters<N> {
+    /// Every parameter required.
     pub const fn new(function: &'static str, names: [&'static str; N]) -> Self {
+        Self::with_optional(function, names, N)
+    }
+
+    /// The first `required` parameters required, the others optional.
+    pub const fn with_optional(
+        function: &'static str,
+        names: [&'static str; N],
+        required: usize,
+    ) -> Self {
         Self {
             function,
             names,
+            required,
             interned: PyOnceLock::new(),
         }
     }
 
-    /// The arguments of one call, in parameter order.
+    /// The arguments of one call, in parameter order, when every parameter is required.
     ///
     /// # Safety
     ///
-    /// `call` holds the arguments CPython passed to a `METH_FASTCALL | METH_KEYWORDS` function,
-    /// and the returned references are used only during that call.
+    /// As for [`Parameters::bind_optional`].
     pub unsafe fn bind<'a, 'py>(
         &self,
         py: Python<'py>,
         call: &VectorcallArgs,
     ) -> PyResult<[Borrowed<'a, 'py, PyAny>; N]> {
+        // SAFETY: as the caller promised.
+        let bound = unsafe { self.bind_optional(py, call) }?;
+        Ok(bound.map(|argument| argument.expect("every parameter is required and was checked")))
+    }
+
+    /// The arguments of one call, in parameter order (`None` for an optional one left out).
+    ///
+    /// # Safety
+    ///
+    /// `call` holds the arguments CPython passed to a `METH_FASTCALL | METH_KEYWORDS` function,
+    /// and the returned references are used only during that call.
+    pub unsafe fn bind_optional<'a, 'py>(
+        &self,
+        py: Python<'py>,
+        call: &VectorcallArgs,
+    ) -> PyResult<[Option<Borrowed<'a, 'py, PyAny>>; N]> {
         #[allow(clippy::cast_sign_loss)] // CPython passes a non-negative count with a flag bit
         let nargs = (call.nargsf as usize) & !ffi::PY_VECTORCALL_ARGUMENTS_OFFSET;
         if nargs > N {
+            let takes = if self.required == N {
+                format!("{N}")
+            } else {
+                format!("from {} to {N}", self.required)
+            };
             return Err(PyTypeError::new_err(format!(
-                "{}() takes {N} positional arguments but {nargs} were given",
+                "{}() takes {takes} positional arguments but {nargs} were given",
                 self.function
             )));
         }
@@ -87,11 +122,11 @@ impl<const N: usize> Parameters<N> {
                 }
             }
         }
-        let missing: Vec<_> = (0..N).filter(|&i| bound[i].is_none()).collect();
+        let missing: Vec<_> = (0..self.required).filter(|&i| bound[i].is_none()).collect();
         if !missing.is_empty() {
             return Err(self.missing(&missing));
         }
-        Ok(bound.map(|argument| argument.expect("every parameter was checked above")))
+        Ok(bound)
     }
 
     fn position(&self, py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
@@ -190,6 +225,23 @@ impl MethodDef {
             ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
             ml_doc: doc.as_ptr(),
         })
+    }
+
+    /// Make this a method of `class` (whose instances the function then receives as its first
+    /// argument): what `#[pymethods]` would do, through this door.
+    pub fn install(&'static self, class: &Bound<'_, PyType>) -> PyResult<()> {
+        let py = class.py();
+        // SAFETY: the definition lives forever and CPython only reads it; the result is a new
+        // reference or NULL with an exception set.
+        let descriptor = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                ffi::PyDescr_NewMethod(class.as_type_ptr(), ptr::from_ref(&self.0).cast_mut()),
+            )
+        }?;
+        // SAFETY: `ml_name` is a valid C string, from a `&'static CStr`.
+        let name = unsafe { CStr::from_ptr(self.0.ml_name) }.to_string_lossy();
+        class.setattr(name.as_ref(), descriptor)
     }
 
     /// The function object, reporting `module` as its `__module__`.

@@ -7,8 +7,9 @@
 //! nothing.
 
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats};
@@ -18,9 +19,11 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
+use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
-    band_pairs, bands_repr, block_until_taken, rebuilder, specs_from, Attempt, Decision,
+    band_pairs, bands_repr, block_until_taken, conveniences, rebuilder, restore_attributes,
+    specs_from, with_attributes, Attempt, Decision,
 };
 use crate::python::record::frozen_record;
 
@@ -57,20 +60,37 @@ const MAX_SHARDS: u64 = 65_536;
 /// rarely meet, few enough that each shard's share of `max_keys` stays large.
 const DEFAULT_SHARDS: u64 = 16;
 
-/// One exact rate limiter per key, in bounded memory. See `protocol_in_code.qos.keyed`.
+/// One exact rate limiter per key, at most max_keys keys remembered.
+///
+/// KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
+/// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
+/// starts full. The table is split into shards locks (default min(16, max_keys)) that share
+/// max_keys between them; a new key is refused when its own shard is full.
+///
+/// Per key (each takes now_ns= to override the clock): try_acquire(key, n=1) -> bool,
+/// check(key, n=1) -> Decision, peek(key, n=1) -> Decision, refund(key, n=1),
+/// available(key) -> int, blocking acquire(key, n=1, timeout=None) and
+/// await acquire_async(key, n=1, timeout=None). The table: len(), iteration over the keys
+/// remembered, key in limiter, stats, and try_acquire_many(keys, now_ns, n=None) for whole
+/// traces of integer keys.
+///
+/// The table has one clock that never goes backwards: a call made at a time before the
+/// latest one the table has seen is decided at that latest time (its wait_ns still counts
+/// from the caller's time). With the default monotonic clock this never matters.
 #[pyclass(
     frozen,
     subclass,
-    name = "NativeKeyedRateLimiter",
-    module = "protocol_in_code._native"
+    dict,
+    name = "KeyedRateLimiter",
+    module = "protocol_in_code.qos.keyed"
 )]
-pub struct NativeKeyedRateLimiter {
+pub struct KeyedRateLimiter {
     table: KeyedLimiter<Key>,
     registry: Registry,
     clock: Clock,
 }
 
-impl NativeKeyedRateLimiter {
+impl KeyedRateLimiter {
     /// Run `decide` on the table key of `key`; `stores` says whether it may remember a new key.
     fn with_key<R>(
         &self,
@@ -83,10 +103,66 @@ impl NativeKeyedRateLimiter {
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
+
+    /// Give the class the methods that enter through the quicker door (see `fastcall`).
+    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
+        TRY_ACQUIRE_DEF.install(class)
+    }
+
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
+        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
+    }
+}
+
+static TRY_ACQUIRE: Parameters<3> =
+    Parameters::with_optional("KeyedRateLimiter.try_acquire", ["key", "n", "now_ns"], 1);
+
+static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
+    c"try_acquire",
+    c"try_acquire($self, key, n=1, now_ns=None)
+--
+
+Take `n` tokens for `key` if its every band holds them; True if taken, False if not
+(denied, never, or refused because the table is full).",
+    try_acquire_fastcall,
+);
+
+unsafe extern "C" fn try_acquire_fastcall(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let call = VectorcallArgs {
+        args,
+        nargsf,
+        kwnames,
+    };
+    // SAFETY: CPython calls a method with its instance and these arguments, on an attached
+    // thread; the body drops no `Py` handle.
+    unsafe {
+        fastcall::run(|py| {
+            let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
+            let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?;
+            let key = key.expect("the key is a required parameter");
+            let allowed = limiter
+                .get()
+                .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;
+            Ok(PyBool::new(py, allowed).to_owned().into_any())
+        })
+    }
 }
 
 #[pymethods]
-impl NativeKeyedRateLimiter {
+impl KeyedRateLimiter {
     #[new]
     #[pyo3(
         signature = (rate = None, burst = None, *, per = None, bands = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
@@ -131,21 +207,6 @@ impl NativeKeyedRateLimiter {
             registry: Registry::new(py),
             clock: Clock::new(clock)?,
         })
-    }
-
-    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
-    /// (denied, never, or refused because the table is full).
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
-        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
     }
 
     /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is
@@ -397,12 +458,57 @@ impl NativeKeyedRateLimiter {
         )
             .into_pyobject(py)?
             .into_any();
+        let state = with_attributes(slf.as_any(), state)?;
         Ok((rebuilder(slf.as_any(), &kwargs)?, PyTuple::empty(py), state))
     }
 
     /// Restore what `__reduce__` saved, into a table that has remembered nothing yet.
     #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
     fn __setstate__(
+        slf: &Bound<'_, Self>,
+        state: (
+            (
+                (u64, u64),
+                Vec<(Bound<'_, PyAny>, Option<u64>, Vec<(u128, Option<i64>)>)>,
+                Option<i64>,
+                (u64, u64, u64, u64),
+            ),
+            Bound<'_, PyDict>,
+        ),
+    ) -> PyResult<()> {
+        let (table, attributes) = state;
+        slf.get().restore(slf.py(), table)?;
+        restore_attributes(slf.as_any(), &attributes)
+    }
+
+    /// Take `n` tokens for `key`, awaiting (asyncio) until allowed. True once taken, False if
+    /// `timeout` seconds pass first; ValueError if `n` exceeds a burst. A refusal (full table)
+    /// awaits until room may appear, then tries again.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1(
+            "await_allowed",
+            (slf.getattr("check")?, (key, &n), &n, timeout),
+        )
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        self.clock.traverse(&visit)?;
+        self.registry.traverse(&visit)
+    }
+}
+
+impl KeyedRateLimiter {
+    /// Restore a saved table into this one, which must not have been used yet.
+    #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
+    fn restore(
         &self,
         py: Python<'_>,
         state: (
@@ -456,11 +562,6 @@ impl NativeKeyedRateLimiter {
                     })
                 })
         })
-    }
-
-    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        self.clock.traverse(&visit)?;
-        self.registry.traverse(&visit)
     }
 }
 

@@ -9,8 +9,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyList, PyModule, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
@@ -21,6 +24,7 @@ use crate::python::args::{
 };
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
+use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
 use crate::python::record::frozen_record;
 
 /// The outcomes of a limiter's decision.
@@ -124,28 +128,115 @@ pub fn block_until_taken(
     }
 }
 
-/// An exact rate limiter of one or more bands. See `protocol_in_code.qos.limiter`.
+/// An exact rate limiter of one or more bands.
+///
+/// RateLimiter(rate, burst=None, *, per=1, bands=None, initial=None, start_ns=None,
+/// clock=None): either one band from rate/burst/per, or bands, a list of Band (or (rate,
+/// burst) / (rate, burst, per) tuples). initial is the starting number of tokens (default:
+/// full); clock a callable returning int nanoseconds (default: time.monotonic_ns).
+///
+/// Methods (each takes now_ns= to override the clock): try_acquire(n=1) -> bool,
+/// check(n=1) -> Decision (takes if allowed), peek(n=1) -> Decision (takes nothing),
+/// refund(n=1), available() -> int, blocking acquire(n=1, timeout=None) -> bool and
+/// await acquire_async(n=1, timeout=None). A limiter is also a decorator (for def and
+/// async def) and a context manager (with and async with), each taking one token.
+/// Thread-safe: decisions are exact under any contention, and a thread sleeping in acquire
+/// holds neither the GIL nor the limiter.
 #[pyclass(
     frozen,
     subclass,
-    name = "NativeRateLimiter",
-    module = "protocol_in_code._native"
+    dict,
+    name = "RateLimiter",
+    module = "protocol_in_code.qos.limiter"
 )]
-pub struct NativeRateLimiter {
+pub struct RateLimiter {
     state: Mutex<Limiter>,
     clock: Clock,
 }
 
-impl NativeRateLimiter {
+impl RateLimiter {
     fn lock(&self) -> MutexGuard<'_, Limiter> {
         // Every mutation of a `Limiter` completes without panicking or is not started, so a
         // poisoned lock still guards a consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Set the balances `__reduce__` saved, after checking them all.
+    fn restore(&self, balances: Vec<(u128, Option<i64>)>) -> PyResult<()> {
+        let mut limiter = self.lock();
+        if balances.len() != limiter.bands().len() {
+            return Err(PyValueError::new_err(
+                "the saved state has a different number of bands",
+            ));
+        }
+        let mut bands = limiter.bands().to_vec();
+        for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
+            if units > band.spec.capacity_units() {
+                return Err(PyValueError::new_err(
+                    "a saved balance exceeds its band's burst",
+                ));
+            }
+            band.balance = Balance { units, settled_at };
+        }
+        *limiter = Limiter::from_bands(bands);
+        Ok(())
+    }
+
+    /// Give the class the methods that enter through the quicker door (see `fastcall`).
+    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
+        TRY_ACQUIRE_DEF.install(class)
+    }
+
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
+    }
+}
+
+static TRY_ACQUIRE: Parameters<2> =
+    Parameters::with_optional("RateLimiter.try_acquire", ["n", "now_ns"], 0);
+
+static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
+    c"try_acquire",
+    c"try_acquire($self, n=1, now_ns=None)
+--
+
+Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).",
+    try_acquire_fastcall,
+);
+
+unsafe extern "C" fn try_acquire_fastcall(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let call = VectorcallArgs {
+        args,
+        nargsf,
+        kwnames,
+    };
+    // SAFETY: CPython calls a method with its instance and these arguments, on an attached
+    // thread; the body drops no `Py` handle.
+    unsafe {
+        fastcall::run(|py| {
+            let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
+            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?;
+            let allowed = limiter
+                .get()
+                .try_acquire(py, n.as_deref(), now_ns.as_deref())?;
+            Ok(PyBool::new(py, allowed).to_owned().into_any())
+        })
+    }
 }
 
 #[pymethods]
-impl NativeRateLimiter {
+impl RateLimiter {
     #[new]
     #[pyo3(signature = (rate = None, burst = None, *, per = None, bands = None, initial = None, start_ns = None, clock = None))]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
@@ -175,18 +266,6 @@ impl NativeRateLimiter {
             state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
             clock,
         })
-    }
-
-    /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
-    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
     }
 
     /// Take `n` tokens if every band holds them, and say exactly what happened: a Decision
@@ -291,7 +370,7 @@ impl NativeRateLimiter {
     /// Pickle and copy: rebuilt from its bands and clock, then given its balances back.
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyList>)> {
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let this = slf.get();
         let bands = this.lock().bands().to_vec();
@@ -304,28 +383,63 @@ impl NativeRateLimiter {
         kwargs.set_item("bands", band_pairs(py, &specs)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
-        Ok((rebuild, PyTuple::empty(py), PyList::new(py, balances)?))
+        let state = with_attributes(slf.as_any(), PyList::new(py, balances)?.into_any())?;
+        Ok((rebuild, PyTuple::empty(py), state))
     }
 
-    /// Restore the balances saved by `__reduce__`.
-    fn __setstate__(&self, balances: Vec<(u128, Option<i64>)>) -> PyResult<()> {
-        let mut limiter = self.lock();
-        if balances.len() != limiter.bands().len() {
-            return Err(PyValueError::new_err(
-                "the saved state has a different number of bands",
-            ));
-        }
-        let mut bands = limiter.bands().to_vec();
-        for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
-            if units > band.spec.capacity_units() {
-                return Err(PyValueError::new_err(
-                    "a saved balance exceeds its band's burst",
-                ));
-            }
-            band.balance = Balance { units, settled_at };
-        }
-        *limiter = Limiter::from_bands(bands);
-        Ok(())
+    /// Restore the balances and attributes saved by `__reduce__`.
+    fn __setstate__(
+        slf: &Bound<'_, Self>,
+        state: (Vec<(u128, Option<i64>)>, Bound<'_, PyDict>),
+    ) -> PyResult<()> {
+        let (balances, attributes) = state;
+        slf.get().restore(balances)?;
+        restore_attributes(slf.as_any(), &attributes)
+    }
+
+    /// Take `n` tokens, awaiting (asyncio) until every band holds them. True once taken, False
+    /// if `timeout` seconds pass first; ValueError if `n` exceeds a band's burst.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1("await_allowed", (slf.getattr("check")?, (&n,), &n, timeout))
+    }
+
+    /// Use as a decorator: `function` (def or async def) takes one token before each call,
+    /// waiting as acquire() or acquire_async() does.
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        function: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("decorate", (slf, function))
+    }
+
+    /// `with limiter:` takes one token, waiting as acquire() does.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        slf.call_method0("acquire")?;
+        Ok(slf.clone())
+    }
+
+    /// Leaving the block gives nothing back: the token was spent.
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(_slf: &Bound<'_, Self>, _exc_info: &Bound<'_, PyTuple>) {}
+
+    /// `async with limiter:` takes one token, awaiting as acquire_async() does.
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("enter_async", (slf,))
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        slf: &Bound<'py, Self>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method0("exit_async")
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
@@ -472,6 +586,36 @@ pub fn bands_repr(py: Python<'_>, specs: &[BandSpec]) -> PyResult<String> {
         })
         .collect::<PyResult<Vec<_>>>()?;
     Ok(format!("[{}]", parts.join(", ")))
+}
+
+/// The module that gives the limiters their asyncio and decorator forms, written in Python.
+pub fn conveniences(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(MODULE
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("protocol_in_code.qos._conveniences")?.unbind())
+        })?
+        .bind(py))
+}
+
+/// A pickle state, with the attributes set on the instance (by a subclass, say) beside it.
+pub fn with_attributes<'py>(
+    instance: &Bound<'py, PyAny>,
+    state: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let attributes = instance.getattr(intern!(instance.py(), "__dict__"))?;
+    (state, attributes.cast::<PyDict>()?.copy()?).into_bound_py_any(instance.py())
+}
+
+/// Give an unpickled instance back the attributes [`with_attributes`] saved.
+pub fn restore_attributes(
+    instance: &Bound<'_, PyAny>,
+    attributes: &Bound<'_, PyDict>,
+) -> PyResult<()> {
+    instance
+        .getattr(intern!(instance.py(), "__dict__"))?
+        .cast::<PyDict>()?
+        .update(attributes.as_mapping())
 }
 
 /// `functools.partial(type(instance), **kwargs)`: how a limiter pickles its configuration,

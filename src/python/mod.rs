@@ -67,10 +67,12 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // limiter: past the toy
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
-    module.add_class::<limiter::NativeRateLimiter>()?;
+    module.add_class::<limiter::RateLimiter>()?;
+    limiter::RateLimiter::install_fast_methods(&py.get_type::<limiter::RateLimiter>())?;
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
-    module.add_class::<keyed::NativeKeyedRateLimiter>()?;
+    module.add_class::<keyed::KeyedRateLimiter>()?;
+    keyed::KeyedRateLimiter::install_fast_methods(&py.get_type::<keyed::KeyedRateLimiter>())?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

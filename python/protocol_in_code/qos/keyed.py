@@ -38,39 +38,7 @@ integer buffer) with the GIL released, exactly as the calls one by one would.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
-from protocol_in_code._native import Decision, KeyedStats, LimitOutcome, NativeKeyedRateLimiter
-from protocol_in_code.qos.limiter import Band, _await_allowed, _PicklesAttributes
+from protocol_in_code._native import Decision, KeyedRateLimiter, KeyedStats, LimitOutcome
+from protocol_in_code.qos.limiter import Band
 
 __all__ = ["Band", "Decision", "KeyedRateLimiter", "KeyedStats", "LimitOutcome"]
-
-
-class KeyedRateLimiter(_PicklesAttributes, NativeKeyedRateLimiter):
-    """One exact rate limiter per key, at most ``max_keys`` keys remembered.
-
-    ``KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
-    clock=None)``: every key is limited by the same bands, given as for :class:`RateLimiter`.
-    Each key starts full. The table is split into ``shards`` locks (default
-    ``min(16, max_keys)``) that share ``max_keys`` between them; a new key is refused when its
-    own shard is full.
-
-    Per key (each takes ``now_ns=`` to override the clock): ``try_acquire(key, n=1) -> bool``,
-    ``check(key, n=1) -> Decision``, ``peek(key, n=1) -> Decision``, ``refund(key, n=1)``,
-    ``available(key) -> int``, blocking ``acquire(key, n=1, timeout=None)`` and
-    ``await acquire_async(key, n=1, timeout=None)``. The table: ``len()``, iteration over the
-    keys remembered, ``key in limiter``, ``stats``, and ``try_acquire_many(keys, now_ns, n=None)``
-    for whole traces of integer keys.
-
-    The table has one clock that never goes backwards: a call made at a time before the latest
-    one the table has seen is decided at that latest time (its ``wait_ns`` still counts from the
-    caller's time). With the default monotonic clock this never matters.
-    """
-
-    async def acquire_async(self, key: Hashable, n: int = 1, timeout: float | None = None) -> bool:
-        """Take ``n`` tokens for ``key``, awaiting until allowed; False if ``timeout`` passes.
-
-        Raises ValueError if ``n`` exceeds a band's burst (no wait would ever be enough). A
-        refusal (the table is full) awaits until room may appear, then tries again.
-        """
-        return await _await_allowed(lambda: self.check(key, n), n, timeout)

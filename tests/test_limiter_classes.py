@@ -1,0 +1,164 @@
+"""The limiters are native classes, and try_acquire enters them through a door of our own.
+
+``RateLimiter`` and ``KeyedRateLimiter`` are the extension's own types (not Python subclasses
+of them), so that a call costs one native method call. Their ``try_acquire`` is bound by
+``fastcall`` rather than by PyO3: these tests pin that it binds arguments as a Python method
+with the same signature would, and that everything a Python class gave (subclasses, instance
+attributes, pickling them, ``help``) still holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import pickle
+import pydoc
+from typing import Any
+
+import pytest
+from protocol_in_code import _native
+from protocol_in_code.qos.keyed import KeyedRateLimiter
+from protocol_in_code.qos.limiter import RateLimiter
+
+SECOND = 10**9
+
+
+def plain() -> RateLimiter:
+    return RateLimiter(1, burst=2)
+
+
+def keyed() -> KeyedRateLimiter:
+    return KeyedRateLimiter(1, burst=2, max_keys=10)
+
+
+class Sub(RateLimiter):
+    """A user's subclass, with its own state and an override."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls = 0
+
+    def check(self, n: int = 1, now_ns: int | None = None) -> Any:
+        self.calls += 1
+        return super().check(n, now_ns)
+
+
+class KeyedSub(KeyedRateLimiter):
+    """A user's keyed subclass."""
+
+
+def test_the_public_classes_are_the_native_ones() -> None:
+    assert RateLimiter is _native.RateLimiter
+    assert KeyedRateLimiter is _native.KeyedRateLimiter
+    assert RateLimiter.__module__ == "protocol_in_code.qos.limiter"
+    assert KeyedRateLimiter.__module__ == "protocol_in_code.qos.keyed"
+    assert type(plain()) is RateLimiter
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (plain, ["n", "now_ns"]),
+        (keyed, ["key", "n", "now_ns"]),
+    ],
+)
+def test_try_acquire_shows_its_signature(make: Any, expected: list[str]) -> None:
+    limiter = make()
+    parameters = inspect.signature(limiter.try_acquire).parameters
+    assert list(parameters) == expected
+    assert [p.default for p in parameters.values() if p.name != "key"] == [1, None]
+    assert "True if taken" in (type(limiter).try_acquire.__doc__ or "")
+
+
+def test_try_acquire_binds_by_position_and_by_keyword() -> None:
+    limiter = plain()
+    assert limiter.try_acquire(2, 0) is True
+    assert limiter.try_acquire(n=1, now_ns=0) is False
+    assert limiter.try_acquire(now_ns=SECOND) is True
+    assert limiter.try_acquire(1, now_ns=SECOND) is False
+    table = keyed()
+    assert table.try_acquire("a", 2, 0) is True
+    assert table.try_acquire(key="a", now_ns=0) is False
+    assert table.try_acquire("b", n=2, now_ns=0) is True
+    assert table.try_acquire(now_ns=0, n=1, key="c") is True
+
+
+def test_keyword_names_built_at_run_time_are_found_by_their_text() -> None:
+    name = "".join(["now", "_ns"])  # not the interned identifier
+    assert plain().try_acquire(**{name: 0}) is True
+    assert keyed().try_acquire(**{"".join(["k", "ey"]): "a", name: 0}) is True
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "kwargs", "words"),
+    [
+        (plain, (1, 0, 3), {}, "from 0 to 2 positional arguments but 3"),
+        (plain, (), {"m": 1}, "unexpected keyword argument 'm'"),
+        (plain, (1,), {"n": 1}, "multiple values for argument 'n'"),
+        (keyed, (), {}, "missing 1 required positional argument: 'key'"),
+        (keyed, ("a", 1, 0, 4), {}, "from 1 to 3 positional arguments but 4"),
+        (keyed, ("a",), {"key": "b"}, "multiple values for argument 'key'"),
+        (keyed, ("a",), {"now": 0}, "unexpected keyword argument 'now'"),
+    ],
+)
+def test_bad_arguments_raise_type_error_naming_them(
+    make: Any, args: tuple[Any, ...], kwargs: dict[str, Any], words: str
+) -> None:
+    limiter = make()
+    with pytest.raises(TypeError, match=words) as caught:
+        limiter.try_acquire(*args, **kwargs)
+    assert f"{type(limiter).__name__}.try_acquire()" in str(caught.value)
+    assert limiter.try_acquire("z", now_ns=0) if make is keyed else limiter.try_acquire(now_ns=0)
+
+
+def test_a_bad_value_still_names_the_parameter() -> None:
+    with pytest.raises(TypeError, match="n must be an int"):
+        plain().try_acquire("1")
+    with pytest.raises(ValueError, match="now_ns must fit in 64 bits"):
+        keyed().try_acquire("a", 1, 2**64)
+    with pytest.raises(TypeError, match="unhashable"):
+        keyed().try_acquire([])
+
+
+def test_the_method_refuses_an_instance_of_another_class() -> None:
+    with pytest.raises(TypeError):
+        RateLimiter.try_acquire(keyed())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        KeyedRateLimiter.try_acquire(plain(), "a")  # type: ignore[arg-type]
+
+
+def test_a_subclass_is_served_by_the_same_door_and_keeps_its_overrides() -> None:
+    limiter = Sub(1, burst=2)
+    assert limiter.try_acquire(2, now_ns=0) is True
+    assert limiter.try_acquire(now_ns=0) is False
+    assert limiter.check(now_ns=0).wait_ns == SECOND
+    assert limiter.calls == 1
+    assert KeyedSub(1, burst=1).try_acquire("a", now_ns=0) is True
+
+
+@pytest.mark.parametrize("make", [plain, keyed])
+def test_attributes_set_on_an_instance_are_kept_by_pickle_and_copy(make: Any) -> None:
+    limiter = make()
+    limiter.tag = "api"
+    for restored in (pickle.loads(pickle.dumps(limiter)), copy.copy(limiter)):
+        assert type(restored) is type(limiter)
+        assert restored.tag == "api"
+    restored = copy.deepcopy(limiter)
+    restored.tag = "other"
+    assert limiter.tag == "api", "a deep copy has attributes of its own"
+
+
+def test_a_subclass_pickles_with_its_type_and_attributes() -> None:
+    limiter = Sub(1, burst=2)
+    limiter.check(2, now_ns=0)
+    restored = pickle.loads(pickle.dumps(limiter))
+    assert type(restored) is Sub
+    assert restored.calls == 1
+    assert restored.available(now_ns=0) == 0
+
+
+@pytest.mark.parametrize("cls", [RateLimiter, KeyedRateLimiter])
+def test_help_shows_the_class_and_its_methods(cls: type) -> None:
+    text = pydoc.render_doc(cls)
+    for name in ("try_acquire", "check", "acquire_async", "acquire"):
+        assert name in text
+    assert "max_keys" in text if cls is KeyedRateLimiter else "initial" in text
