@@ -52,6 +52,17 @@ impl Band {
         }
     }
 
+    /// [`Limiter::acquire`] for a limiter of this one band.
+    fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
+        self.settle(now_ns);
+        let decision = self.decide(n, now_ns);
+        if decision == Decision::Allowed {
+            // Allowed: `n` is within the burst, and the balance holds its units.
+            self.balance.units -= u128::from(n) * self.spec.rate.units_per_token();
+        }
+        decision
+    }
+
     /// When this band is full if nothing is taken: its settlement point plus the time its
     /// deficit takes to accrue.
     fn full_from(&self) -> i64 {
@@ -191,6 +202,10 @@ impl Limiter {
 
     /// Settle to `now_ns`, then take `n` tokens from every band if each holds them.
     pub fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
+        if let Bands::One([band]) = &mut self.bands {
+            // The usual limiter, and the per-call path: one band, decided without the folds.
+            return band.acquire(n, now_ns);
+        }
         self.settle(now_ns);
         let decision = self.decide(n, now_ns);
         if decision == Decision::Allowed {
