@@ -46,7 +46,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("ConsumeOutcome", token_bucket::CONSUME_OUTCOME.class(py)?)?;
     module.add_class::<token_bucket::ConsumeResult>()?;
     module.add_class::<token_bucket::TokenBucket>()?;
-    module.add_function(wrap_pyfunction!(token_bucket::try_consume, module)?)?;
+    module.add_function(
+        token_bucket::TRY_CONSUME.function(py, "protocol_in_code.qos.token_bucket")?,
+    )?;
     // leaky_bucket
     module.add("OfferOutcome", leaky_bucket::OFFER_OUTCOME.class(py)?)?;
     module.add_class::<leaky_bucket::LeakyBucket>()?;

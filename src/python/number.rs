@@ -221,7 +221,14 @@ impl StoredObject {
     pub fn set_scalar(&mut self, scalar: Scalar<'_>) {
         match &scalar.object {
             Some(object) if object.as_ptr() == self.object.as_ptr() => {}
-            _ => *self = Self::from_scalar(scalar),
+            _ => {
+                let py = scalar.py;
+                let displaced = std::mem::replace(self, Self::from_scalar(scalar));
+                // Released at once: an int or a float runs no Python code when freed. (Merely
+                // dropped, it would wait in PyO3's pool of deferred releases whenever the call
+                // came through a `fastcall` door, which PyO3 does not count as attached.)
+                displaced.object.drop_ref(py);
+            }
         }
     }
 
