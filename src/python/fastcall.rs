@@ -67,6 +67,7 @@ impl<const N: usize> Parameters<N> {
     /// # Safety
     ///
     /// As for [`Parameters::bind_optional`].
+    #[inline]
     pub unsafe fn bind<'a, 'py>(
         &self,
         py: Python<'py>,
@@ -83,6 +84,11 @@ impl<const N: usize> Parameters<N> {
     ///
     /// `call` holds the arguments CPython passed to a `METH_FASTCALL | METH_KEYWORDS` function,
     /// and the returned references are used only during that call.
+    // Inlined into each door, the bound arguments stay in registers; returned through memory,
+    // they were stored as words and reloaded as pairs, which stalls store-to-load forwarding
+    // (perf showed it as the costliest instruction of a keyed `try_acquire`).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub unsafe fn bind_optional<'a, 'py>(
         &self,
         py: Python<'py>,
@@ -91,15 +97,7 @@ impl<const N: usize> Parameters<N> {
         #[allow(clippy::cast_sign_loss)] // CPython passes a non-negative count with a flag bit
         let nargs = (call.nargsf as usize) & !ffi::PY_VECTORCALL_ARGUMENTS_OFFSET;
         if nargs > N {
-            let takes = if self.required == N {
-                format!("{N}")
-            } else {
-                format!("from {} to {N}", self.required)
-            };
-            return Err(PyTypeError::new_err(format!(
-                "{}() takes {takes} positional arguments but {nargs} were given",
-                self.function
-            )));
+            return Err(self.too_many(nargs));
         }
         // SAFETY (all dereferences below): CPython passes `nargs` positional arguments followed
         // by one value per name in `kwnames`, all valid for the duration of the call.
@@ -115,18 +113,36 @@ impl<const N: usize> Parameters<N> {
             for (k, name) in kwnames.iter_borrowed().enumerate() {
                 let i = self.position(py, &name)?;
                 if bound[i].replace(argument(nargs + k)).is_some() {
-                    return Err(PyTypeError::new_err(format!(
-                        "{}() got multiple values for argument '{}'",
-                        self.function, self.names[i]
-                    )));
+                    return Err(self.twice(i));
                 }
             }
         }
-        let missing: Vec<_> = (0..self.required).filter(|&i| bound[i].is_none()).collect();
-        if !missing.is_empty() {
+        if bound[..self.required].iter().any(Option::is_none) {
+            let missing: Vec<_> = (0..self.required).filter(|&i| bound[i].is_none()).collect();
             return Err(self.missing(&missing));
         }
         Ok(bound)
+    }
+
+    #[cold]
+    fn too_many(&self, nargs: usize) -> PyErr {
+        let takes = if self.required == N {
+            format!("{N}")
+        } else {
+            format!("from {} to {N}", self.required)
+        };
+        PyTypeError::new_err(format!(
+            "{}() takes {takes} positional arguments but {nargs} were given",
+            self.function
+        ))
+    }
+
+    #[cold]
+    fn twice(&self, i: usize) -> PyErr {
+        PyTypeError::new_err(format!(
+            "{}() got multiple values for argument '{}'",
+            self.function, self.names[i]
+        ))
     }
 
     fn position(&self, py: Python<'_>, name: &Borrowed<'_, '_, PyAny>) -> PyResult<usize> {
@@ -152,6 +168,7 @@ impl<const N: usize> Parameters<N> {
             })
     }
 
+    #[cold]
     fn missing(&self, missing: &[usize]) -> PyErr {
         let quoted: Vec<String> = missing
             .iter()
