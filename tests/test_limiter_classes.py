@@ -28,7 +28,7 @@ def plain() -> RateLimiter:
 
 
 def keyed() -> KeyedRateLimiter:
-    return KeyedRateLimiter(1, burst=2, max_keys=10)
+    return KeyedRateLimiter(1, burst=2, max_keys=10, shards=1)
 
 
 class Sub(RateLimiter):
