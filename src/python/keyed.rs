@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats};
-use crate::core::exact::limiter::{Band, Decision as CoreDecision, Limiter};
+use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
@@ -438,9 +438,8 @@ impl KeyedRateLimiter {
                 continue;
             };
             let balances: Vec<_> = limiter
-                .bands()
                 .iter()
-                .map(|band| (band.balance.units, band.balance.settled_at))
+                .map(|balance| (balance.units, balance.settled_at))
                 .collect();
             entries.push((key, number, balances));
         }
@@ -570,7 +569,7 @@ fn saved_limiter(
     specs: &[BandSpec],
     balances: Vec<(u128, Option<i64>)>,
     latest: Option<i64>,
-) -> PyResult<Limiter> {
+) -> PyResult<Balances> {
     if balances.len() != specs.len() {
         return Err(PyValueError::new_err(
             "the saved state has a different number of bands",
@@ -591,13 +590,10 @@ fn saved_limiter(
                     "a saved balance is settled later than the saved table's clock",
                 ));
             }
-            Ok(Band {
-                spec,
-                balance: Balance { units, settled_at },
-            })
+            Ok(Balance { units, settled_at })
         })
         .collect::<PyResult<Vec<_>>>()?;
-    Ok(Limiter::from_bands(bands))
+    Ok(bands.into())
 }
 
 /// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any

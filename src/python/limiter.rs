@@ -169,7 +169,7 @@ impl RateLimiter {
                 "the saved state has a different number of bands",
             ));
         }
-        let mut bands = limiter.bands().to_vec();
+        let mut bands = limiter.bands();
         for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
             if units > band.spec.capacity_units() {
                 return Err(PyValueError::new_err(
@@ -178,7 +178,7 @@ impl RateLimiter {
             }
             band.balance = Balance { units, settled_at };
         }
-        *limiter = Limiter::from_bands(bands);
+        *limiter = Limiter::from_bands(&bands);
         Ok(())
     }
 
@@ -373,7 +373,7 @@ impl RateLimiter {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let this = slf.get();
-        let bands = this.lock().bands().to_vec();
+        let bands = this.lock().bands();
         let specs: Vec<_> = bands.iter().map(|band| band.spec).collect();
         let balances: Vec<_> = bands
             .iter()

@@ -1,7 +1,9 @@
 //! Many clients at once: one lazily settled limiter per key, in bounded memory.
 //!
-//! A server limits each client (an IP, an API key) separately, so it keeps one [`Limiter`] per
-//! key. Two things make such a table dangerous, and this one avoids both:
+//! A server limits each client (an IP, an API key) separately, so it keeps one limiter per key:
+//! the bands' specs once for the table, and per key only their [`Balances`] (a 64-byte entry
+//! with the key, for one band). Two things make such a table dangerous, and this one avoids
+//! both:
 //!
 //! * **Unbounded growth.** A flood of distinct keys must not grow the table without limit. The
 //!   table holds at most `max_keys` entries.
@@ -35,7 +37,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use hashbrown::{Equivalent, HashTable};
 use siphasher::sip::SipHasher13;
 
-use crate::core::exact::limiter::{Decision, Limiter};
+use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
 
 /// What a keyed limiter answered.
@@ -86,7 +88,8 @@ struct Shard<K> {
     /// How many keys this shard may remember: its share of `max_keys`.
     capacity: usize,
     /// Keys and their limiters, found by the hash the table computed once per call.
-    entries: HashTable<(K, Limiter)>,
+    /// Keys and their balances; the bands' specs are the table's, kept once.
+    entries: HashTable<(K, Balances)>,
     /// When the first remembered key is full again, if known: a fruitless sweep learns it,
     /// a new key lowers it to its own time, and whatever else could change it (taking from
     /// that very key, forgetting a key, a refund) forgets it. While it is known, a refusal
@@ -101,7 +104,8 @@ pub struct KeyedLimiter<K> {
     /// Seeded per table, so nobody can choose keys that all land in one shard.
     hasher: Seed,
     specs: Vec<BandSpec>,
-    fresh: Limiter,
+    /// A new key's balances: full, anchored at its first call.
+    fresh: Balances,
     shards: Vec<Mutex<Shard<K>>>,
     max_keys: usize,
     /// The table's clock: the latest time any call has used.
@@ -132,7 +136,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Self {
             hasher: Seed::random(),
             specs: specs.to_vec(),
-            fresh: Limiter::new(specs, None, None),
+            fresh: Balances::new(specs, None, None),
             shards: (0..shards)
                 .map(|index| {
                     Mutex::new(Shard {
@@ -197,7 +201,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         (hash, index)
     }
 
-    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<&'s mut Limiter>
+    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<&'s mut Balances>
     where
         Q: Equivalent<K> + ?Sized,
     {
@@ -282,11 +286,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let room_from = shard.room_from;
         let (decision, remaining) = if let Some(limiter) = Self::find(shard, hash, key) {
             // Taking from the key that is full first moves the shard's first room later.
-            let was_first = room_from.is_some_and(|at| limiter.fresh_from() == at);
-            let decision = limiter.acquire(n, now);
-            let remaining = remaining_if(with_remaining, limiter);
+            let specs = &self.specs;
+            let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
+            let decision = limiter.acquire(specs, n, now);
+            let remaining = remaining_if(with_remaining, specs, limiter);
             // Settled at the table's clock, which no key's settlement point is ever past.
-            let full = limiter.is_full();
+            let full = limiter.is_full(specs);
             if was_first && decision == Decision::Allowed {
                 shard.room_from = None;
             }
@@ -350,10 +355,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
+        let specs = &self.specs;
         let mut limiter = self.fresh.clone();
-        let decision = limiter.acquire(n, now);
-        let remaining = remaining_if(with_remaining, &limiter);
-        if decision != Decision::Allowed || limiter.is_full() {
+        let decision = limiter.acquire(specs, n, now);
+        let remaining = remaining_if(with_remaining, specs, &limiter);
+        if decision != Decision::Allowed || limiter.is_full(specs) {
             // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), remaining);
@@ -362,7 +368,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             return (KeyedDecision::Refused { retry_in }, 0);
         }
         // A new key may be full again before any the last sweep saw.
-        let fresh_from = limiter.fresh_from();
+        let fresh_from = limiter.fresh_from(specs);
         shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
         shard
             .entries
@@ -382,7 +388,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             let before = shard.entries.len();
             let mut gone = Vec::new();
             shard.entries.retain(|(key, limiter)| {
-                let keep = !limiter.is_fresh_at(now);
+                let keep = !limiter.is_fresh_at(&self.specs, now);
                 if !keep && (self.watched)(key) {
                     gone.push(key.clone());
                 }
@@ -397,7 +403,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             shard.room_from = shard
                 .entries
                 .iter()
-                .map(|(_, limiter)| limiter.fresh_from())
+                .map(|(_, limiter)| limiter.fresh_from(&self.specs))
                 .min();
         }
         let room_from = shard.room_from.unwrap_or(i64::MIN);
@@ -458,17 +464,20 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         } = self.locked(key, now_ns);
         let (decision, remaining) = if let Some(limiter) = Self::find(&mut shard, hash, key) {
             let mut limiter = limiter.clone();
-            let decision = limiter.peek(n, now);
-            (KeyedDecision::Decided(decision), limiter.available_at(now))
+            let decision = limiter.peek(&self.specs, n, now);
+            (
+                KeyedDecision::Decided(decision),
+                limiter.available_at(&self.specs, now),
+            )
         } else {
             let mut limiter = self.fresh.clone();
-            let decision = limiter.acquire(n, now);
-            let stores = decision == Decision::Allowed && !limiter.is_fresh_at(now);
+            let decision = limiter.acquire(&self.specs, n, now);
+            let stores = decision == Decision::Allowed && !limiter.is_fresh_at(&self.specs, now);
             match stores.then(|| self.make_room(&mut shard, now)).flatten() {
                 Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
                 None => (
                     KeyedDecision::Decided(decision),
-                    self.fresh.clone().available_at(now),
+                    self.fresh.clone().available_at(&self.specs, now),
                 ),
             }
         };
@@ -491,7 +500,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         } = self.locked(key, now_ns);
         Self::find(&mut shard, hash, key)
             .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
-            .available_at(now)
+            .available_at(&self.specs, now)
     }
 
     /// Give `n` tokens back to `key` (capped at each burst); a key that is then full is
@@ -509,8 +518,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let Some(limiter) = Self::find(&mut shard, hash, key) else {
             return;
         };
-        limiter.refund(n, now);
-        if limiter.is_fresh_at(now) {
+        limiter.refund(&self.specs, n, now);
+        if limiter.is_fresh_at(&self.specs, now) {
             self.forget(&mut shard, hash, key);
         }
         // A refund can bring a key's refill closer than the last sweep found.
@@ -582,7 +591,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     pub fn restore(
         &self,
         seed: (u64, u64),
-        entries: Vec<(K, Limiter)>,
+        entries: Vec<(K, Balances)>,
         latest: Option<i64>,
         stats: Stats,
     ) -> Result<(), RestoreError> {
@@ -622,9 +631,10 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Ok(())
     }
 
-    /// Every remembered key with its limiter (a snapshot, shard by shard).
+    /// Every remembered key with its balances (a snapshot, shard by shard), in the order of
+    /// [`KeyedLimiter::specs`].
     #[must_use]
-    pub fn entries(&self) -> Vec<(K, Limiter)> {
+    pub fn entries(&self) -> Vec<(K, Balances)> {
         self.shards
             .iter()
             .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
@@ -634,9 +644,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 
 /// The whole tokens `limiter` holds if `wanted`, else 0: it costs a division, and only
 /// `check` asks for it.
-fn remaining_if(wanted: bool, limiter: &Limiter) -> u128 {
+fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
     if wanted {
-        limiter.available()
+        limiter.available(specs)
     } else {
         0
     }

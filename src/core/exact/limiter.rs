@@ -104,153 +104,157 @@ impl Decision {
     }
 }
 
-/// Bands consumed all-or-nothing.
+/// A limiter's state: one balance per band, in the order of the bands' specs.
+///
+/// The specs are fixed and are kept apart, as DPDK keeps a meter's profile apart from its
+/// run-time state: a [`Limiter`] owns one set, and a keyed table keeps one set for all its
+/// keys and only these balances per key. One band, as there usually is, is stored inline, so
+/// such a table allocates nothing per key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Limiter {
-    bands: Bands,
+pub enum Balances {
+    One(Balance),
+    Many(Box<[Balance]>),
 }
 
-/// A limiter's bands: inline when there is one, as there usually is, so that a table of one
-/// limiter per key allocates nothing per key and reaches each key's state in one step.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Bands {
-    One([Band; 1]),
-    Many(Vec<Band>),
-}
+impl std::ops::Deref for Balances {
+    type Target = [Balance];
 
-impl From<Vec<Band>> for Bands {
-    fn from(bands: Vec<Band>) -> Self {
-        match <[Band; 1]>::try_from(bands) {
-            Ok(one) => Self::One(one),
-            Err(many) => Self::Many(many),
-        }
-    }
-}
-
-impl std::ops::Deref for Bands {
-    type Target = [Band];
-
-    fn deref(&self) -> &[Band] {
+    fn deref(&self) -> &[Balance] {
         match self {
-            Self::One(one) => one,
+            Self::One(one) => std::slice::from_ref(one),
             Self::Many(many) => many,
         }
     }
 }
 
-impl std::ops::DerefMut for Bands {
-    fn deref_mut(&mut self) -> &mut [Band] {
+impl std::ops::DerefMut for Balances {
+    fn deref_mut(&mut self) -> &mut [Balance] {
         match self {
-            Self::One(one) => one,
+            Self::One(one) => std::slice::from_mut(one),
             Self::Many(many) => many,
         }
     }
 }
 
-impl Limiter {
-    /// Bands holding `initial` tokens each (their full burst if `None`), settled from
-    /// `start_ns`, or from the first call's `now` if `None`.
+impl From<Vec<Balance>> for Balances {
+    fn from(balances: Vec<Balance>) -> Self {
+        match <[Balance; 1]>::try_from(balances) {
+            Ok([one]) => Self::One(one),
+            Err(many) => Self::Many(many.into()),
+        }
+    }
+}
+
+/// Every operation takes the bands' specs, in the order the balances were made for.
+impl Balances {
+    /// Balances for `specs` holding `initial` tokens each (their full burst if `None`),
+    /// settled from `start_ns`, or from the first call's `now` if `None`.
     ///
     /// # Panics
     ///
     /// If `initial` exceeds a band's burst (callers check that first).
     #[must_use]
     pub fn new(specs: &[BandSpec], initial: Option<u64>, start_ns: Option<i64>) -> Self {
-        let bands = specs
+        specs
             .iter()
-            .map(|&spec| Band {
-                spec,
-                balance: Balance {
-                    units: initial.map_or(spec.capacity_units(), |tokens| {
-                        spec.units_of(tokens)
-                            .expect("initial fill within the burst")
-                    }),
-                    settled_at: start_ns,
-                },
+            .map(|spec| Balance {
+                units: initial.map_or(spec.capacity_units(), |tokens| {
+                    spec.units_of(tokens)
+                        .expect("initial fill within the burst")
+                }),
+                settled_at: start_ns,
             })
-            .collect::<Vec<_>>();
-        Self {
-            bands: bands.into(),
+            .collect::<Vec<_>>()
+            .into()
+    }
+
+    /// Each band as a spec and its balance.
+    fn bands<'a>(&'a self, specs: &'a [BandSpec]) -> impl Iterator<Item = Band> + 'a {
+        specs
+            .iter()
+            .zip(self.iter())
+            .map(|(&spec, &balance)| Band { spec, balance })
+    }
+
+    /// Run `change` on each band, keeping the balances it leaves.
+    fn update(&mut self, specs: &[BandSpec], mut change: impl FnMut(&mut Band)) {
+        for (&spec, balance) in specs.iter().zip(self.iter_mut()) {
+            let mut band = Band {
+                spec,
+                balance: *balance,
+            };
+            change(&mut band);
+            *balance = band.balance;
         }
     }
 
-    /// A limiter with these exact bands and balances (to restore a saved one).
-    #[must_use]
-    pub fn from_bands(bands: Vec<Band>) -> Self {
-        Self {
-            bands: bands.into(),
-        }
+    fn settle(&mut self, specs: &[BandSpec], now_ns: i64) {
+        self.update(specs, |band| band.settle(now_ns));
     }
 
-    /// The bands, in order.
-    #[must_use]
-    pub fn bands(&self) -> &[Band] {
-        &self.bands
-    }
-
-    fn settle(&mut self, now_ns: i64) {
-        for band in self.bands.iter_mut() {
-            band.settle(now_ns);
-        }
-    }
-
-    fn decide(&self, n: u64, now_ns: i64) -> Decision {
-        self.bands.iter().fold(Decision::Allowed, |decision, band| {
+    fn decide(&self, specs: &[BandSpec], n: u64, now_ns: i64) -> Decision {
+        self.bands(specs).fold(Decision::Allowed, |decision, band| {
             decision.and(band.decide(n, now_ns))
         })
     }
 
     /// Settle to `now_ns`, then take `n` tokens from every band if each holds them.
-    pub fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
-        if let Bands::One([band]) = &mut self.bands {
+    pub fn acquire(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) -> Decision {
+        if let (Self::One(balance), [spec]) = (&mut *self, specs) {
             // The usual limiter, and the per-call path: one band, decided without the folds.
-            return band.acquire(n, now_ns);
+            let mut band = Band {
+                spec: *spec,
+                balance: *balance,
+            };
+            let decision = band.acquire(n, now_ns);
+            *balance = band.balance;
+            return decision;
         }
-        self.settle(now_ns);
-        let decision = self.decide(n, now_ns);
+        self.settle(specs, now_ns);
+        let decision = self.decide(specs, n, now_ns);
         if decision == Decision::Allowed {
-            for band in self.bands.iter_mut() {
+            self.update(specs, |band| {
                 // Allowed: every band holds at least the units of `n`.
                 let need = band.spec.units_of(n).unwrap_or(0);
                 band.balance.units = band.balance.units.saturating_sub(need);
-            }
+            });
         }
         decision
     }
 
-    /// What [`Limiter::acquire`] would answer at `now_ns`, taking nothing. Like every call,
-    /// the first one anchors a new limiter's clock; otherwise nothing is stored.
-    pub fn peek(&mut self, n: u64, now_ns: i64) -> Decision {
+    /// What [`Balances::acquire`] would answer at `now_ns`, taking nothing. Like every call,
+    /// the first one anchors new balances' clock; otherwise nothing is stored.
+    pub fn peek(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) -> Decision {
         self.anchor(now_ns);
         let mut settled = self.clone();
-        settled.settle(now_ns);
-        settled.decide(n, now_ns)
+        settled.settle(specs, now_ns);
+        settled.decide(specs, n, now_ns)
     }
 
     /// Start counting time at `now_ns`, if nothing has been counted yet.
     fn anchor(&mut self, now_ns: i64) {
-        for band in self.bands.iter_mut() {
-            band.balance.settled_at.get_or_insert(now_ns);
+        for balance in self.iter_mut() {
+            balance.settled_at.get_or_insert(now_ns);
         }
     }
 
     /// Settle to `now_ns`, then give `n` tokens back to every band, each capped at its burst.
-    pub fn refund(&mut self, n: u64, now_ns: i64) {
-        self.settle(now_ns);
-        for band in self.bands.iter_mut() {
+    pub fn refund(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) {
+        self.settle(specs, now_ns);
+        self.update(specs, |band| {
             let capacity = band.spec.capacity_units();
             let returned = u128::from(n).saturating_mul(band.spec.rate.units_per_token());
             band.balance.units = band.balance.units.saturating_add(returned).min(capacity);
-        }
+        });
     }
 
-    /// Whether this limiter, settled at `now_ns`, is indistinguishable from a new one: every
+    /// Whether these balances, settled at `now_ns`, are indistinguishable from new ones: every
     /// band full, and no band settled later than `now_ns` (a later settlement point would make
     /// refills start later than a new limiter's).
     #[must_use]
-    pub fn is_fresh_at(&self, now_ns: i64) -> bool {
+    pub fn is_fresh_at(&self, specs: &[BandSpec], now_ns: i64) -> bool {
         // The same as `fresh_from() <= now_ns`, without a division: this runs on every call.
-        self.bands.iter().all(|band| {
+        self.bands(specs).all(|band| {
             band.balance.settled_at.is_none_or(|at| at <= now_ns)
                 && settle(
                     band.balance,
@@ -264,22 +268,20 @@ impl Limiter {
     }
 
     /// Whether every band is full as last settled: after a call at `now_ns` that is the same
-    /// as [`Limiter::is_fresh_at`]`(now_ns)` when the clock did not go backwards, and cheaper.
+    /// as [`Balances::is_fresh_at`]`(now_ns)` when the clock did not go backwards, and cheaper.
     #[must_use]
-    pub fn is_full(&self) -> bool {
-        self.bands
-            .iter()
+    pub fn is_full(&self, specs: &[BandSpec]) -> bool {
+        self.bands(specs)
             .all(|band| band.balance.units == band.spec.capacity_units())
     }
 
-    /// The first nanosecond from which [`Limiter::is_fresh_at`] holds, if nothing is taken
+    /// The first nanosecond from which [`Balances::is_fresh_at`] holds, if nothing is taken
     /// meanwhile: when the slowest band is full again (`i64::MAX` if never within the clock's
     /// range). A band never anchored is fresh from any time, if full.
     #[must_use]
-    pub fn fresh_from(&self) -> i64 {
-        self.bands
-            .iter()
-            .map(Band::full_from)
+    pub fn fresh_from(&self, specs: &[BandSpec]) -> i64 {
+        self.bands(specs)
+            .map(|band| band.full_from())
             .max()
             .unwrap_or(i64::MIN)
     }
@@ -287,17 +289,88 @@ impl Limiter {
     /// Whole tokens every band holds as last settled: how many more 1-token requests would be
     /// allowed right now.
     #[must_use]
-    pub fn available(&self) -> u128 {
-        self.bands.iter().map(Band::whole_tokens).min().unwrap_or(0)
+    pub fn available(&self, specs: &[BandSpec]) -> u128 {
+        self.bands(specs)
+            .map(|band| band.whole_tokens())
+            .min()
+            .unwrap_or(0)
     }
 
-    /// Whole tokens every band would hold if settled at `now_ns` (anchoring a new limiter,
-    /// as [`Limiter::peek`] does).
-    pub fn available_at(&mut self, now_ns: i64) -> u128 {
+    /// Whole tokens every band would hold if settled at `now_ns` (anchoring new balances, as
+    /// [`Balances::peek`] does).
+    pub fn available_at(&mut self, specs: &[BandSpec], now_ns: i64) -> u128 {
         self.anchor(now_ns);
         let mut settled = self.clone();
-        settled.settle(now_ns);
-        settled.available()
+        settled.settle(specs, now_ns);
+        settled.available(specs)
+    }
+}
+
+/// Bands consumed all-or-nothing: their specs, and their [`Balances`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limiter {
+    specs: Box<[BandSpec]>,
+    balances: Balances,
+}
+
+impl Limiter {
+    /// Bands holding `initial` tokens each (their full burst if `None`), settled from
+    /// `start_ns`, or from the first call's `now` if `None`.
+    ///
+    /// # Panics
+    ///
+    /// If `initial` exceeds a band's burst (callers check that first).
+    #[must_use]
+    pub fn new(specs: &[BandSpec], initial: Option<u64>, start_ns: Option<i64>) -> Self {
+        Self {
+            specs: specs.into(),
+            balances: Balances::new(specs, initial, start_ns),
+        }
+    }
+
+    /// A limiter with these exact bands and balances (to restore a saved one).
+    #[must_use]
+    pub fn from_bands(bands: &[Band]) -> Self {
+        Self {
+            specs: bands.iter().map(|band| band.spec).collect(),
+            balances: bands
+                .iter()
+                .map(|band| band.balance)
+                .collect::<Vec<_>>()
+                .into(),
+        }
+    }
+
+    /// The bands, in order, each with its balance.
+    #[must_use]
+    pub fn bands(&self) -> Vec<Band> {
+        self.balances.bands(&self.specs).collect()
+    }
+
+    /// Settle to `now_ns`, then take `n` tokens from every band if each holds them.
+    pub fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
+        self.balances.acquire(&self.specs, n, now_ns)
+    }
+
+    /// See [`Balances::peek`].
+    pub fn peek(&mut self, n: u64, now_ns: i64) -> Decision {
+        self.balances.peek(&self.specs, n, now_ns)
+    }
+
+    /// See [`Balances::refund`].
+    pub fn refund(&mut self, n: u64, now_ns: i64) {
+        self.balances.refund(&self.specs, n, now_ns);
+    }
+
+    /// See [`Balances::available`].
+    #[must_use]
+    pub fn available(&self) -> u128 {
+        self.balances.available(&self.specs)
+    }
+
+    /// See [`Balances::available_at`].
+    pub fn available_at(&mut self, now_ns: i64) -> u128 {
+        self.balances.available_at(&self.specs, now_ns)
     }
 }
 
