@@ -779,3 +779,39 @@ def test_calls_return_the_members_themselves(impl):
     assert impl.offer(leaky, 1, 0).outcome is impl.OfferOutcome.OVERFLOWED
     tree = impl.ClassTree({"a": impl.TrafficClass("a", 1)})
     assert impl.validate_tree(tree).outcome is impl.ValidationOutcome.VALID
+
+
+# --------------------------------------------------------------------------------------------
+# The dataclasses module's own functions
+# --------------------------------------------------------------------------------------------
+
+
+def described_fields(cls) -> list[tuple]:
+    """What ``dataclasses.fields`` says of each field, but its type annotation."""
+    return [
+        (f.name, f.default, f.default_factory, f.init, f.repr, f.hash, f.compare, f.kw_only)
+        for f in dataclasses.fields(cls)
+    ]
+
+
+def params(cls) -> tuple:
+    p = cls.__dataclass_params__
+    return (p.init, p.repr, p.eq, p.order, p.unsafe_hash, p.frozen)
+
+
+@pytest.mark.parametrize(
+    ("name", "specs"), [(n, frozen_specs) for n in FROZEN] + [(n, mutable_specs) for n in MUTABLE]
+)
+def test_the_dataclasses_module_sees_the_same_dataclass(impl, ref, name, specs):
+    spec, ref_spec = specs(impl)[name], specs(ref)[name]
+    obj, theirs = spec.cls(*spec.values), ref_spec.cls(*ref_spec.values)
+    assert dataclasses.is_dataclass(spec.cls) and dataclasses.is_dataclass(obj)
+    assert described_fields(spec.cls) == described_fields(ref_spec.cls)
+    assert params(spec.cls) == params(ref_spec.cls)
+    assert repr(dataclasses.asdict(obj)) == repr(dataclasses.asdict(theirs))
+    assert repr(dataclasses.astuple(obj)) == repr(dataclasses.astuple(theirs))
+    field = spec.fields[spec.vary]
+    changed = dataclasses.replace(obj, **{field: 7})
+    assert type(changed) is spec.cls and getattr(changed, field) == 7
+    assert repr(changed) == repr(dataclasses.replace(theirs, **{field: 7}))
+    assert obj == spec.cls(*spec.values), "replace made a new object and left this one"

@@ -18,6 +18,28 @@ macro_rules! frozen_record {
         }
 
         impl $rust {
+            /// Made once, for both `__dataclass_fields__` and `__dataclass_params__`.
+            fn dataclass_description(
+                py: ::pyo3::Python<'_>,
+            ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
+                static DESCRIPTION: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
+                    ::pyo3::sync::PyOnceLock::new();
+                DESCRIPTION
+                    .get_or_try_init(py, || {
+                        $crate::python::record::dataclass_description(
+                            py,
+                            $name,
+                            true,
+                            &[$((
+                                stringify!($field),
+                                $crate::python::record::field_default!($($default)?),
+                            )),+],
+                        )
+                        .map(::pyo3::Bound::unbind)
+                    })
+                    .map(|description| description.bind(py))
+            }
+
             fn field_values<'py>(
                 &self,
                 py: ::pyo3::Python<'py>,
@@ -40,6 +62,22 @@ macro_rules! frozen_record {
                     self.$field.clone_ref(py)
                 }
             )+
+
+            #[classattr]
+            fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::new(
+                    "__dataclass_fields__",
+                    Self::dataclass_description,
+                )
+            }
+
+            #[classattr]
+            fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::new(
+                    "__dataclass_params__",
+                    Self::dataclass_description,
+                )
+            }
 
             #[classattr]
             fn __match_args__(

@@ -9,7 +9,10 @@
 //! * `hash` (frozen classes): the hash of that tuple; mutable classes are unhashable;
 //! * assigning or deleting an attribute of a frozen instance raises
 //!   `dataclasses.FrozenInstanceError`;
-//! * `__match_args__`, and `__reduce__` for pickle and `copy`.
+//! * `__match_args__`, and `__reduce__` for pickle and `copy`;
+//! * `__dataclass_fields__` and `__dataclass_params__`, taken from a dataclass made with the same
+//!   fields, so that the `dataclasses` module's own functions (`is_dataclass`, `fields`,
+//!   `asdict`, `astuple`, `replace`) treat a native class as the course's dataclass.
 //!
 //! [`frozen_record!`] writes all of that for an immutable class of Python-object fields,
 //! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; the helper
@@ -24,7 +27,7 @@ pub(crate) use mutable::{field_index, mutable_record, FieldOperation, SharedFiel
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PySet, PyTuple, PyType};
 use pyo3::{ffi, IntoPyObjectExt};
 
 /// `QualName(name=repr(value), ...)`, as a dataclass's generated `__repr__` writes it.
@@ -90,6 +93,90 @@ pub fn compare_fields<'py, const N: usize>(
 pub fn fields_hash<'py>(py: Python<'py>, fields: &[Bound<'py, PyAny>]) -> PyResult<isize> {
     PyTuple::new(py, fields)?.hash()
 }
+
+/// The `dataclasses` module's description of a dataclass named `name` with these fields, in
+/// order, each with its default if it has one: the source of a native record's
+/// `__dataclass_fields__` and `__dataclass_params__`. A default that is a `list`, `dict` or
+/// `set` is described as a `default_factory` of its type, as a dataclass must declare it.
+pub fn dataclass_description<'py>(
+    py: Python<'py>,
+    name: &str,
+    frozen: bool,
+    fields: &[(&str, Option<Py<PyAny>>)],
+) -> PyResult<Bound<'py, PyAny>> {
+    let dataclasses = py.import("dataclasses")?;
+    let any = py.import("typing")?.getattr("Any")?;
+    let specs = PyList::empty(py);
+    for (field, default) in fields {
+        let Some(default) = default else {
+            specs.append((field, &any))?;
+            continue;
+        };
+        let default = default.bind(py);
+        let options = PyDict::new(py);
+        if default.is_exact_instance_of::<PyList>()
+            || default.is_exact_instance_of::<PyDict>()
+            || default.is_exact_instance_of::<PySet>()
+        {
+            options.set_item("default_factory", default.get_type())?;
+        } else {
+            options.set_item("default", default)?;
+        }
+        let field_spec = dataclasses.call_method("field", (), Some(&options))?;
+        specs.append((field, &any, field_spec))?;
+    }
+    let options = PyDict::new(py);
+    options.set_item("frozen", frozen)?;
+    dataclasses.call_method("make_dataclass", (name, specs), Some(&options))
+}
+
+/// How a record class describes itself to the `dataclasses` module (its
+/// [`dataclass_description`], made once).
+pub type Describe = for<'py> fn(Python<'py>) -> PyResult<&'py Bound<'py, PyAny>>;
+
+/// A record class's `__dataclass_fields__` or `__dataclass_params__`, made when first read.
+///
+/// Describing a class takes the `dataclasses` module, which imports `inspect` and `ast` (about
+/// 40 ms here); a program that never asks should not pay for that when it imports the course's
+/// modules. So the class attribute is this descriptor, which asks `describe` on first use.
+#[pyclass(frozen, module = "protocol_in_code._native")]
+pub struct DataclassAttribute {
+    attribute: &'static str,
+    describe: Describe,
+}
+
+impl DataclassAttribute {
+    pub fn new(attribute: &'static str, describe: Describe) -> Self {
+        Self {
+            attribute,
+            describe,
+        }
+    }
+}
+
+#[pymethods]
+impl DataclassAttribute {
+    fn __get__<'py>(
+        &self,
+        py: Python<'py>,
+        _instance: Option<&Bound<'py, PyAny>>,
+        _owner: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        (self.describe)(py)?.getattr(self.attribute)
+    }
+}
+
+/// Expands to `Some(default)` for a field with a default, `None` for one without.
+macro_rules! field_default {
+    () => {
+        None
+    };
+    ($default:expr) => {
+        Some($default)
+    };
+}
+
+pub(crate) use field_default;
 
 /// `dataclasses.FrozenInstanceError` with the message a frozen dataclass gives.
 pub fn frozen_instance_error(py: Python<'_>, verb: &str, name: &str) -> PyErr {

@@ -286,6 +286,28 @@ macro_rules! mutable_record {
 
         impl $rust {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
+
+            /// Made once, for both `__dataclass_fields__` and `__dataclass_params__`.
+            fn dataclass_description(
+                py: ::pyo3::Python<'_>,
+            ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
+                static DESCRIPTION: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
+                    ::pyo3::sync::PyOnceLock::new();
+                DESCRIPTION
+                    .get_or_try_init(py, || {
+                        $crate::python::record::dataclass_description(
+                            py,
+                            $name,
+                            false,
+                            &[$((
+                                stringify!($field),
+                                $crate::python::record::field_default!($($default)?),
+                            )),+],
+                        )
+                        .map(::pyo3::Bound::unbind)
+                    })
+                    .map(|description| description.bind(py))
+            }
         }
 
         #[::pyo3::pymethods]
@@ -315,6 +337,22 @@ macro_rules! mutable_record {
                     self.fields.set(INDEX, value);
                 }
             )+
+
+            #[classattr]
+            fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::new(
+                    "__dataclass_fields__",
+                    Self::dataclass_description,
+                )
+            }
+
+            #[classattr]
+            fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::new(
+                    "__dataclass_params__",
+                    Self::dataclass_description,
+                )
+            }
 
             #[classattr]
             fn __match_args__(
