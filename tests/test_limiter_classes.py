@@ -9,10 +9,13 @@ attributes, pickling them, ``help``) still holds.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import gc
 import inspect
 import pickle
 import pydoc
+import weakref
 from typing import Any
 
 import pytest
@@ -82,6 +85,25 @@ def test_try_acquire_binds_by_position_and_by_keyword() -> None:
     assert table.try_acquire(now_ns=0, n=1, key="c") is True
 
 
+def test_none_for_n_or_now_ns_means_not_given() -> None:
+    clock = iter(range(0, 100 * SECOND, SECOND))
+    limiter = RateLimiter(1, burst=2, clock=lambda: next(clock))
+    assert limiter.try_acquire(None, None) is True  # n=1 at the clock's 0
+    assert limiter.try_acquire(n=None, now_ns=None) is True  # at 1 s: one token back, one left
+    assert limiter.available(now_ns=SECOND) == 1
+    table = KeyedRateLimiter(1, burst=2, max_keys=10, shards=1)
+    assert table.try_acquire("a", None, None) is True
+    assert table.try_acquire("a", n=None, now_ns=None) is True
+    assert table.available("a", now_ns=0) == 0
+    assert table.try_acquire(None, now_ns=0) is True, "None is a key like any other"
+    assert None in table
+
+
+def test_the_defaults_alone() -> None:
+    assert RateLimiter(1).try_acquire() is True
+    assert KeyedRateLimiter(1).try_acquire("a") is True
+
+
 def test_keyword_names_built_at_run_time_are_found_by_their_text() -> None:
     name = "".join(["now", "_ns"])  # not the interned identifier
     assert plain().try_acquire(**{name: 0}) is True
@@ -107,7 +129,10 @@ def test_bad_arguments_raise_type_error_naming_them(
     with pytest.raises(TypeError, match=words) as caught:
         limiter.try_acquire(*args, **kwargs)
     assert f"{type(limiter).__name__}.try_acquire()" in str(caught.value)
-    assert limiter.try_acquire("z", now_ns=0) if make is keyed else limiter.try_acquire(now_ns=0)
+    if make is keyed:
+        assert len(limiter) == 0 and limiter.available("a", now_ns=0) == 2, "nothing taken"
+    else:
+        assert limiter.available(now_ns=0) == 2, "nothing taken"
 
 
 def test_a_bad_value_still_names_the_parameter() -> None:
@@ -138,13 +163,34 @@ def test_a_subclass_is_served_by_the_same_door_and_keeps_its_overrides() -> None
 @pytest.mark.parametrize("make", [plain, keyed])
 def test_attributes_set_on_an_instance_are_kept_by_pickle_and_copy(make: Any) -> None:
     limiter = make()
-    limiter.tag = "api"
+    limiter.tags = ["api"]
     for restored in (pickle.loads(pickle.dumps(limiter)), copy.copy(limiter)):
         assert type(restored) is type(limiter)
-        assert restored.tag == "api"
+        assert restored.tags == ["api"]
     restored = copy.deepcopy(limiter)
-    restored.tag = "other"
-    assert limiter.tag == "api", "a deep copy has attributes of its own"
+    restored.tags.append("other")
+    assert limiter.tags == ["api"], "a deep copy has attributes of its own"
+
+
+@pytest.mark.parametrize("make", [plain, keyed])
+def test_limiters_take_weak_references(make: Any) -> None:
+    limiter = make()
+    ref = weakref.ref(limiter)
+    cache = weakref.WeakValueDictionary({"limiter": limiter})
+    assert ref() is limiter and cache["limiter"] is limiter
+    del limiter
+    gc.collect()
+    assert ref() is None and "limiter" not in cache
+
+
+@pytest.mark.parametrize("make", [plain, keyed])
+def test_acquire_async_returns_a_coroutine_to_await(make: Any) -> None:
+    limiter = make()
+    args = ("a",) if make is keyed else ()
+    pending = limiter.acquire_async(*args, 2)
+    assert inspect.iscoroutine(pending)
+    assert asyncio.run(pending) is True
+    assert asyncio.run(limiter.acquire_async(*args, timeout=0)) is False
 
 
 def test_a_subclass_pickles_with_its_type_and_attributes() -> None:
@@ -159,6 +205,6 @@ def test_a_subclass_pickles_with_its_type_and_attributes() -> None:
 @pytest.mark.parametrize("cls", [RateLimiter, KeyedRateLimiter])
 def test_help_shows_the_class_and_its_methods(cls: type) -> None:
     text = pydoc.render_doc(cls)
-    for name in ("try_acquire", "check", "acquire_async", "acquire"):
+    for name in ("try_acquire(", "check(", "acquire_async(", " acquire(", "refund("):
         assert name in text
     assert "max_keys" in text if cls is KeyedRateLimiter else "initial" in text

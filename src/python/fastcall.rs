@@ -9,7 +9,8 @@
 //! remains the fallback for names built at run time.
 //!
 //! Only a few calls use it: `compute_refill` (its callers, the course among them, pass five
-//! keywords) and the limiters' `try_acquire` (the call a rate-limited program makes most). A
+//! keywords), `try_consume` (the course's most frequent call) and the limiters' `try_acquire`
+//! (the call a rate-limited program makes most). A
 //! function exported this way is a plain CPython `METH_FASTCALL | METH_KEYWORDS` function:
 //! [`Parameters::bind`] maps its arguments to the parameters, [`run`] turns the Rust result (or
 //! a panic) into what CPython expects, and [`MethodDef`] describes it to Python, with a text
@@ -188,13 +189,24 @@ impl<const N: usize> Parameters<N> {
     }
 }
 
+/// An optional argument, `None` counting as not given (as PyO3 reads `Option` parameters).
+pub fn given<'a, 'py>(
+    argument: Option<Borrowed<'a, 'py, PyAny>>,
+) -> Option<Borrowed<'a, 'py, PyAny>> {
+    argument.filter(|value| !value.is_none())
+}
+
 /// Run the body of a function called by CPython: its result as a new reference, or NULL with
 /// the Python exception set (a Rust panic becomes a `PanicException`).
 ///
 /// PyO3 does not count this thread as attached inside `body` (counting it is what makes PyO3's
-/// own entry points cost more than this door), so a `Py` handle dropped in `body` is released
-/// at PyO3's next entry point rather than at once: safe, only later. Bodies work with `Bound`
-/// references, which are released immediately, and move any `Py` they make into the result.
+/// own entry points cost more than this door), so a `Py` handle (or a `PyErr`) dropped in `body`
+/// waits in PyO3's pool of deferred releases until PyO3's next entry point: safe, but a cost,
+/// and a door called in a loop may not reach such an entry point for a long time. Bodies work
+/// with `Bound` references, which are released at once, move any `Py` they make into the
+/// result, release displaced objects with `Py::drop_ref`, and do not discard `PyErr`s on
+/// their usual paths. An error is raised from inside PyO3's own attachment, so that what PyO3
+/// drops while setting it is released at once.
 ///
 /// # Safety
 ///
@@ -215,7 +227,7 @@ pub unsafe fn run(
     match result {
         Ok(object) => object.into_ptr(),
         Err(err) => {
-            err.restore(py);
+            Python::attach(|py| err.restore(py));
             ptr::null_mut()
         }
     }

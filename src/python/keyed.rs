@@ -81,6 +81,7 @@ const DEFAULT_SHARDS: u64 = 16;
     frozen,
     subclass,
     dict,
+    weakref,
     name = "KeyedRateLimiter",
     module = "protocol_in_code.qos.keyed"
 )]
@@ -153,6 +154,8 @@ unsafe extern "C" fn try_acquire_fastcall(
             let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
             let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?;
             let key = key.expect("the key is a required parameter");
+            // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
+            let [n, now_ns] = [n, now_ns].map(fastcall::given);
             let allowed = limiter
                 .get()
                 .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;

@@ -146,6 +146,7 @@ pub fn block_until_taken(
     frozen,
     subclass,
     dict,
+    weakref,
     name = "RateLimiter",
     module = "protocol_in_code.qos.limiter"
 )]
@@ -226,7 +227,7 @@ unsafe extern "C" fn try_acquire_fastcall(
     unsafe {
         fastcall::run(|py| {
             let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
-            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?;
+            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?.map(fastcall::given);
             let allowed = limiter
                 .get()
                 .try_acquire(py, n.as_deref(), now_ns.as_deref())?;

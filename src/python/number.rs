@@ -217,8 +217,11 @@ impl StoredObject {
         }
     }
 
-    /// Store `scalar` here unless it is already the stored object.
+    /// Store `scalar` here unless it is already the stored object. This object must be a
+    /// scalar too: it is released at once, under whatever lock the caller holds, which is safe
+    /// only because freeing an exact `int` or `float` runs no Python code.
     pub fn set_scalar(&mut self, scalar: Scalar<'_>) {
+        debug_assert!(self.is_scalar(), "set_scalar displaces only scalars");
         match &scalar.object {
             Some(object) if object.as_ptr() == self.object.as_ptr() => {}
             _ => {
@@ -243,6 +246,11 @@ impl StoredObject {
             Num::Object(object) => object.as_ptr() == self.object.as_ptr(),
         };
         (!same).then(|| std::mem::replace(self, Self::from_num(number)))
+    }
+
+    /// Let go of the object now (which may run its finalizer: never under a lock).
+    pub fn release(self, py: Python<'_>) {
+        self.object.drop_ref(py);
     }
 
     /// Whether the object is a [`Scalar`].

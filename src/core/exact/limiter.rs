@@ -52,7 +52,7 @@ impl Band {
         }
     }
 
-    /// [`Limiter::acquire`] for a limiter of this one band.
+    /// [`Balances::acquire`] for a limiter of this one band.
     fn acquire(&mut self, n: u64, now_ns: i64) -> Decision {
         self.settle(now_ns);
         let decision = self.decide(n, now_ns);
@@ -170,6 +170,7 @@ impl Balances {
 
     /// Each band as a spec and its balance.
     fn bands<'a>(&'a self, specs: &'a [BandSpec]) -> impl Iterator<Item = Band> + 'a {
+        debug_assert_eq!(specs.len(), self.len(), "one balance per spec");
         specs
             .iter()
             .zip(self.iter())
@@ -178,6 +179,7 @@ impl Balances {
 
     /// Run `change` on each band, keeping the balances it leaves.
     fn update(&mut self, specs: &[BandSpec], mut change: impl FnMut(&mut Band)) {
+        debug_assert_eq!(specs.len(), self.len(), "one balance per spec");
         for (&spec, balance) in specs.iter().zip(self.iter_mut()) {
             let mut band = Band {
                 spec,

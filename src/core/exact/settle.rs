@@ -11,8 +11,9 @@
 //! * **A new balance is anchored, not back-dated.** Until the first `now`, a balance has no
 //!   settlement time; the first call anchors it there without accruing anything, so a clock that
 //!   starts at 0, or at a monotonic reading of days, behaves the same.
-//! * **No overflow, ever.** Time differences are taken in 128 bits and growth saturates before
-//!   the cap is applied, so a balance idle for centuries is simply full.
+//! * **No overflow, ever.** A difference of two 64-bit times fits 64 bits unsigned, its product
+//!   with a 64-bit rate fits 128, and growth saturates before the cap is applied, so a balance
+//!   idle for centuries is simply full.
 
 /// A balance in units, and the nanosecond it was settled at (`None` until first anchored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,8 +66,9 @@ pub fn settle_with_overflow(
     (settled, grown - units)
 }
 
-/// `elapsed_ns * units_per_ns`, saturating. A rate's units per nanosecond fit in 64 bits, and
-/// then the product of two 64-bit numbers always fits in 128: one multiplication, no check.
+/// `elapsed_ns * units_per_ns`. Every rate's units per nanosecond fit in 64 bits, and the product
+/// of two 64-bit numbers always fits in 128: one multiplication, no check. (The saturating
+/// branch only guards the signature, which takes 128 bits.)
 fn accrued(elapsed_ns: u64, units_per_ns: u128) -> u128 {
     match u64::try_from(units_per_ns) {
         Ok(per_ns) => u128::from(elapsed_ns) * u128::from(per_ns),

@@ -151,7 +151,11 @@ impl<const N: usize> SharedFields<N> {
             stored.bump();
             let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
             drop(stored);
-            drop(displaced);
+            // Released now, not deferred (see `fastcall::run`); any finalizer runs here, with
+            // the lock free.
+            for object in displaced {
+                object.release(py);
+            }
             return (answer, reported);
         }
     }
