@@ -26,7 +26,6 @@
 //! retried either.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread::ThreadId;
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -45,13 +44,27 @@ struct Stored<const N: usize> {
     /// Counts stores, so an optimistic update can tell whether it is still current.
     version: u64,
     /// The thread that made the latest store.
-    last_writer: Option<ThreadId>,
+    last_writer: Option<Writer>,
+}
+
+/// A thread that stores into a record, known by its Python thread state: unique among the
+/// threads alive, and a store's writer is alive when the store is seen. Cheaper to learn than
+/// `std::thread::current().id()` (thread-local access and a reference count) on every store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Writer(usize);
+
+impl Writer {
+    fn current() -> Self {
+        // SAFETY: called on a thread attached to the interpreter (every caller holds a `Python`
+        // token), whose thread state therefore exists.
+        Self(unsafe { pyo3::ffi::PyThreadState_Get() } as usize)
+    }
 }
 
 impl<const N: usize> Stored<N> {
     fn bump(&mut self) {
         self.version = self.version.wrapping_add(1);
-        self.last_writer = Some(std::thread::current().id());
+        self.last_writer = Some(Writer::current());
     }
 }
 
@@ -114,7 +127,7 @@ impl<const N: usize> SharedFields<N> {
         if let Some(done) = self.run_scalars::<Op, A>(py, args) {
             return done;
         }
-        let me = std::thread::current().id();
+        let me = Writer::current();
         loop {
             let (copy, version) = {
                 let stored = self.lock();
