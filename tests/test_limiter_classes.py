@@ -19,6 +19,8 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from protocol_in_code import _native
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import RateLimiter
@@ -208,3 +210,38 @@ def test_help_shows_the_class_and_its_methods(cls: type) -> None:
     for name in ("try_acquire(", "check(", "acquire_async(", " acquire(", "refund("):
         assert name in text
     assert "max_keys" in text if cls is KeyedRateLimiter else "initial" in text
+
+
+def _reference_try_acquire(n: Any = None, now_ns: Any = None) -> None:
+    """The door's signature, as Python binds it."""
+
+
+def _reference_keyed_try_acquire(key: Any, n: Any = None, now_ns: Any = None) -> None:
+    """The keyed door's signature, as Python binds it."""
+
+
+NAMES = st.sampled_from(["key", "n", "now_ns", "now", "m", "".join(["n", "ow_ns"])])
+
+
+@given(
+    positional=st.lists(st.sampled_from([0, 1, None]), max_size=4),
+    keywords=st.dictionaries(NAMES, st.sampled_from([0, 1, None]), max_size=3),
+    keyed_door=st.booleans(),
+)
+def test_the_door_binds_exactly_as_python_does(
+    positional: list[Any], keywords: dict[str, Any], keyed_door: bool
+) -> None:
+    reference = _reference_keyed_try_acquire if keyed_door else _reference_try_acquire
+    door = (
+        KeyedRateLimiter(1, burst=10, max_keys=10, shards=1).try_acquire
+        if keyed_door
+        else RateLimiter(1, burst=10).try_acquire
+    )
+    try:
+        reference(*positional, **keywords)
+    except TypeError:
+        with pytest.raises(TypeError):
+            door(*positional, **keywords)
+        return
+    # Bound as Python would: the call runs (the values are valid; now_ns=None reads the clock).
+    assert door(*positional, **keywords) in (True, False)
