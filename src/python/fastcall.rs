@@ -38,9 +38,9 @@ pub struct Parameters<const N: usize> {
 
 /// A vectorcall's arguments, as CPython passes them.
 pub struct VectorcallArgs {
-    pub args: *const *mut ffi::PyObject,
-    pub nargsf: ffi::Py_ssize_t,
-    pub kwnames: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
 }
 
 impl<const N: usize> Parameters<N> {
@@ -196,8 +196,9 @@ pub fn given<'a, 'py>(
     argument.filter(|value| !value.is_none())
 }
 
-/// Run the body of a function called by CPython: its result as a new reference, or NULL with
-/// the Python exception set (a Rust panic becomes a `PanicException`).
+/// Run the body of a function called by CPython with these vectorcall arguments (which it
+/// binds with [`Parameters`]): its result as a new reference, or NULL with the Python exception
+/// set (a Rust panic becomes a `PanicException`).
 ///
 /// PyO3 does not count this thread as attached inside `body` (counting it is what makes PyO3's
 /// own entry points cost more than this door), so a `Py` handle (or a `PyErr`) dropped in `body`
@@ -212,11 +213,19 @@ pub fn given<'a, 'py>(
 ///
 /// Call only from a function that CPython invoked, on the calling thread.
 pub unsafe fn run(
-    body: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyAny>>,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    body: impl for<'py> FnOnce(Python<'py>, &VectorcallArgs) -> PyResult<Bound<'py, PyAny>>,
 ) -> *mut ffi::PyObject {
     // SAFETY: CPython calls extension functions from an attached thread.
     let py = unsafe { Python::assume_attached() };
-    let result = catch_unwind(AssertUnwindSafe(|| body(py))).unwrap_or_else(|payload| {
+    let call = VectorcallArgs {
+        args,
+        nargsf,
+        kwnames,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| body(py, &call))).unwrap_or_else(|payload| {
         let message = payload
             .downcast_ref::<&str>()
             .map(ToString::to_string)

@@ -19,7 +19,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
-use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
+use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
     band_pairs, bands_repr, block_until_taken, conveniences, rebuilder, restore_attributes,
@@ -142,17 +142,12 @@ unsafe extern "C" fn try_acquire_fastcall(
     nargsf: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let call = VectorcallArgs {
-        args,
-        nargsf,
-        kwnames,
-    };
     // SAFETY: CPython calls a method with its instance and these arguments, on an attached
     // thread; the body drops no `Py` handle.
     unsafe {
-        fastcall::run(|py| {
+        fastcall::run(args, nargsf, kwnames, |py, call| {
             let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
-            let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?;
+            let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?;
             let key = key.expect("the key is a required parameter");
             // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
             let [n, now_ns] = [n, now_ns].map(fastcall::given);

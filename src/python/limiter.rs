@@ -24,7 +24,7 @@ use crate::python::args::{
 };
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
-use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
+use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::record::frozen_record;
 
 /// The outcomes of a limiter's decision.
@@ -217,17 +217,12 @@ unsafe extern "C" fn try_acquire_fastcall(
     nargsf: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let call = VectorcallArgs {
-        args,
-        nargsf,
-        kwnames,
-    };
     // SAFETY: CPython calls a method with its instance and these arguments, on an attached
     // thread; the body drops no `Py` handle.
     unsafe {
-        fastcall::run(|py| {
+        fastcall::run(args, nargsf, kwnames, |py, call| {
             let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
-            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, &call)?.map(fastcall::given);
+            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?.map(fastcall::given);
             let allowed = limiter
                 .get()
                 .try_acquire(py, n.as_deref(), now_ns.as_deref())?;

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::{ffi, IntoPyObjectExt};
 
 use crate::core::refill;
-use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
+use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::number::Num;
 use crate::python::record::frozen_record;
 
@@ -75,17 +75,12 @@ unsafe extern "C" fn compute_refill_fastcall(
     nargsf: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let call = VectorcallArgs {
-        args,
-        nargsf,
-        kwnames,
-    };
     // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
     // drops no `Py` handle (the result's fields move into the new object).
     unsafe {
-        fastcall::run(|py| {
+        fastcall::run(args, nargsf, kwnames, |py, call| {
             let [tokens, capacity, rate_per_sec, last_refill_at, now] =
-                PARAMETERS.bind(py, &call)?;
+                PARAMETERS.bind(py, call)?;
             compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)?
                 .into_bound_py_any(py)
         })

@@ -11,7 +11,7 @@ use pyo3::IntoPyObjectExt;
 use crate::core::quantity::Quantity;
 use crate::core::token_bucket::{self as core, ConsumeOutcome};
 use crate::python::enums::StrEnum;
-use crate::python::fastcall::{self, MethodDef, Parameters, VectorcallArgs};
+use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 
@@ -73,16 +73,11 @@ unsafe extern "C" fn try_consume_fastcall(
     nargsf: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let call = VectorcallArgs {
-        args,
-        nargsf,
-        kwnames,
-    };
     // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
     // drops no `Py` handle (the result's fields move into the new object).
     unsafe {
-        fastcall::run(|py| {
-            let [bucket, n, now] = PARAMETERS.bind(py, &call)?;
+        fastcall::run(args, nargsf, kwnames, |py, call| {
+            let [bucket, n, now] = PARAMETERS.bind(py, call)?;
             let bucket = bucket
                 .cast::<TokenBucket>()
                 .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
