@@ -18,26 +18,16 @@ macro_rules! frozen_record {
         }
 
         impl $rust {
-            /// Made once, for both `__dataclass_fields__` and `__dataclass_params__`.
             fn dataclass_description(
                 py: ::pyo3::Python<'_>,
             ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
-                static DESCRIPTION: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
+                static MADE: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
                     ::pyo3::sync::PyOnceLock::new();
-                DESCRIPTION
-                    .get_or_try_init(py, || {
-                        $crate::python::record::dataclass_description(
-                            py,
-                            $name,
-                            true,
-                            &[$((
-                                stringify!($field),
-                                $crate::python::record::field_default!($($default)?),
-                            )),+],
-                        )
-                        .map(::pyo3::Bound::unbind)
-                    })
-                    .map(|description| description.bind(py))
+                let fields = [$((
+                    stringify!($field),
+                    $crate::python::record::field_default!($($default)?),
+                )),+];
+                $crate::python::record::dataclass_description(&MADE, py, $name, true, &fields)
             }
 
             fn field_values<'py>(
@@ -65,18 +55,12 @@ macro_rules! frozen_record {
 
             #[classattr]
             fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::new(
-                    "__dataclass_fields__",
-                    Self::dataclass_description,
-                )
+                $crate::python::record::DataclassAttribute::fields(Self::dataclass_description)
             }
 
             #[classattr]
             fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::new(
-                    "__dataclass_params__",
-                    Self::dataclass_description,
-                )
+                $crate::python::record::DataclassAttribute::params(Self::dataclass_description)
             }
 
             #[classattr]

@@ -98,7 +98,22 @@ pub fn fields_hash<'py>(py: Python<'py>, fields: &[Bound<'py, PyAny>]) -> PyResu
 /// order, each with its default if it has one: the source of a native record's
 /// `__dataclass_fields__` and `__dataclass_params__`. A default that is a `list`, `dict` or
 /// `set` is described as a `default_factory` of its type, as a dataclass must declare it.
+///
+/// Made once per class, into the class's own `made` cell.
 pub fn dataclass_description<'py>(
+    made: &'py PyOnceLock<Py<PyAny>>,
+    py: Python<'py>,
+    name: &str,
+    frozen: bool,
+    fields: &[(&str, Option<Py<PyAny>>)],
+) -> PyResult<&'py Bound<'py, PyAny>> {
+    made.get_or_try_init(py, || {
+        make_dataclass(py, name, frozen, fields).map(Bound::unbind)
+    })
+    .map(|description| description.bind(py))
+}
+
+fn make_dataclass<'py>(
     py: Python<'py>,
     name: &str,
     frozen: bool,
@@ -146,9 +161,18 @@ pub struct DataclassAttribute {
 }
 
 impl DataclassAttribute {
-    pub fn new(attribute: &'static str, describe: Describe) -> Self {
+    /// `__dataclass_fields__`.
+    pub fn fields(describe: Describe) -> Self {
         Self {
-            attribute,
+            attribute: "__dataclass_fields__",
+            describe,
+        }
+    }
+
+    /// `__dataclass_params__`.
+    pub fn params(describe: Describe) -> Self {
+        Self {
+            attribute: "__dataclass_params__",
             describe,
         }
     }

@@ -304,26 +304,16 @@ macro_rules! mutable_record {
         impl $rust {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
 
-            /// Made once, for both `__dataclass_fields__` and `__dataclass_params__`.
             fn dataclass_description(
                 py: ::pyo3::Python<'_>,
             ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
-                static DESCRIPTION: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
+                static MADE: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
                     ::pyo3::sync::PyOnceLock::new();
-                DESCRIPTION
-                    .get_or_try_init(py, || {
-                        $crate::python::record::dataclass_description(
-                            py,
-                            $name,
-                            false,
-                            &[$((
-                                stringify!($field),
-                                $crate::python::record::field_default!($($default)?),
-                            )),+],
-                        )
-                        .map(::pyo3::Bound::unbind)
-                    })
-                    .map(|description| description.bind(py))
+                let fields = [$((
+                    stringify!($field),
+                    $crate::python::record::field_default!($($default)?),
+                )),+];
+                $crate::python::record::dataclass_description(&MADE, py, $name, false, &fields)
             }
         }
 
@@ -357,18 +347,12 @@ macro_rules! mutable_record {
 
             #[classattr]
             fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::new(
-                    "__dataclass_fields__",
-                    Self::dataclass_description,
-                )
+                $crate::python::record::DataclassAttribute::fields(Self::dataclass_description)
             }
 
             #[classattr]
             fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::new(
-                    "__dataclass_params__",
-                    Self::dataclass_description,
-                )
+                $crate::python::record::DataclassAttribute::params(Self::dataclass_description)
             }
 
             #[classattr]
