@@ -28,6 +28,7 @@ use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::core::exact::keyed::KeyedLimiter;
+use crate::python::number::exact_i64;
 
 /// A key as the table stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,10 +168,7 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
         }));
     }
     if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<pyo3::types::PyBool>() {
-        let mut overflow = 0;
-        // SAFETY: `key` is a live int; the call sets `overflow` instead of raising.
-        let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(key.as_ptr(), &raw mut overflow) };
-        if overflow == 0 {
+        if let Some(value) = exact_i64(key) {
             return Some(Classified::Plain(KeyRef::Int(value)));
         }
         // Beyond 64 bits an int equals no plain key (only big ints and floats, in the registry).

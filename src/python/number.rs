@@ -135,8 +135,8 @@ impl<'py> Scalar<'py> {
     }
 }
 
-/// The value of an exact `int`, if it fits in an `i64`.
-fn exact_i64(object: &Bound<'_, PyAny>) -> Option<i64> {
+/// The value of an exact `int` (or `bool`), if it fits in an `i64`.
+pub fn exact_i64(object: &Bound<'_, PyAny>) -> Option<i64> {
     let mut overflow = 0;
     // SAFETY: the object is an `int`; given an overflow flag to report into, the call cannot
     // fail or set a Python error.
