@@ -24,6 +24,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -56,6 +57,17 @@ def reference_mode() -> bool:
     if value == "reference":
         return True
     raise RuntimeError(f"QOS_IMPL must be 'native' or 'reference', not {value!r}")
+
+
+def skip_native_only(module: str) -> None:
+    """Skip the calling test module, whose subject ``module`` has no pure-Python counterpart in
+    ``tests/reference_qos``: call it when :func:`reference_mode` is on.
+    """
+    pytest.skip(
+        f"{module} has no pure-Python reference in tests/reference_qos; "
+        "its tests run against the native build only",
+        allow_module_level=True,
+    )
 
 
 @dataclass(frozen=True)

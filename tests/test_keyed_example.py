@@ -13,14 +13,10 @@ import re
 import subprocess
 import sys
 
-import pytest
-from qos_support import REPO_ROOT, reference_mode
+from qos_support import REPO_ROOT, reference_mode, skip_native_only
 
 if reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.keyed has no pure-Python reference in tests/reference_qos",
-        allow_module_level=True,
-    )
+    skip_native_only("protocol_in_code.qos.keyed")
 
 SCRIPT = REPO_ROOT / "examples" / "qos" / "keyed_flood.py"
 

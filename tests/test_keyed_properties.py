@@ -59,11 +59,7 @@ from hypothesis import given as hyp_given
 from hypothesis import strategies as st
 
 if qos_support.reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.keyed has no pure-Python reference in tests/reference_qos; "
-        "its tests run against the native build only",
-        allow_module_level=True,
-    )
+    qos_support.skip_native_only("protocol_in_code.qos.keyed")
 
 import keyed_model as km
 import limiter_model as lm

@@ -19,8 +19,13 @@ import weakref
 from typing import Any
 
 import pytest
+import qos_support
 from hypothesis import given
 from hypothesis import strategies as st
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.limiter")
+
 from protocol_in_code import _native
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import RateLimiter

@@ -25,18 +25,13 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-import pytest
 import qos_support
 from hypothesis import assume, note
 from hypothesis import given as hyp_given
 from hypothesis import strategies as st
 
 if qos_support.reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.limiter has no pure-Python reference in tests/reference_qos; "
-        "its tests run against the native build only",
-        allow_module_level=True,
-    )
+    qos_support.skip_native_only("protocol_in_code.qos.limiter")
 
 import limiter_model as lm
 from protocol_in_code.qos.limiter import Band, LimitOutcome, RateLimiter

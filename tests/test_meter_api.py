@@ -32,11 +32,7 @@ import pytest
 import qos_support
 
 if qos_support.reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.meter has no pure-Python reference in tests/reference_qos; "
-        "its tests run against the native build only",
-        allow_module_level=True,
-    )
+    qos_support.skip_native_only("protocol_in_code.qos.meter")
 
 from protocol_in_code.qos import meter as meter_module
 from protocol_in_code.qos.meter import (

@@ -17,14 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from qos_support import REPO_ROOT, reference_mode
+from qos_support import REPO_ROOT, reference_mode, skip_native_only
 
 if reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.meter has no pure-Python reference in tests/reference_qos",
-        allow_module_level=True,
-    )
+    skip_native_only("protocol_in_code.qos.meter")
 
 from protocol_in_code.qos.meter import COLORS
 

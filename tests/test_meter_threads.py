@@ -30,11 +30,7 @@ import qos_support
 from qos_support import switch_interval, watchdog
 
 if qos_support.reference_mode():
-    pytest.skip(
-        "protocol_in_code.qos.meter has no pure-Python reference in tests/reference_qos; "
-        "its tests run against the native build only",
-        allow_module_level=True,
-    )
+    qos_support.skip_native_only("protocol_in_code.qos.meter")
 
 from protocol_in_code.qos.meter import (
     COLORS,
