@@ -52,6 +52,8 @@ CASES = [
         (10**30 + 10**25, 10**5),
     ),
     ("2**64 + 1", (2**64, 2**65, 1, 0, 1), (2**64 + 1, 1)),
+    ("64-bit inputs, growth overflows", (2**62, 2**63 - 1, 2**62, 0, 4), (2**63 - 1, 4)),
+    ("64-bit inputs, elapsed overflows", (0, 10, 1, -(2**63), 2**63 - 1), (10, 2**63 - 1)),
     ("negative big ints", (-(2**70), 0, 2**6, 0, 2**64), (0, 2**64)),
     ("min keeps int grown equal to float capacity", (5, 10.0, 5, 0, 1), (10, 1)),
     ("min keeps float grown equal to int capacity", (5.0, 10, 5, 0, 1), (10.0, 1)),
@@ -200,6 +202,19 @@ def test_numpy_scalars_match_reference(impl, ref):
 # --------------------------------------------------------------------------------------------
 # How it can be called
 # --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("big", [10**10, 2**62, 1e300])
+def test_numbers_passed_through_are_the_very_objects_given(impl, big):
+    # Beyond the small ints Python caches, so `is` tells a passed-through object from a copy.
+    tokens, capacity, now = big * 1, big * 2, big * 3
+    untouched = impl.compute_refill(tokens, capacity, 1, now, now)
+    assert untouched.tokens is tokens and untouched.last_refill_at is now
+    capped = impl.compute_refill(tokens, capacity, big, 0, now)
+    assert capped.tokens is capacity and capped.last_refill_at is now
+    # Overflowing 64 bits on the way, and still the capacity object that comes back.
+    overflowed = impl.compute_refill(2**62, 2**63 - 1, 2**62, 0, 4)
+    assert overflowed.tokens == 2**63 - 1 and type(overflowed.tokens) is int
 
 
 def test_signature_names_the_five_parameters(impl):

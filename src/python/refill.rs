@@ -7,7 +7,7 @@ use pyo3::{ffi, IntoPyObjectExt};
 
 use crate::core::refill;
 use crate::python::fastcall::{self, MethodDef, Parameters};
-use crate::python::number::Num;
+use crate::python::number::{Num, Scalar};
 use crate::python::record::frozen_record;
 
 frozen_record! {
@@ -21,9 +21,23 @@ frozen_record! {
 
 impl RefillResult {
     pub fn from_core(result: refill::RefillResult<Num<'_>>) -> Self {
+        Self::from_objects(
+            result.tokens.into_object(),
+            result.last_refill_at.into_object(),
+        )
+    }
+
+    fn from_scalars(result: refill::RefillResult<Scalar<'_>>) -> Self {
+        Self::from_objects(
+            result.tokens.into_object(),
+            result.last_refill_at.into_object(),
+        )
+    }
+
+    fn from_objects(tokens: Bound<'_, PyAny>, last_refill_at: Bound<'_, PyAny>) -> Self {
         Self {
-            tokens: result.tokens.into_object().unbind(),
-            last_refill_at: result.last_refill_at.into_object().unbind(),
+            tokens: tokens.unbind(),
+            last_refill_at: last_refill_at.unbind(),
         }
     }
 }
@@ -87,6 +101,10 @@ unsafe extern "C" fn compute_refill_fastcall(
     }
 }
 
+/// The core's math, run first on [`Scalar`]s when all five numbers are exact ints or floats (no
+/// Python object in the way, and no error type heavier than "ask Python"), and on any Python
+/// numbers otherwise, or when a scalar step needs Python after all (an overflow, say). The math
+/// has no side effects, so starting it over is safe.
 fn compute_refill(
     tokens: &Bound<'_, PyAny>,
     capacity: &Bound<'_, PyAny>,
@@ -94,6 +112,16 @@ fn compute_refill(
     last_refill_at: &Bound<'_, PyAny>,
     now: &Bound<'_, PyAny>,
 ) -> PyResult<RefillResult> {
+    let scalars = [tokens, capacity, rate_per_sec, last_refill_at, now].map(Scalar::new);
+    if let [Some(tokens), Some(capacity), Some(rate_per_sec), Some(last_refill_at), Some(now)] =
+        scalars
+    {
+        if let Ok(result) =
+            refill::compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
+        {
+            return Ok(RefillResult::from_scalars(result));
+        }
+    }
     refill::compute_refill(
         &Num::new(tokens),
         &Num::new(capacity),
