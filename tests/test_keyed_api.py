@@ -27,9 +27,12 @@ import asyncio
 import copy
 import enum
 import inspect
+import os
 import pickle
 import random
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from array import array
@@ -1404,6 +1407,50 @@ def test_a_restored_table_keeps_its_keys_in_their_shards() -> None:
         assert restored.check(f"k{i}", now_ns=10**10).outcome is ALLOWED, i
         restored.refund(f"k{i}", now_ns=10**10)  # full again: forgotten
         assert len(restored) == 0
+
+
+SAVE_FULL_TABLE_OF_STR_KEYS = """
+import pickle, sys
+from protocol_in_code.qos.keyed import KeyedRateLimiter
+limiter = KeyedRateLimiter(1, burst=2, max_keys=64, shards=8)
+i = 0
+while len(limiter) < 64:
+    limiter.try_acquire(f"client-{i}", 2, now_ns=0)
+    i += 1
+sys.stdout.buffer.write(pickle.dumps(limiter))
+"""
+
+LOAD_AND_PROBE = """
+import pickle, sys
+limiter = pickle.loads(sys.stdin.buffer.read())
+held = len(limiter)
+throttled = not any(limiter.try_acquire(key, now_ns=0) for key in list(limiter))
+newcomers = {limiter.check(f"new-{i}", now_ns=0).outcome.name for i in range(500)}
+print(held, throttled, sorted(newcomers), len(limiter))
+"""
+
+
+def run_python(code: str, hash_seed: int, given: bytes = b"") -> bytes:
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        input=given,
+        capture_output=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("hash_seed", [1, 2, 3])
+def test_a_full_table_of_str_keys_loads_where_str_hashes_differ(hash_seed: int) -> None:
+    # A str key carries the interpreter's own hash, which differs from process to process: in
+    # another one the keys land in other shards. The table still takes them all back, its
+    # throttled keys stay throttled, and it refuses newcomers rather than grow past its bound.
+    saved = run_python(SAVE_FULL_TABLE_OF_STR_KEYS, hash_seed=0)
+    probed = run_python(LOAD_AND_PROBE, hash_seed=hash_seed, given=saved)
+    assert probed.decode().split() == ["64", "True", "['REFUSED']", "64"]
 
 
 def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None:
