@@ -327,24 +327,24 @@ impl KeyedRateLimiter {
                 counts_length.map_or_else(String::new, |c| format!(" and n ({c})"))
             )));
         }
-        // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` sees it.
-        let key_values: Vec<KeyRef<'static>> = keys
-            .narrowed::<i128>("keys", "be a 64-bit int")?
-            .into_iter()
-            .map(|key| plain_int(key).expect("buffers hold 64-bit ints"))
-            .collect();
-        let time_values: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
-        let count_values = match counts {
-            Counts::Each(n) => vec![n; length],
-            Counts::Items(buffer) => buffer.narrowed("n", "be between 0 and 2**64 - 1")?,
+        // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` sees
+        // it; each is made one when its turn comes, so the trace is copied once, compactly.
+        let keys: Vec<i128> = keys.narrowed("keys", "be a 64-bit int")?;
+        let times: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
+        let counts = match counts {
+            Counts::Each(n) => Counts::Each(n),
+            Counts::Items(buffer) => {
+                Counts::Items(buffer.narrowed("n", "be between 0 and 2**64 - 1")?)
+            }
         };
         let mut codes = Vec::with_capacity(length);
         py.detach(|| {
-            let requests = key_values.iter().zip(count_values).zip(time_values);
+            let requests = (0..length).map(|i| {
+                let key = plain_int(keys[i]).expect("buffers hold 64-bit ints");
+                (key, counts.at(i), times[i])
+            });
             self.table
-                .acquire_many(requests.map(|((key, n), now)| (key, n, now)), |decision| {
-                    codes.push(code(decision));
-                });
+                .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
         });
         code_array(py, codes.into_iter())
     }
@@ -606,10 +606,20 @@ fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
 }
 
-/// The tokens of each request in a trace: one count for all, or one each.
-enum Counts {
+/// The tokens of each request in a trace: one count for all, or one each (a buffer, then its
+/// values).
+enum Counts<Items> {
     Each(u64),
-    Items(IntBuffer),
+    Items(Items),
+}
+
+impl Counts<Vec<u64>> {
+    fn at(&self, index: usize) -> u64 {
+        match self {
+            Self::Each(n) => *n,
+            Self::Items(items) => items[index],
+        }
+    }
 }
 
 /// The Python answer for a table's answer.

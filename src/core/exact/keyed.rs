@@ -29,6 +29,7 @@
 //!
 //! The table is split into shards, each behind its own lock, so different keys rarely contend.
 
+use std::borrow::Borrow;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -309,12 +310,13 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// [`KeyedLimiter::acquire`] for each request in turn (key, n, time), answers in order:
     /// exactly the calls one by one, but with every shard locked once per stretch of requests
     /// rather than once per request. Other threads get in between stretches.
-    pub fn acquire_many<'q, Q>(
+    pub fn acquire_many<Q, R>(
         &self,
-        requests: impl IntoIterator<Item = (&'q Q, u64, i64)>,
+        requests: impl IntoIterator<Item = (R, u64, i64)>,
         mut answer: impl FnMut(KeyedDecision),
     ) where
-        Q: TableKey + Equivalent<K> + ?Sized + 'q,
+        R: Borrow<Q>,
+        Q: TableKey + Equivalent<K> + ?Sized,
         K: for<'r> From<&'r Q>,
     {
         const STRETCH: usize = 4096;
@@ -324,6 +326,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
             // Every shard is held, so the table's clock can run locally for the stretch.
             let mut latest = self.latest.load(Ordering::Relaxed);
             for (key, n, now_ns) in requests.by_ref().take(STRETCH) {
+                let key = key.borrow();
                 let (hash, index) = self.shard_index(key);
                 latest = latest.max(now_ns);
                 let behind = (i128::from(latest) - i128::from(now_ns)).unsigned_abs();
@@ -884,7 +887,7 @@ mod tests {
             .map(|(key, n, now)| one_by_one.acquire(key.as_str(), *n, *now))
             .collect();
         let mut answers = Vec::new();
-        traced.acquire_many(
+        traced.acquire_many::<str, _>(
             requests
                 .iter()
                 .map(|(key, n, now)| (key.as_str(), *n, *now)),
