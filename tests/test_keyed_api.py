@@ -1445,9 +1445,11 @@ def run_python(code: str, hash_seed: int, given: bytes = b"") -> bytes:
 
 @pytest.mark.parametrize("hash_seed", [1, 2, 3])
 def test_a_full_table_of_str_keys_loads_where_str_hashes_differ(hash_seed: int) -> None:
-    # A str key carries the interpreter's own hash, which differs from process to process: in
-    # another one the keys land in other shards. The table still takes them all back, its
-    # throttled keys stay throttled, and it refuses newcomers rather than grow past its bound.
+    # A key's shard depends on the table's saved seed alone, never on the interpreter's own str
+    # hash (which differs from process to process): so a full table saved in one process loads
+    # in another with every key in its shard, its throttled keys stay throttled, and it refuses
+    # newcomers rather than grow past its bound. (Hashing str keys by the interpreter's cached
+    # hash was tried; it broke exactly this.)
     saved = run_python(SAVE_FULL_TABLE_OF_STR_KEYS, hash_seed=0)
     probed = run_python(LOAD_AND_PROBE, hash_seed=hash_seed, given=saved)
     assert probed.decode().split() == ["64", "True", "['REFUSED']", "64"]

@@ -15,15 +15,10 @@
 //!   say, is a key of its own);
 //! * everything else (tuples, big ints, non-integral floats, objects) gets a number from a
 //!   [`Registry`]: a Python dict from key object to number, kept only for keys the table holds.
-//!
-//! A `str` key carries its hash: the interpreter's own, which CPython computes once per string
-//! (SipHash under a random secret of the process) and caches in it, so the table only mixes it
-//! with its seed instead of hashing the text again (see [`str_hash`]).
 
-use std::ffi::CStr;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::Equivalent;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -32,7 +27,6 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
 
-use crate::core::exact::hashing::{Seed, TableKey};
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
 
@@ -42,8 +36,7 @@ pub enum Key {
     Int(i64),
     /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
     Wide(u64),
-    /// The text and its [`str_hash`].
-    Str(Box<str>, u64),
+    Str(Box<str>),
     Bytes(Box<[u8]>),
     /// A key object's number in the [`Registry`].
     Object(u64),
@@ -54,7 +47,7 @@ pub enum Key {
 pub enum KeyRef<'a> {
     Int(i64),
     Wide(u64),
-    Str(&'a str, u64),
+    Str(&'a str),
     Bytes(&'a [u8]),
     Object(u64),
 }
@@ -64,7 +57,7 @@ impl Key {
         match self {
             Self::Int(value) => KeyRef::Int(*value),
             Self::Wide(value) => KeyRef::Wide(*value),
-            Self::Str(text, hash) => KeyRef::Str(text, *hash),
+            Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
             Self::Object(id) => KeyRef::Object(*id),
         }
@@ -77,20 +70,9 @@ impl Key {
 }
 
 /// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
-impl TableKey for Key {
-    fn table_hash(&self, seed: &Seed) -> u64 {
-        self.as_ref().table_hash(seed)
-    }
-}
-
-/// A str's hash is already secret-keyed, so the seed only mixes it; everything else is hashed
-/// with SipHash under the seed.
-impl TableKey for KeyRef<'_> {
-    fn table_hash(&self, seed: &Seed) -> u64 {
-        match *self {
-            Self::Str(_, hash) => seed.mix(hash),
-            _ => seed.sip(self),
-        }
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_ref().hash(state);
     }
 }
 
@@ -101,37 +83,11 @@ impl Hash for KeyRef<'_> {
         match *self {
             #[allow(clippy::cast_sign_loss)] // the bits, not the value
             Self::Int(value) => state.write_u64(value as u64),
-            Self::Wide(value) | Self::Str(_, value) | Self::Object(value) => {
-                state.write_u64(value);
-            }
+            Self::Wide(value) => state.write_u64(value),
+            Self::Str(text) => text.hash(state),
             Self::Bytes(bytes) => bytes.hash(state),
+            Self::Object(number) => state.write_u64(number),
         }
-    }
-}
-
-/// The hash a `str` key carries: the interpreter's own hash of the string, when that is keyed
-/// with the process's random secret (SipHash, CPython's default: computed once per string and
-/// cached in it, so asking costs a few instructions and runs no Python code); else, on a build
-/// with an unkeyed string hash, SipHash of the text under a secret of this module's own.
-/// Either way the value differs between processes, which is why a restored table redraws its
-/// shards' shares.
-pub fn str_hash(text: &Bound<'_, PyString>, utf8: &str) -> u64 {
-    static INTERPRETER_HASH_IS_KEYED: LazyLock<bool> = LazyLock::new(|| {
-        // SAFETY: CPython returns a pointer to its static description of its string hash.
-        let definition = unsafe { &*ffi::PyHash_GetFuncDef() };
-        // SAFETY: the name is a static NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(definition.name) };
-        name.to_bytes().starts_with(b"siphash") && definition.hash_bits == 64
-    });
-    static OWN_SECRET: LazyLock<Seed> = LazyLock::new(Seed::random);
-    if *INTERPRETER_HASH_IS_KEYED {
-        // SAFETY: a live str; hashing an exact str cannot fail (nor a str subclass's own value,
-        // which is all this is given).
-        #[allow(clippy::cast_sign_loss)] // the bits, not the value
-        let hash = unsafe { ffi::PyObject_Hash(text.as_ptr()) } as u64;
-        hash
-    } else {
-        OWN_SECRET.sip(utf8)
     }
 }
 
@@ -146,7 +102,7 @@ impl From<&KeyRef<'_>> for Key {
         match *key {
             KeyRef::Int(value) => Self::Int(value),
             KeyRef::Wide(value) => Self::Wide(value),
-            KeyRef::Str(text, hash) => Self::Str(text.into(), hash),
+            KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
             KeyRef::Object(id) => Self::Object(id),
         }
@@ -172,10 +128,7 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
         if let Ok(value) = text.to_str() {
             let plain = PyString::new(py, value);
             if plain.hash()? == hash && key.eq(&plain)? {
-                return Ok(Classified::Plain(KeyRef::Str(
-                    value,
-                    str_hash(&plain, value),
-                )));
+                return Ok(Classified::Plain(KeyRef::Str(value)));
             }
         }
         return Ok(Classified::Object);
@@ -208,10 +161,10 @@ const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
 /// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python.
 /// `None` for other types; `Some(Object)` for values of these types that no plain key equals.
 fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
-    if let Ok(text) = key.cast_exact::<PyString>() {
+    if key.is_exact_instance_of::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
         return Some(utf8(key).map_or(Classified::Object, |value| {
-            Classified::Plain(KeyRef::Str(value, str_hash(text, value)))
+            Classified::Plain(KeyRef::Str(value))
         }));
     }
     if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<pyo3::types::PyBool>() {
@@ -507,7 +460,7 @@ pub fn key_object<'py>(
     Ok(Some(match key {
         Key::Int(value) => value.into_pyobject(py)?.into_any(),
         Key::Wide(value) => value.into_pyobject(py)?.into_any(),
-        Key::Str(text, _) => PyString::new(py, text).into_any(),
+        Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
         Key::Object(number) => return Ok(registry.object(py, *number)),
     }))

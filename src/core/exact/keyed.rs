@@ -30,12 +30,14 @@
 //! The table is split into shards, each behind its own lock, so different keys rarely contend.
 
 use std::borrow::Borrow;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::{Equivalent, HashTable};
+use siphasher::sip::SipHasher13;
 
-use crate::core::exact::hashing::{Seed, TableKey};
 use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
 
@@ -124,7 +126,7 @@ struct Locked<'a, K> {
     behind: u128,
 }
 
-impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
+impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
     /// `shards` shards (at least one, at most `max_keys`), each holding its share of
     /// `max_keys`. A new key is refused when its own shard is full.
@@ -188,13 +190,13 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// The key's hash, and its shard. The shard is picked by middle bits of the hash: the
     /// table inside a shard uses the low bits for its buckets and the top seven as tags, so
     /// neither may be the same for every key of a shard.
-    fn shard_of<Q: TableKey + ?Sized>(&self, key: &Q) -> (u64, &Mutex<Shard<K>>) {
+    fn shard_of<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, &Mutex<Shard<K>>) {
         let (hash, index) = self.shard_index(key);
         (hash, &self.shards[index])
     }
 
-    fn shard_index<Q: TableKey + ?Sized>(&self, key: &Q) -> (u64, usize) {
-        let hash = key.table_hash(&self.hasher);
+    fn shard_index<Q: Hash + ?Sized>(&self, key: &Q) -> (u64, usize) {
+        let hash = self.hasher.hash_one(key);
         #[allow(clippy::cast_possible_truncation)] // bits 24..56 of the hash, then the high half
         let index = ((u64::from((hash >> 24) as u32) * self.shards.len() as u64) >> 32) as usize;
         (hash, index)
@@ -212,7 +214,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
 
     /// Lock the shard of `key` and read the table's clock at `now_ns`. The clock moves under
     /// the shard's lock, so calls on one shard see it in the order they hold the lock.
-    fn locked<Q: TableKey + ?Sized>(&self, key: &Q, now_ns: i64) -> Locked<'_, K> {
+    fn locked<Q: Hash + ?Sized>(&self, key: &Q, now_ns: i64) -> Locked<'_, K> {
         let (hash, shard) = self.shard_of(key);
         let shard = lock(shard);
         let now = self.latest.fetch_max(now_ns, Ordering::Relaxed).max(now_ns);
@@ -228,7 +230,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// Take `n` tokens for `key` at `now_ns`, as its own limiter decides.
     pub fn acquire<Q>(&self, key: &Q, n: u64, now_ns: i64) -> KeyedDecision
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         self.acquire_locked(key, n, now_ns, false).0
@@ -237,7 +239,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// [`KeyedLimiter::acquire`], also saying what the key holds after it.
     pub fn check<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Answer
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let (decision, remaining) = self.acquire_locked(key, n, now_ns, true);
@@ -255,7 +257,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         with_remaining: bool,
     ) -> (KeyedDecision, u128)
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let Locked {
@@ -279,7 +281,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         with_remaining: bool,
     ) -> (KeyedDecision, u128)
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let room_from = shard.room_from;
@@ -316,7 +318,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         mut answer: impl FnMut(KeyedDecision),
     ) where
         R: Borrow<Q>,
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'r> From<&'r Q>,
     {
         const STRETCH: usize = 4096;
@@ -353,7 +355,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         with_remaining: bool,
     ) -> (KeyedDecision, u128)
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let specs = &self.specs;
@@ -374,7 +376,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         shard
             .entries
             .insert_unique(hash, (K::from(key), limiter), |(key, _)| {
-                key.table_hash(&self.hasher)
+                self.hasher.hash_one(key)
             });
         (KeyedDecision::Decided(decision), remaining)
     }
@@ -455,7 +457,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// (though keys that are fresh again may be forgotten, which changes no answer).
     pub fn peek<Q>(&self, key: &Q, n: u64, now_ns: i64) -> Answer
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let Locked {
             mut shard,
@@ -491,7 +493,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// Whole tokens `key` holds at `now_ns` (a key not remembered is full).
     pub fn available<Q>(&self, key: &Q, now_ns: i64) -> u128
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let Locked {
             mut shard,
@@ -508,7 +510,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// forgotten at once, and an unknown key is already full.
     pub fn refund<Q>(&self, key: &Q, n: u64, now_ns: i64)
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let Locked {
             mut shard,
@@ -530,7 +532,7 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
     /// Whether `key` is remembered.
     pub fn contains<Q>(&self, key: &Q) -> bool
     where
-        Q: TableKey + Equivalent<K> + ?Sized,
+        Q: Hash + Equivalent<K> + ?Sized,
     {
         let (hash, shard) = self.shard_of(key);
         Self::find(&mut lock(shard), hash, key).is_some()
@@ -582,16 +584,13 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
 
     /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
     /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
-    /// bands, `max_keys` and shards that has not been used yet. With the saved seed, keys hashed
-    /// by the seed alone land in the shards they were saved from; keys with a hash of their own
-    /// (see [`crate::core::exact::hashing`]) may land in others, in another process. So each
-    /// shard's share of `max_keys` is drawn again: at least what the shard now holds, the
-    /// shares still adding up to `max_keys`.
+    /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
+    /// lands in the shard it was saved from, so no shard holds more than its share.
     ///
     /// # Errors
     ///
-    /// If a key appears twice or there are more keys than `max_keys` (a state this table could
-    /// not have saved); then nothing is restored.
+    /// If a key appears twice or a shard would hold more than its share (a state this table
+    /// could not have saved); then nothing is restored.
     pub fn restore(
         &self,
         seed: (u64, u64),
@@ -599,36 +598,34 @@ impl<K: TableKey + Eq + Clone> KeyedLimiter<K> {
         latest: Option<i64>,
         stats: Stats,
     ) -> Result<(), RestoreError> {
-        if entries.len() > self.max_keys {
-            return Err(RestoreError::Overfull);
-        }
         let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
         let previous = self.hasher.keys();
         self.hasher.set(seed);
         for (key, limiter) in entries {
             let (hash, index) = self.shard_index(&key);
             let shard = &mut shards[index];
-            if shard
+            let problem = if shard
                 .entries
                 .find(hash, |(known, _)| *known == key)
                 .is_some()
             {
+                Some(RestoreError::Duplicate)
+            } else if shard.entries.len() >= shard.capacity {
+                Some(RestoreError::Overfull)
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
                 // Back to the unused table this was.
                 for shard in &mut shards {
                     shard.entries.clear();
                 }
                 self.hasher.set(previous);
-                return Err(RestoreError::Duplicate);
+                return Err(problem);
             }
             shard
                 .entries
-                .insert_unique(hash, (key, limiter), |(key, _)| {
-                    key.table_hash(&self.hasher)
-                });
-        }
-        let held: Vec<usize> = shards.iter().map(|shard| shard.entries.len()).collect();
-        for (shard, capacity) in shards.iter_mut().zip(shares_holding(self.max_keys, &held)) {
-            shard.capacity = capacity;
+                .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
         }
         shards[0].stats.add(&stats);
         if let Some(at) = latest {
@@ -663,45 +660,54 @@ fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
 pub enum RestoreError {
     /// A key appears twice.
     Duplicate,
-    /// More keys than `max_keys`.
+    /// More keys for one shard than its share of `max_keys`.
     Overfull,
+}
+
+/// A SipHash-1-3 seed, random per table unless restored. Atomic only so that a restore can set
+/// it through a shared reference; it never changes while the table is in use.
+struct Seed {
+    k0: AtomicU64,
+    k1: AtomicU64,
+}
+
+impl Seed {
+    fn random() -> Self {
+        // std's RandomState draws its keys from the OS; hashing two constants with it gives
+        // two random words.
+        let random = RandomState::new();
+        Self {
+            k0: AtomicU64::new(random.hash_one(0_u8)),
+            k1: AtomicU64::new(random.hash_one(1_u8)),
+        }
+    }
+
+    fn keys(&self) -> (u64, u64) {
+        (
+            self.k0.load(Ordering::Relaxed),
+            self.k1.load(Ordering::Relaxed),
+        )
+    }
+
+    fn set(&self, (k0, k1): (u64, u64)) {
+        self.k0.store(k0, Ordering::Relaxed);
+        self.k1.store(k1, Ordering::Relaxed);
+    }
+}
+
+impl BuildHasher for Seed {
+    type Hasher = SipHasher13;
+
+    fn build_hasher(&self) -> SipHasher13 {
+        let (k0, k1) = self.keys();
+        SipHasher13::new_with_keys(k0, k1)
+    }
 }
 
 /// Shard `index`'s share of `total` keys split over `shards`: the remainder goes to the first
 /// shards, so the shares add up to `total` exactly.
 fn share(total: usize, shards: usize, index: usize) -> usize {
     total / shards + usize::from(index < total % shards)
-}
-
-/// Each shard's share of `total` keys when shard `i` holds `held[i]` (and all of them together
-/// no more than `total`): at least what it holds, the shares adding up to `total`. Shares raised
-/// to what a shard holds are paid for by the shards with the most room left, levelled down
-/// together.
-fn shares_holding(total: usize, held: &[usize]) -> Vec<usize> {
-    let count = held.len();
-    let mut shares: Vec<usize> = (0..count)
-        .map(|index| share(total, count, index).max(held[index]))
-        .collect();
-    let mut excess = shares.iter().sum::<usize>() - total;
-    while excess > 0 {
-        let rooms: Vec<usize> = shares.iter().zip(held).map(|(s, h)| s - h).collect();
-        // Some shard has room: together they have at least `excess`.
-        let most = rooms.iter().copied().max().unwrap_or(0);
-        let next = rooms
-            .iter()
-            .copied()
-            .filter(|&room| room < most)
-            .max()
-            .unwrap_or(0);
-        let widest = rooms.iter().filter(|&&room| room == most).count();
-        let step = (most - next).min(excess / widest).max(1);
-        for (index, _) in rooms.iter().enumerate().filter(|(_, &room)| room == most) {
-            let take = step.min(excess);
-            shares[index] -= take;
-            excess -= take;
-        }
-    }
-    shares
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -896,64 +902,5 @@ mod tests {
         assert_eq!(answers, expected);
         assert_eq!(traced.stats().allowed, one_by_one.stats().allowed);
         assert_eq!(traced.stats().refused, one_by_one.stats().refused);
-    }
-
-    #[test]
-    fn shares_cover_what_each_shard_holds_and_add_up_to_the_bound() {
-        assert_eq!(shares_holding(10, &[0, 0, 0]), vec![4, 3, 3]);
-        assert_eq!(shares_holding(10, &[6, 0, 0]), vec![6, 2, 2]);
-        assert_eq!(shares_holding(10, &[6, 4, 0]), vec![6, 4, 0]);
-        assert_eq!(shares_holding(12, &[9, 1, 0, 0]), vec![9, 1, 1, 1]);
-        for held in [[7, 0, 0, 0], [0, 2, 5, 1], [3, 3, 3, 3], [12, 0, 0, 0]] {
-            let shares = shares_holding(12, &held);
-            assert_eq!(shares.iter().sum::<usize>(), 12, "{held:?}");
-            assert!(shares.iter().zip(&held).all(|(s, h)| s >= h), "{held:?}");
-        }
-    }
-
-    #[test]
-    fn a_full_table_restored_into_other_shards_keeps_its_bound_and_its_keys() {
-        // Another seed stands for a process whose interpreter hashes str keys differently.
-        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
-        let saved: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 12, 4);
-        let mut i = 0;
-        while saved.len() < 12 {
-            saved.acquire(format!("k{i}").as_str(), 2, 0);
-            i += 1;
-        }
-        let restored: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 12, 4);
-        let other_seed = Seed::random().keys();
-        restored
-            .restore(other_seed, saved.entries(), saved.latest(), saved.stats())
-            .unwrap();
-        assert_eq!(restored.len(), 12);
-        for i in 0..1_000 {
-            let decision = restored.acquire(format!("new{i}").as_str(), 1, 0);
-            assert!(
-                matches!(decision, KeyedDecision::Refused { .. }),
-                "{decision:?}"
-            );
-        }
-        for key in saved.keys() {
-            let decision = restored.acquire(key.as_str(), 1, 0);
-            assert!(matches!(
-                decision,
-                KeyedDecision::Decided(Decision::Wait(_))
-            ));
-        }
-        assert_eq!(restored.len(), 12);
-    }
-
-    #[test]
-    fn a_state_with_more_keys_than_the_bound_is_refused() {
-        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
-        let saved: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 3, 1);
-        for key in ["a", "b", "c"] {
-            saved.acquire(key, 1, 0);
-        }
-        let smaller: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 2, 1);
-        let restored = smaller.restore(saved.seed(), saved.entries(), None, Stats::default());
-        assert_eq!(restored, Err(RestoreError::Overfull));
-        assert!(smaller.is_empty());
     }
 }
