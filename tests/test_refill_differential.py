@@ -204,17 +204,22 @@ def test_numpy_scalars_match_reference(impl, ref):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("big", [10**10, 2**62, 1e300])
-def test_numbers_passed_through_are_the_very_objects_given(impl, big):
-    # Beyond the small ints Python caches, so `is` tells a passed-through object from a copy.
-    tokens, capacity, now = big * 1, big * 2, big * 3
-    untouched = impl.compute_refill(tokens, capacity, 1, now, now)
+@pytest.mark.parametrize(
+    ("tokens", "capacity", "rate", "now"),
+    [
+        (10**6, 2 * 10**6, 10**6, 3 * 10**6),  # 64-bit ints, no overflow: computed natively
+        (2**62, 2**63 - 1, 2**62, 4),  # 64-bit ints whose growth overflows: Python's arithmetic
+        (10**30, 10**31, 10**30, 10**5),  # beyond 64 bits from the start
+        (1e300, 2e300, 1e300, 3e300),  # floats
+    ],
+)
+def test_numbers_passed_through_are_the_very_objects_given(impl, tokens, capacity, rate, now):
+    # None of these is a small int Python caches, so `is` tells a passed-through object from
+    # an equal copy.
+    untouched = impl.compute_refill(tokens, capacity, rate, now, now)
     assert untouched.tokens is tokens and untouched.last_refill_at is now
-    capped = impl.compute_refill(tokens, capacity, big, 0, now)
+    capped = impl.compute_refill(tokens, capacity, rate, 0, now)
     assert capped.tokens is capacity and capped.last_refill_at is now
-    # Overflowing 64 bits on the way, and still the capacity object that comes back.
-    overflowed = impl.compute_refill(2**62, 2**63 - 1, 2**62, 0, 4)
-    assert overflowed.tokens == 2**63 - 1 and type(overflowed.tokens) is int
 
 
 def test_signature_names_the_five_parameters(impl):
