@@ -97,10 +97,10 @@ pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
             )?,
         ),
     };
-    Ok(ValidationResult {
-        outcome: VALIDATION_OUTCOME.member(py, index)?,
-        detail: detail.into_any().unbind(),
-    })
+    Ok(ValidationResult::from_fields(
+        VALIDATION_OUTCOME.member(py, index)?,
+        detail.into_any().unbind(),
+    ))
 }
 
 /// `template.format(*values)`: Python writes the message, as the course's f-strings do.

@@ -358,12 +358,12 @@ impl KeyedRateLimiter {
             refused,
             forgotten,
         } = self.table.stats();
-        Ok(KeyedStats {
-            allowed: allowed.into_py_any(py)?,
-            denied: denied.into_py_any(py)?,
-            refused: refused.into_py_any(py)?,
-            forgotten: forgotten.into_py_any(py)?,
-        })
+        Ok(KeyedStats::from_fields(
+            allowed.into_py_any(py)?,
+            denied.into_py_any(py)?,
+            refused.into_py_any(py)?,
+            forgotten.into_py_any(py)?,
+        ))
     }
 
     /// The most keys the table remembers at once.

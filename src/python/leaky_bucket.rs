@@ -62,11 +62,11 @@ pub fn leak(bucket: &Bound<'_, LeakyBucket>, now: &Bound<'_, PyAny>) -> PyResult
 /// queues). Otherwise the level rises by `n` and the result is ACCEPTED. `level` in the result
 /// is the bucket's level after the decision. Safe to call from many threads on one bucket.
 #[pyfunction]
-pub fn offer(
-    bucket: &Bound<'_, LeakyBucket>,
-    n: &Bound<'_, PyAny>,
-    now: &Bound<'_, PyAny>,
-) -> PyResult<OfferResult> {
+pub fn offer<'py>(
+    bucket: &Bound<'py, LeakyBucket>,
+    n: &Bound<'py, PyAny>,
+    now: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, OfferResult>> {
     let py = bucket.py();
     let args = [Num::new(n), Num::new(now)];
     let (outcome, level) = bucket.get().fields.run::<Offer, 2>(py, &args);
@@ -74,10 +74,7 @@ pub fn offer(
         OfferOutcome::Accepted => 0,
         OfferOutcome::Overflowed => 1,
     };
-    Ok(OfferResult {
-        outcome: OFFER_OUTCOME.member(py, index)?,
-        level: level.unbind(),
-    })
+    OfferResult::make(py, OFFER_OUTCOME.member(py, index)?.into_bound(py), level)
 }
 
 /// The core's `leak` on a bucket's fields, with `[now]`.

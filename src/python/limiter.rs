@@ -54,7 +54,7 @@ frozen_record! {
         /// Whether the request was (or would be) allowed.
         #[getter]
         fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
-            Ok(self.outcome.bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
+            Ok(self.outcome.get().bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
         }
 
         fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
@@ -79,11 +79,11 @@ impl Decision {
         wait_ns: Option<u128>,
         remaining: u128,
     ) -> PyResult<Self> {
-        Ok(Self {
-            outcome: LIMIT_OUTCOME.member(py, index)?,
-            wait_ns: wait_ns.into_py_any(py)?,
-            remaining: remaining.into_py_any(py)?,
-        })
+        Ok(Self::from_fields(
+            LIMIT_OUTCOME.member(py, index)?,
+            wait_ns.into_py_any(py)?,
+            remaining.into_py_any(py)?,
+        ))
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::ffi::CStr;
 
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::{ffi, IntoPyObjectExt};
 
 use crate::core::refill;
 use crate::python::fastcall::{self, MethodDef, Parameters};
@@ -16,29 +16,6 @@ frozen_record! {
     pub struct RefillResult as "RefillResult" in "protocol_in_code.qos.refill" {
         tokens,
         last_refill_at,
-    }
-}
-
-impl RefillResult {
-    pub fn from_core(result: refill::RefillResult<Num<'_>>) -> Self {
-        Self::from_objects(
-            result.tokens.into_object(),
-            result.last_refill_at.into_object(),
-        )
-    }
-
-    fn from_scalars(result: refill::RefillResult<Scalar<'_>>) -> Self {
-        Self::from_objects(
-            result.tokens.into_object(),
-            result.last_refill_at.into_object(),
-        )
-    }
-
-    fn from_objects(tokens: Bound<'_, PyAny>, last_refill_at: Bound<'_, PyAny>) -> Self {
-        Self {
-            tokens: tokens.unbind(),
-            last_refill_at: last_refill_at.unbind(),
-        }
     }
 }
 
@@ -95,8 +72,8 @@ unsafe extern "C" fn compute_refill_fastcall(
         fastcall::run(args, nargsf, kwnames, |py, call| {
             let [tokens, capacity, rate_per_sec, last_refill_at, now] =
                 PARAMETERS.bind(py, call)?;
-            compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)?
-                .into_bound_py_any(py)
+            compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
+                .map(Bound::into_any)
         })
     }
 }
@@ -105,13 +82,14 @@ unsafe extern "C" fn compute_refill_fastcall(
 /// Python object in the way, and no error type heavier than "ask Python"), and on any Python
 /// numbers otherwise, or when a scalar step needs Python after all (an overflow, say). The math
 /// has no side effects, so starting it over is safe.
-fn compute_refill(
-    tokens: &Bound<'_, PyAny>,
-    capacity: &Bound<'_, PyAny>,
-    rate_per_sec: &Bound<'_, PyAny>,
-    last_refill_at: &Bound<'_, PyAny>,
-    now: &Bound<'_, PyAny>,
-) -> PyResult<RefillResult> {
+fn compute_refill<'py>(
+    tokens: &Bound<'py, PyAny>,
+    capacity: &Bound<'py, PyAny>,
+    rate_per_sec: &Bound<'py, PyAny>,
+    last_refill_at: &Bound<'py, PyAny>,
+    now: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, RefillResult>> {
+    let py = tokens.py();
     let scalars = [tokens, capacity, rate_per_sec, last_refill_at, now].map(Scalar::new);
     if let [Some(tokens), Some(capacity), Some(rate_per_sec), Some(last_refill_at), Some(now)] =
         scalars
@@ -119,15 +97,22 @@ fn compute_refill(
         if let Ok(result) =
             refill::compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
         {
-            return Ok(RefillResult::from_scalars(result));
+            let refill::RefillResult {
+                tokens,
+                last_refill_at,
+            } = result;
+            return RefillResult::make(py, tokens.into_object(), last_refill_at.into_object());
         }
     }
-    refill::compute_refill(
+    let refill::RefillResult {
+        tokens,
+        last_refill_at,
+    } = refill::compute_refill(
         &Num::new(tokens),
         &Num::new(capacity),
         &Num::new(rate_per_sec),
         &Num::new(last_refill_at),
         &Num::new(now),
-    )
-    .map(RefillResult::from_core)
+    )?;
+    RefillResult::make(py, tokens.into_object(), last_refill_at.into_object())
 }

@@ -48,12 +48,12 @@ mutable_record! {
 
         /// Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line,
         /// and return the decision. An unknown class raises KeyError.
-        fn enqueue(
+        fn enqueue<'py>(
             &self,
-            class_name: &Bound<'_, PyAny>,
-            size: &Bound<'_, PyAny>,
-            now: &Bound<'_, PyAny>,
-        ) -> PyResult<EnqueueResult> {
+            class_name: &Bound<'py, PyAny>,
+            size: &Bound<'py, PyAny>,
+            now: &Bound<'py, PyAny>,
+        ) -> PyResult<Bound<'py, EnqueueResult>> {
             let py = class_name.py();
             let bucket = self.fields.get(py, BUCKETS).into_bound(py).get_item(class_name)?;
             let bucket = bucket.cast::<TokenBucket>().map_err(|_| {
@@ -71,11 +71,12 @@ mutable_record! {
                     (class_name, size, now, CONSUME_OUTCOME.value(index), &tokens_remaining),
                 )?;
             self.fields.get(py, TRACE).call_method1(py, "append", (line,))?;
-            Ok(EnqueueResult {
-                class_name: class_name.clone().unbind(),
-                outcome: CONSUME_OUTCOME.member(py, index)?,
-                tokens_remaining: tokens_remaining.unbind(),
-            })
+            EnqueueResult::make(
+                py,
+                class_name.clone(),
+                CONSUME_OUTCOME.member(py, index)?.into_bound(py),
+                tokens_remaining,
+            )
         }
     }
 }

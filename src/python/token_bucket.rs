@@ -6,7 +6,6 @@ use std::ffi::CStr;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 
 use crate::core::quantity::Quantity;
 use crate::core::token_bucket::{self as core, ConsumeOutcome};
@@ -81,22 +80,23 @@ unsafe extern "C" fn try_consume_fastcall(
             let bucket = bucket
                 .cast::<TokenBucket>()
                 .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
-            try_consume(&bucket, &n, &now)?.into_bound_py_any(py)
+            try_consume(&bucket, &n, &now).map(Bound::into_any)
         })
     }
 }
 
-fn try_consume(
-    bucket: &Bound<'_, TokenBucket>,
-    n: &Bound<'_, PyAny>,
-    now: &Bound<'_, PyAny>,
-) -> PyResult<ConsumeResult> {
+fn try_consume<'py>(
+    bucket: &Bound<'py, TokenBucket>,
+    n: &Bound<'py, PyAny>,
+    now: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, ConsumeResult>> {
     let py = bucket.py();
     let (outcome, tokens_remaining) = consume(bucket, n, now)?;
-    Ok(ConsumeResult {
-        outcome: outcome_member(py, outcome)?,
-        tokens_remaining: tokens_remaining.unbind(),
-    })
+    ConsumeResult::make(
+        py,
+        outcome_member(py, outcome)?.into_bound(py),
+        tokens_remaining,
+    )
 }
 
 /// The core's decision on `bucket`, and the bucket's own balance object after it (as in the

@@ -14,10 +14,44 @@ macro_rules! frozen_record {
         $(#[doc = $doc])*
         #[::pyo3::pyclass(frozen, name = $name, module = $module)]
         pub struct $rust {
-            $(pub $field: ::pyo3::Py<::pyo3::PyAny>,)+
+            $(pub $field: $crate::python::record::Field,)+
+        }
+
+        impl $crate::python::record::Record<{ [$(stringify!($field)),+].len() }> for $rust {
+            fn spare() -> &'static $crate::python::record::Spare<Self> {
+                ::std::thread_local! {
+                    static SPARE: ::std::cell::RefCell<Option<::pyo3::Py<$rust>>> =
+                        const { ::std::cell::RefCell::new(None) };
+                }
+                &SPARE
+            }
+
+            fn fields(&self) -> [&$crate::python::record::Field; [$(stringify!($field)),+].len()] {
+                [$(&self.$field),+]
+            }
+
+            fn from_values(
+                [$($field),+]: [::pyo3::Py<::pyo3::PyAny>; [$(stringify!($field)),+].len()],
+            ) -> Self {
+                Self::from_fields($($field),+)
+            }
         }
 
         impl $rust {
+            #[allow(clippy::too_many_arguments)] // one per field
+            pub fn from_fields($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
+                Self { $($field: $crate::python::record::Field::new($field)),+ }
+            }
+
+            /// A record of these values (this thread's spare one if nobody holds it: see
+            /// [`crate::python::record::make`]).
+            pub fn make<'py>(
+                py: ::pyo3::Python<'py>,
+                $($field: ::pyo3::Bound<'py, ::pyo3::PyAny>),+
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, Self>> {
+                $crate::python::record::make(py, [$($field),+])
+            }
+
             fn dataclass_description(
                 py: ::pyo3::Python<'_>,
             ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
@@ -34,7 +68,7 @@ macro_rules! frozen_record {
                 &self,
                 py: ::pyo3::Python<'py>,
             ) -> [::pyo3::Bound<'py, ::pyo3::PyAny>; [$(stringify!($field)),+].len()] {
-                [$(self.$field.bind(py).clone()),+]
+                [$(self.$field.get().bind(py).clone()),+]
             }
         }
 
@@ -43,13 +77,13 @@ macro_rules! frozen_record {
             #[new]
             #[pyo3(signature = ($($field $(= $default)?),+) $(, text_signature = $text)?)]
             fn __new__($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
-                Self { $($field),+ }
+                Self::from_fields($($field),+)
             }
 
             $(
                 #[getter]
                 fn $field(&self, py: ::pyo3::Python<'_>) -> ::pyo3::Py<::pyo3::PyAny> {
-                    self.$field.clone_ref(py)
+                    self.$field.get().clone_ref(py)
                 }
             )+
 
@@ -75,7 +109,7 @@ macro_rules! frozen_record {
                 let this = slf.get();
                 $crate::python::record::repr(
                     slf.as_any(),
-                    &[$((stringify!($field), this.$field.bind(py).clone())),+],
+                    &[$((stringify!($field), this.$field.get().bind(py).clone())),+],
                 )
             }
 
@@ -125,7 +159,7 @@ macro_rules! frozen_record {
                 &self,
                 visit: ::pyo3::PyVisit<'_>,
             ) -> Result<(), ::pyo3::PyTraverseError> {
-                $(visit.call(&self.$field)?;)+
+                $(visit.call(self.$field.get())?;)+
                 Ok(())
             }
 
