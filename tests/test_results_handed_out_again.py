@@ -1,12 +1,13 @@
 """A result nobody holds may be handed out again, and nobody can tell.
 
-The native ``compute_refill``, ``try_consume`` and ``offer`` keep their last result per thread
-and rewrite it at the next call if the caller dropped it (see ``src/python/record/spare.rs``).
-These tests pin what must never be visible: a result someone still holds (a variable, a list,
-another result, a cycle) never changes; a value a dropped result held lives on for whoever kept
-it; finalizers that run while a result is rewritten, and other threads, get correct results of
-their own; a cycle through a result is still collected. They hold for the pure-Python reference
-trivially, which is the point: the two must not be told apart.
+The native ``compute_refill``, ``try_consume``, ``offer`` and ``ToyShaper.enqueue`` keep their
+last result per thread, if its values are all inert (exact ints and floats, bools, None, enum
+members), and rewrite it at the next call if the caller dropped it (see
+``src/python/record/spare.rs``). These tests pin what must never be visible: a result someone
+still holds (a variable, a list, another result) never changes; a value a dropped result held
+lives on for whoever kept it, and dies with the result otherwise (weak references, finalizers,
+cycles see no difference); other threads get correct results of their own. They hold for the
+pure-Python reference trivially, which is the point: the two must not be told apart.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import weakref
 from typing import Any, ClassVar
 
 import pytest
+from qos_support import switch_interval
 
 BIG = 10**12  # beyond the small ints Python caches: `is` tells objects apart
 
@@ -81,20 +83,18 @@ class Noisy(int):
             Noisy.seen.append((result, (result.tokens, result.last_refill_at)))
 
 
-def test_finalizers_run_while_a_result_is_rewritten_get_results_of_their_own(
-    impl: Any,
-) -> None:
+def test_finalizers_of_values_that_leave_results_get_results_of_their_own(impl: Any) -> None:
     Noisy.refill, Noisy.seen = impl.compute_refill, []
-    results = []
-    for i in range(50):
-        # Zero elapsed: the Noisy tokens pass through into the result, and leave it (and die)
-        # when the result is rewritten or freed.
-        result = impl.compute_refill(Noisy(i), 10, 1, 3, 3)
-        results.append((result.tokens == i, result.last_refill_at == 3))
-        del result
-    impl.compute_refill(1, 10, 1, 3, 3)  # lets go of the last Noisy too
-    gc.collect()
-    Noisy.refill = None
+    try:
+        results = []
+        for i in range(50):
+            # Zero elapsed: the Noisy tokens pass through into the result, and die with it.
+            result = impl.compute_refill(Noisy(i), 10, 1, 3, 3)
+            results.append((result.tokens == i, result.last_refill_at == 3))
+            del result
+        gc.collect()
+    finally:
+        Noisy.refill = None
     assert all(ok == (True, True) for ok in results)
     assert len(Noisy.seen) == 50
     for result, fields in Noisy.seen:
@@ -103,25 +103,33 @@ def test_finalizers_run_while_a_result_is_rewritten_get_results_of_their_own(
 
 def test_threads_each_get_their_own_results(impl: Any) -> None:
     failures: list[str] = []
+    done = [0] * 4
 
-    def work(offset: int) -> None:
-        kept = []
-        for i in range(2_000):
-            result = impl.compute_refill(offset + i, 10**15, 1, 0, 1)
-            if i % 7 == 0:
-                kept.append((result, offset + i + 1))
-            elif result.tokens != offset + i + 1:
-                failures.append(f"thread {offset}: call {i} got {result!r}")
-        failures.extend(
-            f"thread {offset}: kept {result!r}" for result, want in kept if result.tokens != want
-        )
+    def work(index: int) -> None:
+        offset = index * BIG
+        try:
+            kept = []
+            for i in range(2_000):
+                result = impl.compute_refill(offset + i, 10**15, 1, 0, 1)
+                if i % 7 == 0:
+                    kept.append((result, offset + i + 1))
+                elif result.tokens != offset + i + 1:
+                    failures.append(f"thread {index}: call {i} got {result!r}")
+                done[index] += 1
+            failures.extend(
+                f"thread {index}: kept {result!r}" for result, want in kept if result.tokens != want
+            )
+        except BaseException as error:  # reported below, whatever it is
+            failures.append(f"thread {index}: {error!r}")
 
-    threads = [threading.Thread(target=work, args=(k * BIG,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    with switch_interval(1e-6):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     assert failures == []
+    assert done == [2_000] * 4
 
 
 class Tokens:
@@ -131,12 +139,35 @@ class Tokens:
         self.holder: Any = None
 
 
-def test_a_cycle_through_a_result_is_still_collected(impl: Any) -> None:
+def test_a_value_of_a_dropped_result_dies_with_it(impl: Any) -> None:
     tokens = Tokens()
+    alive = weakref.ref(tokens)
     result = impl.compute_refill(tokens, 10, 1, 3, 3)  # zero elapsed: tokens pass through
+    assert result.tokens is tokens
+    del tokens, result
+    assert alive() is None
+
+
+def test_a_cycle_through_a_result_is_collected(impl: Any) -> None:
+    tokens = Tokens()
+    result = impl.compute_refill(tokens, 10, 1, 3, 3)
     tokens.holder = result  # result -> tokens -> result
     alive = weakref.ref(tokens)
     del tokens, result
-    impl.compute_refill(BIG, 2 * BIG, 1, 0, 1)  # the next result, made while the cycle lives
     gc.collect()
     assert alive() is None
+
+
+def test_held_shaper_results_stay_as_they_were(impl: Any) -> None:
+    tree = impl.ClassTree({"video": impl.TrafficClass("video", 10)})
+    bucket = impl.TokenBucket(capacity=BIG, tokens=BIG, rate_per_sec=0, last_refill_at=0)
+    shaper = impl.ToyShaper(tree, {"video": bucket})
+    kept = []
+    for i in range(50):
+        result = shaper.enqueue("video", 1, i)
+        if i % 2:
+            kept.append((result, result.tokens_remaining, BIG - i - 1))
+        del result
+    for result, remaining, want in kept:
+        assert result.tokens_remaining is remaining and remaining == want
+        assert result.class_name == "video" and result.outcome is impl.ConsumeOutcome.ALLOWED

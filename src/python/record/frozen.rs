@@ -17,7 +17,9 @@ macro_rules! frozen_record {
             $(pub $field: $crate::python::record::Field,)+
         }
 
-        impl $crate::python::record::Record<{ [$(stringify!($field)),+].len() }> for $rust {
+        // SAFETY: the class is declared just above: frozen, not subclassable, no `__dict__`, no
+        // weak references; `fields` lists its own fields, each once.
+        unsafe impl $crate::python::record::Record<{ [$(stringify!($field)),+].len() }> for $rust {
             fn spare() -> &'static $crate::python::record::Spare<Self> {
                 ::std::thread_local! {
                     static SPARE: ::std::cell::RefCell<Option<::pyo3::Py<$rust>>> =

@@ -8,25 +8,41 @@
 //! someone kept it, a new record is made and becomes the spare. CPython does the same with the
 //! tuples that `zip` and `enumerate` hand out.
 //!
-//! Nobody can tell the difference: a record is only ever rewritten while no other reference to it
-//! exists (its `id()` may repeat, as a freed object's address may in CPython anyway). That
-//! argument needs the interpreter's lock, so a free-threaded build never rewrites a record.
+//! Nobody can tell the difference:
+//!
+//! * a record is rewritten only while no other reference to it exists (its `id()` may repeat,
+//!   as a freed object's address may in CPython anyway);
+//! * a spare keeps its values alive until the next call, so only records whose every value is
+//!   *inert* are kept: exact `int`s and `float`s, `True`, `False`, `None`, and the members of
+//!   this module's enums. None of them can be weakly referenced, run a finalizer or close a
+//!   cycle, and the enum members live for good anyway. (A record holding anything else, a
+//!   `Fraction` balance say, is made new each time and never kept.)
+//!
+//! The argument needs the interpreter's lock and reference counts that mean what they say, so a
+//! free-threaded build, PyPy and GraalPy never rewrite a record.
 
 use std::cell::{RefCell, UnsafeCell};
 use std::thread::LocalKey;
 
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
-use pyo3::{ffi, PyClass, PyClassInitializer};
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+use pyo3::types::{PyBool, PyFloat, PyInt};
+use pyo3::{PyClass, PyClassInitializer};
+
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+use crate::python::enums;
 
 /// A frozen record's field: read-only to Python and to every holder of the record, written only
 /// by [`make`] while the record is a spare that nothing else holds.
 pub struct Field(UnsafeCell<Py<PyAny>>);
 
-// SAFETY: a field is written only by `make`, with the interpreter's lock held (on builds that
-// have one: free-threaded builds never write), and only while the record's one reference is the
-// spare slot of the writing thread. So no other thread, and no other reference in this one, can
-// be reading the field while it is written.
+// SAFETY: a field is written only by `make` (`reuse`), with the interpreter's lock held (builds
+// without one never write), while the record's one reference is the writing thread's spare
+// slot, and with nothing between the check of that reference count and the last write that
+// allocates, runs Python code or lets go of the lock. So no other thread, no holder of the record
+// and no garbage collection (which could read the fields through `__traverse__`) can be reading
+// a field while it is written.
 unsafe impl Sync for Field {}
 
 impl Field {
@@ -35,8 +51,7 @@ impl Field {
     }
 
     pub fn get(&self) -> &Py<PyAny> {
-        // SAFETY: see `Sync` above: whoever can call this holds the record, so it is not being
-        // written.
+        // SAFETY: see `Sync` above: no write is under way whenever code can call this.
         unsafe { &*self.0.get() }
     }
 }
@@ -45,7 +60,14 @@ impl Field {
 pub type Spare<T> = LocalKey<RefCell<Option<Py<T>>>>;
 
 /// A frozen record whose fields [`make`] may rewrite.
-pub trait Record<const N: usize>:
+///
+/// # Safety
+///
+/// Implemented only by [`frozen_record!`](crate::python::record::frozen_record), for classes
+/// that Python cannot reach any other way than through a reference: not subclassable, no
+/// `__dict__`, no weak references (a weak reference would reach a spare whose count is 1).
+/// `fields` returns this record's own fields, each once.
+pub unsafe trait Record<const N: usize>:
     PyClass<Frozen = True> + Sync + Into<PyClassInitializer<Self>>
 {
     /// This thread's spare record of the class.
@@ -55,62 +77,87 @@ pub trait Record<const N: usize>:
 }
 
 /// A record of `T` holding `values`: this thread's spare one, rewritten, if nothing else holds
-/// it; else a new one, which becomes the spare.
+/// it; else a new one, which becomes the spare if its values are all inert.
 pub fn make<'py, T: Record<N>, const N: usize>(
     py: Python<'py>,
     values: [Bound<'py, PyAny>; N],
 ) -> PyResult<Bound<'py, T>> {
-    #[cfg(not(Py_GIL_DISABLED))]
-    let values = match reuse::<T, N>(py, values) {
-        Ok(record) => return Ok(record),
-        Err(values) => values,
+    #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+    let values = {
+        if !values.iter().all(inert) {
+            return Bound::new(py, T::from_values(values.map(Bound::unbind)));
+        }
+        match reuse::<T, N>(py, values) {
+            Ok(record) => return Ok(record),
+            Err(values) => values,
+        }
     };
     let record = Bound::new(py, T::from_values(values.map(Bound::unbind)))?;
-    #[cfg(not(Py_GIL_DISABLED))]
-    {
-        let previous = T::spare().with(|slot| {
-            slot.try_borrow_mut()
-                .ok()
-                .and_then(|mut slot| slot.replace(record.clone().unbind()))
-        });
-        // Released now (merely dropped, it would wait in PyO3's pool of deferred releases
-        // under a `fastcall` door), and with the slot free: the previous spare may be freed
-        // here, and its fields' finalizers may run Python code that makes records too.
-        if let Some(previous) = previous {
-            previous.drop_ref(py);
-        }
-    }
+    #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+    keep_as_spare(py, &record);
     Ok(record)
+}
+
+/// Whether keeping `value` alive a while longer is invisible (see the module's docs).
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+fn inert(value: &Bound<'_, PyAny>) -> bool {
+    value.is_exact_instance_of::<PyInt>()
+        || value.is_exact_instance_of::<PyFloat>()
+        || value.is_exact_instance_of::<PyBool>()
+        || value.is_none()
+        || enums::is_member(value)
 }
 
 /// The spare record, rewritten to hold `values`, if nothing but its slot holds it; else the
 /// values back.
-#[cfg(not(Py_GIL_DISABLED))]
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
 fn reuse<'py, T: Record<N>, const N: usize>(
     py: Python<'py>,
     values: [Bound<'py, PyAny>; N],
 ) -> Result<Bound<'py, T>, [Bound<'py, PyAny>; N]> {
-    let unheld = T::spare().with(|slot| {
-        let slot = slot.try_borrow().ok()?;
-        let record = slot.as_ref()?;
-        // SAFETY: a live object, owned by the slot.
-        let count = unsafe { ffi::Py_REFCNT(record.as_ptr()) };
-        (count == 1).then(|| record.bind(py).clone())
-    });
+    let unheld = T::spare()
+        .try_with(|slot| {
+            let slot = slot.try_borrow().ok()?;
+            let record = slot.as_ref()?;
+            // SAFETY: a live object, owned by the slot.
+            let count = unsafe { pyo3::ffi::Py_REFCNT(record.as_ptr()) };
+            (count == 1).then(|| record.bind(py).clone())
+        })
+        .ok()
+        .flatten();
     let Some(record) = unheld else {
         return Err(values);
     };
     let fields = record.get().fields();
     let mut values = values.into_iter();
     // SAFETY: the slot held the only other reference and the interpreter's lock is held, so
-    // nothing reads these fields now (see `Field`); each old value is moved out whole.
+    // nothing reads these fields now (see `Field`). Nothing in this loop allocates or runs
+    // Python code: each old value is moved out whole, each new one moved in.
     let displaced: [Py<PyAny>; N] = std::array::from_fn(|i| {
         let value = values.next().expect("one value per field").unbind();
         unsafe { std::ptr::replace(fields[i].0.get(), value) }
     });
-    // Released now, with the record whole again: an old value's finalizer may run Python code.
+    // Released now, with the record whole again (inert values run no Python code when freed).
     for value in displaced {
         value.drop_ref(py);
     }
     Ok(record)
+}
+
+/// Make `record` this thread's spare, letting go of the previous one.
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+fn keep_as_spare<T: Record<N>, const N: usize>(py: Python<'_>, record: &Bound<'_, T>) {
+    let previous = T::spare()
+        .try_with(|slot| {
+            slot.try_borrow_mut()
+                .ok()
+                .and_then(|mut slot| slot.replace(record.clone().unbind()))
+        })
+        .ok()
+        .flatten();
+    // Released now (merely dropped, it would wait in PyO3's pool of deferred releases under a
+    // `fastcall` door), and with the slot free.
+    if let Some(previous) = previous {
+        previous.drop_ref(py);
+    }
 }
