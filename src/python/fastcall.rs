@@ -68,7 +68,10 @@ impl<const N: usize> Parameters<N> {
     /// # Safety
     ///
     /// As for [`Parameters::bind_optional`].
-    #[inline]
+    // Inlined into each door for the same reason as `bind_optional`; with two doors of three
+    // parameters (`try_consume`, `offer`) the compiler stopped doing it by itself.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub unsafe fn bind<'a, 'py>(
         &self,
         py: Python<'py>,
