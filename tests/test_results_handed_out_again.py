@@ -171,3 +171,26 @@ def test_held_shaper_results_stay_as_they_were(impl: Any) -> None:
     for result, remaining, want in kept:
         assert result.tokens_remaining is remaining and remaining == want
         assert result.class_name == "video" and result.outcome is impl.ConsumeOutcome.ALLOWED
+
+
+def test_held_limiter_decisions_stay_as_they_were(reference_mode: bool) -> None:
+    if reference_mode:
+        pytest.skip("the exact limiters have no pure-Python reference")
+    from protocol_in_code.qos.keyed import KeyedRateLimiter
+    from protocol_in_code.qos.limiter import RateLimiter
+
+    single = RateLimiter(1, burst=100)
+    keyed = KeyedRateLimiter(1, burst=100)
+    kept = []
+    for i in range(300):
+        decisions = (single.check(now_ns=0), keyed.check("client", now_ns=0))
+        if i % 3 == 0:
+            kept.append((decisions, 99 - i if i < 100 else None))
+        del decisions
+    for decisions, remaining in kept:
+        for decision in decisions:
+            if remaining is None:
+                assert not decision.allowed and decision.remaining == 0
+            else:
+                assert decision.allowed and decision.remaining == remaining
+                assert decision.wait_ns == 0

@@ -211,13 +211,13 @@ impl KeyedRateLimiter {
     /// ALLOWED, DENIED (with the exact wait_ns), NEVER (n exceeds a burst) or REFUSED (a new
     /// key and a full table; wait_ns says when room may appear).
     #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
-    fn check(
+    fn check<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
         decision(py, answer)
@@ -225,13 +225,13 @@ impl KeyedRateLimiter {
 
     /// What check(key, n) would answer now, taking nothing.
     #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
-    fn peek(
+    fn peek<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
         decision(py, answer)
@@ -623,7 +623,7 @@ impl Counts<Vec<u64>> {
 }
 
 /// The Python answer for a table's answer.
-fn decision(py: Python<'_>, answer: Answer) -> PyResult<Decision> {
+fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
     let Answer {
         decision,
         remaining,

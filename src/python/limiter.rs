@@ -64,7 +64,11 @@ frozen_record! {
 }
 
 impl Decision {
-    pub fn new(py: Python<'_>, decision: CoreDecision, remaining: u128) -> PyResult<Self> {
+    pub fn new(
+        py: Python<'_>,
+        decision: CoreDecision,
+        remaining: u128,
+    ) -> PyResult<Bound<'_, Self>> {
         match decision {
             CoreDecision::Allowed => Self::build(py, 0, Some(0), remaining),
             CoreDecision::Wait(ns) => Self::build(py, 1, Some(ns), remaining),
@@ -78,12 +82,13 @@ impl Decision {
         index: usize,
         wait_ns: Option<u128>,
         remaining: u128,
-    ) -> PyResult<Self> {
-        Ok(Self::from_fields(
-            LIMIT_OUTCOME.member(py, index)?,
-            wait_ns.into_py_any(py)?,
-            remaining.into_py_any(py)?,
-        ))
+    ) -> PyResult<Bound<'_, Self>> {
+        Self::make(
+            py,
+            LIMIT_OUTCOME.member(py, index)?.into_bound(py),
+            wait_ns.into_bound_py_any(py)?,
+            remaining.into_bound_py_any(py)?,
+        )
     }
 }
 
@@ -268,12 +273,12 @@ impl RateLimiter {
     /// that is ALLOWED (taken), DENIED with the exact wait_ns until the same request would
     /// pass (nothing taken), or NEVER (n exceeds a band's burst).
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn check(
+    fn check<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
@@ -285,12 +290,12 @@ impl RateLimiter {
 
     /// What check(n) would answer now, taking nothing.
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn peek(
+    fn peek<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
+    ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
             let mut limiter = self.lock();
