@@ -1,13 +1,14 @@
 """A result nobody holds may be handed out again, and nobody can tell.
 
-The native ``compute_refill``, ``try_consume``, ``offer`` and ``ToyShaper.enqueue`` keep their
-last result per thread, if its values are all inert (exact ints and floats, bools, None, enum
-members), and rewrite it at the next call if the caller dropped it (see
-``src/python/record/spare.rs``). These tests pin what must never be visible: a result someone
-still holds (a variable, a list, another result) never changes; a value a dropped result held
-lives on for whoever kept it, and dies with the result otherwise (weak references, finalizers,
-cycles see no difference); other threads get correct results of their own. They hold for the
-pure-Python reference trivially, which is the point: the two must not be told apart.
+The native ``compute_refill``, ``try_consume``, ``offer``, ``ToyShaper.enqueue`` and the
+limiters' ``check`` and ``peek`` keep their last result (one per class) if its values are all
+inert (exact ints and floats, bools, None, enum members), and rewrite it at the next call if the
+caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
+visible: a result someone still holds (a variable, a list, another result) never changes; a
+value a dropped result held lives on for whoever kept it, and dies with the result otherwise
+(weak references, finalizers, cycles see no difference); threads get correct results of their
+own. They hold for the pure-Python reference trivially, which is the point: the two must not be
+told apart.
 """
 
 from __future__ import annotations

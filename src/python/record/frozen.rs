@@ -20,11 +20,8 @@ macro_rules! frozen_record {
         // SAFETY: the class is declared just above: frozen, not subclassable, no `__dict__`, no
         // weak references; `fields` lists its own fields, each once.
         unsafe impl $crate::python::record::Record<{ [$(stringify!($field)),+].len() }> for $rust {
-            fn spare() -> &'static $crate::python::record::Spare<Self> {
-                ::std::thread_local! {
-                    static SPARE: ::std::cell::RefCell<Option<::pyo3::Py<$rust>>> =
-                        const { ::std::cell::RefCell::new(None) };
-                }
+            fn spare() -> &'static $crate::python::record::Spare {
+                static SPARE: $crate::python::record::Spare = $crate::python::record::Spare::new();
                 &SPARE
             }
 
@@ -45,7 +42,7 @@ macro_rules! frozen_record {
                 Self { $($field: $crate::python::record::Field::new($field)),+ }
             }
 
-            /// A record of these values (this thread's spare one if nobody holds it: see
+            /// A record of these values (the class's spare one if nobody holds it: see
             /// [`crate::python::record::make`]).
             pub fn make<'py>(
                 py: ::pyo3::Python<'py>,

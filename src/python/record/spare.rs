@@ -2,11 +2,11 @@
 //!
 //! The course's hot calls (`compute_refill`, `try_consume`, `offer`) each return a new frozen
 //! record, and a caller usually looks at it once and drops it. Making a Python object and freeing
-//! it again costs more than the decision it reports. So each thread keeps its last record of each
-//! class as a *spare*: if, at the next call, the spare's reference count shows that nothing but
-//! the spare slot holds it, nobody can see it any more, and its fields are simply rewritten. If
-//! someone kept it, a new record is made and becomes the spare. CPython does the same with the
-//! tuples that `zip` and `enumerate` hand out.
+//! it again costs more than the decision it reports. So each class keeps its last record as a
+//! *spare*: if, at the next call, the spare's reference count shows that nothing but the spare
+//! slot holds it, nobody can see it any more, and its fields are simply rewritten. If someone
+//! kept it, a new record is made and becomes the spare. CPython does the same with the tuples
+//! that `zip` and `enumerate` hand out.
 //!
 //! Nobody can tell the difference:
 //!
@@ -21,14 +21,15 @@
 //! The argument needs the interpreter's lock and reference counts that mean what they say, so a
 //! free-threaded build, PyPy and GraalPy never rewrite a record.
 
-use std::cell::{RefCell, UnsafeCell};
-use std::thread::LocalKey;
+use std::cell::UnsafeCell;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
 use pyo3::types::{PyBool, PyFloat, PyInt};
-use pyo3::{PyClass, PyClassInitializer};
+use pyo3::{ffi, PyClass, PyClassInitializer};
 
 #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
 use crate::python::enums;
@@ -38,11 +39,11 @@ use crate::python::enums;
 pub struct Field(UnsafeCell<Py<PyAny>>);
 
 // SAFETY: a field is written only by `make` (`reuse`), with the interpreter's lock held (builds
-// without one never write), while the record's one reference is the writing thread's spare
-// slot, and with nothing between the check of that reference count and the last write that
-// allocates, runs Python code or lets go of the lock. So no other thread, no holder of the record
-// and no garbage collection (which could read the fields through `__traverse__`) can be reading
-// a field while it is written.
+// without one never write), while the record's one reference is its class's spare slot, and
+// with nothing between the check of that reference count and the last write that allocates,
+// runs Python code or lets go of the lock. So no other thread, no holder of the record and no
+// garbage collection (which could read the fields through `__traverse__`) can be reading a
+// field while it is written.
 unsafe impl Sync for Field {}
 
 impl Field {
@@ -56,8 +57,22 @@ impl Field {
     }
 }
 
-/// A thread's spare record of one class.
-pub type Spare<T> = LocalKey<RefCell<Option<Py<T>>>>;
+/// A class's spare record: one strong reference, or null. Read and swapped only with the
+/// interpreter's lock held (which orders every access), so relaxed atomics suffice.
+pub struct Spare(AtomicPtr<ffi::PyObject>);
+
+impl Spare {
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(AtomicPtr::new(ptr::null_mut()))
+    }
+}
+
+impl Default for Spare {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// A frozen record whose fields [`make`] may rewrite.
 ///
@@ -70,13 +85,13 @@ pub type Spare<T> = LocalKey<RefCell<Option<Py<T>>>>;
 pub unsafe trait Record<const N: usize>:
     PyClass<Frozen = True> + Sync + Into<PyClassInitializer<Self>>
 {
-    /// This thread's spare record of the class.
-    fn spare() -> &'static Spare<Self>;
+    /// The class's spare record.
+    fn spare() -> &'static Spare;
     fn fields(&self) -> [&Field; N];
     fn from_values(values: [Py<PyAny>; N]) -> Self;
 }
 
-/// A record of `T` holding `values`: this thread's spare one, rewritten, if nothing else holds
+/// A record of `T` holding `values`: the class's spare one, rewritten, if nothing else holds
 /// it; else a new one, which becomes the spare if its values are all inert.
 pub fn make<'py, T: Record<N>, const N: usize>(
     py: Python<'py>,
@@ -115,19 +130,13 @@ fn reuse<'py, T: Record<N>, const N: usize>(
     py: Python<'py>,
     values: [Bound<'py, PyAny>; N],
 ) -> Result<Bound<'py, T>, [Bound<'py, PyAny>; N]> {
-    let unheld = T::spare()
-        .try_with(|slot| {
-            let slot = slot.try_borrow().ok()?;
-            let record = slot.as_ref()?;
-            // SAFETY: a live object, owned by the slot.
-            let count = unsafe { pyo3::ffi::Py_REFCNT(record.as_ptr()) };
-            (count == 1).then(|| record.bind(py).clone())
-        })
-        .ok()
-        .flatten();
-    let Some(record) = unheld else {
+    let spare = T::spare().0.load(Ordering::Relaxed);
+    // SAFETY: a non-null spare is a live record of `T` whose reference the slot owns.
+    if spare.is_null() || unsafe { ffi::Py_REFCNT(spare) } != 1 {
         return Err(values);
-    };
+    }
+    // SAFETY: as above; this takes a reference of our own.
+    let record = unsafe { Bound::from_borrowed_ptr(py, spare).cast_into_unchecked::<T>() };
     let fields = record.get().fields();
     let mut values = values.into_iter();
     // SAFETY: the slot held the only other reference and the interpreter's lock is held, so
@@ -135,7 +144,7 @@ fn reuse<'py, T: Record<N>, const N: usize>(
     // Python code: each old value is moved out whole, each new one moved in.
     let displaced: [Py<PyAny>; N] = std::array::from_fn(|i| {
         let value = values.next().expect("one value per field").unbind();
-        unsafe { std::ptr::replace(fields[i].0.get(), value) }
+        unsafe { ptr::replace(fields[i].0.get(), value) }
     });
     // Released now, with the record whole again (inert values run no Python code when freed).
     for value in displaced {
@@ -144,20 +153,15 @@ fn reuse<'py, T: Record<N>, const N: usize>(
     Ok(record)
 }
 
-/// Make `record` this thread's spare, letting go of the previous one.
+/// Make `record` its class's spare, letting go of the previous one.
 #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
 fn keep_as_spare<T: Record<N>, const N: usize>(py: Python<'_>, record: &Bound<'_, T>) {
     let previous = T::spare()
-        .try_with(|slot| {
-            slot.try_borrow_mut()
-                .ok()
-                .and_then(|mut slot| slot.replace(record.clone().unbind()))
-        })
-        .ok()
-        .flatten();
-    // Released now (merely dropped, it would wait in PyO3's pool of deferred releases under a
-    // `fastcall` door), and with the slot free.
-    if let Some(previous) = previous {
-        previous.drop_ref(py);
+        .0
+        .swap(record.clone().into_ptr(), Ordering::Relaxed);
+    if !previous.is_null() {
+        // SAFETY: the slot owned this reference, released now (as a `Bound`: a `Py` merely
+        // dropped would wait in PyO3's pool of deferred releases under a `fastcall` door).
+        drop(unsafe { Bound::from_owned_ptr(py, previous) });
     }
 }
