@@ -25,6 +25,7 @@ use pyo3::ffi;
 use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::type_object::PyTypeCheck;
 use pyo3::types::{PyCFunction, PyString, PyTuple, PyType};
 
 /// The parameters of a function, each of which may be passed by position or by keyword: the
@@ -242,6 +243,35 @@ pub unsafe fn run(
             Python::attach(|py| err.restore(py));
             ptr::null_mut()
         }
+    }
+}
+
+/// [`run`] for the course's `operation(bucket, n, now)` functions (`try_consume`, `offer`):
+/// the three arguments bound by `parameters`, and a `bucket` of another class refused.
+///
+/// # Safety
+///
+/// As for [`run`].
+pub unsafe fn run_bucket_call<B: PyTypeCheck>(
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    parameters: &'static Parameters<3>,
+    operation: impl for<'py> FnOnce(
+        &Bound<'py, B>,
+        &Bound<'py, PyAny>,
+        &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>>,
+) -> *mut ffi::PyObject {
+    // SAFETY: as the caller promised; the bound arguments are used only during the call.
+    unsafe {
+        run(args, nargsf, kwnames, |py, call| {
+            let [bucket, n, now] = parameters.bind(py, call)?;
+            let bucket = bucket
+                .cast::<B>()
+                .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
+            operation(&bucket, &n, &now)
+        })
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::ffi::CStr;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -86,12 +85,8 @@ unsafe extern "C" fn offer_fastcall(
     // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
     // drops no `Py` handle (displaced objects are released with `drop_ref`).
     unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let [bucket, n, now] = PARAMETERS.bind(py, call)?;
-            let bucket = bucket
-                .cast::<LeakyBucket>()
-                .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
-            offer(&bucket, &n, &now).map(Bound::into_any)
+        fastcall::run_bucket_call(args, nargsf, kwnames, &PARAMETERS, |bucket, n, now| {
+            offer(bucket, n, now).map(Bound::into_any)
         })
     }
 }

@@ -3,7 +3,6 @@
 
 use std::ffi::CStr;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -75,12 +74,8 @@ unsafe extern "C" fn try_consume_fastcall(
     // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
     // drops no `Py` handle (the result's fields move into the new object).
     unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let [bucket, n, now] = PARAMETERS.bind(py, call)?;
-            let bucket = bucket
-                .cast::<TokenBucket>()
-                .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
-            try_consume(&bucket, &n, &now).map(Bound::into_any)
+        fastcall::run_bucket_call(args, nargsf, kwnames, &PARAMETERS, |bucket, n, now| {
+            try_consume(bucket, n, now).map(Bound::into_any)
         })
     }
 }
