@@ -9,8 +9,8 @@
 //! remains the fallback for names built at run time.
 //!
 //! Only a few calls use it: `compute_refill` (its callers, the course among them, pass five
-//! keywords), `try_consume` (the course's most frequent call) and the limiters' `try_acquire`
-//! (the call a rate-limited program makes most). A
+//! keywords), the course's bucket operations (`try_consume`, `offer`, `leak`) and the limiters'
+//! `try_acquire` (the call a rate-limited program makes most). A
 //! function exported this way is a plain CPython `METH_FASTCALL | METH_KEYWORDS` function:
 //! [`Parameters::bind`] maps its arguments to the parameters, [`run`] turns the Rust result (or
 //! a panic) into what CPython expects, and [`MethodDef`] describes it to Python, with a text
@@ -267,12 +267,19 @@ pub unsafe fn run_bucket_call<B: PyTypeCheck>(
     unsafe {
         run(args, nargsf, kwnames, |py, call| {
             let [bucket, n, now] = parameters.bind(py, call)?;
-            let bucket = bucket
-                .cast::<B>()
-                .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))?;
+            let bucket = bucket_argument::<B>(bucket)?;
             operation(&bucket, &n, &now)
         })
     }
+}
+
+/// The `bucket` argument of a course function, if it is a `B`.
+pub fn bucket_argument<'a, 'py, B: PyTypeCheck>(
+    bucket: Borrowed<'a, 'py, PyAny>,
+) -> PyResult<Borrowed<'a, 'py, B>> {
+    bucket
+        .cast::<B>()
+        .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))
 }
 
 /// A `METH_FASTCALL | METH_KEYWORDS` function's description for CPython.

@@ -42,22 +42,41 @@ frozen_record! {
     }
 }
 
-/// Drain `bucket` for the time elapsed since `bucket.last_leak_at`, and store the result.
-///
-///     elapsed = now - bucket.last_leak_at
-///     elapsed <= 0 -> nothing changes
-///     otherwise    -> bucket.level = max(bucket.level - elapsed * bucket.leak_per_sec, 0)
-///                     bucket.last_leak_at = now
-///
-/// The same lazy settlement as `compute_refill`, run the other way: time takes away instead of
-/// adding, and the floor is empty instead of the cap being full.
-#[pyfunction]
-pub fn leak(bucket: &Bound<'_, LeakyBucket>, now: &Bound<'_, PyAny>) -> PyResult<()> {
-    let (done, _) = bucket
-        .get()
-        .fields
-        .run::<Leak, 1>(bucket.py(), &[Num::new(now)]);
-    done
+/// `leak(bucket, now)`, through the same door as `offer` (so the two share their module and
+/// their way of reporting bad arguments).
+pub static LEAK: MethodDef = MethodDef::new(c"leak", LEAK_DOC, leak_fastcall);
+
+const LEAK_DOC: &CStr = c"leak(bucket, now)
+--
+
+Drain `bucket` for the time elapsed since `bucket.last_leak_at`, and store the result.
+
+    elapsed = now - bucket.last_leak_at
+    elapsed <= 0 -> nothing changes
+    otherwise    -> bucket.level = max(bucket.level - elapsed * bucket.leak_per_sec, 0)
+                    bucket.last_leak_at = now
+
+The same lazy settlement as `compute_refill`, run the other way: time takes away instead of
+adding, and the floor is empty instead of the cap being full.";
+
+static LEAK_PARAMETERS: Parameters<2> = Parameters::new("leak", ["bucket", "now"]);
+
+unsafe extern "C" fn leak_fastcall(
+    _module: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargsf: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
+    // drops no `Py` handle (displaced objects are released with `drop_ref`).
+    unsafe {
+        fastcall::run(args, nargsf, kwnames, |py, call| {
+            let [bucket, now] = LEAK_PARAMETERS.bind(py, call)?;
+            let bucket = fastcall::bucket_argument::<LeakyBucket>(bucket)?;
+            let (done, _) = bucket.get().fields.run::<Leak, 1>(py, &[Num::new(&now)]);
+            done.map(|()| py.None().into_bound(py))
+        })
+    }
 }
 
 /// `offer(bucket, n, now)`, exported through the quicker door (see `fastcall`), as

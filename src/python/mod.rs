@@ -53,7 +53,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("OfferOutcome", leaky_bucket::OFFER_OUTCOME.class(py)?)?;
     module.add_class::<leaky_bucket::LeakyBucket>()?;
     module.add_class::<leaky_bucket::OfferResult>()?;
-    module.add_function(wrap_pyfunction!(leaky_bucket::leak, module)?)?;
+    module.add_function(leaky_bucket::LEAK.function(py, "protocol_in_code.qos.leaky_bucket")?)?;
     module.add_function(leaky_bucket::OFFER.function(py, "protocol_in_code.qos.leaky_bucket")?)?;
     // classes
     module.add("ValidationOutcome", classes::VALIDATION_OUTCOME.class(py)?)?;

@@ -1,12 +1,12 @@
 //! A result nobody holds any more can be handed out again.
 //!
-//! The course's hot calls (`compute_refill`, `try_consume`, `offer`) each return a new frozen
-//! record, and a caller usually looks at it once and drops it. Making a Python object and freeing
-//! it again costs more than the decision it reports. So each class keeps its last record as a
-//! *spare*: if, at the next call, the spare's reference count shows that nothing but the spare
-//! slot holds it, nobody can see it any more, and its fields are simply rewritten. If someone
-//! kept it, a new record is made and becomes the spare. CPython does the same with the tuples
-//! that `zip` and `enumerate` hand out.
+//! The course's hot calls (`compute_refill`, `try_consume`, `offer`) and the limiters' `check`
+//! and `peek` each return a new frozen record, and a caller usually looks at it once and drops
+//! it. Making a Python object and freeing it again costs more than the decision it reports. So
+//! each class keeps its last record as a *spare*: if, at the next call, the spare's reference
+//! count shows that nothing but the spare slot holds it, nobody can see it any more, and its
+//! fields are simply rewritten. If someone kept it, a new record is made and becomes the spare.
+//! CPython does the same with the tuples that `zip` and `enumerate` hand out.
 //!
 //! Nobody can tell the difference:
 //!
@@ -23,7 +23,9 @@
 
 use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::AtomicPtr;
+#[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
+use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
@@ -59,6 +61,7 @@ impl Field {
 
 /// A class's spare record: one strong reference, or null. Read and swapped only with the
 /// interpreter's lock held (which orders every access), so relaxed atomics suffice.
+#[cfg_attr(any(Py_GIL_DISABLED, PyPy, GraalPy), allow(dead_code))] // never used there
 pub struct Spare(AtomicPtr<ffi::PyObject>);
 
 impl Spare {
