@@ -1,0 +1,106 @@
+//! What a whole-trace keyed decision costs in Rust alone, and what its parts cost at the least.
+//!
+//! Run with `cargo bench --bench keyed_floor`. The same trace as `bench_keyed.py` (100,000
+//! requests over 10,000 int keys, never denied) is decided by the core's
+//! `KeyedLimiter::acquire_many`, with no Python anywhere; beside it, the two steps no exact
+//! keyed table can skip: hashing a client-chosen key with a keyed hash (SipHash-1-3, as the
+//! table does) and finding and updating an entry in a table of that many 64-byte entries.
+//! Medians of nine runs, nanoseconds per request; read them against the Python loop's cost per
+//! call that `bench_keyed.py` prints.
+
+use std::borrow::Borrow;
+use std::hash::{BuildHasher, Hasher};
+use std::hint::black_box;
+use std::time::Instant;
+
+use hashbrown::HashTable;
+use protocol_in_code_qos::core::exact::keyed::{KeyedDecision, KeyedLimiter};
+use protocol_in_code_qos::core::exact::limiter::Decision;
+use protocol_in_code_qos::core::exact::rate::{BandSpec, Rate};
+use siphasher::sip::SipHasher13;
+
+const CLIENTS: u32 = 10_000;
+const TRACE: u32 = 100_000;
+const RUNS: usize = 9;
+
+/// A client number as a table key: hashed and compared as the number it borrows.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Client(u64);
+
+impl Borrow<u64> for Client {
+    fn borrow(&self) -> &u64 {
+        &self.0
+    }
+}
+
+impl From<&u64> for Client {
+    fn from(number: &u64) -> Self {
+        Self(*number)
+    }
+}
+
+fn median_ns(mut run: impl FnMut() -> u64) -> f64 {
+    let mut samples: Vec<f64> = (0..RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(run());
+            start.elapsed().as_secs_f64() * 1e9 / f64::from(TRACE)
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[RUNS / 2]
+}
+
+fn main() {
+    let keys: Vec<u64> = (0..TRACE)
+        .map(|i| u64::from(i) * 7919 % u64::from(CLIENTS))
+        .collect();
+    let times: Vec<i64> = (0..TRACE).map(|i| i64::from(i) * 1_000).collect();
+
+    let huge = 1_000_000_000_000;
+    let spec = BandSpec::new(Rate::new(huge, 1).expect("a valid rate"), huge).expect("a band");
+    let table: KeyedLimiter<Client> =
+        KeyedLimiter::new(&[spec], 2 * usize::try_from(CLIENTS).expect("fits"), 16);
+    let trace = median_ns(|| {
+        let mut allowed = 0;
+        table.acquire_many::<u64, _>(
+            keys.iter().zip(&times).map(|(key, &now)| (key, 1, now)),
+            |decision| {
+                allowed += u64::from(decision == KeyedDecision::Decided(Decision::Allowed));
+            },
+        );
+        allowed
+    });
+
+    let sip = median_ns(|| {
+        keys.iter().fold(0, |acc, key| {
+            let mut hasher = SipHasher13::new_with_keys(0x0123_4567, 0x89ab_cdef);
+            hasher.write_u64(*key);
+            acc ^ hasher.finish()
+        })
+    });
+
+    let random = std::collections::hash_map::RandomState::new();
+    let mut entries: HashTable<(u64, [u64; 7])> = HashTable::new();
+    for key in 0..u64::from(CLIENTS) {
+        entries.insert_unique(random.hash_one(key), (key, [0; 7]), |entry| {
+            random.hash_one(entry.0)
+        });
+    }
+    let hashes: Vec<u64> = keys.iter().map(|key| random.hash_one(key)).collect();
+    let probe = median_ns(|| {
+        let mut sum = 0;
+        for (hash, key) in hashes.iter().zip(&keys) {
+            if let Some(entry) = entries.find_mut(*hash, |entry| entry.0 == *key) {
+                entry.1[0] += 1;
+                sum += entry.1[0];
+            }
+        }
+        sum
+    });
+
+    println!("ns per request, medians of {RUNS} runs of {TRACE} requests over {CLIENTS} keys");
+    println!("KeyedLimiter::acquire_many, the whole decision   {trace:6.1}");
+    println!("SipHash-1-3 of one 64-bit key                    {sip:6.1}");
+    println!("find and update a 64-byte entry of {CLIENTS} keys {probe:6.1}");
+}
