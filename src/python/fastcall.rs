@@ -246,31 +246,48 @@ pub unsafe fn run(
     }
 }
 
-/// [`run`] for the course's `operation(bucket, n, now)` functions (`try_consume`, `offer`):
-/// the three arguments bound by `parameters`, and a `bucket` of another class refused.
+/// Defines `$door`, the C function behind a [`MethodDef`]: CPython calls it with the module or
+/// the instance (bound to the pattern `$receiver`) and the call's arguments, and `$body` runs
+/// through [`run`] with the interpreter token `$py` and the arguments `$call`.
+///
+/// `$body` runs inside an `unsafe` block, for [`Parameters::bind`] and for reading the receiver,
+/// and keeps [`run`]'s rule: it drops no `Py` handle.
+macro_rules! door {
+    ($door:ident($receiver:pat) |$py:ident, $call:ident| $body:block) => {
+        unsafe extern "C" fn $door(
+            $receiver: *mut ::pyo3::ffi::PyObject,
+            args: *const *mut ::pyo3::ffi::PyObject,
+            nargsf: ::pyo3::ffi::Py_ssize_t,
+            kwnames: *mut ::pyo3::ffi::PyObject,
+        ) -> *mut ::pyo3::ffi::PyObject {
+            // SAFETY: CPython calls a `METH_FASTCALL | METH_KEYWORDS` function on an attached
+            // thread, with its module or instance and these arguments, which the body uses
+            // only during the call; the body keeps `run`'s rule.
+            unsafe { $crate::python::fastcall::run(args, nargsf, kwnames, |$py, $call| $body) }
+        }
+    };
+}
+
+pub(crate) use door;
+
+/// The arguments of a course function `operation(bucket, n, now)` (`try_consume`, `offer`),
+/// bound by `parameters`, with a `bucket` of another class than `B` refused.
 ///
 /// # Safety
 ///
-/// As for [`run`].
-pub unsafe fn run_bucket_call<B: PyTypeCheck>(
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-    parameters: &'static Parameters<3>,
-    operation: impl for<'py> FnOnce(
-        &Bound<'py, B>,
-        &Bound<'py, PyAny>,
-        &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>>,
-) -> *mut ffi::PyObject {
-    // SAFETY: as the caller promised; the bound arguments are used only during the call.
-    unsafe {
-        run(args, nargsf, kwnames, |py, call| {
-            let [bucket, n, now] = parameters.bind(py, call)?;
-            let bucket = bucket_argument::<B>(bucket)?;
-            operation(&bucket, &n, &now)
-        })
-    }
+/// As for [`Parameters::bind`].
+pub unsafe fn bucket_call<'a, 'py, B: PyTypeCheck>(
+    py: Python<'py>,
+    call: &VectorcallArgs,
+    parameters: &Parameters<3>,
+) -> PyResult<(
+    Borrowed<'a, 'py, B>,
+    Borrowed<'a, 'py, PyAny>,
+    Borrowed<'a, 'py, PyAny>,
+)> {
+    // SAFETY: as the caller promised.
+    let [bucket, n, now] = unsafe { parameters.bind(py, call) }?;
+    Ok((bucket_argument::<B>(bucket)?, n, now))
 }
 
 /// The `bucket` argument of a course function, if it is a `B`.

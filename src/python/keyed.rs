@@ -7,7 +7,6 @@
 //! nothing.
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
@@ -136,28 +135,20 @@ Take `n` tokens for `key` if its every band holds them; True if taken, False if 
     try_acquire_fastcall,
 );
 
-unsafe extern "C" fn try_acquire_fastcall(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a method with its instance and these arguments, on an attached
-    // thread; the body drops no `Py` handle.
-    unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
-            let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?;
-            let key = key.expect("the key is a required parameter");
-            // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
-            let [n, now_ns] = [n, now_ns].map(fastcall::given);
-            let allowed = limiter
-                .get()
-                .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;
-            Ok(PyBool::new(py, allowed).to_owned().into_any())
-        })
+fastcall::door!(
+    try_acquire_fastcall(slf) | py,
+    call | {
+        let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
+        let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?;
+        let key = key.expect("the key is a required parameter");
+        // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
+        let [n, now_ns] = [n, now_ns].map(fastcall::given);
+        let allowed = limiter
+            .get()
+            .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;
+        Ok(PyBool::new(py, allowed).to_owned().into_any())
     }
-}
+);
 
 #[pymethods]
 impl KeyedRateLimiter {

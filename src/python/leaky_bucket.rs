@@ -3,7 +3,6 @@
 
 use std::ffi::CStr;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::core::leaky_bucket::{self as core, OfferOutcome};
@@ -61,23 +60,15 @@ adding, and the floor is empty instead of the cap being full.";
 
 static LEAK_PARAMETERS: Parameters<2> = Parameters::new("leak", ["bucket", "now"]);
 
-unsafe extern "C" fn leak_fastcall(
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
-    // drops no `Py` handle (displaced objects are released with `drop_ref`).
-    unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let [bucket, now] = LEAK_PARAMETERS.bind(py, call)?;
-            let bucket = fastcall::bucket_argument::<LeakyBucket>(bucket)?;
-            let (done, _) = bucket.get().fields.run::<Leak, 1>(py, &[Num::new(&now)]);
-            done.map(|()| py.None().into_bound(py))
-        })
+fastcall::door!(
+    leak_fastcall(_) | py,
+    call | {
+        let [bucket, now] = LEAK_PARAMETERS.bind(py, call)?;
+        let bucket = fastcall::bucket_argument::<LeakyBucket>(bucket)?;
+        let (done, _) = bucket.get().fields.run::<Leak, 1>(py, &[Num::new(&now)]);
+        done.map(|()| py.None().into_bound(py))
     }
-}
+);
 
 /// `offer(bucket, n, now)`, exported through the quicker door (see `fastcall`), as
 /// `try_consume` is: it is as frequent a call, and PyO3's entry point would cost as much as the
@@ -95,20 +86,13 @@ is the bucket's level after the decision. Safe to call from many threads on one 
 
 static PARAMETERS: Parameters<3> = Parameters::new("offer", ["bucket", "n", "now"]);
 
-unsafe extern "C" fn offer_fastcall(
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
-    // drops no `Py` handle (displaced objects are released with `drop_ref`).
-    unsafe {
-        fastcall::run_bucket_call(args, nargsf, kwnames, &PARAMETERS, |bucket, n, now| {
-            offer(bucket, n, now).map(Bound::into_any)
-        })
+fastcall::door!(
+    offer_fastcall(_) | py,
+    call | {
+        let (bucket, n, now) = fastcall::bucket_call::<LeakyBucket>(py, call, &PARAMETERS)?;
+        offer(&bucket, &n, &now).map(Bound::into_any)
     }
-}
+);
 
 fn offer<'py>(
     bucket: &Bound<'py, LeakyBucket>,

@@ -9,7 +9,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -216,25 +215,17 @@ Take `n` tokens if every band holds them; True if taken, False if not (nothing t
     try_acquire_fastcall,
 );
 
-unsafe extern "C" fn try_acquire_fastcall(
-    slf: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls a method with its instance and these arguments, on an attached
-    // thread; the body drops no `Py` handle.
-    unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
-            let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?.map(fastcall::given);
-            let allowed = limiter
-                .get()
-                .try_acquire(py, n.as_deref(), now_ns.as_deref())?;
-            Ok(PyBool::new(py, allowed).to_owned().into_any())
-        })
+fastcall::door!(
+    try_acquire_fastcall(slf) | py,
+    call | {
+        let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
+        let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?.map(fastcall::given);
+        let allowed = limiter
+            .get()
+            .try_acquire(py, n.as_deref(), now_ns.as_deref())?;
+        Ok(PyBool::new(py, allowed).to_owned().into_any())
     }
-}
+);
 
 #[pymethods]
 impl RateLimiter {

@@ -2,7 +2,6 @@
 
 use std::ffi::CStr;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::core::refill;
@@ -60,23 +59,14 @@ static PARAMETERS: Parameters<5> = Parameters::new(
     ],
 );
 
-unsafe extern "C" fn compute_refill_fastcall(
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
-    // drops no `Py` handle (the result's fields move into the new object).
-    unsafe {
-        fastcall::run(args, nargsf, kwnames, |py, call| {
-            let [tokens, capacity, rate_per_sec, last_refill_at, now] =
-                PARAMETERS.bind(py, call)?;
-            compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
-                .map(Bound::into_any)
-        })
+fastcall::door!(
+    compute_refill_fastcall(_) | py,
+    call | {
+        let [tokens, capacity, rate_per_sec, last_refill_at, now] = PARAMETERS.bind(py, call)?;
+        compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
+            .map(Bound::into_any)
     }
-}
+);
 
 /// The core's math, run first on [`Scalar`]s when all five numbers are exact ints or floats (no
 /// Python object in the way, and no error type heavier than "ask Python"), and on any Python

@@ -3,7 +3,6 @@
 
 use std::ffi::CStr;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::core::quantity::Quantity;
@@ -65,20 +64,13 @@ Safe to call from many threads on one bucket: each call's update is stored whole
 
 static PARAMETERS: Parameters<3> = Parameters::new("try_consume", ["bucket", "n", "now"]);
 
-unsafe extern "C" fn try_consume_fastcall(
-    _module: *mut ffi::PyObject,
-    args: *const *mut ffi::PyObject,
-    nargsf: ffi::Py_ssize_t,
-    kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls this function on an attached thread, with these arguments; the body
-    // drops no `Py` handle (the result's fields move into the new object).
-    unsafe {
-        fastcall::run_bucket_call(args, nargsf, kwnames, &PARAMETERS, |bucket, n, now| {
-            try_consume(bucket, n, now).map(Bound::into_any)
-        })
+fastcall::door!(
+    try_consume_fastcall(_) | py,
+    call | {
+        let (bucket, n, now) = fastcall::bucket_call::<TokenBucket>(py, call, &PARAMETERS)?;
+        try_consume(&bucket, &n, &now).map(Bound::into_any)
     }
-}
+);
 
 fn try_consume<'py>(
     bucket: &Bound<'py, TokenBucket>,
