@@ -51,17 +51,9 @@ macro_rules! frozen_record {
                 $crate::python::record::make(py, [$($field),+])
             }
 
-            fn dataclass_description(
-                py: ::pyo3::Python<'_>,
-            ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
-                static MADE: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
-                    ::pyo3::sync::PyOnceLock::new();
-                let fields = [$((
-                    stringify!($field),
-                    $crate::python::record::field_default!($($default)?),
-                )),+];
-                $crate::python::record::dataclass_description(&MADE, py, $name, true, &fields)
-            }
+            $crate::python::record::describe_as_dataclass!(
+                $name, frozen = true, $($field $(= $default)?),+
+            );
 
             fn field_values<'py>(
                 &self,

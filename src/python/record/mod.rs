@@ -205,6 +205,26 @@ macro_rules! field_default {
 
 pub(crate) use field_default;
 
+/// Expands to a record class's `dataclass_description` function (see [`dataclass_description`]):
+/// the class named `$name`, frozen or not, with these fields and defaults, in order.
+macro_rules! describe_as_dataclass {
+    ($name:literal, frozen = $frozen:literal, $($field:ident $(= $default:expr)?),+) => {
+        fn dataclass_description(
+            py: ::pyo3::Python<'_>,
+        ) -> ::pyo3::PyResult<&::pyo3::Bound<'_, ::pyo3::PyAny>> {
+            static MADE: ::pyo3::sync::PyOnceLock<::pyo3::Py<::pyo3::PyAny>> =
+                ::pyo3::sync::PyOnceLock::new();
+            let fields = [$((
+                stringify!($field),
+                $crate::python::record::field_default!($($default)?),
+            )),+];
+            $crate::python::record::dataclass_description(&MADE, py, $name, $frozen, &fields)
+        }
+    };
+}
+
+pub(crate) use describe_as_dataclass;
+
 /// `dataclasses.FrozenInstanceError` with the message a frozen dataclass gives.
 pub fn frozen_instance_error(py: Python<'_>, verb: &str, name: &str) -> PyErr {
     static FROZEN_INSTANCE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
