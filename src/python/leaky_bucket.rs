@@ -9,7 +9,6 @@ use crate::core::leaky_bucket::{self as core, OfferOutcome};
 use crate::core::quantity::Quantity;
 use crate::python::enums::StrEnum;
 use crate::python::fastcall::{self, MethodDef, Parameters};
-use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 
 mutable_record! {
@@ -65,7 +64,7 @@ fastcall::door!(
     call | {
         let [bucket, now] = LEAK_PARAMETERS.bind(py, call)?;
         let bucket = fastcall::bucket_argument::<LeakyBucket>(bucket)?;
-        let (done, _) = bucket.get().fields.run::<Leak, 1>(py, &[Num::new(&now)]);
+        let (done, _) = bucket.get().fields.run::<Leak, 1>(py, [&now]);
         done.map(|()| py.None().into_bound(py))
     }
 );
@@ -100,8 +99,7 @@ fn offer<'py>(
     now: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, OfferResult>> {
     let py = bucket.py();
-    let args = [Num::new(n), Num::new(now)];
-    let (outcome, level) = bucket.get().fields.run::<Offer, 2>(py, &args);
+    let (outcome, level) = bucket.get().fields.run::<Offer, 2>(py, [n, now]);
     let index = match outcome? {
         OfferOutcome::Accepted => 0,
         OfferOutcome::Overflowed => 1,

@@ -80,18 +80,15 @@ fn compute_refill<'py>(
     now: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, RefillResult>> {
     let py = tokens.py();
-    let scalars = [tokens, capacity, rate_per_sec, last_refill_at, now].map(Scalar::new);
-    if let [Some(tokens), Some(capacity), Some(rate_per_sec), Some(last_refill_at), Some(now)] =
-        scalars
+    let inputs = [tokens, capacity, rate_per_sec, last_refill_at, now];
+    if let Some([tokens, capacity, rate_per_sec, last_refill_at, now]) =
+        Scalar::inputs(|i| Scalar::input(inputs[i], i))
     {
         if let Ok(result) =
             refill::compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
         {
-            let refill::RefillResult {
-                tokens,
-                last_refill_at,
-            } = result;
-            return RefillResult::make(py, tokens.into_object(), last_refill_at.into_object());
+            let object = |scalar: Scalar| scalar.into_object(py, |i| inputs[i].clone());
+            return RefillResult::make(py, object(result.tokens), object(result.last_refill_at));
         }
     }
     let refill::RefillResult {

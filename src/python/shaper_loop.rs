@@ -12,7 +12,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
-use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
 
@@ -42,7 +41,7 @@ mutable_record! {
     methods {
         /// Move the shaper's clock forward: `clock += seconds`.
         fn tick(&self, seconds: &Bound<'_, PyAny>) -> PyResult<()> {
-            let (done, _) = self.fields.run::<Tick, 1>(seconds.py(), &[Num::new(seconds)]);
+            let (done, _) = self.fields.run::<Tick, 1>(seconds.py(), [seconds]);
             done
         }
 

@@ -9,7 +9,6 @@ use crate::core::quantity::Quantity;
 use crate::core::token_bucket::{self as core, ConsumeOutcome};
 use crate::python::enums::StrEnum;
 use crate::python::fastcall::{self, MethodDef, Parameters};
-use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 
 mutable_record! {
@@ -93,8 +92,10 @@ pub fn consume<'py>(
     n: &Bound<'py, PyAny>,
     now: &Bound<'py, PyAny>,
 ) -> PyResult<(ConsumeOutcome, Bound<'py, PyAny>)> {
-    let args = [Num::new(n), Num::new(now)];
-    let (outcome, tokens) = bucket.get().fields.run::<TryConsume, 2>(bucket.py(), &args);
+    let (outcome, tokens) = bucket
+        .get()
+        .fields
+        .run::<TryConsume, 2>(bucket.py(), [n, now]);
     Ok((outcome?, tokens))
 }
 

@@ -110,16 +110,17 @@ impl<const N: usize> SharedFields<N> {
     /// Run a core operation on the fields with `args`, and return its answer with the object
     /// that the operation's [`FieldOperation::REPORTED`] field holds afterwards.
     ///
-    /// When the fields and the arguments are all `Scalar`s, the operation runs under the lock
-    /// from start to finish (no Python code can run). Otherwise, or if a scalar operation needs
-    /// Python after all, it runs on a copy with the lock released, and the copy is stored
-    /// unless another update came first, in which case it runs again on the fresh fields. The
-    /// copy is stored even when the operation failed part-way: it holds exactly what the
-    /// course's code would have left on the object when its exception was raised.
+    /// When the fields and the arguments are all exact ints or floats, the operation runs on
+    /// `Scalar`s under the lock from start to finish (no Python code can run). Otherwise, or
+    /// if a scalar operation needs Python after all, it runs on a copy with the lock released,
+    /// and the copy is stored unless another update came first, in which case it runs again on
+    /// the fresh fields. The copy is stored even when the operation failed part-way: it holds
+    /// exactly what the course's code would have left on the object when its exception was
+    /// raised.
     pub fn run<'py, Op, const A: usize>(
         &self,
         py: Python<'py>,
-        args: &[Num<'py>; A],
+        args: [&Bound<'py, PyAny>; A],
     ) -> Ran<'py, Op::Answer>
     where
         Op: FieldOperation<N, A>,
@@ -127,6 +128,7 @@ impl<const N: usize> SharedFields<N> {
         if let Some(done) = self.run_scalars::<Op, A>(py, args) {
             return done;
         }
+        let args = args.map(Num::new);
         let me = Writer::current();
         loop {
             let (copy, version) = {
@@ -135,7 +137,7 @@ impl<const N: usize> SharedFields<N> {
                 (copy, stored.version)
             };
             let before: [usize; N] = std::array::from_fn(|i| copy[i].identity());
-            let (updated, answer) = Op::apply(copy, args);
+            let (updated, answer) = Op::apply(copy, &args);
             let mut displaced = Vec::new();
             let mut stored = self.lock();
             if stored.version == version {
@@ -173,35 +175,41 @@ impl<const N: usize> SharedFields<N> {
         }
     }
 
+    /// The operation on `Scalar`s under the lock, if every field and argument is one and the
+    /// operation needs no Python. The inputs are numbered fields first, then arguments; a
+    /// field whose result is the input it was keeps its object, any other takes the object of
+    /// the input it is, or a new `int` or `float`.
     fn run_scalars<'py, Op, const A: usize>(
         &self,
         py: Python<'py>,
-        args: &[Num<'py>; A],
+        args: [&Bound<'py, PyAny>; A],
     ) -> Option<Ran<'py, Op::Answer>>
     where
         Op: FieldOperation<N, A>,
     {
-        if !args.iter().all(|arg| arg.as_scalar().is_some()) {
-            return None;
-        }
-        let scalar_args: [Scalar<'py>; A] = std::array::from_fn(|i| match &args[i] {
-            Num::Scalar(scalar) => scalar.clone(),
-            Num::Object(_) => unreachable!("every argument was checked to be a scalar"),
-        });
+        let scalar_args: [Scalar; A] = Scalar::inputs(|j| Scalar::input(args[j], N + j))?;
         let mut stored = self.lock();
-        if !stored.fields.iter().all(StoredObject::is_scalar) {
-            return None;
-        }
-        let fields: [Scalar<'py>; N] = std::array::from_fn(|i| {
-            stored.fields[i]
-                .scalar(py)
-                .expect("every field was checked to be a scalar")
-        });
+        let fields: [Scalar; N] = Scalar::inputs(|i| {
+            let value = stored.fields[i].value()?;
+            Some(Scalar::from_input(value, i))
+        })?;
         let (updated, answer) = Op::apply(fields, &scalar_args);
         let answer = answer.ok()?;
-        // Releasing displaced ints and floats runs no Python code, so it may happen here.
-        for (field, scalar) in stored.fields.iter_mut().zip(updated) {
-            field.set_scalar(scalar);
+        let input = |position: usize| match position.checked_sub(N) {
+            None => stored.fields[position].object().bind(py).clone(),
+            Some(j) => args[j].clone(),
+        };
+        let changed: [Option<StoredObject>; N] = std::array::from_fn(|i| {
+            (updated[i].origin() != Some(i))
+                .then(|| StoredObject::from_scalar(py, updated[i], input))
+        });
+        for (field, new) in stored.fields.iter_mut().zip(changed) {
+            if let Some(new) = new {
+                // Released at once, under the lock: freeing an int or a float runs no Python
+                // code. (Merely dropped, it would wait in PyO3's pool of deferred releases
+                // whenever the call came through a `fastcall` door.)
+                std::mem::replace(field, new).release(py);
+            }
         }
         stored.bump();
         let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
