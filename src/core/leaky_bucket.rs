@@ -70,6 +70,9 @@ pub struct OfferResult<N> {
 /// # Errors
 ///
 /// The number type's error; the bucket is then untouched.
+// Inlined into its callers, for the same reason as `refill::compute_refill`.
+#[allow(clippy::inline_always)]
+#[inline(always)]
 pub fn leak<N: Quantity>(bucket: &mut LeakyBucket<N>, now: &N) -> Result<(), N::Error> {
     let LeakResult {
         level,

@@ -74,6 +74,9 @@ pub fn python_min<N: Quantity>(a: &N, b: &N) -> Result<N, N::Error> {
 /// # Errors
 ///
 /// The comparison's error.
+// Inlined into its callers, for the same reason as `refill::compute_refill`.
+#[allow(clippy::inline_always)]
+#[inline(always)]
 pub fn python_max_with_zero<N: Quantity>(value: &N) -> Result<N, N::Error> {
     Ok(if value.below_zero()? {
         value.zero()
