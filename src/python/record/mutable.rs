@@ -199,16 +199,12 @@ impl<const N: usize> SharedFields<N> {
             None => stored.fields[position].object().bind(py).clone(),
             Some(j) => args[j].clone(),
         };
-        let changed: [Option<StoredObject>; N] = std::array::from_fn(|i| {
-            (updated[i].origin() != Some(i))
-                .then(|| StoredObject::from_scalar(py, updated[i], input))
+        let objects: [Option<Bound<'py, PyAny>>; N] = std::array::from_fn(|i| {
+            (updated[i].origin() != Some(i)).then(|| updated[i].into_object(py, input))
         });
-        for (field, new) in stored.fields.iter_mut().zip(changed) {
-            if let Some(new) = new {
-                // Released at once, under the lock: freeing an int or a float runs no Python
-                // code. (Merely dropped, it would wait in PyO3's pool of deferred releases
-                // whenever the call came through a `fastcall` door.)
-                std::mem::replace(field, new).release(py);
+        for ((field, object), scalar) in stored.fields.iter_mut().zip(objects).zip(updated) {
+            if let Some(object) = object {
+                field.set_scalar(object, scalar.value());
             }
         }
         stored.bump();
