@@ -453,3 +453,55 @@ def test_enqueue_needs_a_native_bucket(impl, ref, reference_mode, bucket):
     with pytest.raises(TypeError):
         impl.run_contention(shaper, [("video", 1)])
     assert shaper.trace == []
+
+
+class Shouting(str):
+    def __format__(self, spec: str) -> str:
+        return self.upper()
+
+
+class Loud(int):
+    def __str__(self) -> str:
+        return f"<{int(self)}>"
+
+
+class Formats:
+    """A bucket key whose ``format`` returns ``result`` (or raises it)."""
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    def __format__(self, spec: str) -> object:
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+ODD_NAMES = [
+    "video", "vidéo", "视频", "\ud800x", "a\udc80", "\ud83d\ude00", "", Shouting("voice"), 5,
+    -(2**63), 2**64, True, 2.5, Fraction(1, 3), Formats("fmt"), Formats(Shouting("sub")),
+    Formats(ValueError("no format")), Formats(5),
+]  # fmt: skip
+ODD_NUMBERS = [0, 1, -1, 2**63 - 1, -(2**63), 2**63, 10**30, 0.5, -0.0, True, Loud(3)]
+
+
+@pytest.mark.parametrize("name", ODD_NAMES, ids=repr)
+@pytest.mark.parametrize("size", [1, Loud(1), True, 2**63, 0.5])
+def test_trace_line_is_the_f_string(impl, ref, name, size):
+    """Every value as the course's f-string formats it: str, non-ASCII, lone surrogates, ints
+    of every size, subclasses, custom ``__format__`` (also one that raises or returns no str)."""
+    outcomes = {}
+    for side, qos in (("ref", ref), ("got", impl)):
+        bucket = qos.TokenBucket(2**64, 2**63, 1, 0)
+        shaper = qos.ToyShaper(qos.ClassTree({}), {name: bucket})
+        results = [run(shaper.enqueue, name, size, now) for now in ODD_NUMBERS]
+        outcomes[side] = (results, shaper.trace, bucket)
+    (ref_results, ref_trace, ref_bucket) = outcomes["ref"]
+    (got_results, got_trace, got_bucket) = outcomes["got"]
+    for want, got in zip(ref_results, got_results, strict=True):
+        assert_same_exception(want, got)
+        if want.exc is None:
+            assert repr(got.value) == repr(want.value)
+    assert got_trace == ref_trace
+    assert all(type(line) is str for line in got_trace)
+    assert repr(got_bucket) == repr(ref_bucket)

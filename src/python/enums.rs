@@ -51,6 +51,8 @@ pub struct StrEnum {
 struct Built {
     class: Py<PyType>,
     members: Vec<Py<PyAny>>,
+    /// Each member's `value`, the very str object Python's `member.value` returns.
+    values: Vec<Py<PyAny>>,
 }
 
 impl StrEnum {
@@ -82,14 +84,19 @@ impl StrEnum {
                 .cast_into::<PyType>()?;
             class.setattr("__doc__", self.doc)?;
             remember_class(&class);
-            let members = self
+            let members: Vec<Py<PyAny>> = self
                 .members
                 .iter()
                 .map(|(name, _)| class.getattr(*name).map(Bound::unbind))
                 .collect::<PyResult<_>>()?;
+            let values = members
+                .iter()
+                .map(|member| member.getattr(py, "value"))
+                .collect::<PyResult<_>>()?;
             Ok(Built {
                 class: class.unbind(),
                 members,
+                values,
             })
         })
     }
@@ -99,9 +106,9 @@ impl StrEnum {
         Ok(self.built(py)?.class.bind(py))
     }
 
-    /// The value of the member at `index` (what `member.value` is).
-    pub fn value(&self, index: usize) -> &'static str {
-        self.members[index].1
+    /// The value of the member at `index`, as the object `member.value` is.
+    pub fn value<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.built(py)?.values[index].bind(py).clone())
     }
 
     /// The member at `index` in declaration order.

@@ -10,7 +10,8 @@
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
 //! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules;
 //!   [`buffers`]: whole traces of integers in, codes out.
-//! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters.
+//! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters;
+//!   [`fstring`]: text built as an f-string builds it.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
@@ -23,6 +24,7 @@ mod classes;
 mod clock;
 mod enums;
 mod fastcall;
+mod fstring;
 mod keyed;
 mod keys;
 mod leaky_bucket;

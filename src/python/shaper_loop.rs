@@ -8,10 +8,12 @@
 //! course.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
+use crate::python::fstring::FString;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
 
@@ -63,13 +65,11 @@ mutable_record! {
             })?;
             let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
             let index = token_bucket::outcome_index(outcome);
-            // As the course's f-string: every value through format(value, "").
-            let line = PyString::new(py, "enqueue {} size={} at t={}: {} (tokens_remaining={})")
-                .call_method1(
-                    "format",
-                    (class_name, size, now, CONSUME_OUTCOME.value(index), &tokens_remaining),
-                )?;
-            self.fields.get(py, TRACE).call_method1(py, "append", (line,))?;
+            let outcome_value = CONSUME_OUTCOME.value(py, index)?;
+            let line = trace_line(class_name, size, now, &outcome_value, &tokens_remaining)?;
+            self.fields
+                .get(py, TRACE)
+                .call_method1(py, intern!(py, "append"), (line,))?;
             EnqueueResult::make(
                 py,
                 class_name.clone(),
@@ -78,6 +78,25 @@ mutable_record! {
             )
         }
     }
+}
+
+/// The course's trace line, `f"enqueue {class_name} size={size} at t={now}: {outcome.value}
+/// (tokens_remaining={tokens_remaining})"`.
+fn trace_line<'py>(
+    class_name: &Bound<'py, PyAny>,
+    size: &Bound<'py, PyAny>,
+    now: &Bound<'py, PyAny>,
+    outcome_value: &Bound<'py, PyAny>,
+    tokens_remaining: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyString>> {
+    let mut line = FString::new();
+    line.text("enqueue ").value(class_name)?;
+    line.text(" size=").value(size)?;
+    line.text(" at t=").value(now)?;
+    line.text(": ").value(outcome_value)?;
+    line.text(" (tokens_remaining=").value(tokens_remaining)?;
+    line.text(")");
+    line.finish(class_name.py())
 }
 
 /// `clock += seconds` on a shaper's fields.

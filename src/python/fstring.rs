@@ -1,0 +1,104 @@
+//! Text built the way Python builds an f-string, without asking Python for most of it.
+//!
+//! An f-string such as `f"size={size}"` evaluates each `{value}` as `format(value, "")`, in
+//! order, and joins the pieces once. [`FString`] does the same: literal pieces are Rust text,
+//! an exact `int` within 64 bits is written by Rust (its decimal digits are exactly what
+//! `format` gives, and asking Python for them would cost several times more), and every other
+//! value goes through Python's `format`, so a custom `__format__` runs, and raises, where it
+//! would in the f-string.
+//!
+//! The pieces are gathered as UTF-8. A Python `str` may hold a lone surrogate, which UTF-8
+//! cannot encode; such a piece is written as the `surrogatepass` error handler writes it, and
+//! the line is decoded the same way, so every `str` comes back exactly as it went in.
+
+use std::io::Write as _;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyString};
+use pyo3::{ffi, intern};
+
+use crate::python::number::exact_i64;
+
+/// A line being built; [`FString::finish`] makes it a Python `str`.
+#[derive(Default)]
+pub struct FString(Vec<u8>);
+
+impl FString {
+    pub fn new() -> Self {
+        Self(Vec::with_capacity(96)) // a course trace line, without growing
+    }
+
+    /// A literal piece.
+    pub fn text(&mut self, text: &str) -> &mut Self {
+        self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    /// `{value}`: `format(value, "")`.
+    pub fn value(&mut self, value: &Bound<'_, PyAny>) -> PyResult<&mut Self> {
+        if value.is_exact_instance_of::<PyInt>() {
+            if let Some(int) = exact_i64(value) {
+                write!(self.0, "{int}").expect("writing to a Vec cannot fail");
+                return Ok(self);
+            }
+        }
+        let formatted = if value.is_exact_instance_of::<PyString>() {
+            value.clone() // what format(s, "") returns for an exact str
+        } else {
+            format(value)?
+        };
+        // `format` returns a str or raises.
+        self.str(formatted.cast::<PyString>()?)?;
+        Ok(self)
+    }
+
+    fn str(&mut self, text: &Bound<'_, PyString>) -> PyResult<()> {
+        // The str's own UTF-8 (for a non-ASCII str, CPython keeps the copy it makes, as it does
+        // whenever C code reads a str as UTF-8).
+        if let Ok(utf8) = text.to_str() {
+            self.text(utf8);
+            return Ok(());
+        }
+        // A lone surrogate: the one thing UTF-8 refuses.
+        let py = text.py();
+        let bytes = text.call_method1(
+            intern!(py, "encode"),
+            (intern!(py, "utf-8"), intern!(py, "surrogatepass")),
+        )?;
+        self.0
+            .extend_from_slice(bytes.cast::<PyBytes>()?.as_bytes());
+        Ok(())
+    }
+
+    /// The line as a Python `str`.
+    pub fn finish(self, py: Python<'_>) -> PyResult<Bound<'_, PyString>> {
+        let length = isize::try_from(self.0.len()).expect("a line shorter than isize::MAX");
+        // SAFETY: the pointer and length describe `self.0`, alive for the call; the handler's
+        // name is a C string. The result is a new reference to a str, or NULL with an exception
+        // set.
+        unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                ffi::PyUnicode_DecodeUTF8(
+                    self.0.as_ptr().cast(),
+                    length,
+                    c"surrogatepass".as_ptr(),
+                ),
+            )
+            .map(|line| line.cast_into_unchecked())
+        }
+    }
+}
+
+/// `format(value, "")`.
+fn format<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = value.py();
+    // SAFETY: both arguments are live objects; the result is a new reference, or NULL with an
+    // exception set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyObject_Format(value.as_ptr(), intern!(py, "").as_ptr()),
+        )
+    }
+}
