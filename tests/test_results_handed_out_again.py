@@ -2,8 +2,8 @@
 
 The native ``compute_refill``, ``try_consume``, ``offer``, ``ToyShaper.enqueue`` and the
 limiters' ``check`` and ``peek`` keep their last result (one per class) if its values are all
-inert (exact ints and floats, bools, None, enum members), and rewrite it at the next call if the
-caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
+inert (exact ints, floats and strs, bools, None, enum members), and rewrite it at the next call
+if the caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
 visible: a result someone still holds (a variable, a list, another result) never changes; a
 value a dropped result held lives on for whoever kept it, and dies with the result otherwise
 (weak references, finalizers, cycles see no difference); threads get correct results of their
@@ -160,18 +160,18 @@ def test_a_cycle_through_a_result_is_collected(impl: Any) -> None:
 
 
 def test_held_shaper_results_stay_as_they_were(impl: Any) -> None:
-    tree = impl.ClassTree({"video": impl.TrafficClass("video", 10)})
+    names = [f"class {i}" for i in range(50)]  # a str of its own for every call
     bucket = impl.TokenBucket(capacity=BIG, tokens=BIG, rate_per_sec=0, last_refill_at=0)
-    shaper = impl.ToyShaper(tree, {"video": bucket})
+    shaper = impl.ToyShaper(impl.ClassTree({}), dict.fromkeys(names, bucket))
     kept = []
-    for i in range(50):
-        result = shaper.enqueue("video", 1, i)
+    for i, name in enumerate(names):
+        result = shaper.enqueue(name, 1, i)
         if i % 2:
-            kept.append((result, result.tokens_remaining, BIG - i - 1))
+            kept.append((result, result.tokens_remaining, BIG - i - 1, name))
         del result
-    for result, remaining, want in kept:
+    for result, remaining, want, name in kept:
         assert result.tokens_remaining is remaining and remaining == want
-        assert result.class_name == "video" and result.outcome is impl.ConsumeOutcome.ALLOWED
+        assert result.class_name is name and result.outcome is impl.ConsumeOutcome.ALLOWED
 
 
 def test_held_limiter_decisions_stay_as_they_were(reference_mode: bool) -> None:
