@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,26 +56,33 @@ def test_compute_refill(impl, ref, values):
     run_both(impl, ref, values, call)
 
 
-@given(st.lists(numbers, min_size=6, max_size=6))
-def test_try_consume(impl, ref, values):
+# A bucket operation `op(bucket, n, now)`: the bucket's class, the operation, the bucket's
+# fields and the result's report of the balance.
+DECISIONS = {
+    "try_consume": (
+        "TokenBucket",
+        "token_try_consume",
+        ("capacity", "tokens", "rate_per_sec", "last_refill_at"),
+        "tokens_remaining",
+    ),
+    "offer": (
+        "LeakyBucket",
+        "leaky_offer",
+        ("capacity", "level", "leak_per_sec", "last_leak_at"),
+        "level",
+    ),
+}
+
+
+@pytest.mark.parametrize("decision", DECISIONS)
+@given(values=st.lists(numbers, min_size=6, max_size=6))
+def test_bucket_decisions(impl, ref, decision, values):
+    bucket_class, operation, fields, reported = DECISIONS[decision]
+
     def call(qos, inputs):
-        capacity, tokens, rate, last, n, now = inputs
-        bucket = qos.TokenBucket(capacity, tokens, rate, last)
-        result = qos.token_try_consume(bucket, n, now)
-        fields = [bucket.capacity, bucket.tokens, bucket.rate_per_sec, bucket.last_refill_at]
-        return [*fields, result.tokens_remaining]
-
-    run_both(impl, ref, values, call)
-
-
-@given(st.lists(numbers, min_size=6, max_size=6))
-def test_offer(impl, ref, values):
-    def call(qos, inputs):
-        capacity, level, leak_rate, last, n, now = inputs
-        bucket = qos.LeakyBucket(capacity, level, leak_rate, last)
-        result = qos.leaky_offer(bucket, n, now)
-        fields = [bucket.capacity, bucket.level, bucket.leak_per_sec, bucket.last_leak_at]
-        return [*fields, result.level]
+        bucket = getattr(qos, bucket_class)(*inputs[:4])
+        result = getattr(qos, operation)(bucket, *inputs[4:])
+        return [*(getattr(bucket, field) for field in fields), getattr(result, reported)]
 
     run_both(impl, ref, values, call)
 
