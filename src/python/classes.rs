@@ -14,6 +14,7 @@ use crate::core::classes::{self as core, TreeError, Validation};
 use crate::python::enums::StrEnum;
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record};
+use crate::python::utf8;
 
 frozen_record! {
     /// A traffic class: its name, the rate it is guaranteed, and its parent's name (`None` for a
@@ -175,13 +176,12 @@ fn class_name(name: &Bound<'_, PyAny>) -> PyResult<Name> {
             name.repr()?
         )));
     }
-    name.call_method1("encode", ("utf-8", "surrogatepass"))?
-        .extract::<Vec<u8>>()
+    Ok(utf8::encode(name.cast::<PyString>()?)?.as_bytes().to_vec())
 }
 
 /// The str a core name came from.
 fn name_str<'py>(py: Python<'py>, name: &Name) -> PyResult<Bound<'py, PyAny>> {
-    pyo3::types::PyBytes::new(py, name).call_method1("decode", ("utf-8", "surrogatepass"))
+    utf8::decode(py, name).map(Bound::into_any)
 }
 
 fn tree_error(py: Python<'_>, error: TreeError<Name, PyErr>) -> PyErr {

@@ -7,17 +7,17 @@
 //! value goes through Python's `format`, so a custom `__format__` runs, and raises, where it
 //! would in the f-string.
 //!
-//! The pieces are gathered as UTF-8. A Python `str` may hold a lone surrogate, which UTF-8
-//! cannot encode; such a piece is written as the `surrogatepass` error handler writes it, and
-//! the line is decoded the same way, so every `str` comes back exactly as it went in.
+//! The pieces are gathered as UTF-8, a lone surrogate included (see [`utf8`]), so every `str`
+//! comes back exactly as it went in.
 
 use std::io::Write as _;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyString};
+use pyo3::types::{PyInt, PyString};
 use pyo3::{ffi, intern};
 
 use crate::python::number::exact_i64;
+use crate::python::utf8;
 
 /// A line being built; [`FString::finish`] makes it a Python `str`.
 #[derive(Default)]
@@ -57,36 +57,16 @@ impl FString {
         // whenever C code reads a str as UTF-8).
         if let Ok(utf8) = text.to_str() {
             self.text(utf8);
-            return Ok(());
+        } else {
+            // A lone surrogate: the one thing UTF-8 refuses.
+            self.0.extend_from_slice(utf8::encode(text)?.as_bytes());
         }
-        // A lone surrogate: the one thing UTF-8 refuses.
-        let py = text.py();
-        let bytes = text.call_method1(
-            intern!(py, "encode"),
-            (intern!(py, "utf-8"), intern!(py, "surrogatepass")),
-        )?;
-        self.0
-            .extend_from_slice(bytes.cast::<PyBytes>()?.as_bytes());
         Ok(())
     }
 
     /// The line as a Python `str`.
     pub fn finish(self, py: Python<'_>) -> PyResult<Bound<'_, PyString>> {
-        let length = isize::try_from(self.0.len()).expect("a line shorter than isize::MAX");
-        // SAFETY: the pointer and length describe `self.0`, alive for the call; the handler's
-        // name is a C string. The result is a new reference to a str, or NULL with an exception
-        // set.
-        unsafe {
-            Bound::from_owned_ptr_or_err(
-                py,
-                ffi::PyUnicode_DecodeUTF8(
-                    self.0.as_ptr().cast(),
-                    length,
-                    c"surrogatepass".as_ptr(),
-                ),
-            )
-            .map(|line| line.cast_into_unchecked())
-        }
+        utf8::decode(py, &self.0)
     }
 }
 

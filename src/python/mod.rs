@@ -11,7 +11,7 @@
 //! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules;
 //!   [`buffers`]: whole traces of integers in, codes out.
 //! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters;
-//!   [`fstring`]: text built as an f-string builds it.
+//!   [`fstring`]: text built as an f-string builds it; [`utf8`]: any str as UTF-8 and back.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
@@ -35,6 +35,7 @@ mod record;
 mod refill;
 mod shaper_loop;
 mod token_bucket;
+mod utf8;
 
 use pyo3::prelude::*;
 
