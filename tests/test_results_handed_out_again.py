@@ -2,13 +2,13 @@
 
 The native ``compute_refill``, ``try_consume``, ``offer``, ``ToyShaper.enqueue`` and the
 limiters' ``check`` and ``peek`` keep their last result (one per class) if its values are all
-inert (exact ints, floats and strs, bools, None, enum members), and rewrite it at the next call
-if the caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
+inert (exact ints and floats, bools, None, enum members), and rewrite it at the next call if the
+caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
 visible: a result someone still holds (a variable, a list, another result) never changes; a
-value a dropped result held lives on for whoever kept it, and dies with the result otherwise
-(weak references, finalizers, cycles see no difference); threads get correct results of their
-own. They hold for the pure-Python reference trivially, which is the point: the two must not be
-told apart.
+value a dropped result held lives on for whoever kept it, and any value that could tell (by a
+weak reference, a finalizer, a cycle) dies with the result; threads get correct results of
+their own. They hold for the pure-Python reference trivially, which is the point: the two must
+not be told apart.
 """
 
 from __future__ import annotations

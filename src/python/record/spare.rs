@@ -13,10 +13,12 @@
 //! * a record is rewritten only while no other reference to it exists (its `id()` may repeat,
 //!   as a freed object's address may in CPython anyway);
 //! * a spare keeps its values alive until the next call, so only records whose every value is
-//!   *inert* are kept: exact `int`s, `float`s and `str`s, `True`, `False`, `None`, and the
-//!   members of this module's enums. None of them can be weakly referenced, run a finalizer or
-//!   close a cycle, and the enum members live for good anyway. (A record holding anything else, a
-//!   `Fraction` balance say, is made new each time and never kept.)
+//!   *inert* are kept: exact `int`s and `float`s, `True`, `False`, `None`, and the members of
+//!   this module's enums. None of them can be weakly referenced, run a finalizer or close a
+//!   cycle, and the enum members live for good anyway. (A record holding anything else, a
+//!   `Fraction` balance say, is made new each time and never kept. Not even an exact `str` is
+//!   inert: an interned one kept alive would be what `sys.intern` returns for an equal string
+//!   made later.)
 //!
 //! The argument needs the interpreter's lock and reference counts that mean what they say, so a
 //! free-threaded build, PyPy and GraalPy never rewrite a record.
@@ -30,7 +32,7 @@ use std::sync::atomic::Ordering;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt};
 use pyo3::{ffi, PyClass, PyClassInitializer};
 
 #[cfg(not(any(Py_GIL_DISABLED, PyPy, GraalPy)))]
@@ -121,7 +123,6 @@ pub fn make<'py, T: Record<N>, const N: usize>(
 fn inert(value: &Bound<'_, PyAny>) -> bool {
     value.is_exact_instance_of::<PyInt>()
         || value.is_exact_instance_of::<PyFloat>()
-        || value.is_exact_instance_of::<PyString>()
         || value.is_exact_instance_of::<PyBool>()
         || value.is_none()
         || enums::is_member(value)
