@@ -460,6 +460,13 @@ class Shouting(str):
         return self.upper()
 
 
+class Sly(str):
+    """A str whose own ``encode`` lies: an f-string never calls it."""
+
+    def encode(self, *args: object, **kwargs: object) -> bytes:  # type: ignore[override]
+        return b"?"
+
+
 class Loud(int):
     def __str__(self) -> str:
         return f"<{int(self)}>"
@@ -480,7 +487,7 @@ class Formats:
 ODD_NAMES = [
     "video", "vidéo", "视频", "\ud800x", "a\udc80", "\ud83d\ude00", "", Shouting("voice"), 5,
     -(2**63), 2**64, True, 2.5, Fraction(1, 3), Formats("fmt"), Formats(Shouting("sub")),
-    Formats(ValueError("no format")), Formats(5),
+    Formats(ValueError("no format")), Formats(5), Formats(Sly("\ud800")), Sly("x\udfff"),
 ]  # fmt: skip
 ODD_NUMBERS = [0, 1, -1, 2**63 - 1, -(2**63), 2**63, 10**30, 0.5, -0.0, True, Loud(3)]
 
@@ -505,3 +512,41 @@ def test_trace_line_is_the_f_string(impl, ref, name, size):
     assert got_trace == ref_trace
     assert all(type(line) is str for line in got_trace)
     assert repr(got_bucket) == repr(ref_bucket)
+
+
+class Rebinds:
+    """A bucket key whose ``format`` runs ``action(shaper)`` first."""
+
+    def __init__(self, action) -> None:
+        self.action = action
+        self.shaper = None
+
+    def __format__(self, spec: str) -> str:
+        self.action(self.shaper)
+        return "rebinds"
+
+
+def swap_trace(shaper) -> None:
+    shaper.trace = ["swapped"]
+
+
+def refuse(shaper) -> None:
+    raise ValueError("formatted")
+
+
+@pytest.mark.parametrize("trace", [None, ()], ids=["list", "tuple"])
+@pytest.mark.parametrize("action", [swap_trace, refuse])
+def test_trace_append_is_looked_up_before_the_line_is_made(impl, ref, action, trace):
+    """``self.trace.append(f"...")``: the method is found first, then the line is formatted."""
+    seen = {}
+    for side, qos in (("ref", ref), ("got", impl)):
+        name = Rebinds(action)
+        shaper = qos.ToyShaper(qos.ClassTree({}), {name: qos.TokenBucket(10, 10, 1, 0)})
+        if trace is not None:
+            shaper.trace = trace
+        name.shaper = shaper
+        first = shaper.trace
+        outcome = run(shaper.enqueue, name, 1, 0)
+        seen[side] = (outcome, list(first), list(shaper.trace))
+    assert_same_exception(seen["ref"][0], seen["got"][0])
+    assert seen["got"][1:] == seen["ref"][1:]

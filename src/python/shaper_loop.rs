@@ -65,11 +65,20 @@ mutable_record! {
             })?;
             let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
             let index = token_bucket::outcome_index(outcome);
-            let outcome_value = CONSUME_OUTCOME.value(py, index)?;
-            let line = trace_line(class_name, size, now, &outcome_value, &tokens_remaining)?;
-            self.fields
+            // As in the course, `self.trace.append` is looked up before the line is made.
+            let append = self
+                .fields
                 .get(py, TRACE)
-                .call_method1(py, intern!(py, "append"), (line,))?;
+                .into_bound(py)
+                .getattr(intern!(py, "append"))?;
+            let outcome_value = CONSUME_OUTCOME.value(py, index)?;
+            append.call1((trace_line(
+                class_name,
+                size,
+                now,
+                &outcome_value,
+                &tokens_remaining,
+            )?,))?;
             EnqueueResult::make(
                 py,
                 class_name.clone(),
