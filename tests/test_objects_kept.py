@@ -10,7 +10,8 @@ the reference, over ints and floats whose objects are all distinct.
 
 from __future__ import annotations
 
-from typing import Any
+from fractions import Fraction
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
@@ -94,5 +95,45 @@ def test_leak(impl, ref, values):
         bucket = qos.LeakyBucket(capacity, level, leak_rate, last)
         qos.leaky_leak(bucket, now)
         return [bucket.capacity, bucket.level, bucket.leak_per_sec, bucket.last_leak_at]
+
+    run_both(impl, ref, values, call)
+
+
+class Seen(Fraction):
+    """A capacity that records what it is compared with."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def __lt__(self, other: Any) -> bool:
+        Seen.seen.append(other)
+        return Fraction.__lt__(self, other)
+
+
+@pytest.mark.parametrize("tokens", [10**6, 10**12])
+def test_a_computed_value_is_one_object(impl, ref, tokens):
+    """``min(grown, capacity)`` compares ``grown`` and returns it: the very object compared is
+    the one stored, also when Python arithmetic (a Fraction capacity) is in the mix."""
+    for qos in (ref, impl):
+        Seen.seen.clear()
+        bucket = qos.TokenBucket(Seen(10**13), tokens, 10**6, 0)
+        qos.token_try_consume(bucket, 10**15, 5)  # throttled: the settled balance stays
+        assert Seen.seen[0] is bucket.tokens, qos
+
+
+@given(
+    values=st.lists(numbers, min_size=6, max_size=6),
+    aliases=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+)
+def test_inputs_that_are_one_object(impl, ref, values, aliases):
+    """Some inputs are the very same object: each result is still the input Python gives."""
+
+    def call(qos, inputs):
+        pairs = enumerate(zip(inputs, aliases, strict=True))
+        inputs = [inputs[a] if a < i else x for i, (x, a) in pairs]
+        capacity, tokens, rate, last, n, now = inputs
+        bucket = qos.TokenBucket(capacity, tokens, rate, last)
+        result = qos.token_try_consume(bucket, n, now)
+        fields = [bucket.capacity, bucket.tokens, bucket.rate_per_sec, bucket.last_refill_at]
+        return [*fields, result.tokens_remaining, *inputs]
 
     run_both(impl, ref, values, call)

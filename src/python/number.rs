@@ -1,7 +1,7 @@
 //! Python numbers as a core [`Quantity`]: the course's arithmetic, with Python's own semantics.
 //!
 //! The core algorithms are generic; this file is the one place that decides how a Python object
-//! takes part in them. There are three number types, each built on the one before:
+//! takes part in them. There are three number types, the last two built on the first:
 //!
 //! * [`Value`] is an exact `int` that fits in 64 bits or an exact `float`. Its arithmetic is
 //!   Rust's, restricted to the cases where that provably equals Python's: `int` with `int` in
@@ -21,6 +21,8 @@
 //!
 //! Either way, a number that passes through an algorithm unchanged comes back as the very object
 //! that went in, so `is` holds where it holds in the course.
+
+use std::cell::OnceCell;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt};
@@ -330,7 +332,7 @@ impl StoredObject {
             Some(value) => Num::Exact {
                 py,
                 value,
-                object: Some(object),
+                object: OnceCell::from(object),
             },
             None => Num::Object(object),
         }
@@ -340,12 +342,14 @@ impl StoredObject {
 /// Any Python number.
 #[derive(Clone)]
 pub enum Num<'py> {
-    /// An exact `int` or `float`, computed in Rust where that is exactly Python's result; the
-    /// object it is, unless it was computed here and not yet needed as an object.
+    /// An exact `int` or `float`, computed in Rust where that is exactly Python's result.
+    /// `object` is the object it came from or, for a value computed here, the one made the
+    /// first time an object was needed: a Python value is one object, however often it is
+    /// compared or stored.
     Exact {
         py: Python<'py>,
         value: Value,
-        object: Option<Bound<'py, PyAny>>,
+        object: OnceCell<Bound<'py, PyAny>>,
     },
     /// Computed by Python.
     Object(Bound<'py, PyAny>),
@@ -357,7 +361,7 @@ impl<'py> Num<'py> {
             Some(value) => Self::Exact {
                 py: object.py(),
                 value,
-                object: Some(object.clone()),
+                object: OnceCell::from(object.clone()),
             },
             None => Self::Object(object.clone()),
         }
@@ -367,7 +371,7 @@ impl<'py> Num<'py> {
     /// an object: a new result, never the same as anything stored).
     pub fn identity(&self) -> usize {
         match self {
-            Self::Exact { object, .. } => object.as_ref().map_or(0, |o| o.as_ptr() as usize),
+            Self::Exact { object, .. } => object.get().map_or(0, |o| o.as_ptr() as usize),
             Self::Object(object) => object.as_ptr() as usize,
         }
     }
@@ -377,13 +381,27 @@ impl<'py> Num<'py> {
         match self {
             Self::Exact {
                 py, value, object, ..
-            } => object.unwrap_or_else(|| value.to_object(py)),
+            } => object.into_inner().unwrap_or_else(|| value.to_object(py)),
             Self::Object(object) => object,
         }
     }
 
     fn to_object(&self) -> Bound<'py, PyAny> {
-        self.clone().into_object()
+        match self {
+            Self::Exact { py, value, object } => {
+                object.get_or_init(|| value.to_object(*py)).clone()
+            }
+            Self::Object(object) => object.clone(),
+        }
+    }
+
+    /// A value computed here, not yet an object.
+    fn computed(py: Python<'py>, value: Value) -> Self {
+        Self::Exact {
+            py,
+            value,
+            object: OnceCell::new(),
+        }
     }
 
     /// `exact_op` when both are exact and it has the exact answer, else `python_op`.
@@ -409,13 +427,7 @@ impl<'py> Num<'py> {
     ) -> PyResult<Self> {
         self.either(
             rhs,
-            |py, a, b| {
-                exact_op(&a, &b).map(|value| Self::Exact {
-                    py,
-                    value,
-                    object: None,
-                })
-            },
+            |py, a, b| exact_op(&a, &b).map(|value| Self::computed(py, value)),
             |a, b| python_op(a, b).map(|result| Self::new(&result)),
         )
     }
@@ -491,11 +503,7 @@ impl Quantity for Num<'_> {
     }
     fn zero(&self) -> Self {
         match self {
-            Self::Exact { py, value, .. } => Self::Exact {
-                py: *py,
-                value: value.zero(),
-                object: None,
-            },
+            Self::Exact { py, value, .. } => Self::computed(*py, value.zero()),
             Self::Object(object) => Self::new(
                 &0_i64
                     .into_bound_py_any(object.py())
