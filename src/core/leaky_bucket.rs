@@ -70,7 +70,8 @@ pub struct OfferResult<N> {
 /// # Errors
 ///
 /// The number type's error; the bucket is then untouched.
-// Inlined into its callers, for the same reason as `refill::compute_refill`.
+// Inlined into its callers, so that their numbers stay in registers (see
+// `refill::compute_refill` for what returning them through memory cost).
 #[allow(clippy::inline_always)]
 #[inline(always)]
 pub fn leak<N: Quantity>(bucket: &mut LeakyBucket<N>, now: &N) -> Result<(), N::Error> {

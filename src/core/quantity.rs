@@ -74,7 +74,8 @@ pub fn python_min<N: Quantity>(a: &N, b: &N) -> Result<N, N::Error> {
 /// # Errors
 ///
 /// The comparison's error.
-// Inlined into its callers, for the same reason as `refill::compute_refill`.
+// Inlined into its callers, so that their numbers stay in registers (see
+// `refill::compute_refill` for what returning them through memory cost).
 #[allow(clippy::inline_always)]
 #[inline(always)]
 pub fn python_max_with_zero<N: Quantity>(value: &N) -> Result<N, N::Error> {

@@ -8,8 +8,8 @@
 //!
 //! [`SharedFields::run`] therefore runs a core operation (a [`FieldOperation`]) one of two ways:
 //!
-//! * when every field and argument is an exact `int` or `float` (a `Scalar`), no Python code
-//!   can run, so the whole operation happens under the lock;
+//! * when every field and argument is an exact `int` within 64 bits or an exact `float` (a
+//!   `Scalar`), no Python code can run, so the whole operation happens under the lock;
 //! * otherwise, lock, copy the fields out, unlock; compute on the copy (Python arithmetic runs
 //!   here); lock again and store the copy only if nobody stored anything in between (a version
 //!   counter says), else start over from the fresh state.
@@ -110,13 +110,13 @@ impl<const N: usize> SharedFields<N> {
     /// Run a core operation on the fields with `args`, and return its answer with the object
     /// that the operation's [`FieldOperation::REPORTED`] field holds afterwards.
     ///
-    /// When the fields and the arguments are all exact ints or floats, the operation runs on
-    /// `Scalar`s under the lock from start to finish (no Python code can run). Otherwise, or
-    /// if a scalar operation needs Python after all, it runs on a copy with the lock released,
-    /// and the copy is stored unless another update came first, in which case it runs again on
-    /// the fresh fields. The copy is stored even when the operation failed part-way: it holds
-    /// exactly what the course's code would have left on the object when its exception was
-    /// raised.
+    /// When the fields and the arguments are all exact ints within 64 bits or exact floats, the
+    /// operation runs on `Scalar`s under the lock from start to finish (no Python code can
+    /// run). Otherwise, or if a scalar operation needs Python after all, it runs on a copy with
+    /// the lock released, and the copy is stored unless another update came first, in which
+    /// case it runs again on the fresh fields. The copy is stored even when the operation
+    /// failed part-way: it holds exactly what the course's code would have left on the object
+    /// when its exception was raised.
     pub fn run<'py, Op, const A: usize>(
         &self,
         py: Python<'py>,
