@@ -534,8 +534,19 @@ def refuse(shaper) -> None:
     raise ValueError("formatted")
 
 
-@pytest.mark.parametrize("trace", [None, ()], ids=["list", "tuple"])
-@pytest.mark.parametrize("action", [swap_trace, refuse])
+class ShoutedTrace(list):
+    """A trace whose own ``append`` changes what it is given."""
+
+    def append(self, line: str) -> None:
+        super().append(line.upper())
+
+
+def no_op(shaper) -> None:
+    pass
+
+
+@pytest.mark.parametrize("trace", [None, tuple, ShoutedTrace], ids=["list", "tuple", "subclass"])
+@pytest.mark.parametrize("action", [no_op, swap_trace, refuse])
 def test_trace_append_is_looked_up_before_the_line_is_made(impl, ref, action, trace):
     """``self.trace.append(f"...")``: the method is found first, then the line is formatted."""
     seen = {}
@@ -543,7 +554,7 @@ def test_trace_append_is_looked_up_before_the_line_is_made(impl, ref, action, tr
         name = Rebinds(action)
         shaper = qos.ToyShaper(qos.ClassTree({}), {name: qos.TokenBucket(10, 10, 1, 0)})
         if trace is not None:
-            shaper.trace = trace
+            shaper.trace = trace()
         name.shaper = shaper
         first = shaper.trace
         outcome = run(shaper.enqueue, name, 1, 0)

@@ -10,7 +10,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
 use crate::python::fstring::FString;
@@ -65,26 +65,50 @@ mutable_record! {
             })?;
             let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
             let index = token_bucket::outcome_index(outcome);
-            // As in the course, `self.trace.append` is looked up before the line is made.
-            let append = self
-                .fields
-                .get(py, TRACE)
-                .into_bound(py)
-                .getattr(intern!(py, "append"))?;
+            let append = Append::to(self.fields.get(py, TRACE).into_bound(py))?;
             let outcome_value = CONSUME_OUTCOME.value(py, index)?;
-            append.call1((trace_line(
+            append.call(trace_line(
                 class_name,
                 size,
                 now,
                 &outcome_value,
                 &tokens_remaining,
-            )?,))?;
+            )?)?;
             EnqueueResult::make(
                 py,
                 class_name.clone(),
                 CONSUME_OUTCOME.member(py, index)?.into_bound(py),
                 tokens_remaining,
             )
+        }
+    }
+}
+
+/// `trace.append`, looked up before the line it appends is made, as the course's
+/// `self.trace.append(f"...")` looks it up.
+enum Append<'py> {
+    /// An exact list: looking up its `append` can neither fail nor run code, so it is skipped,
+    /// and the line is appended directly.
+    List(Bound<'py, PyList>),
+    /// Anything else: its `append`, whatever that is.
+    Method(Bound<'py, PyAny>),
+}
+
+impl<'py> Append<'py> {
+    fn to(trace: Bound<'py, PyAny>) -> PyResult<Self> {
+        match trace.cast_into_exact::<PyList>() {
+            Ok(list) => Ok(Self::List(list)),
+            Err(other) => {
+                let trace = other.into_inner();
+                Ok(Self::Method(trace.getattr(intern!(trace.py(), "append"))?))
+            }
+        }
+    }
+
+    fn call(&self, line: Bound<'py, PyString>) -> PyResult<()> {
+        match self {
+            Self::List(list) => list.append(line),
+            Self::Method(append) => append.call1((line,)).map(drop),
         }
     }
 }
