@@ -9,8 +9,8 @@
 //! remains the fallback for names built at run time.
 //!
 //! Only a few calls use it: `compute_refill` (its callers, the course among them, pass five
-//! keywords), the course's bucket operations (`try_consume`, `offer`, `leak`) and the limiters'
-//! `try_acquire` (the call a rate-limited program makes most). A
+//! keywords), the course's bucket operations (`try_consume`, `offer`, `leak`), the shaper's
+//! `enqueue`, and the limiters' `try_acquire` (the call a rate-limited program makes most). A
 //! function exported this way is a plain CPython `METH_FASTCALL | METH_KEYWORDS` function:
 //! [`Parameters::bind`] maps its arguments to the parameters, [`run`] turns the Rust result (or
 //! a panic) into what CPython expects, and [`MethodDef`] describes it to Python, with a text

@@ -68,6 +68,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // shaper_loop
     module.add_class::<shaper_loop::EnqueueResult>()?;
     module.add_class::<shaper_loop::ToyShaper>()?;
+    shaper_loop::ToyShaper::install_fast_methods(&py.get_type::<shaper_loop::ToyShaper>())?;
     module.add_function(wrap_pyfunction!(shaper_loop::run_contention, module)?)?;
     // limiter: past the toy
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
