@@ -98,8 +98,8 @@ impl ToyShaper {
     }
 }
 
-/// `ToyShaper.enqueue`, through the quicker door: the shaper's hot call, whose entry through
-/// PyO3 cost more than a tenth of it.
+/// `ToyShaper.enqueue`, through the quicker door as the course's other hot calls are (callgrind:
+/// about 90 instructions fewer a call than PyO3's entry, of about 3,500 a loop iteration).
 static ENQUEUE: MethodDef = MethodDef::new(
     c"enqueue",
     c"enqueue($self, class_name, size, now)
