@@ -12,6 +12,7 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::classes::{self as core, TreeError, Validation};
 use crate::python::enums::StrEnum;
+use crate::python::fstring::FString;
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record};
 use crate::python::utf8;
@@ -70,49 +71,33 @@ frozen_record! {
 pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
     let py = tree.py();
     let found = core::validate_tree(&read_tree(tree)?).map_err(|e| tree_error(py, e))?;
-    let (index, detail) = match found {
-        Validation::Valid => (0, PyString::new(py, "")),
-        Validation::UnknownParent { class, parent } => (
-            1,
-            text(
-                py,
-                "{} -> {}",
-                (name_str(py, &class)?, name_str(py, &parent)?),
-            )?,
-        ),
-        Validation::Cycle { at } => (2, text(py, "cycle reached at {}", (name_str(py, &at)?,))?),
+    let mut detail = FString::new();
+    let index = match found {
+        Validation::Valid => 0,
+        Validation::UnknownParent { class, parent } => {
+            detail.utf8(&class).text(" -> ").utf8(&parent);
+            1
+        }
+        Validation::Cycle { at } => {
+            detail.text("cycle reached at ").utf8(&at);
+            2
+        }
         Validation::OverSubscribed {
             parent,
             claimed,
             guaranteed,
-        } => (
-            3,
-            text(
-                py,
-                "{}: children claim {} > guaranteed {}",
-                (
-                    name_str(py, &parent)?,
-                    claimed.into_object(),
-                    guaranteed.into_object(),
-                ),
-            )?,
-        ),
+        } => {
+            detail.utf8(&parent).text(": children claim ");
+            detail.value(&claimed.into_object())?.text(" > guaranteed ");
+            detail.value(&guaranteed.into_object())?;
+            3
+        }
     };
+    let detail = detail.finish(py)?;
     Ok(ValidationResult::from_fields(
         VALIDATION_OUTCOME.member(py, index)?,
         detail.into_any().unbind(),
     ))
-}
-
-/// `template.format(*values)`: Python writes the message, as the course's f-strings do.
-fn text<'py>(
-    py: Python<'py>,
-    template: &str,
-    values: impl pyo3::call::PyCallArgs<'py>,
-) -> PyResult<Bound<'py, PyString>> {
-    Ok(PyString::new(py, template)
-        .call_method1("format", values)?
-        .cast_into::<PyString>()?)
 }
 
 /// The rate `class_name` could borrow: walking from the class up to the root, each class adds

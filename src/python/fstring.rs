@@ -34,6 +34,13 @@ impl FString {
         self
     }
 
+    /// A piece already in this line's encoding: UTF-8, lone surrogates as `surrogatepass`
+    /// writes them (see [`utf8`]). For a `str` piece, the same as `{piece}`.
+    pub fn utf8(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
     /// `{value}`: `format(value, "")`.
     pub fn value(&mut self, value: &Bound<'_, PyAny>) -> PyResult<&mut Self> {
         if value.is_exact_instance_of::<PyInt>() {
