@@ -161,7 +161,8 @@ impl<const N: usize> Parameters<N> {
             return Ok(i);
         }
         let name = name.cast::<PyString>()?;
-        let text = name.to_cow()?;
+        // A name that is not valid UTF-8 (a lone surrogate) is no parameter's name either.
+        let text = name.to_string_lossy();
         self.names
             .iter()
             .position(|known| *known == text)
@@ -179,9 +180,11 @@ impl<const N: usize> Parameters<N> {
             .iter()
             .map(|&i| format!("'{}'", self.names[i]))
             .collect();
+        // As CPython words it: 'a', 'a' and 'b', 'a', 'b', and 'c'.
         let list = match quoted.as_slice() {
             [one] => one.clone(),
-            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+            [first, last] => format!("{first} and {last}"),
+            [init @ .., last] => format!("{}, and {last}", init.join(", ")),
             [] => String::new(),
         };
         let plural = if missing.len() == 1 { "" } else { "s" };
