@@ -35,7 +35,7 @@ impl FString {
     }
 
     /// A piece already in this line's encoding: UTF-8, lone surrogates as `surrogatepass`
-    /// writes them (see [`utf8`]). For a `str` piece, the same as `{piece}`.
+    /// writes them (see [`utf8`]). For the bytes of an exact `str`, the same as `{piece}`.
     pub fn utf8(&mut self, bytes: &[u8]) -> &mut Self {
         self.0.extend_from_slice(bytes);
         self
@@ -60,9 +60,7 @@ impl FString {
     }
 
     fn str(&mut self, text: &Bound<'_, PyString>) -> PyResult<()> {
-        // The str's own UTF-8 (for a non-ASCII str, CPython keeps the copy it makes, as it does
-        // whenever C code reads a str as UTF-8).
-        if let Ok(utf8) = text.to_str() {
+        if let Some(utf8) = utf8::as_str(text) {
             self.text(utf8);
         } else {
             // A lone surrogate: the one thing UTF-8 refuses.

@@ -13,6 +13,24 @@ use pyo3::types::{PyBytes, PyString};
 const UTF8: &std::ffi::CStr = c"utf-8";
 const SURROGATEPASS: &std::ffi::CStr = c"surrogatepass";
 
+/// The str's own UTF-8, unless it holds a lone surrogate. Reading it sets no Python error
+/// (so nothing is left to release later); for a non-ASCII str, CPython keeps the UTF-8 copy
+/// it makes, as it does whenever C code reads a str as UTF-8.
+pub fn as_str<'a>(text: &'a Bound<'_, PyString>) -> Option<&'a str> {
+    let mut length: ffi::Py_ssize_t = 0;
+    // SAFETY: `text` is a live str; the result is NULL with an exception set, or UTF-8 bytes
+    // owned by the str, valid while it lives (`'a`).
+    let data = unsafe { ffi::PyUnicode_AsUTF8AndSize(text.as_ptr(), &raw mut length) };
+    if data.is_null() {
+        // SAFETY: the failed call set the error; clearing it releases the exception at once.
+        unsafe { ffi::PyErr_Clear() };
+        return None;
+    }
+    let length = usize::try_from(length).expect("a str's length is not negative");
+    // SAFETY: CPython hands out valid UTF-8 of `length` bytes at `data`, alive with `text`.
+    Some(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast(), length)) })
+}
+
 /// `text.encode("utf-8", "surrogatepass")`, by `str`'s own codec.
 pub fn encode<'py>(text: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyBytes>> {
     // SAFETY: `text` is a live str and the names are C strings; the result is a new reference
