@@ -29,6 +29,7 @@ use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
+use crate::python::utf8;
 
 /// A key as the table stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +164,8 @@ const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
 fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     if key.is_exact_instance_of::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
-        return Some(utf8(key).map_or(Classified::Object, |value| {
+        let text = key.cast::<PyString>().ok()?;
+        return Some(utf8::as_str(text).map_or(Classified::Object, |value| {
             Classified::Plain(KeyRef::Str(value))
         }));
     }
@@ -190,26 +192,8 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     None
 }
 
-/// The UTF-8 form of an exact `str`, if it has one. Read through the C API, which clears its
-/// own error: a `PyErr` dropped here would wait for PyO3's next entry point (see
-/// `fastcall::run`), and a str key with a lone surrogate is an ordinary key.
-fn utf8<'a>(text: &'a Bound<'_, PyAny>) -> Option<&'a str> {
-    let mut size: ffi::Py_ssize_t = 0;
-    // SAFETY: `text` is a live exact str; the buffer it returns lives as long as the str.
-    let data = unsafe { ffi::PyUnicode_AsUTF8AndSize(text.as_ptr(), &raw mut size) };
-    if data.is_null() {
-        // SAFETY: the call above failed and set an exception, which is cleared here.
-        unsafe { ffi::PyErr_Clear() };
-        return None;
-    }
-    let length = usize::try_from(size).ok()?;
-    // SAFETY: CPython returns `size` bytes of valid UTF-8 (it fails rather than encode a lone
-    // surrogate), owned by the str.
-    Some(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast(), length)) })
-}
-
 /// An exact `int` from `2**63` to `2**64 - 1`, as a plain key; `None` beyond (the error, if
-/// any, cleared as in [`utf8`]).
+/// any, cleared at once, as `utf8::as_str` clears its own).
 fn wide(int: &Bound<'_, PyAny>) -> Option<KeyRef<'static>> {
     // SAFETY: `int` is a live exact int; on failure the call sets an exception.
     let value = unsafe { ffi::PyLong_AsUnsignedLongLong(int.as_ptr()) };
