@@ -154,14 +154,14 @@ fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<Name, Nu
 type Name = Vec<u8>;
 
 fn class_name(name: &Bound<'_, PyAny>) -> PyResult<Name> {
-    if name.cast::<PyString>().is_err() {
+    let Ok(text) = name.cast::<PyString>() else {
         return Err(PyTypeError::new_err(format!(
             "class names must be str, not {}: {}",
             name.get_type().name()?,
             name.repr()?
         )));
-    }
-    Ok(utf8::encode(name.cast::<PyString>()?)?.as_bytes().to_vec())
+    };
+    Ok(utf8::encode(text)?.as_bytes().to_vec())
 }
 
 /// The str a core name came from.

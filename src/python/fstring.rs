@@ -13,10 +13,10 @@
 use std::io::Write as _;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString};
+use pyo3::types::PyString;
 use pyo3::{ffi, intern};
 
-use crate::python::number::exact_i64;
+use crate::python::number::Value;
 use crate::python::utf8;
 
 /// A line being built; [`FString::finish`] makes it a Python `str`.
@@ -43,19 +43,14 @@ impl FString {
 
     /// `{value}`: `format(value, "")`.
     pub fn value(&mut self, value: &Bound<'_, PyAny>) -> PyResult<&mut Self> {
-        if value.is_exact_instance_of::<PyInt>() {
-            if let Some(int) = exact_i64(value) {
-                write!(self.0, "{int}").expect("writing to a Vec cannot fail");
-                return Ok(self);
-            }
-        }
-        let formatted = if value.is_exact_instance_of::<PyString>() {
-            value.clone() // what format(s, "") returns for an exact str
+        if let Some(Value::Int(int)) = Value::of(value) {
+            write!(self.0, "{int}").expect("writing to a Vec cannot fail");
+        } else if let Ok(text) = value.cast_exact::<PyString>() {
+            self.str(text)?; // format(s, "") is s itself
         } else {
-            format(value)?
-        };
-        // `format` returns a str or raises.
-        self.str(formatted.cast::<PyString>()?)?;
+            // `format` returns a str or raises.
+            self.str(format(value)?.cast::<PyString>()?)?;
+        }
         Ok(self)
     }
 
