@@ -63,9 +63,13 @@ MUTATIONS = {
         ("leaky_bucket.py", "    bucket.last_leak_at = now\n", "\n"),
     ],
     "session_04_walkthrough.py": [
-        ("classes.py", "total += max(spare, 0)", "total += float(max(spare, 0))"),
+        ("classes.py", "total += max(", "total += float() + max("),
         ("classes.py", '"cycle reached at {name}"', '"cycle at {name}"'),
-        ("classes.py", "if claimed > cls.guaranteed_rate", "if claimed >= cls.guaranteed_rate"),
+        (
+            "classes.py",
+            "if claimed > parent.guaranteed_rate",
+            "if claimed >= parent.guaranteed_rate",
+        ),
         ("classes.py", "ValidationOutcome.UNKNOWN_PARENT, f", "ValidationOutcome.CYCLE, f"),
     ],
     "session_05_walkthrough.py": [

@@ -9,8 +9,8 @@ bucket's fields (value and type) and which names share a bucket, ``clock`` (valu
 whether it is still the same object), ``trace`` exactly, that ``buckets`` and ``trace`` are still
 the very dict and list the shaper was given, and the Python operations done on traced numbers.
 
-Deliberate native difference (tested on the native build only): ``enqueue`` needs a native
-``TokenBucket`` in ``buckets`` (``TypeError`` otherwise), like ``try_consume``.
+The native build's deliberate difference (``enqueue`` needs a native ``TokenBucket`` in
+``buckets``) is tested in ``test_deliberate_differences.py``.
 """
 
 from __future__ import annotations
@@ -430,29 +430,6 @@ def test_bad_calls_raise_type_error_like_the_reference(impl, ref, what, args, kw
     expected, got = call_on(ref), call_on(impl)
     assert type(expected.exc) is TypeError
     assert_same_exception(expected, got)
-
-
-# --------------------------------------------------------------------------------------------
-# Deliberate native difference: the bucket must be a native TokenBucket
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("bucket", ["reference TokenBucket", "object", "dict", "None"])
-def test_enqueue_needs_a_native_bucket(impl, ref, reference_mode, bucket):
-    if reference_mode:
-        pytest.skip("a deliberate difference of the native build (the reference duck-types)")
-    shaper = make_shaper(impl, video=(3, 3, 1))
-    shaper.buckets["video"] = {
-        "reference TokenBucket": ref.TokenBucket(3, 3, 1),
-        "object": object(),
-        "dict": {"capacity": 3, "tokens": 3, "rate_per_sec": 1, "last_refill_at": 0},
-        "None": None,
-    }[bucket]
-    with pytest.raises(TypeError):
-        shaper.enqueue("video", 1, 0)
-    with pytest.raises(TypeError):
-        impl.run_contention(shaper, [("video", 1)])
-    assert shaper.trace == []
 
 
 class Shouting(str):

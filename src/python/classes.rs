@@ -63,7 +63,9 @@ frozen_record! {
 /// 1. UNKNOWN_PARENT, `"video -> ghost"`: a class names a parent that is not in the tree.
 /// 2. CYCLE, `"cycle reached at a"`: walking up from a class reaches some name twice.
 /// 3. OVER_SUBSCRIBED, `"default: children claim 120 > guaranteed 100"`: the direct children
-///    of a class are guaranteed more, together, than the class itself.
+///    of a class are guaranteed more, together, than the class itself. The children's rates
+///    are summed under the parent name each child gives, then each parent is checked in the
+///    order the classes first named it.
 ///
 /// Otherwise VALID, with an empty detail. Each pass runs only if the ones before found nothing,
 /// since a walk up an unknown parent or round a cycle would be meaningless.
@@ -102,7 +104,8 @@ pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
 
 /// The rate `class_name` could borrow: walking from the class up to the root, each class adds
 /// `max(guaranteed_rate - its direct children's guaranteed rates, 0)`, the part of its own
-/// guarantee that its children leave unclaimed.
+/// guarantee that its children leave unclaimed. The children's rates are summed for every
+/// parent in the tree before the walk starts.
 ///
 /// Raises KeyError for a name that is not in the tree, and ValueError if the walk goes round a
 /// cycle (validate the tree first).
@@ -111,18 +114,20 @@ pub fn borrowable<'py>(
     tree: &Bound<'py, PyAny>,
     class_name: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let py = tree.py();
     let classes = read_tree(tree)?;
-    // The course's walk stops at None before looking anything up: nothing to borrow.
-    if class_name.is_none() {
-        return 0_i64.into_bound_py_any(tree.py());
-    }
-    // Every key is a str, so a name of any other type is simply not in the tree (a dict
-    // lookup would still hash it first, and reject it if it cannot be hashed).
-    if class_name.cast::<PyString>().is_err() {
+    if class_name.is_none() || class_name.cast::<PyString>().is_err() {
+        // The course tallies the whole tree's claims before its walk looks at the name.
+        core::Claims::of(&classes)?;
+        // The walk stops at None before looking anything up: nothing to borrow.
+        if class_name.is_none() {
+            return 0_i64.into_bound_py_any(py);
+        }
+        // Every key is a str, so a name of any other type is simply not in the tree (a dict
+        // lookup would still hash it first, and reject it if it cannot be hashed).
         class_name.hash()?;
         return Err(PyKeyError::new_err((class_name.clone().unbind(),)));
     }
-    let py = tree.py();
     let total = core::borrowable(&classes, &self::class_name(class_name)?)
         .map_err(|e| tree_error(py, e))?;
     Ok(total.into_object())

@@ -1,6 +1,6 @@
 """Reference ``protocol_in_code.qos``: the course's QoS package in plain Python.
 
-Written straight from the decision flow in issue 2 so the tests can compare the native build
+Written from the course's decision flow, step for step, so the tests can compare the native build
 against it. It only uses relative imports, so the folder can also be copied as
 ``protocol_in_code/qos/`` and run the course scripts unchanged.
 """

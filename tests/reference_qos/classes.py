@@ -1,4 +1,10 @@
-"""Hierarchical shaping as a tree of parent pointers: three validation passes and borrowing."""
+"""Hierarchical shaping as a tree of parent pointers: three validation passes and borrowing.
+
+The decision flow is the course's, step for step: the children's rates are summed per parent
+name in one pass over the classes (by the ``parent`` each class gives, not by looking children
+up), over-subscription is reported for the parents in the order they were first named, and
+``borrowable`` makes the same sums for the whole tree before it walks up from the class.
+"""
 
 from dataclasses import dataclass, field
 from enum import Enum
@@ -38,50 +44,52 @@ class ValidationResult:
     detail: str
 
 
-def _children(classes: dict[Any, TrafficClass], name: Any) -> list[TrafficClass]:
-    return [c for c in classes.values() if c.parent == name]
+def _claims_by_parent(classes: dict[Any, TrafficClass]) -> dict[Any, Any]:
+    """Each named parent's children's rates, summed from ``0`` in class order.
 
-
-def _claimed(children: list[TrafficClass]) -> Any:
-    total = 0
-    for child in children:
-        total = total + child.guaranteed_rate
-    return total
+    Keyed by the parent's name as the children write it (whether or not such a class exists),
+    in the order the parents are first named.
+    """
+    claims: dict[Any, Any] = {}
+    for cls in classes.values():
+        if cls.parent is not None:
+            claims[cls.parent] = claims.get(cls.parent, 0) + cls.guaranteed_rate
+    return claims
 
 
 def validate_tree(tree: ClassTree) -> ValidationResult:
     """Unknown parents, then cycles, then over-subscription: the first problem found."""
-    classes = tree.classes
-    for cls in classes.values():
-        if cls.parent is not None and cls.parent not in classes:
+    for cls in tree.classes.values():
+        if cls.parent is not None and cls.parent not in tree.classes:
             return ValidationResult(ValidationOutcome.UNKNOWN_PARENT, f"{cls.name} -> {cls.parent}")
-    for cls in classes.values():
+    for cls in tree.classes.values():
         visited = set()
         name = cls.name
         while name is not None:
             if name in visited:
                 return ValidationResult(ValidationOutcome.CYCLE, f"cycle reached at {name}")
             visited.add(name)
-            name = classes[name].parent
-    for cls in classes.values():
-        children = _children(classes, cls.name)
-        if children:
-            claimed = _claimed(children)
-            if claimed > cls.guaranteed_rate:
-                return ValidationResult(
-                    ValidationOutcome.OVER_SUBSCRIBED,
-                    f"{cls.name}: children claim {claimed} > guaranteed {cls.guaranteed_rate}",
-                )
+            name = tree.classes[name].parent
+    for parent_name, claimed in _claims_by_parent(tree.classes).items():
+        parent = tree.classes[parent_name]
+        if claimed > parent.guaranteed_rate:
+            return ValidationResult(
+                ValidationOutcome.OVER_SUBSCRIBED,
+                f"{parent_name}: children claim {claimed} > guaranteed {parent.guaranteed_rate}",
+            )
     return ValidationResult(ValidationOutcome.VALID, "")
 
 
 def borrowable(tree: ClassTree, class_name: Any) -> Any:
-    """Sum, from the class up to the root, of each class's guarantee its children leave free."""
+    """Sum, from the class up to the root, of each class's guarantee its children leave free.
+
+    Every parent's claims are summed first, over the whole tree; then the walk starts.
+    """
+    claims = _claims_by_parent(tree.classes)
     total = 0
     name = class_name
     while name is not None:
         cls = tree.classes[name]
-        spare = cls.guaranteed_rate - _claimed(_children(tree.classes, name))
-        total += max(spare, 0)
+        total += max(cls.guaranteed_rate - claims.get(name, 0), 0)
         name = cls.parent
     return total
