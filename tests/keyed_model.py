@@ -186,7 +186,10 @@ class ModelKeyedLimiter:
         return shifted(decision, now - now_ns)
 
     def try_acquire(self, key: Hashable, n: int = 1, *, now_ns: int) -> bool:
-        return self.check(key, n, now_ns=now_ns).allowed
+        decision = self.check(key, n, now_ns=now_ns)
+        if decision.outcome == NEVER:
+            raise ValueError(f"n={n} is more than a band's burst")
+        return decision.allowed
 
     def peek(self, key: Hashable, n: int = 1, *, now_ns: int) -> ModelDecision:
         hash(key)

@@ -8,14 +8,17 @@ The rules, as the model applies them:
 
 * A rate is ``rate / per`` tokens per second, read exactly: int, ``Fraction``, ``Decimal`` and
   numeric ``str`` as they are, a float through its shortest ``repr`` (so ``0.1`` is 1/10).
-  ``burst`` defaults to ``ceil(rate)`` (the rate as given, before dividing by ``per``).
+  ``burst`` defaults to ``ceil(rate)`` (the rate as given, before dividing by ``per``). A
+  ``str`` may say its period (``"100/minute"``: rate 100, per 60); two numbers around a slash
+  (``"100/60"``) are refused.
 * A new limiter holds ``initial`` tokens in every band (default: each band's burst). It has no
   settlement time until ``start_ns`` or, without one, until its first call of any kind, which
   anchors it at that call's time without accruing anything.
 * Settlement at ``now``: if ``now`` is after the settlement time, every band becomes
   ``min(balance + (now - settled_at) * rate_per_ns, burst)`` and the settlement time becomes
   ``now``; if ``now`` is not after it (equal, or a clock gone backwards), nothing changes.
-* A request for ``n`` is NEVER if ``n`` exceeds some band's burst; else ALLOWED if every band
+* A request for ``n`` is NEVER if ``n`` exceeds some band's burst (``try_acquire`` raises
+  ``ValueError`` then, after the settlement); else ALLOWED if every band
   holds ``n`` (then every band gives ``n``); else DENIED (nothing taken) with ``wait_ns``, the
   smallest whole number of nanoseconds after ``now`` at which every band would hold ``n``
   (counted from ``now`` even when ``now`` is behind the settlement point: then nothing accrues
@@ -30,6 +33,7 @@ The rules, as the model applies them:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -51,8 +55,38 @@ def exact(value: Any) -> Fraction:
     raise TypeError(f"not a number: {value!r}")
 
 
-def band_spec(rate: Any, burst: int | None = None, per: Any = 1) -> tuple[Fraction, int]:
+UNIT_SECONDS = {
+    **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], 1),
+    **dict.fromkeys(["m", "min", "mins", "minute", "minutes"], 60),
+    **dict.fromkeys(["h", "hr", "hrs", "hour", "hours"], 3600),
+    **dict.fromkeys(["d", "day", "days"], 86400),
+}
+QUOTA = re.compile(r"\s*(?P<count>.*?)\s*(?:/|\s+per\s+)\s*(?P<many>\d*)\s*(?P<unit>.*?)\s*", re.I)
+
+
+def quota(rate: Any, per: Any) -> tuple[Any, Any]:
+    """A rate written with its period (``"100/minute"``, ``"300 per 5 minutes"``) as its count
+    and ``per`` in seconds; any other rate unchanged. Two numbers around a slash (``"100/60"``)
+    are refused as ambiguous."""
+    if not isinstance(rate, str):
+        return rate, per
+    match = QUOTA.fullmatch(rate)
+    if match is None:
+        return rate, per
+    count, many, unit = match["count"], match["many"], match["unit"].lower()
+    if unit not in UNIT_SECONDS:
+        raise ValueError(f"not a usable period: {rate!r}")
+    if per is not None:
+        raise TypeError(f"the period is given twice: {rate!r} and per={per!r}")
+    seconds = (int(many) if many else 1) * UNIT_SECONDS[unit]
+    if seconds == 0:
+        raise ValueError(f"a zero period: {rate!r}")
+    return count, seconds
+
+
+def band_spec(rate: Any, burst: int | None = None, per: Any = None) -> tuple[Fraction, int]:
     """``(tokens per second, burst)`` of one band given as the constructor takes it."""
+    rate, per = quota(rate, per)
     given = exact(rate)
     per_value = exact(1 if per is None else per)
     if burst is None:
@@ -157,7 +191,10 @@ class ModelLimiter:
         return ModelDecision(outcome, wait, self._whole())
 
     def try_acquire(self, n: int, now: int) -> bool:
-        return self.check(n, now).allowed
+        decision = self.check(n, now)
+        if decision.outcome == NEVER:
+            raise ValueError(f"n={n} is more than a band's burst")
+        return decision.allowed
 
     def peek(self, n: int, now: int) -> ModelDecision:
         twin = self._settled_copy(now)
@@ -225,3 +262,19 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"FakeClock(now={self.now})"
+
+
+class TurningClock:
+    """A clock that reads ``first`` once (when a limiter checks it, as it is made) and from then
+    on returns ``later`` (or raises it, if it is an exception): a clock that goes bad in use."""
+
+    def __init__(self, later: Any, first: int = 0) -> None:
+        self.later, self.first, self.reads = later, first, 0
+
+    def __call__(self) -> Any:
+        self.reads += 1
+        if self.reads == 1:
+            return self.first
+        if isinstance(self.later, BaseException):
+            raise self.later
+        return self.later

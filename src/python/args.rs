@@ -69,8 +69,16 @@ pub fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     })
 }
 
-/// A time in nanoseconds: an int within 64 bits.
+/// A time in nanoseconds: an int within 64 bits. A float is most likely seconds from
+/// `time.time()` or `time.monotonic()`, and the error says so.
 pub fn nanoseconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
+    if value.is_instance_of::<PyFloat>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be int nanoseconds, not a float ({}): time.time() and \
+             time.monotonic() count seconds; use time.monotonic_ns()",
+            value.repr()?
+        )));
+    }
     let index = integer(value, name)?;
     index
         .extract::<i64>()
@@ -124,8 +132,13 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
         return Ok(Duration::MAX);
     }
     Duration::try_from_secs_f64(secs).map_err(|_| {
+        let forever = if name == "timeout" {
+            " (None waits for ever)"
+        } else {
+            ""
+        };
         PyValueError::new_err(format!(
-            "{name} must be a finite number of seconds >= 0, not {secs}"
+            "{name} must be a finite number of seconds >= 0{forever}, not {secs}"
         ))
     })
 }

@@ -18,12 +18,24 @@ impl Clock {
             Some(clock) if clock.is_none() => Ok(Self(None)),
             Some(clock) if !clock.is_callable() => {
                 Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "clock must be a callable returning int nanoseconds, not {}",
+                    "clock must be a callable returning int nanoseconds, such as \
+                     time.monotonic_ns, not {}",
                     clock.repr()?
                 )))
             }
             clock => Ok(Self(clock.map(Bound::unbind))),
         }
+    }
+
+    /// As [`Clock::new`], and a callable is called once, so that a clock of the wrong kind
+    /// (`time.time`, which counts float seconds) is refused when the limiter is made rather
+    /// than at its first decision.
+    pub fn checked(py: Python<'_>, clock: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
+        let clock = Self::new(clock)?;
+        if let Some(callable) = &clock.0 {
+            nanoseconds(&callable.bind(py).call0()?, "clock()")?;
+        }
+        Ok(clock)
     }
 
     /// `now_ns` if given, else this clock's reading.

@@ -21,7 +21,7 @@ use crate::python::clock::Clock;
 use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
-    band_pairs, bands_repr, block_until_taken, conveniences, rebuilder, restore_attributes,
+    band_pairs, bands_repr, block_until_taken, conveniences, never, rebuilder, restore_attributes,
     specs_from, with_attributes, Attempt, Decision,
 };
 use crate::python::record::frozen_record;
@@ -118,7 +118,12 @@ impl KeyedRateLimiter {
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
-        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
+        match decision {
+            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
+            // No wait would ever be enough: a loop retrying on False would spin for ever.
+            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+            _ => Ok(false),
+        }
     }
 }
 
@@ -131,7 +136,8 @@ static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
 --
 
 Take `n` tokens for `key` if its every band holds them; True if taken, False if not
-(denied, never, or refused because the table is full).",
+(denied, or refused because the table is full). Raises ValueError if `n` exceeds a band's
+burst, since no wait would ever be enough.",
     try_acquire_fastcall,
 );
 
@@ -194,7 +200,7 @@ impl KeyedRateLimiter {
         Ok(Self {
             table,
             registry: Registry::new(py),
-            clock: Clock::new(clock)?,
+            clock: Clock::checked(py, clock)?,
         })
     }
 

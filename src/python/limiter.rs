@@ -12,10 +12,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyList, PyModule, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyList, PyModule, PyString, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
+use crate::core::exact::quota::{self, QuotaError};
 use crate::core::exact::rate::{BandSpec, Rate, RateError};
 use crate::core::exact::settle::Balance;
 use crate::python::args::{
@@ -199,7 +200,12 @@ impl RateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        Ok(self.lock().acquire(n, now) == CoreDecision::Allowed)
+        match self.lock().acquire(n, now) {
+            CoreDecision::Allowed => Ok(true),
+            CoreDecision::Wait(_) => Ok(false),
+            // No wait would ever be enough: a loop retrying on False would spin for ever.
+            CoreDecision::Never => Err(never(n)),
+        }
     }
 }
 
@@ -211,7 +217,8 @@ static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
     c"try_acquire($self, n=1, now_ns=None)
 --
 
-Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).",
+Take `n` tokens if every band holds them; True if taken, False if not (nothing taken). \
+Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.",
     try_acquire_fastcall,
 );
 
@@ -253,7 +260,7 @@ impl RateLimiter {
             }
         }
         let start_ns = start_ns.map(|t| nanoseconds(t, "start_ns")).transpose()?;
-        let clock = Clock::new(clock)?;
+        let clock = Clock::checked(py, clock)?;
         Ok(Self {
             state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
             clock,
@@ -470,9 +477,11 @@ fn band_spec(
     per: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<BandSpec> {
     let fraction = fraction_class(py)?;
+    let (rate, per) = read_quota(py, rate, per)?;
+    let rate = &rate;
     let given = exact_fraction(py, rate, "rate")?;
     let per_value = match per {
-        Some(per) => exact_fraction(py, per, "per")?,
+        Some(per) => exact_fraction(py, &per, "per")?,
         None => fraction.call1((1,))?,
     };
     for (value, name) in [(&given, "rate"), (&per_value, "per")] {
@@ -484,10 +493,7 @@ fn band_spec(
         }
     }
     let burst = if let Some(burst) = burst {
-        match count(burst, "burst")? {
-            0 => return Err(PyValueError::new_err("burst must be at least 1, not 0")),
-            burst => burst,
-        }
+        burst_count(burst)?
     } else {
         // ceil(rate): the tokens one period brings, at least 1.
         let ceiling = given.call_method0("__ceil__")?;
@@ -515,6 +521,87 @@ fn band_spec(
     BandSpec::new(rate, burst).map_err(config_error)
 }
 
+/// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it
+/// is read as its count, with the period as `per`. Other rates pass through unchanged.
+fn read_quota<'py>(
+    py: Python<'py>,
+    rate: &Bound<'py, PyAny>,
+    per: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+    let unchanged = || Ok((rate.clone(), per.cloned()));
+    let Ok(text) = rate.cast::<PyString>() else {
+        return unchanged();
+    };
+    // A str that is not valid UTF-8 (a lone surrogate) is no quota: the number check says why.
+    let Ok(text) = text.to_cow() else {
+        return unchanged();
+    };
+    match quota::parse(&text) {
+        Ok(None) => unchanged(),
+        Ok(Some(quota)) if per.is_none() => Ok((
+            PyString::new(py, quota.count).into_any(),
+            Some(quota.per_seconds.into_bound_py_any(py)?),
+        )),
+        Ok(Some(quota)) => Err(PyTypeError::new_err(format!(
+            "rate {} already says its period: drop per=, or write rate={}, per=...",
+            rate.repr()?,
+            quota.count
+        ))),
+        Err(error) => Err(PyValueError::new_err(quota_message(
+            &rate.repr()?.to_cow()?,
+            error,
+        ))),
+    }
+}
+
+/// What to write instead of a rate text (shown as `text`, its repr) that is not a usable quota.
+fn quota_message(text: &str, error: QuotaError) -> String {
+    match error {
+        QuotaError::Ambiguous { count, divisor } => {
+            let integers = [&count, &divisor]
+                .iter()
+                .all(|part| part.chars().all(|c| c.is_ascii_digit()));
+            let fraction = if integers {
+                format!("Fraction({count}, {divisor})")
+            } else {
+                format!("Fraction(\"{count}\") / Fraction(\"{divisor}\")")
+            };
+            format!(
+                "rate {text} could mean {count} tokens per {divisor} seconds or the fraction \
+             {count}/{divisor} per second, two limiters with different bursts: write \
+             rate={count}, per={divisor} (or a unit: \"{count}/minute\") for the first, \
+             {fraction} for the second"
+            )
+        }
+        QuotaError::UnknownUnit(unit) => format!(
+            "rate {text}: '{unit}' is not a unit; write second, minute, hour or day, as in \
+             \"100/minute\" or \"300 per 5 minutes\""
+        ),
+        QuotaError::NoFixedLength(unit) => format!(
+            "rate {text}: a {unit} has no fixed length; give the period in days, as in \
+             \"1000 per 30 days\""
+        ),
+        QuotaError::ZeroPeriod => format!("rate {text}: the period must be positive"),
+        QuotaError::TooLong => format!("rate {text}: the period exceeds 2**64 - 1 seconds"),
+    }
+}
+
+/// A band's burst: a whole number of tokens, at least 1.
+fn burst_count(burst: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let out_of_range = || {
+        PyValueError::new_err(format!(
+            "burst must be an int from 1 to 2**64 - 1, not {}",
+            burst.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    };
+    match count(burst, "burst") {
+        Ok(0) => Err(out_of_range()),
+        Ok(tokens) => Ok(tokens),
+        Err(err) if err.is_instance_of::<PyValueError>(burst.py()) => Err(out_of_range()),
+        Err(err) => Err(err),
+    }
+}
+
 /// Bands from `Band` objects (any object with `rate`, `burst` and `per` attributes) or from
 /// `(rate, burst)` / `(rate, burst, per)` tuples.
 fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec>> {
@@ -540,7 +627,14 @@ fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec
             }
         } else {
             let attribute = |name| band.getattr(name).ok().filter(|value| !value.is_none());
-            let rate = band.getattr("rate")?;
+            let Ok(rate) = band.getattr("rate") else {
+                return Err(PyTypeError::new_err(format!(
+                    "bands must hold Band objects or (rate, burst[, per]) tuples, not {}: for \
+                     one limit write RateLimiter(rate), for several \
+                     bands=[Band(10), Band(1000, per=3600)]",
+                    band.repr()?
+                )));
+            };
             band_spec(
                 py,
                 &rate,
@@ -636,12 +730,12 @@ fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {
 fn config_error(error: RateError) -> PyErr {
     PyValueError::new_err(match error {
         RateError::Zero => "rate must be positive",
-        RateError::ZeroBurst => "burst must be at least 1",
+        RateError::ZeroBurst => "burst must be an int from 1 to 2**64 - 1",
         RateError::TooFine => "burst times the rate's denominator is too large to hold exactly",
     })
 }
 
-fn never(n: u64) -> PyErr {
+pub fn never(n: u64) -> PyErr {
     PyValueError::new_err(format!(
         "n={n} is more than a band's burst: it can never be acquired"
     ))

@@ -1,4 +1,19 @@
-"""The QoS track of Protocol in Code, on a native core.
+"""Rate limiting and QoS on a native core: exact limiters, and the Protocol in Code QoS track.
+
+For services, everything is importable from here:
+
+* :class:`RateLimiter`: an exact rate limiter on a real clock, of one or more :class:`Band`
+  limits (``RateLimiter("100/minute")``, ``RateLimiter(10, burst=20)``), thread-safe, with
+  ``try_acquire``, ``check`` (a :class:`Decision`: ALLOWED, DENIED with ``wait_ns``, NEVER),
+  blocking ``acquire``, ``await acquire_async()``, a decorator and context managers
+  (:mod:`~protocol_in_code.qos.limiter`).
+* :class:`KeyedRateLimiter`: one such limit per client key, in bounded memory, never letting
+  a throttled client off (:mod:`~protocol_in_code.qos.keyed`).
+* :class:`SingleRateMeter`, :class:`TwoRateMeter`, :class:`ExcessRateMeter`: the RFC 2697,
+  2698 and 4115 three-colour meters, in bytes and bytes per second
+  (:mod:`~protocol_in_code.qos.meter`).
+
+The course's modules, drop-in for its pure-Python package:
 
 * :mod:`~protocol_in_code.qos.token_bucket`: the bucket that stores the refill's answer, and
   the decision to spend (session 01).
@@ -19,26 +34,39 @@ from protocol_in_code.qos.classes import (
     borrowable,
 )
 from protocol_in_code.qos.classes import validate_tree as validate_class_tree
+from protocol_in_code.qos.keyed import KeyedRateLimiter, KeyedStats
 from protocol_in_code.qos.leaky_bucket import LeakyBucket, OfferOutcome, OfferResult
 from protocol_in_code.qos.leaky_bucket import leak as leaky_leak
 from protocol_in_code.qos.leaky_bucket import offer as leaky_offer
+from protocol_in_code.qos.limiter import Band, Decision, LimitOutcome, RateLimiter
+from protocol_in_code.qos.meter import Color, ExcessRateMeter, SingleRateMeter, TwoRateMeter
 from protocol_in_code.qos.refill import RefillResult, compute_refill
 from protocol_in_code.qos.shaper_loop import EnqueueResult, ToyShaper, run_contention
 from protocol_in_code.qos.token_bucket import ConsumeOutcome, ConsumeResult, TokenBucket
 from protocol_in_code.qos.token_bucket import try_consume as token_try_consume
 
 __all__ = [
+    "Band",
     "ClassTree",
+    "Color",
     "ConsumeOutcome",
     "ConsumeResult",
+    "Decision",
     "EnqueueResult",
+    "ExcessRateMeter",
+    "KeyedRateLimiter",
+    "KeyedStats",
     "LeakyBucket",
+    "LimitOutcome",
     "OfferOutcome",
     "OfferResult",
+    "RateLimiter",
     "RefillResult",
+    "SingleRateMeter",
     "TokenBucket",
     "ToyShaper",
     "TrafficClass",
+    "TwoRateMeter",
     "ValidationOutcome",
     "ValidationResult",
     "borrowable",

@@ -52,9 +52,15 @@ __all__ = ["Band", "Decision", "LimitOutcome", "RateLimiter"]
 class Band:
     """One limit: ``rate`` tokens per ``per`` seconds, holding at most ``burst`` tokens.
 
-    ``burst`` defaults to the rate rounded up (the tokens one period brings).
+    ``per`` defaults to one second, or to the period the rate says (``Band("100/minute")``
+    is ``Band(100, per=60)``). ``burst`` defaults to the rate rounded up: the tokens one period
+    brings, all of which may be spent at once. A band is checked when it is made, as a limiter
+    checks it: a bad value raises here, naming the parameter.
     """
 
     rate: Any
     burst: int | None = None
-    per: Any = 1
+    per: Any = None
+
+    def __post_init__(self) -> None:
+        RateLimiter(bands=[self])

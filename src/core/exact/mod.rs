@@ -13,10 +13,12 @@
 //!   addition, so a thousand small steps give exactly what one step of the same total gives.
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
+//! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 
 pub mod keyed;
 pub mod limiter;
+pub mod quota;
 pub mod rate;
 pub mod settle;
