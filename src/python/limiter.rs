@@ -15,7 +15,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PyModule, PyString, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
-use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
+use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
 use crate::core::exact::quota::{self, QuotaError};
 use crate::core::exact::rate::{BandSpec, Rate, RateError};
 use crate::core::exact::settle::Balance;
@@ -133,6 +133,33 @@ pub fn block_until_taken(
     }
 }
 
+/// Sleep for `duration` without holding the interpreter, in slices short enough that a signal
+/// (Ctrl-C) is honoured within about [`SIGNAL_CHECK`]: its exception is returned at once.
+pub fn sleep_interruptibly(py: Python<'_>, duration: Duration) -> PyResult<()> {
+    let until = Instant::now().checked_add(duration);
+    loop {
+        let left = until.map_or(SIGNAL_CHECK, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return Ok(());
+        }
+        py.detach(|| std::thread::sleep(left.min(SIGNAL_CHECK)));
+        py.check_signals()?;
+    }
+}
+
+/// The longest a sleeping `acquire` goes without checking for signals.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// A caller's `timeout` in seconds as the longest wait, in nanoseconds, it accepts.
+fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+    Ok(timeout
+        .map(|t| seconds(t, "timeout"))
+        .transpose()?
+        .map_or(u128::MAX, |t| t.as_nanos()))
+}
+
 /// An exact rate limiter of one or more bands.
 ///
 /// RateLimiter(rate, burst=None, *, per=1, bands=None, initial=None, start_ns=None,
@@ -186,6 +213,42 @@ impl RateLimiter {
         }
         *limiter = Limiter::from_bands(&bands);
         Ok(())
+    }
+
+    /// Reserve `n` tokens at the clock's time (see `Limiter::reserve`): that time and the time
+    /// from which the tokens are the caller's, or None if that is more than `timeout` away.
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        n: u64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<(i64, i64)>> {
+        let max_wait = max_wait_ns(timeout)?;
+        let now = self.clock.now(py, None)?;
+        let reservation = self.lock().reserve(n, now, max_wait);
+        match reservation {
+            Reservation::Never => Err(never(n)),
+            Reservation::TooLate(_) => Ok(None),
+            Reservation::Taken { after_ns } => {
+                let at = i128::from(now).saturating_add_unsigned(after_ns);
+                Ok(Some((now, i64::try_from(at).unwrap_or(i64::MAX))))
+            }
+        }
+    }
+
+    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
+    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        let now = self.clock.now(py, None)?;
+        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+    }
+
+    /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
+    /// tokens it reserved at `reserved_ns` (see `Limiter::give_back`), then lets `error` go
+    /// on.
+    fn give_back(&self, py: Python<'_>, n: u64, reserved_ns: i64, error: PyErr) -> PyErr {
+        let now = self.clock.now(py, None).unwrap_or(reserved_ns);
+        self.lock().give_back(n, now);
+        error
     }
 
     /// Give the class the methods that enter through the quicker door (see `fastcall`).
@@ -323,9 +386,14 @@ impl RateLimiter {
     }
 
     /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds
-    /// them. Returns True once taken, or False if `timeout` seconds pass first. Raises
-    /// ValueError if `n` exceeds a band's burst, since no wait would ever be enough. The
-    /// sleeps assume the limiter's clock keeps pace with real time, as a monotonic clock does.
+    /// them. Returns True once taken, or False at once if they would only be there after
+    /// `timeout` seconds. Raises ValueError if `n` exceeds a band's burst, since no wait would
+    /// ever be enough.
+    ///
+    /// Waiters are served in the order they arrive: each reserves its tokens at the moment
+    /// they will be there, and whoever comes later queues behind it, so a large request is
+    /// never starved by small ones. Interrupted (Ctrl-C), a waiter gives its tokens back. The
+    /// sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
     fn acquire(
         &self,
@@ -334,13 +402,50 @@ impl RateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        block_until_taken(py, &self.clock, n, timeout, |now| {
-            match self.lock().acquire(n, now) {
-                CoreDecision::Allowed => Attempt::Taken,
-                CoreDecision::Never => Attempt::Never,
-                CoreDecision::Wait(ns) => Attempt::Retry(ns),
+        let Some((now, at)) = self.reserve(py, n, timeout)? else {
+            return Ok(false);
+        };
+        loop {
+            let left = match self.until(py, at) {
+                Ok(0) => return Ok(true),
+                Ok(left) => Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)),
+                Err(err) => return Err(self.give_back(py, n, now, err)),
+            };
+            if let Err(interrupted) = sleep_interruptibly(py, left) {
+                return Err(self.give_back(py, n, now, interrupted));
             }
-        })
+        }
+    }
+
+    /// Reserve `n` tokens as `acquire` does, without sleeping: the time, on the limiter's
+    /// clock, from which they are the caller's, or None, taking nothing, if that is more than
+    /// `timeout` seconds away. Raises ValueError if `n` exceeds a band's burst. For
+    /// `acquire_async`, which awaits that time (see `_until`) and gives the tokens back
+    /// (`refund`) if it is cancelled.
+    #[pyo3(signature = (n = None, timeout = None))]
+    fn _reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<i64>> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        Ok(self.reserve(py, n, timeout)?.map(|(_, at)| at))
+    }
+
+    /// Give back `n` tokens reserved by `_reserve` and not used (a cancelled waiter): they go
+    /// back as the time they take to accrue, so nobody gets them before their turn.
+    #[pyo3(signature = (n = None))]
+    fn _give_back(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.clock.now(py, None)?;
+        self.lock().give_back(n, now);
+        Ok(())
+    }
+
+    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
+    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        self.until(py, at_ns)
     }
 
     /// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
@@ -397,7 +502,9 @@ impl RateLimiter {
     }
 
     /// Take `n` tokens, awaiting (asyncio) until every band holds them. True once taken, False
-    /// if `timeout` seconds pass first; ValueError if `n` exceeds a band's burst.
+    /// at once if they would only be there after `timeout` seconds; ValueError if `n` exceeds
+    /// a band's burst. Served in order of arrival, as `acquire`; a cancelled waiter gives its
+    /// tokens back.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
@@ -406,7 +513,7 @@ impl RateLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_allowed", (slf.getattr("check")?, (&n,), &n, timeout))
+        conveniences(py)?.call_method1("await_reserved", (slf, &n, timeout))
     }
 
     /// Use as a decorator: `function` (def or async def) takes one token before each call,

@@ -47,6 +47,31 @@ async def await_allowed(
         await asyncio.sleep(delay)
 
 
+class _Reserving(Protocol):
+    def _reserve(self, n: int, timeout: float | None) -> int | None: ...
+    def _until(self, at_ns: int) -> int: ...
+    def _give_back(self, n: int) -> None: ...
+
+
+async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> bool:
+    """Reserve ``n`` tokens, then sleep until they are there: the limiter books them at the
+    moment they arrive, so waiters are served in the order they reserved.
+
+    False, taking nothing, if that moment is more than ``timeout`` seconds away; ValueError if
+    ``n`` is more than a band's burst. A waiter cancelled while it sleeps gives its tokens back.
+    """
+    at_ns = limiter._reserve(n, timeout)
+    if at_ns is None:
+        return False
+    try:
+        while left_ns := limiter._until(at_ns):
+            await asyncio.sleep(left_ns / 1e9)
+    except BaseException:
+        limiter._give_back(n)
+        raise
+    return True
+
+
 def seconds(timeout: float) -> float:
     """A timeout as ``acquire`` accepts it: a number of seconds, finite and >= 0."""
     if isinstance(timeout, (bool, str, bytes)):
@@ -56,7 +81,10 @@ def seconds(timeout: float) -> float:
     except (TypeError, ValueError):
         raise TypeError(f"timeout must be a number of seconds, not {timeout!r}") from None
     if not 0 <= value < float("inf"):
-        raise ValueError(f"timeout must be a finite number of seconds >= 0, not {timeout!r}")
+        raise ValueError(
+            f"timeout must be a finite number of seconds >= 0 (None waits for ever), "
+            f"not {timeout!r}"
+        )
     return value
 
 

@@ -11,6 +11,8 @@
 //!   the exact number of nanoseconds after which the same request would be allowed (one
 //!   nanosecond earlier it is still denied), the longest of the bands' waits; or
 //!   [`Decision::Never`] when `n` exceeds some band's burst, which no wait can fix.
+//! * [`Limiter::reserve`] is how a caller that will wait gets its turn: the tokens are taken at
+//!   the moment they will be there, so later callers queue behind it.
 
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::{settle, Balance};
@@ -74,6 +76,36 @@ impl Band {
         i64::try_from(i128::from(settled_at).saturating_add_unsigned(refill)).unwrap_or(i64::MAX)
     }
 
+    /// Give back `n` tokens reserved ahead of `now_ns` (see [`Balances::reserve`]): as time,
+    /// not as tokens. The settlement point moves back by the time `n` tokens take to accrue
+    /// (never before `now_ns`), so the tokens are nobody's before their turn would have come.
+    /// Added as tokens at a settlement point still ahead of the clock, they could be spent at
+    /// once, and a burst could be exceeded. Giving back the last reservation made restores
+    /// the band exactly as it was before it.
+    fn give_back(&mut self, n: u64, now_ns: i64) {
+        let returned = u128::from(n) * self.spec.rate.units_per_token();
+        let per_ns = self.spec.rate.units_per_ns();
+        let Some(settled_at) = self.balance.settled_at.filter(|&at| at > now_ns) else {
+            // Nothing reserved ahead: plain tokens, capped at the burst.
+            self.settle(now_ns);
+            self.balance.units = (self.balance.units + returned).min(self.spec.capacity_units());
+            return;
+        };
+        let ahead = settled_at.abs_diff(now_ns);
+        let whole_ns = returned / per_ns;
+        let (settled_at, units) = if whole_ns < u128::from(ahead) {
+            // Between `now_ns` and `settled_at`, so within the clock's range.
+            let back = i128::from(settled_at) - i128::try_from(whole_ns).unwrap_or(i128::MAX);
+            (i64::try_from(back).unwrap_or(now_ns), returned % per_ns)
+        } else {
+            (now_ns, returned - u128::from(ahead) * per_ns)
+        };
+        self.balance = Balance {
+            units: (self.balance.units + units).min(self.spec.capacity_units()),
+            settled_at: Some(settled_at),
+        };
+    }
+
     /// Whole tokens held.
     fn whole_tokens(&self) -> u128 {
         self.balance.units / self.spec.rate.units_per_token()
@@ -89,6 +121,19 @@ pub enum Decision {
     /// nanosecond sooner (if nothing else takes tokens meanwhile).
     Wait(u128),
     /// Not ever: `n` is more than some band can hold.
+    Never,
+}
+
+/// What [`Limiter::reserve`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reservation {
+    /// The tokens are taken, as of `after_ns` nanoseconds from the caller's time (0: now); the
+    /// caller waits that long before it uses them.
+    Taken { after_ns: u128 },
+    /// Nothing is taken: the tokens would only be there after this many nanoseconds, longer
+    /// than the caller will wait.
+    TooLate(u128),
+    /// Nothing is taken: `n` is more than some band can hold.
     Never,
 }
 
@@ -224,6 +269,50 @@ impl Balances {
         decision
     }
 
+    /// Take `n` tokens at the first moment every band holds them: now if they do, otherwise
+    /// (if that moment is at most `max_wait_ns` away) at that moment, as GCRA books a request
+    /// at its theoretical arrival time.
+    ///
+    /// Taking them in the future means settling every band forward to that moment and taking
+    /// them there, so the settlement point then lies ahead of `now_ns`. Nothing accrues to
+    /// anyone before it: whoever asks next is answered from the reservation's end and queues
+    /// behind it. That is what makes waiting fair: waiters are served in the order they
+    /// reserved, and a large request is never overtaken by a stream of small ones. A waiter
+    /// that gives up hands its tokens back with [`Balances::refund`].
+    pub fn reserve(
+        &mut self,
+        specs: &[BandSpec],
+        n: u64,
+        now_ns: i64,
+        max_wait_ns: u128,
+    ) -> Reservation {
+        self.settle(specs, now_ns);
+        match self.decide(specs, n, now_ns) {
+            Decision::Never => Reservation::Never,
+            Decision::Allowed => {
+                self.acquire(specs, n, now_ns);
+                Reservation::Taken { after_ns: 0 }
+            }
+            Decision::Wait(wait) => {
+                let at = i128::from(now_ns).saturating_add_unsigned(wait);
+                match i64::try_from(at) {
+                    Ok(at) if wait <= max_wait_ns => {
+                        let taken = self.acquire(specs, n, at);
+                        debug_assert_eq!(taken, Decision::Allowed, "every band holds n by then");
+                        Reservation::Taken { after_ns: wait }
+                    }
+                    _ => Reservation::TooLate(wait),
+                }
+            }
+        }
+    }
+
+    /// A waiter that stops waiting hands back the `n` tokens it reserved: see
+    /// [`Band::give_back`].
+    pub fn give_back(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) {
+        self.update(specs, |band| band.give_back(n, now_ns));
+    }
+
     /// What [`Balances::acquire`] would answer at `now_ns`, taking nothing. Like every call,
     /// the first one anchors new balances' clock; otherwise nothing is stored.
     pub fn peek(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) -> Decision {
@@ -354,6 +443,16 @@ impl Limiter {
         self.balances.acquire(&self.specs, n, now_ns)
     }
 
+    /// See [`Balances::reserve`].
+    pub fn reserve(&mut self, n: u64, now_ns: i64, max_wait_ns: u128) -> Reservation {
+        self.balances.reserve(&self.specs, n, now_ns, max_wait_ns)
+    }
+
+    /// See [`Balances::give_back`].
+    pub fn give_back(&mut self, n: u64, now_ns: i64) {
+        self.balances.give_back(&self.specs, n, now_ns);
+    }
+
     /// See [`Balances::peek`].
     pub fn peek(&mut self, n: u64, now_ns: i64) -> Decision {
         self.balances.peek(&self.specs, n, now_ns)
@@ -385,6 +484,132 @@ mod tests {
 
     fn band(per_second: u64, burst: u64) -> BandSpec {
         BandSpec::new(Rate::new(per_second, 1).unwrap(), burst).unwrap()
+    }
+
+    #[test]
+    fn a_reservation_takes_at_once_what_is_there() {
+        let mut limiter = Limiter::new(&[band(1, 5)], None, Some(0));
+        assert_eq!(
+            limiter.reserve(5, 0, u128::MAX),
+            Reservation::Taken { after_ns: 0 }
+        );
+        assert_eq!(limiter.acquire(1, 0), Decision::Wait(SECOND as u128));
+    }
+
+    #[test]
+    fn a_reservation_books_the_moment_its_tokens_arrive_and_later_callers_queue_behind_it() {
+        let mut limiter = Limiter::new(&[band(1, 5)], Some(0), Some(0));
+        assert_eq!(
+            limiter.reserve(3, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 3 * 1_000_000_000
+            }
+        );
+        // The next caller is answered from the reservation's end: 3 s, then 1 s for its token.
+        assert_eq!(limiter.acquire(1, 0), Decision::Wait(4 * 1_000_000_000));
+        assert_eq!(
+            limiter.reserve(1, SECOND, u128::MAX),
+            Reservation::Taken {
+                after_ns: 3 * 1_000_000_000
+            }
+        );
+        assert_eq!(
+            limiter.acquire(1, 4 * SECOND),
+            Decision::Wait(1_000_000_000)
+        );
+        assert_eq!(limiter.acquire(1, 5 * SECOND), Decision::Allowed);
+    }
+
+    #[test]
+    fn a_large_reservation_is_not_overtaken_by_small_requests() {
+        let mut limiter = Limiter::new(&[band(1, 10)], Some(0), Some(0));
+        assert_eq!(
+            limiter.reserve(5, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 5 * 1_000_000_000
+            }
+        );
+        for t in 1..=5 {
+            assert!(matches!(limiter.acquire(1, t * SECOND), Decision::Wait(_)));
+        }
+        assert_eq!(limiter.acquire(1, 6 * SECOND), Decision::Allowed);
+    }
+
+    #[test]
+    fn a_reservation_too_far_ahead_takes_nothing() {
+        let mut limiter = Limiter::new(&[band(1, 5), band(2, 5)], Some(0), Some(0));
+        let before = limiter.clone();
+        assert_eq!(
+            limiter.reserve(3, 0, 3 * 1_000_000_000 - 1),
+            Reservation::TooLate(3 * 1_000_000_000)
+        );
+        assert_eq!(limiter, before);
+        assert_eq!(limiter.reserve(6, 0, u128::MAX), Reservation::Never);
+        assert_eq!(limiter, before);
+    }
+
+    #[test]
+    fn the_last_reservation_given_back_leaves_the_limiter_as_it_was() {
+        for initial in [0, 2, 4] {
+            let mut limiter = Limiter::new(&[band(1, 5)], Some(initial), Some(0));
+            limiter.acquire(0, SECOND);
+            let before = limiter.clone();
+            assert!(matches!(
+                limiter.reserve(5, SECOND, u128::MAX),
+                Reservation::Taken { .. }
+            ));
+            limiter.give_back(5, SECOND);
+            assert_eq!(limiter, before, "initial {initial}");
+        }
+    }
+
+    #[test]
+    fn a_reservation_given_back_lends_nothing_early_and_loses_nothing_by_its_end() {
+        // The faster band fills up while the slower one is waited for: what its cap cut off
+        // cannot be told apart afterwards, so it comes back later, never earlier.
+        let mut limiter = Limiter::new(&[band(1, 5), band(3, 7)], Some(0), Some(0));
+        let before = limiter.clone();
+        assert_eq!(
+            limiter.reserve(5, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 5 * 1_000_000_000
+            }
+        );
+        limiter.give_back(5, 0);
+        for t in 0..=20 {
+            let now = t * SECOND / 2;
+            let (mut got, mut want) = (limiter.clone(), before.clone());
+            assert!(got.available_at(now) <= want.available_at(now), "at {now}");
+            if now >= 5 * SECOND {
+                assert_eq!(got.available_at(now), want.available_at(now), "at {now}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_reservation_given_back_behind_another_loses_no_token_and_lends_none_early() {
+        let mut limiter = Limiter::new(&[band(1, 5)], Some(0), Some(0));
+        assert_eq!(
+            limiter.reserve(2, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 2 * 1_000_000_000
+            }
+        );
+        assert_eq!(
+            limiter.reserve(1, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 3 * 1_000_000_000
+            }
+        );
+        limiter.give_back(2, 0);
+        // Only the second reservation's token is spoken for: nobody gets a token before 1 s,
+        // and from then on the tokens come as if the first had never reserved.
+        assert_eq!(limiter.acquire(1, 0), Decision::Wait(2 * 1_000_000_000));
+        assert_eq!(limiter.acquire(2, 3 * SECOND), Decision::Allowed);
+        assert_eq!(
+            limiter.acquire(1, 3 * SECOND),
+            Decision::Wait(1_000_000_000)
+        );
     }
 
     #[test]
