@@ -1117,5 +1117,15 @@ mod tests {
             limiter.acquire(format!("k{i}").as_str(), 1, 0);
         }
         assert_eq!(limiter.len(), 10, "every shard filled to its share");
+        // More shards than a byte of the hash can tell apart: every one is still reached.
+        let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 1024, 512);
+        for i in 0..20_000 {
+            limiter.acquire(format!("k{i}").as_str(), 1, 0);
+        }
+        assert_eq!(
+            limiter.len(),
+            1024,
+            "every one of 512 shards holds its two keys"
+        );
     }
 }
