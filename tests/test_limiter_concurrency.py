@@ -128,7 +128,8 @@ def test_try_acquire_is_exact_while_the_bucket_refills_under_contention() -> Non
     """Never full, the bucket loses nothing to its cap, so whatever order the calls take the
     lock in, the tokens taken during the schedule and those drained at its end add up to what
     accrued over it (model: ``limiter_model``). A lost update, an accrual counted twice or
-    missed, or a call behind the latest time that accrued anything, would change that sum."""
+    missed, or a call behind the settlement point that accrued the time back to it (or moved
+    the point back), would change that sum."""
     end = THREADS * CALLS * STEP_NS
     burst = 10**6  # far above the 1066 tokens that accrue: the cap never binds
     limiter = RateLimiter(REFILL_RATE, burst=burst, initial=0, start_ns=0)
