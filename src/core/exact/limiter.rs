@@ -454,6 +454,7 @@ mod tests {
                 "nothing was taken from the fast band"
             );
             assert_eq!(limiter.available_at(SECOND), 1);
+            assert_eq!(limiter.available_at(3 * SECOND), 3);
             assert_eq!(limiter.acquire(10, SECOND), Decision::Wait(9_000_000_000));
             assert_eq!(limiter.acquire(1, SECOND), Decision::Allowed);
         }
