@@ -509,7 +509,7 @@ mod tests {
         assert_eq!(bands.iter().map(|b| b.spec).collect::<Vec<_>>(), specs);
         assert_eq!(
             bands.iter().map(|b| b.balance.units).collect::<Vec<_>>(),
-            [SECOND.unsigned_abs().into(), SECOND.unsigned_abs().into()]
+            [1_000_000_000_u128, 1_000_000_000]
         );
         assert_eq!(Limiter::from_bands(&bands), limiter);
     }
