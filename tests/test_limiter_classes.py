@@ -228,6 +228,19 @@ def _reference_keyed_try_acquire(key: Any, n: Any = None, now_ns: Any = None) ->
 NAMES = st.sampled_from(["key", "n", "now_ns", "now", "m", "".join(["n", "ow_ns"])])
 
 
+def empty_door(keyed_door: bool) -> Any:
+    """A ``try_acquire`` with no token to give, whatever the key and the time: a limiter
+    starting empty, or a table whose keys 0, 1 and None are emptied at 0 ns, at one token per
+    10**12 s (so that even the monotonic clock's reading brings no token). Only ``n=0`` is
+    allowed."""
+    if not keyed_door:
+        return RateLimiter(1, burst=10, per=10**12, initial=0).try_acquire
+    table = KeyedRateLimiter(1, burst=10, per=10**12, max_keys=10, shards=1)
+    for key in (0, 1, None):
+        assert table.try_acquire(key, 10, now_ns=0)
+    return table.try_acquire
+
+
 @given(
     positional=st.lists(st.sampled_from([0, 1, None]), max_size=4),
     keywords=st.dictionaries(NAMES, st.sampled_from([0, 1, None]), max_size=3),
@@ -237,16 +250,14 @@ def test_the_door_binds_exactly_as_python_does(
     positional: list[Any], keywords: dict[str, Any], keyed_door: bool
 ) -> None:
     reference = _reference_keyed_try_acquire if keyed_door else _reference_try_acquire
-    door = (
-        KeyedRateLimiter(1, burst=10, max_keys=10, shards=1).try_acquire
-        if keyed_door
-        else RateLimiter(1, burst=10).try_acquire
-    )
+    door = empty_door(keyed_door)
     try:
-        reference(*positional, **keywords)
+        bound = inspect.signature(reference).bind(*positional, **keywords)
     except TypeError:
         with pytest.raises(TypeError):
             door(*positional, **keywords)
         return
-    # Bound as Python would: the call runs (the values are valid; now_ns=None reads the clock).
-    assert door(*positional, **keywords) in (True, False)
+    # Bound as Python would: the call runs (the values are valid; now_ns=None reads the clock)
+    # and answers for the n that Python binds (None: one token), from an empty limiter.
+    n = bound.arguments.get("n")
+    assert door(*positional, **keywords) is (n == 0), f"n bound to {n!r}"

@@ -7,6 +7,12 @@ Threads:
   1000 calls are allowed, with ``try_acquire`` and with ``check`` (whose allowed decisions see
   every ``remaining`` 999 ... 0 exactly once), with an explicit ``now_ns`` and with an injected
   Python clock (a clock run under the limiter's lock could deadlock against the GIL);
+* exact totals while the bucket refills: 8 threads call ``try_acquire`` with explicit
+  ``now_ns`` taken in turn from one schedule (so each thread's times interleave with the
+  others', and a call is often behind the latest time already settled), on a limiter that
+  starts empty and refills one token every 3 us of that schedule, with a burst it never
+  reaches. Whatever the interleaving, the tokens the threads take plus those left at the end of
+  the schedule are exactly the model's: what accrued from start to end;
 * a thread blocked in ``acquire`` holds neither the GIL nor the limiter: other threads are
   served at once, by another limiter and by the same one.
 
@@ -33,6 +39,7 @@ import qos_support
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.limiter")
 
+import limiter_model as lm
 from limiter_model import FakeClock
 from protocol_in_code.qos.limiter import Decision, LimitOutcome, RateLimiter
 
@@ -111,6 +118,61 @@ def test_check_allows_exactly_the_burst_and_each_balance_once(clocked: bool) -> 
     assert {d.outcome for d in denied} == {LimitOutcome.DENIED}
     assert all(d.remaining == 0 and d.wait_ns > 0 for d in denied)
     assert limiter.available(now_ns=5 * SECOND) == 0
+
+
+REFILL_RATE = Fraction(10**6, 3)  # tokens per second: one every 3 us of the schedule
+STEP_NS = 1000  # the schedule's times: call j of thread i at (j * THREADS + i) * STEP_NS
+
+
+def test_try_acquire_is_exact_while_the_bucket_refills_under_contention() -> None:
+    """Never full, the bucket loses nothing to its cap, so whatever order the calls take the
+    lock in, the tokens taken during the schedule and those drained at its end add up to what
+    accrued over it (model: ``limiter_model``). A lost update, an accrual counted twice or
+    missed, or a call behind the settlement point that accrued the time back to it (or moved
+    the point back), would change that sum."""
+    end = THREADS * CALLS * STEP_NS
+    burst = 10**6  # far above the 1066 tokens that accrue: the cap never binds
+    limiter = RateLimiter(REFILL_RATE, burst=burst, initial=0, start_ns=0)
+    taken = [0] * THREADS
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            taken[i] = sum(
+                limiter.try_acquire(now_ns=(j * THREADS + i) * STEP_NS) for j in range(CALLS)
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(THREADS)]
+    with qos_support.watchdog(HANG_SECONDS), qos_support.switch_interval(1e-6):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    left = limiter.available(now_ns=end)
+    drained = 0
+    while drained <= left and limiter.try_acquire(now_ns=end):
+        drained += 1
+
+    model = lm.ModelLimiter([(REFILL_RATE, burst)], initial=0, start_ns=0)
+    model_taken = sum(
+        model.try_acquire(1, (j * THREADS + i) * STEP_NS)
+        for i in range(THREADS)
+        for j in range(CALLS)
+    )
+    model_left = model.available(end)
+    assert model_taken + model_left == THREADS * CALLS // 3  # every 3rd call's worth accrued
+    assert (sum(taken), drained) != (0, 0), "nothing refilled"
+    assert sum(taken) + drained == model_taken + model_left, (
+        f"threads took {taken} (total {sum(taken)}), {drained} more were left at {end} ns; "
+        f"{model_taken + model_left} tokens accrued over the schedule"
+    )
+    assert drained == left
+    assert limiter.available(now_ns=end) == 0
 
 
 def test_a_blocked_acquire_does_not_stop_other_threads() -> None:

@@ -7,8 +7,10 @@
   never exceeds CBS.
 * ``test_real_clock_green_is_bounded``: the same with the meter's own monotonic clock: green
   bytes never exceed CBS plus what CIR refills over the run.
-* ``test_mark_many_releases_the_gil``: another Python thread keeps running while a long trace
-  is being marked.
+* ``test_another_thread_runs_while_mark_many_marks``: a thread waiting for the GIL gets to run
+  while a long trace is being marked, and sees the call still in progress. The switch interval
+  is set far beyond the test's length, so the interpreter never takes the GIL from the caller:
+  the waiting thread can only run if ``mark_many`` lets the GIL go.
 * ``test_mark_many_is_not_starved_by_marks``: a long ``mark_many`` finishes while other
   threads keep calling ``mark``. (An earlier build ran the trace on a copy with the GIL
   released and started over whenever a ``mark`` landed meanwhile, with no bound on the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import array
 import random
+import sys
 import threading
 import time
 from typing import Any
@@ -44,6 +47,8 @@ THREADS = 4
 ROUNDS = 400
 HANG_SECONDS = 120
 T = 123_456_789  # the one instant of the no-refill test
+NEVER_SWITCH = 100.0  # a switch interval no test here lasts: the GIL changes hands only if let go
+TRACES = 20  # traces marked, at most, while waiting for the other thread to run
 
 
 def run_threads(worker: Any, n: int = THREADS) -> None:
@@ -135,33 +140,47 @@ def test_real_clock_green_is_bounded(kind: str) -> None:
     assert given[Color.GREEN] <= 100_000 + 1000 * elapsed_s + 1
 
 
-def test_mark_many_releases_the_gil() -> None:
-    """While a long trace is marked, this thread keeps running Python code.
+@pytest.mark.skipif(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="without a GIL there is nothing for mark_many to let go",
+)
+def test_another_thread_runs_while_mark_many_marks() -> None:
+    """A thread that waits for the GIL runs during ``mark_many``, and sees it still marking.
 
-    The buffers are copied with the GIL held, then marked with it released; this thread must get
-    to run during the marking. (No speed is asserted: only that the GIL is let go at all.)
+    With a switch interval longer than the test, the interpreter never asks this thread to give
+    up the GIL: between ``go.set()`` and the end of the loop, the other thread can run only
+    while this one has let the GIL go, and the only call here that may do so is ``mark_many``.
+    The other thread records whether a trace was being marked when it ran. Were the GIL held for
+    the whole trace, it would run only at the ``join``, and record False. (Several traces, in
+    case the other thread is slow to wake; nothing about speed is asserted.)
     """
-    n = 2_000_000
+    n = 1_000_000
     sizes = array.array("B", [1]) * n
     times = array.array("q", [0]) * n
     meter = SingleRateMeter(1, 10**12, 0)
-    started, done = threading.Event(), threading.Event()
-    ran_during = 0
+    go = threading.Event()
+    marking = [False]
+    seen: list[bool] = []
 
-    def run() -> None:
-        started.set()
-        meter.mark_many(sizes, times)
-        done.set()
+    def other() -> None:
+        go.wait()
+        seen.append(marking[0])
 
-    with watchdog(HANG_SECONDS):
-        worker = threading.Thread(target=run)
+    worker = threading.Thread(target=other)
+    with watchdog(HANG_SECONDS), switch_interval(NEVER_SWITCH):
         worker.start()
-        started.wait()
-        while not done.is_set():
-            ran_during += 1
+        go.set()
+        for _ in range(TRACES):
+            marking[0] = True
+            meter.mark_many(sizes, times)
+            marking[0] = False
+            if seen:
+                break
         worker.join()
-    # Holding the GIL from start to finish, mark_many would leave this loop no turn at all.
-    assert ran_during > 0
+    assert seen == [True], (
+        "the other thread got no turn while mark_many marked a trace: the GIL was held "
+        f"throughout ({seen=}: it ran only once the traces were done)"
+    )
 
 
 def test_mark_many_is_not_starved_by_marks() -> None:

@@ -181,4 +181,32 @@ mod tests {
         assert_eq!(i64::MIN.minus(&1), Err(Overflow));
         assert_eq!(i64::MAX.times(&2), Err(Overflow));
     }
+
+    #[test]
+    fn integer_comparisons_are_strict_where_they_say_so() {
+        assert_eq!(0_i64.below_zero(), Ok(false));
+        assert_eq!((-1_i64).below_zero(), Ok(true));
+        assert_eq!(0_i64.at_most_zero(), Ok(true));
+        assert_eq!(1_i64.at_most_zero(), Ok(false));
+        assert_eq!(Overflow.to_string(), "integer overflow");
+    }
+
+    #[test]
+    fn float_arithmetic_and_comparisons_are_ieee() {
+        assert_eq!(3.0_f64.minus(&1.0), Ok(2.0));
+        assert_eq!(1.0_f64.less_than(&2.0), Ok(true));
+        assert_eq!(2.0_f64.less_than(&1.0), Ok(false));
+        assert_eq!(1.0_f64.less_than(&1.0), Ok(false));
+        assert_eq!(2.0_f64.greater_than(&1.0), Ok(true));
+        assert_eq!(1.0_f64.greater_than(&2.0), Ok(false));
+        assert_eq!(1.0_f64.greater_than(&1.0), Ok(false));
+        assert_eq!(0.0_f64.at_most_zero(), Ok(true));
+        assert_eq!((-0.5_f64).at_most_zero(), Ok(true));
+        assert_eq!(0.5_f64.at_most_zero(), Ok(false));
+        assert_eq!(f64::NAN.at_most_zero(), Ok(false));
+        assert_eq!((-0.5_f64).below_zero(), Ok(true));
+        assert_eq!(0.0_f64.below_zero(), Ok(false));
+        assert_eq!(0.5_f64.below_zero(), Ok(false));
+        assert_eq!(python_max_with_zero(&-2.5_f64), Ok(0.0));
+    }
 }

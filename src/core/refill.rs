@@ -122,6 +122,13 @@ mod tests {
     }
 
     #[test]
+    fn one_unit_of_time_is_enough_to_grow_and_growth_may_land_on_the_cap() {
+        assert_eq!(refill(10, 100, 2, 5, 6), (12, 6));
+        assert_eq!(refill(7, 10, 1, 0, 3), (10, 3));
+        assert_eq!(refill(7, 10, 1, 0, 4), (10, 4));
+    }
+
+    #[test]
     fn a_balance_above_capacity_is_clamped_only_when_time_passes() {
         assert_eq!(refill(50, 10, 1, 0, 0), (50, 0));
         assert_eq!(refill(50, 10, 1, 0, 1), (10, 1));

@@ -903,4 +903,229 @@ mod tests {
         assert_eq!(traced.stats().allowed, one_by_one.stats().allowed);
         assert_eq!(traced.stats().refused, one_by_one.stats().refused);
     }
+
+    #[test]
+    fn a_throttled_key_is_still_throttled_after_a_denial() {
+        let limiter = table(8);
+        assert_eq!(limiter.acquire("a", 2, 0), ALLOWED);
+        for now in [0, SECOND / 2] {
+            let left = u128::from((SECOND - now).unsigned_abs());
+            for _ in 0..3 {
+                assert_eq!(
+                    limiter.acquire("a", 1, now),
+                    KeyedDecision::Decided(Decision::Wait(left))
+                );
+                assert!(limiter.contains("a"), "a denial forgot the key");
+            }
+        }
+        assert_eq!(limiter.acquire("a", 1, SECOND), ALLOWED);
+        assert_eq!(limiter.keys(), ["a"]);
+    }
+
+    #[test]
+    fn the_counts_are_exact_and_summed_over_shards() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 4, 2);
+        assert_eq!(
+            (limiter.specs(), limiter.max_keys(), limiter.shard_count()),
+            (&[spec][..], 4, 2)
+        );
+        assert!(limiter.is_empty());
+        let mut taken = Vec::new();
+        for i in 0..100 {
+            let key = format!("k{i}");
+            if limiter.acquire(key.as_str(), 2, 0) == ALLOWED {
+                taken.push(key);
+            }
+        }
+        // Both shards full of empty keys: every other key was refused.
+        assert_eq!(taken.len(), 4);
+        assert_eq!(limiter.len(), 4);
+        assert!(!limiter.is_empty());
+        for key in &taken {
+            assert!(limiter.contains(key.as_str()));
+            limiter.acquire(key.as_str(), 1, 0); // denied
+            limiter.acquire(key.as_str(), 3, 0); // never
+        }
+        let mut keys = limiter.keys();
+        keys.sort();
+        taken.sort();
+        assert_eq!(keys, taken);
+        assert_eq!(
+            limiter.stats(),
+            Stats {
+                allowed: 4,
+                denied: 8,
+                refused: 96,
+                forgotten: 0,
+            }
+        );
+        // Two seconds on, all four are full again: each, touched, is forgotten.
+        for key in &taken {
+            assert_eq!(limiter.acquire(key.as_str(), 0, 2 * SECOND), ALLOWED);
+        }
+        assert!(limiter.is_empty());
+        assert_eq!(limiter.stats().forgotten, 4);
+        assert_eq!(limiter.stats().allowed, 8);
+    }
+
+    #[test]
+    fn a_check_says_what_the_key_holds_after_it() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 3).unwrap();
+        let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 4, 1);
+        let check = |n| {
+            let answer = limiter.check("a", n, 0);
+            (answer.decision, answer.remaining)
+        };
+        assert_eq!(check(1), (ALLOWED, 2));
+        assert_eq!(check(2), (ALLOWED, 0));
+        assert_eq!(
+            check(1),
+            (KeyedDecision::Decided(Decision::Wait(1_000_000_000)), 0)
+        );
+        assert_eq!(limiter.available("a", 2 * SECOND), 2);
+        assert_eq!(limiter.available("b", 0), 3);
+    }
+
+    #[test]
+    fn a_request_that_takes_nothing_stores_nothing_and_needs_no_room() {
+        let limiter = table(1);
+        assert_eq!(limiter.acquire("a", 0, 0), ALLOWED);
+        assert!(limiter.is_empty());
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        // The table is full of a key that is not fresh: a request for nothing is still
+        // allowed, as it would be for a key that is remembered.
+        assert_eq!(limiter.peek("b", 0, 0).decision, ALLOWED);
+        assert_eq!(limiter.acquire("b", 0, 0), ALLOWED);
+        assert_eq!(
+            limiter.peek("b", 1, 0).decision,
+            KeyedDecision::Refused {
+                retry_in: 1_000_000_000
+            }
+        );
+        assert_eq!(limiter.keys(), ["a"]);
+    }
+
+    #[test]
+    fn a_table_with_room_sweeps_nothing() {
+        let limiter = table(4);
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        assert_eq!(limiter.acquire("b", 1, 10 * SECOND), ALLOWED);
+        // "a" is full again, but nobody needed its room nor touched it.
+        assert!(limiter.contains("a"));
+        assert_eq!(limiter.len(), 2);
+        assert_eq!(limiter.stats().forgotten, 0);
+    }
+
+    #[test]
+    fn a_refusal_hint_follows_the_latest_take_from_the_first_key() {
+        // Room for one key; "a" takes 1 (full again at 1 s), then 1 more (at 2 s).
+        let limiter = table(1);
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        let refused = |retry_in| KeyedDecision::Refused { retry_in };
+        assert_eq!(limiter.acquire("b", 1, 0), refused(1_000_000_000));
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        assert_eq!(limiter.acquire("b", 1, 0), refused(2_000_000_000));
+        assert_eq!(limiter.acquire("b", 1, SECOND), refused(1_000_000_000));
+        assert_eq!(limiter.acquire("b", 1, 2 * SECOND), ALLOWED);
+    }
+
+    #[test]
+    fn watched_keys_are_handed_over_once_forgotten() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let limiter: KeyedLimiter<String> =
+            KeyedLimiter::new(&[spec], 2, 1).watching(|key| key.starts_with('w'));
+        assert!(limiter.take_forgotten().is_empty());
+        for key in ["w1", "x1"] {
+            assert_eq!(limiter.acquire(key, 1, 0), ALLOWED);
+        }
+        // Both full again at 1 s: a new key sweeps them both.
+        assert_eq!(limiter.acquire("w2", 1, SECOND), ALLOWED);
+        assert_eq!(limiter.stats().forgotten, 2);
+        assert_eq!(limiter.take_forgotten(), ["w1"]);
+        assert!(limiter.take_forgotten().is_empty(), "handed over once");
+        // Forgotten when touched, full again.
+        assert_eq!(limiter.acquire("w2", 0, 2 * SECOND), ALLOWED);
+        assert_eq!(limiter.take_forgotten(), ["w2"]);
+        assert_eq!(limiter.stats().forgotten, 3);
+    }
+
+    #[test]
+    fn a_saved_table_comes_back_whole_and_a_bad_save_is_refused() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        // Room for three keys in each shard, however the keys fall.
+        let saved: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        assert_eq!(saved.latest(), None);
+        for (key, n) in [("a", 2), ("b", 1), ("c", 1)] {
+            saved.acquire(key, n, -5);
+        }
+        assert_eq!(saved.latest(), Some(-5));
+        let mut entries = saved.entries();
+        assert_eq!(entries.len(), saved.len());
+        let restored: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        assert_ne!(
+            restored.seed(),
+            saved.seed(),
+            "each table draws its own seed"
+        );
+        assert_ne!(
+            restored.hasher.hash_one("a"),
+            saved.hasher.hash_one("a"),
+            "keys are hashed with the table's seed"
+        );
+        assert_eq!(
+            restored.restore(saved.seed(), entries.clone(), saved.latest(), saved.stats()),
+            Ok(())
+        );
+        assert_eq!(restored.seed(), saved.seed());
+        assert_eq!(restored.hasher.hash_one("a"), saved.hasher.hash_one("a"));
+        assert_eq!(restored.latest(), Some(-5));
+        assert_eq!(restored.stats(), saved.stats());
+        let mut keys = restored.keys();
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c"]);
+        for key in ["a", "b", "c", "d"] {
+            assert_eq!(restored.peek(key, 2, -5), saved.peek(key, 2, -5), "{key}");
+        }
+        // A key twice, or more keys than a shard may hold: nothing is restored.
+        let again: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        let mut twice = entries.clone();
+        twice.push(entries[0].clone());
+        assert_eq!(
+            again.restore(saved.seed(), twice, None, Stats::default()),
+            Err(RestoreError::Duplicate)
+        );
+        assert!(again.is_empty());
+        let small: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 2, 1);
+        entries.truncate(3);
+        assert_eq!(
+            small.restore(saved.seed(), entries, None, Stats::default()),
+            Err(RestoreError::Overfull)
+        );
+        assert!(small.is_empty());
+    }
+
+    #[test]
+    fn keys_spread_over_every_shard_and_shares_add_up() {
+        assert_eq!(
+            (0..4).map(|i| share(10, 4, i)).collect::<Vec<_>>(),
+            [3, 3, 2, 2]
+        );
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 10, 4);
+        for i in 0..10_000 {
+            limiter.acquire(format!("k{i}").as_str(), 1, 0);
+        }
+        assert_eq!(limiter.len(), 10, "every shard filled to its share");
+        // More shards than a byte of the hash can tell apart: every one is still reached.
+        let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 1024, 512);
+        for i in 0..20_000 {
+            limiter.acquire(format!("k{i}").as_str(), 1, 0);
+        }
+        assert_eq!(
+            limiter.len(),
+            1024,
+            "every one of 512 shards holds its two keys"
+        );
+    }
 }

@@ -662,6 +662,84 @@ mod tests {
     }
 
     #[test]
+    fn a_band_that_holds_the_tokens_does_not_overrule_one_that_says_wait() {
+        // Half a second in: the slow band holds half a token, the fast one is full again.
+        let slow = band(1, 10);
+        let fast = band(100, 10);
+        for specs in [[slow, fast], [fast, slow]] {
+            let mut limiter = Limiter::new(&specs, Some(0), Some(0));
+            assert_eq!(
+                limiter.acquire(1, SECOND / 2),
+                Decision::Wait(500_000_000),
+                "{specs:?}"
+            );
+            assert_eq!(
+                limiter.available(),
+                0,
+                "nothing was taken from the fast band"
+            );
+            assert_eq!(limiter.available_at(SECOND), 1);
+            assert_eq!(limiter.available_at(3 * SECOND), 3);
+            assert_eq!(limiter.acquire(10, SECOND), Decision::Wait(9_000_000_000));
+            assert_eq!(limiter.acquire(1, SECOND), Decision::Allowed);
+        }
+    }
+
+    #[test]
+    fn a_wait_is_rounded_up_to_the_next_whole_nanosecond() {
+        // 3 tokens per second: 3 units a nanosecond, 10^9 units a token. An empty band needs
+        // 333,333,333 1/3 ns for a token: 333,333,333 ns are one unit short, so the wait is
+        // 333,333,334 ns (rounded down, the request would be denied at the end of its wait).
+        let spec = BandSpec::new(Rate::new(3, 1).unwrap(), 1).unwrap();
+        let mut limiter = Limiter::new(&[spec], Some(0), Some(0));
+        assert_eq!(limiter.acquire(1, 0), Decision::Wait(333_333_334));
+        assert_eq!(limiter.peek(1, 333_333_333), Decision::Wait(1));
+        assert_eq!(limiter.acquire(1, 333_333_334), Decision::Allowed);
+        // The same rounding for when a band is full again.
+        let balances = Balances::new(&[spec], Some(0), Some(0));
+        assert_eq!(balances.fresh_from(&[spec]), 333_333_334);
+    }
+
+    #[test]
+    fn fresh_from_is_when_the_slowest_band_is_full_again() {
+        let specs = [band(1, 3), band(2, 2)];
+        let mut balances = Balances::new(&specs, None, None);
+        assert!(balances.is_full(&specs));
+        assert_eq!(
+            balances.fresh_from(&specs),
+            i64::MIN,
+            "full and never anchored: fresh from any time"
+        );
+        assert_eq!(
+            Balances::new(&specs, Some(1), None).fresh_from(&specs),
+            i64::MAX,
+            "never anchored and not full: no time makes it full"
+        );
+        assert_eq!(balances.acquire(&specs, 2, 5 * SECOND), Decision::Allowed);
+        assert!(!balances.is_full(&specs));
+        // The first band lacks 2 tokens (2 s), the second 2 tokens at 2 a second (1 s).
+        assert_eq!(balances.fresh_from(&specs), 7 * SECOND);
+        assert!(!balances.is_fresh_at(&specs, 7 * SECOND - 1));
+        assert!(balances.is_fresh_at(&specs, 7 * SECOND));
+        assert_eq!(balances.available_at(&specs, 5 * SECOND + SECOND / 2), 1);
+        assert_eq!(balances.available_at(&specs, 6 * SECOND), 2);
+    }
+
+    #[test]
+    fn bands_come_back_with_their_balances() {
+        let specs = [band(1, 3), band(2, 5)];
+        let mut limiter = Limiter::new(&specs, Some(2), Some(0));
+        assert_eq!(limiter.acquire(1, 0), Decision::Allowed);
+        let bands = limiter.bands();
+        assert_eq!(bands.iter().map(|b| b.spec).collect::<Vec<_>>(), specs);
+        assert_eq!(
+            bands.iter().map(|b| b.balance.units).collect::<Vec<_>>(),
+            [1_000_000_000_u128, 1_000_000_000]
+        );
+        assert_eq!(Limiter::from_bands(&bands), limiter);
+    }
+
+    #[test]
     fn refunds_are_capped_at_the_burst() {
         let mut limiter = Limiter::new(&[band(1, 3)], Some(2), Some(0));
         limiter.refund(5, 0);

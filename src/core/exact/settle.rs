@@ -127,6 +127,28 @@ mod tests {
     }
 
     #[test]
+    fn no_time_is_no_settlement_and_the_cap_is_reached_exactly() {
+        // Zero elapsed leaves the balance as it is, even one above the cap; one nanosecond
+        // settles it.
+        assert_eq!(settle(at(150, 10), 3, 100, 10), at(150, 10));
+        assert_eq!(settle(at(150, 10), 3, 100, 11), at(100, 11));
+        assert_eq!(
+            settle_with_overflow(at(150, 10), 3, 100, 10),
+            (at(150, 10), 0)
+        );
+        // 90 + 10 * 1 lands on the cap: nothing cut off; one more nanosecond cuts off 1.
+        assert_eq!(settle_with_overflow(at(90, 0), 1, 100, 9), (at(99, 9), 0));
+        assert_eq!(
+            settle_with_overflow(at(90, 0), 1, 100, 10),
+            (at(100, 10), 0)
+        );
+        assert_eq!(
+            settle_with_overflow(at(90, 0), 1, 100, 11),
+            (at(100, 11), 1)
+        );
+    }
+
+    #[test]
     fn the_overflow_is_what_the_cap_cut_off() {
         let (settled, overflow) = settle_with_overflow(at(90, 0), 3, 100, 10);
         assert_eq!((settled, overflow), (at(100, 10), 20));

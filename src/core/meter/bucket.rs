@@ -147,3 +147,52 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
     }
     a
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_rates_are_kept_in_lowest_terms_and_compared_exactly() {
+        assert_eq!(
+            ByteRate::new(6, 4),
+            Ok(ByteRate {
+                numerator: 3,
+                denominator: 2
+            })
+        );
+        let rate = |p, q| ByteRate::new(p, q).unwrap();
+        assert!(!rate(1, 3).at_least(&rate(1, 2)));
+        assert!(rate(2, 1).at_least(&rate(3, 2)));
+        assert!(rate(3, 2).at_least(&rate(6, 4)));
+        assert!(rate(0, 1).is_zero());
+    }
+
+    #[test]
+    fn a_level_is_exact_and_a_restore_never_overfills() {
+        // 3/2 bytes per second: a byte is 2 * 10^9 units.
+        let mut bucket = Bucket::new(ByteRate::new(3, 2).unwrap(), 10, Some(0)).unwrap();
+        assert_eq!(bucket.size(), 10);
+        bucket.take(4);
+        assert_eq!(bucket.level(), (12_000_000_000, 2_000_000_000));
+        let saved = bucket.balance();
+        let over = Balance {
+            units: 20_000_000_001,
+            settled_at: Some(0),
+        };
+        assert!(!bucket.restore(over));
+        assert_eq!(bucket.balance(), saved, "a refused restore changes nothing");
+        let full = Balance {
+            units: 20_000_000_000,
+            settled_at: Some(5),
+        };
+        assert!(bucket.restore(full));
+        assert_eq!(bucket.balance(), full);
+        let some = Balance {
+            units: 7,
+            settled_at: None,
+        };
+        assert!(bucket.restore(some));
+        assert_eq!(bucket.level(), (7, 2_000_000_000));
+    }
+}

@@ -112,6 +112,16 @@ mod tests {
     }
 
     #[test]
+    fn a_green_packet_that_c_cannot_hold_is_yellow_if_e_can() {
+        let mut m = meter(100, 1000, 500);
+        assert_eq!(m.mark(990, 0, Some(Color::Green)), Color::Green); // Tc = 10
+        assert_eq!(m.mark(20, 0, Some(Color::Green)), Color::Yellow); // Te = 480
+        assert_eq!(m.mark(480, 0, Some(Color::Yellow)), Color::Yellow); // Te = 0
+        assert_eq!(m.mark(10, 0, Some(Color::Green)), Color::Green);
+        assert_eq!(m.mark(1, 0, Some(Color::Green)), Color::Red);
+    }
+
+    #[test]
     fn configuration_follows_the_rfc() {
         let zero = ByteRate::new(0, 1).unwrap();
         assert_eq!(

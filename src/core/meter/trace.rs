@@ -128,6 +128,66 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_in_pieces_marks_as_one_and_names_indices_of_the_whole() {
+        let (sizes, times) = ([600, 400, 600, 100], [0, 10, 20, 30]);
+        let colors = [Color::Green, Color::Yellow, Color::Green, Color::Red];
+        let mut whole = meter();
+        let expected = mark_trace(&mut whole, &sizes, &times, Some(&colors)).unwrap();
+        assert_eq!(
+            expected,
+            [Color::Green, Color::Yellow, Color::Red, Color::Red]
+        );
+        let mut pieces = TraceMarker::new(meter());
+        let mut out = [Color::Green; 4];
+        let (first, rest) = out.split_at_mut(2);
+        pieces
+            .mark(&sizes[..2], &times[..2], Some(&colors[..2]), first)
+            .unwrap();
+        pieces
+            .mark(&sizes[2..], &times[2..], Some(&colors[2..]), rest)
+            .unwrap();
+        assert_eq!(out.to_vec(), expected);
+        assert_eq!(pieces.clone().finish(), whole);
+        assert_eq!(
+            pieces.mark(&[1, 1, 1], &[30, 31, 29], None, &mut [Color::Green; 3]),
+            Err(TraceError::Backwards { index: 6 }),
+            "the seventh packet of the whole trace"
+        );
+    }
+
+    #[test]
+    fn colours_must_line_up_with_the_packets() {
+        let mut m = meter();
+        let lengths = |colors| TraceError::Lengths {
+            sizes: 2,
+            times: 2,
+            colors,
+        };
+        assert_eq!(
+            mark_trace(&mut m, &[1, 1], &[0, 0], Some(&[Color::Green])),
+            Err(lengths(Some(1)))
+        );
+        assert_eq!(
+            mark_trace(&mut m, &[1, 1], &[0], None),
+            Err(TraceError::Lengths {
+                sizes: 2,
+                times: 1,
+                colors: None
+            })
+        );
+        assert_eq!(
+            mark_trace(&mut m, &[1, 1], &[0, 0], Some(&[Color::Red; 2])),
+            Ok(vec![Color::Red; 2])
+        );
+        let full = meter();
+        assert_eq!(
+            (m.committed.level(), m.excess.level()),
+            (full.committed.level(), full.excess.level()),
+            "red packets take nothing"
+        );
+    }
+
+    #[test]
     fn a_bad_trace_is_refused_whole() {
         let mut m = meter();
         let before = m;
