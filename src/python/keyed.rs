@@ -256,7 +256,8 @@ impl KeyedRateLimiter {
 
     /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
     /// True once taken, False if `timeout` seconds pass first; ValueError if `n` exceeds a
-    /// burst. A refusal (full table) sleeps until room may appear and tries again.
+    /// burst. A refusal (full table) sleeps until room may appear and tries again. Ctrl-C ends
+    /// the wait with KeyboardInterrupt (signals are looked at every 50 ms).
     #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
     fn acquire(
         &self,

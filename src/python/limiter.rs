@@ -99,9 +99,18 @@ pub enum Attempt {
     Retry(u128),
 }
 
+/// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
+/// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+
 /// A blocking acquire: `attempt` at the clock's time until it takes, sleeping without the
 /// interpreter between attempts; False if `timeout` seconds pass first, ValueError if `n` can
 /// never be taken. The sleeps assume the clock keeps pace with real time, as a monotonic one does.
+///
+/// Each wait is slept in slices of at most [`SIGNAL_SLICE`], with the interpreter taken back
+/// between them to run signal handlers, so Ctrl-C (or any handler that raises) ends the wait
+/// with its exception. The limiter is asked again only once the whole wait it named has passed:
+/// a slice ending is no news to it, and asking early would only take its lock for nothing.
 pub fn block_until_taken(
     py: Python<'_>,
     clock: &Clock,
@@ -127,7 +136,25 @@ pub fn block_until_taken(
                 _ => return Ok(false),
             },
         };
-        py.detach(|| std::thread::sleep(wait));
+        sleep_answering_signals(py, wait)?;
+    }
+}
+
+/// Sleep for `wait` without the interpreter, in slices of at most [`SIGNAL_SLICE`], running
+/// signal handlers after each; the first handler that raises ends the sleep with its error.
+/// (`std::thread::sleep` itself sleeps on through a signal, so one long sleep would not do.)
+fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
+    // A wait beyond what `Instant` can express is slept slice by slice until interrupted.
+    let until = Instant::now().checked_add(wait);
+    loop {
+        let slice = match until {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None => SIGNAL_SLICE,
+        };
+        if slice.is_zero() {
+            return Ok(());
+        }
+        py.detach(|| std::thread::sleep(slice.min(SIGNAL_SLICE)));
         py.check_signals()?;
     }
 }
@@ -319,6 +346,7 @@ impl RateLimiter {
     /// them. Returns True once taken, or False if `timeout` seconds pass first. Raises
     /// ValueError if `n` exceeds a band's burst, since no wait would ever be enough. The
     /// sleeps assume the limiter's clock keeps pace with real time, as a monotonic clock does.
+    /// Ctrl-C ends the wait with KeyboardInterrupt (signals are looked at every 50 ms).
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
     fn acquire(
         &self,
