@@ -169,8 +169,9 @@ fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
 /// Methods (each takes now_ns= to override the clock): try_acquire(n=1) -> bool,
 /// check(n=1) -> Decision (takes if allowed), peek(n=1) -> Decision (takes nothing),
 /// refund(n=1), available() -> int, blocking acquire(n=1, timeout=None) -> bool and
-/// await acquire_async(n=1, timeout=None). A limiter is also a decorator (for def and
-/// async def) and a context manager (with and async with), each taking one token.
+/// await acquire_async(n=1, timeout=None). A limiter is also a decorator (for def, async def
+/// and generators of both kinds) and a context manager (with and async with), each taking one
+/// token.
 /// Thread-safe: decisions are exact under any contention, and a thread sleeping in acquire
 /// holds neither the GIL nor the limiter.
 #[pyclass(
@@ -430,8 +431,10 @@ impl RateLimiter {
         conveniences(py)?.call_method1("await_allowed", (slf.getattr("check")?, (&n,), &n, timeout))
     }
 
-    /// Use as a decorator: `function` (def or async def) takes one token before each call,
-    /// waiting as acquire() or acquire_async() does.
+    /// Use as a decorator: `function` takes one token each time its body starts, waiting as
+    /// acquire() does for a def or a generator, as acquire_async() does for an async def or
+    /// an async generator. A generator's token is taken at its first iteration, a coroutine's
+    /// when it is first awaited.
     fn __call__<'py>(
         slf: &Bound<'py, Self>,
         function: &Bound<'py, PyAny>,
