@@ -56,15 +56,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KeyCount {
 const MAX_SHARDS: u64 = 65_536;
 
 /// The most shards a table is split into by default: enough that threads on different keys
-/// rarely meet, few enough that each shard's share of `max_keys` stays large.
+/// rarely meet. (The shards share one count of keys, so their number does not change when a
+/// new key is refused.)
 const DEFAULT_SHARDS: u64 = 16;
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
 /// KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
 /// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
-/// starts full. The table is split into shards locks (default min(16, max_keys)) that share
-/// max_keys between them; a new key is refused when its own shard is full.
+/// starts full. The table is split into shards locks (default min(16, max_keys)), which share
+/// one count of keys: a new key is refused only when the table holds max_keys keys and none
+/// of them has refilled.
 ///
 /// Per key (each takes now_ns= to override the clock): try_acquire(key, n=1) -> bool,
 /// check(key, n=1) -> Decision, peek(key, n=1) -> Decision, refund(key, n=1),
@@ -546,7 +548,7 @@ impl KeyedRateLimiter {
                     PyValueError::new_err(match error {
                         RestoreError::Duplicate => "the saved state holds a key twice",
                         RestoreError::Overfull => {
-                            "the saved state holds more keys than a shard of this table can"
+                            "the saved state holds more keys than this table's max_keys"
                         }
                     })
                 })
