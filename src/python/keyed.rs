@@ -377,6 +377,13 @@ impl KeyedRateLimiter {
         self.table.len()
     }
 
+    /// Always True, however many keys are remembered. Without it an empty table would be
+    /// false through `__len__`, and `limiter or KeyedRateLimiter(...)` would quietly put a new
+    /// table in place of one that simply has no throttled client at the moment.
+    fn __bool__(_slf: &Bound<'_, Self>) -> bool {
+        true
+    }
+
     /// Whether `key` is remembered now (a key not remembered is full).
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.with_key(key, false, |key| self.table.contains(key))
