@@ -50,6 +50,29 @@ use siphasher::sip::SipHasher13;
 use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
 
+/// How far from the table's clock a call's time may be, either way: ten years (of 365.25 days,
+/// 31,557,600 s each), in nanoseconds.
+///
+/// A table has one clock, and every key is settled against it. A time read on another clock
+/// spoils every key at once: `time.time_ns()` (nanoseconds since 1970) given to a table on
+/// `time.monotonic_ns()` (since boot) is about 55 years ahead, the table's clock would jump
+/// there, and every throttled key would be full again, a whole table of clients let off by one
+/// call; the calls after it, decided at that time, would each get one burst and then wait
+/// decades. No two calls on one clock are anywhere near ten years apart (a monotonic clock
+/// counts from boot, and a process waits for nothing that long), while two clocks differ by
+/// decades, so a time farther than this is refused before it changes anything
+/// ([`KeyedLimiter::off_the_clock`] measures it). Behind the clock by as much is refused too:
+/// that is the same mistake, seen from the other side.
+pub const MAX_CLOCK_GAP_NS: i64 = 10 * 31_557_600 * 1_000_000_000;
+
+/// How far `now_ns` is from a table clock reading `latest` (positive when ahead), if farther
+/// than [`MAX_CLOCK_GAP_NS`] either way.
+#[must_use]
+pub fn off_the_clock(latest: i64, now_ns: i64) -> Option<i128> {
+    let gap = i128::from(now_ns) - i128::from(latest);
+    (gap.abs() > i128::from(MAX_CLOCK_GAP_NS)).then_some(gap)
+}
+
 /// What a keyed limiter answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyedDecision {
@@ -653,6 +676,14 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         self.entries().into_iter().map(|(key, _)| key).collect()
     }
 
+    /// How far `now_ns` is from the table's clock (positive when ahead), if farther than
+    /// [`MAX_CLOCK_GAP_NS`] either way: a time read on another clock, which a caller should
+    /// refuse rather than decide at. `None` for any time while the table has no clock yet.
+    #[must_use]
+    pub fn off_the_clock(&self, now_ns: i64) -> Option<i128> {
+        off_the_clock(self.latest()?, now_ns)
+    }
+
     /// The table's clock: the latest time any call has used (`None` before the first).
     #[must_use]
     pub fn latest(&self) -> Option<i64> {
@@ -839,6 +870,33 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A shard's every change is a single insert, removal or counter step: a poisoned lock
     // still guards a consistent map.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A time more than [`MAX_CLOCK_GAP_NS`] from the table's clock is off it.
+#[cfg(test)]
+mod clock_gap {
+    use super::*;
+    use crate::core::exact::rate::Rate;
+
+    #[test]
+    fn ten_years_either_way_is_the_bound_and_a_new_table_takes_any_time() {
+        assert_eq!(MAX_CLOCK_GAP_NS, 315_576_000_000_000_000);
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 1).unwrap();
+        let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 4, 2);
+        assert_eq!(table.off_the_clock(i64::MAX), None, "no clock yet");
+        let day = 86_400_000_000_000;
+        table.acquire("a", 1, day);
+        assert_eq!(table.off_the_clock(day + MAX_CLOCK_GAP_NS), None);
+        assert_eq!(table.off_the_clock(day - MAX_CLOCK_GAP_NS), None);
+        assert_eq!(
+            table.off_the_clock(day + MAX_CLOCK_GAP_NS + 1),
+            Some(i128::from(MAX_CLOCK_GAP_NS) + 1)
+        );
+        assert_eq!(
+            table.off_the_clock(i64::MIN),
+            Some(i128::from(i64::MIN) - i128::from(day))
+        );
+    }
 }
 
 /// The table's room is `max_keys`, whichever shards the keys land in.
