@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import pickle
 import random
+import threading
 
 import pytest
 import qos_support
@@ -99,3 +100,35 @@ def test_a_trace_admits_max_keys_as_the_calls_one_by_one_do() -> None:
     codes = table.try_acquire_many(keys, [0] * len(keys))
     assert list(codes) == [0] * 1000 + [3] * 200
     assert len(table) == 1000
+
+
+def test_threads_flooding_new_keys_fill_the_table_exactly_to_max_keys() -> None:
+    # No time passes, so no key ever refills: exactly max_keys new keys can be admitted,
+    # whichever threads and shards they come through, and every other one is refused. Two
+    # threads call one key at a time; two decide traces with the GIL released, holding every
+    # shard while they do.
+    table = KeyedRateLimiter(1, burst=1, max_keys=1000)
+    per_thread = 3000
+    barrier = threading.Barrier(4)
+
+    def one_by_one(offset: int) -> None:
+        barrier.wait()
+        for key in range(offset, offset + per_thread):
+            table.try_acquire(key, now_ns=0)
+
+    def in_traces(offset: int) -> None:
+        barrier.wait()
+        for start in range(offset, offset + per_thread, 50):
+            table.try_acquire_many(list(range(start, start + 50)), [0] * 50)
+
+    threads = [
+        threading.Thread(target=work, args=(i * per_thread,))
+        for i, work in enumerate([one_by_one, in_traces, one_by_one, in_traces])
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = table.stats
+    assert (stats.allowed, stats.refused) == (1000, 4 * per_thread - 1000)
+    assert len(table) == 1000 == len(list(table))
