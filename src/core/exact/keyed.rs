@@ -16,8 +16,9 @@
 //! someone looks: nothing runs in the background. A key is checked when it is touched, and when
 //! a new key finds the table full (`max_keys` keys), the table is swept for keys that have
 //! refilled to the top: the new key's own shard first, then the others. If none has, the new key
-//! is refused (fail closed, counted in [`Stats::refused`]) rather than anyone being evicted. The trade-off is deliberate: under a flood of distinct keys faster than
-//! buckets refill, new clients wait, but no throttled client is ever let off.
+//! is refused (fail closed, counted in [`Stats::refused`]) rather than anyone being evicted. The
+//! trade-off is deliberate: under a flood of distinct keys faster than buckets refill, new
+//! clients wait, but no throttled client is ever let off.
 //!
 //! Two details keep "forgetting changes nothing" exact:
 //!
