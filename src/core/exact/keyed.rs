@@ -145,6 +145,13 @@ pub struct KeyedLimiter<K> {
     /// How many keys the shards hold together: never above `max_keys`. A new key is counted
     /// before it is stored (under its shard's lock), a forgotten one after it is removed.
     keys: AtomicUsize,
+    /// When the first key of the whole table may be fresh again, as a sweep of every shard
+    /// found it, and the `changes` it was found at: while no change has come since, a new key
+    /// that finds the table full before then is refused without looking at the other shards.
+    room_hint: Mutex<RoomHint>,
+    /// Counts what can bring a key's refill earlier than a sweep found it (a new key stored, a
+    /// refund): a hint found at an older count is not used.
+    changes: AtomicU64,
     /// The table's clock: the latest time any call has used.
     latest: AtomicI64,
     /// Keys whose forgetting the owner wants to hear about (see [`KeyedLimiter::watching`]).
@@ -188,6 +195,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 .collect(),
             max_keys,
             keys: AtomicUsize::new(0),
+            room_hint: Mutex::new(RoomHint::NONE),
+            changes: AtomicU64::new(0),
             latest: AtomicI64::new(i64::MIN),
             watched: |_| false,
             forgotten_watched: Mutex::new(Vec::new()),
@@ -437,6 +446,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .insert_unique(hash, (K::from(key), limiter), |(key, _)| {
                 self.hasher.hash_one(key)
             });
+        self.changes.fetch_add(1, Ordering::Release);
         (KeyedDecision::Decided(decision), remaining)
     }
 
@@ -447,8 +457,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// While the table holds fewer than `max_keys` keys there is room, in whatever shard. When
     /// it is full, keys that are fresh again are forgotten to make some: in `shard` first, then
     /// in the `others`, stopping at the first shard that gives room. Each shard's `room_from`
-    /// spares a sweep that would find nothing, so a flood of new keys into a full table sweeps
-    /// each shard once, until its first key is due.
+    /// spares a sweep that would find nothing, and the table's `room_hint` spares looking at
+    /// the other shards at all while no key of any can be due, so a flood of new keys into a
+    /// full table costs one pass over the shards, not one per key.
     fn make_room(
         &self,
         shard: &mut Shard<K>,
@@ -462,8 +473,17 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         if self.sweep(shard, now) > 0 && self.has_room(reserve) {
             return None;
         }
+        if others.is_empty() {
+            return Some(retry_in(shard.room_from, now));
+        }
+        let changes = self.changes.load(Ordering::Acquire);
+        if let Some(from) = lock(&self.room_hint).at(changes) {
+            if now < from {
+                return Some(retry_in(Some(from), now));
+            }
+        }
         let mut first_room = shard.room_from;
-        let found = others.any(|other| {
+        let (found, every_shard) = others.any(|other| {
             let found = self.sweep(other, now) > 0 && self.has_room(reserve);
             first_room = earliest(first_room, other.room_from);
             found
@@ -471,10 +491,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         if found {
             return None;
         }
-        // No shard told when its first key is due (all busy or empty): try again at once.
-        Some(first_room.map_or(1, |at| {
-            (i128::from(at) - i128::from(now)).unsigned_abs().max(1)
-        }))
+        if let (true, Some(from)) = (every_shard, first_room) {
+            // Found at `changes`: any key stored or refunded since makes it stale.
+            *lock(&self.room_hint) = RoomHint { changes, from };
+        }
+        Some(retry_in(first_room, now))
     }
 
     /// Whether the table holds fewer than `max_keys` keys; with `reserve`, one more is
@@ -638,6 +659,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
         // A refund can bring a key's refill closer than the last sweep found.
         shard.room_from = None;
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// Whether `key` is remembered.
@@ -823,6 +845,35 @@ impl BuildHasher for Seed {
     }
 }
 
+/// How long from `now` until `room_from`, at least 1 ns; 1 ns (try again at once) if no shard
+/// told when its first key is due (each was busy or empty).
+fn retry_in(room_from: Option<i64>, now: i64) -> u128 {
+    room_from.map_or(1, |at| {
+        (i128::from(at) - i128::from(now)).unsigned_abs().max(1)
+    })
+}
+
+/// When the first key of a full table may be fresh again, and the table's count of changes
+/// when that was found (see [`KeyedLimiter::make_room`]).
+#[derive(Clone, Copy)]
+struct RoomHint {
+    changes: u64,
+    from: i64,
+}
+
+impl RoomHint {
+    /// No hint: no count of changes ever matches it.
+    const NONE: Self = Self {
+        changes: u64::MAX,
+        from: i64::MIN,
+    };
+
+    /// The time, if found at `changes`.
+    fn at(self, changes: u64) -> Option<i64> {
+        (self.changes == changes).then_some(self.from)
+    }
+}
+
 /// The earlier of two times, either of which may be unknown.
 fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
@@ -848,21 +899,42 @@ enum Others<'a, 'g, K> {
 }
 
 impl<K> Others<'_, '_, K> {
-    /// Whether `found` says yes for one of the shards, asked in turn until it does.
-    fn any(&mut self, mut found: impl FnMut(&mut Shard<K>) -> bool) -> bool {
+    /// Whether there are no other shards.
+    fn is_empty(&self) -> bool {
         match self {
-            Self::Unlocked { shards, own } => shards.iter().enumerate().any(|(index, shard)| {
-                index != *own
-                    && match shard.try_lock() {
-                        Ok(mut other) => found(&mut other),
-                        Err(TryLockError::Poisoned(poisoned)) => found(&mut poisoned.into_inner()),
-                        Err(TryLockError::WouldBlock) => false,
-                    }
-            }),
-            Self::Held(before, after) => before
-                .iter_mut()
-                .chain(after.iter_mut())
-                .any(|other| found(other)),
+            Self::Unlocked { shards, .. } => shards.len() == 1,
+            Self::Held(before, after) => before.is_empty() && after.is_empty(),
+        }
+    }
+
+    /// Whether `found` says yes for one of the shards, asked in turn until it does; and
+    /// whether every shard was asked (none was busy) if none did.
+    fn any(&mut self, mut found: impl FnMut(&mut Shard<K>) -> bool) -> (bool, bool) {
+        match self {
+            Self::Unlocked { shards, own } => {
+                let mut every_shard = true;
+                let found = shards.iter().enumerate().any(|(index, shard)| {
+                    index != *own
+                        && match shard.try_lock() {
+                            Ok(mut other) => found(&mut other),
+                            Err(TryLockError::Poisoned(poisoned)) => {
+                                found(&mut poisoned.into_inner())
+                            }
+                            Err(TryLockError::WouldBlock) => {
+                                every_shard = false;
+                                false
+                            }
+                        }
+                });
+                (found, every_shard)
+            }
+            Self::Held(before, after) => {
+                let found = before
+                    .iter_mut()
+                    .chain(after.iter_mut())
+                    .any(|other| found(other));
+                (found, true)
+            }
         }
     }
 }
@@ -977,6 +1049,40 @@ mod room {
             assert!(later.iter().all(|key| table.contains(key.as_str())));
             assert_eq!(table.len(), 16);
             assert_eq!(table.stats().forgotten, 1);
+        }
+    }
+
+    #[test]
+    fn a_refund_in_a_full_table_makes_room_as_soon_as_its_key_is_full() {
+        // Every key is empty at 0 and full at 2 s; a refusal at 0.5 s learns that. A refund of
+        // one token at 0.5 s brings one key's refill to 1.5 s, wherever it sits, and a new key
+        // at 1.6 s must find it.
+        let second = 1_000_000_000;
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        for seed in 0..20 {
+            let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 16, 16);
+            let clients: Vec<String> = keys(seed).take(16).collect();
+            for client in &clients {
+                table.acquire(client.as_str(), 2, 0);
+            }
+            let mut newcomers = keys(seed + 1_000);
+            assert_eq!(
+                table.acquire(newcomers.next().unwrap().as_str(), 1, second / 2),
+                KeyedDecision::Refused {
+                    retry_in: 1_500_000_000
+                }
+            );
+            table.refund(
+                clients[usize::try_from(seed).unwrap() % 16].as_str(),
+                1,
+                second / 2,
+            );
+            assert_eq!(
+                table.acquire(newcomers.next().unwrap().as_str(), 1, second * 16 / 10),
+                KeyedDecision::Decided(Decision::Allowed),
+                "seed {seed}"
+            );
+            assert_eq!(table.len(), 16);
         }
     }
 
