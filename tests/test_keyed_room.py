@@ -93,6 +93,19 @@ def test_a_full_table_survives_pickling_and_stays_bounded() -> None:
     assert sorted(copy, key=repr) == sorted(table, key=repr)
 
 
+def test_a_saved_state_with_more_keys_than_max_keys_is_refused_whole() -> None:
+    table = KeyedRateLimiter(1, burst=1, max_keys=100)
+    _fill_until_refused(table, random.Random(3))
+    state = table.__reduce__()[2]
+    smaller = KeyedRateLimiter(1, burst=1, max_keys=99)
+    with pytest.raises(ValueError, match="more keys than this table's max_keys"):
+        smaller.__setstate__(state)
+    assert len(smaller) == 0 and list(smaller) == []
+    same = KeyedRateLimiter(1, burst=1, max_keys=100, shards=16)
+    same.__setstate__(state)
+    assert len(same) == 100
+
+
 def test_a_trace_admits_max_keys_as_the_calls_one_by_one_do() -> None:
     rng = random.Random(11)
     keys = [rng.getrandbits(63) for _ in range(1200)]
