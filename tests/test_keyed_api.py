@@ -271,10 +271,10 @@ def test_bad_max_keys_and_shards_are_refused_naming_them(
     ("max_keys", "shards", "capacity"),
     [
         (1, None, 1),  # default shards = min(16, 1) = 1
-        (10, None, 10),  # default 10 shards of 1
-        (1000, None, 1000),  # default 16 shards: 8 of 63 and 8 of 62
+        (10, None, 10),  # default 10 shards
+        (1000, None, 1000),  # default 16 shards
         (1000, 1, 1000),
-        (1000, 7, 1000),  # 6 shards of 143 and 1 of 142
+        (1000, 7, 1000),
         (5, 2, 5),
         (5, 5, 5),
     ],

@@ -11,7 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 
-use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats};
+use crate::core::exact::keyed::{
+    off_the_clock, Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats, MAX_CLOCK_GAP_NS,
+};
 use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
@@ -56,15 +58,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KeyCount {
 const MAX_SHARDS: u64 = 65_536;
 
 /// The most shards a table is split into by default: enough that threads on different keys
-/// rarely meet, few enough that each shard's share of `max_keys` stays large.
+/// rarely meet. (The shards share one count of keys, so their number does not change when a
+/// new key is refused.)
 const DEFAULT_SHARDS: u64 = 16;
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
 /// KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
 /// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
-/// starts full. The table is split into shards locks (default min(16, max_keys)) that share
-/// max_keys between them; a new key is refused when its own shard is full.
+/// starts full. The table is split into shards locks (default min(16, max_keys)), which share
+/// one count of keys: a new key is refused only when the table holds max_keys keys and none
+/// of them has refilled.
 ///
 /// Per key (each takes now_ns= to override the clock): try_acquire(key, n=1) -> bool,
 /// check(key, n=1) -> Decision, peek(key, n=1) -> Decision, refund(key, n=1),
@@ -75,7 +79,9 @@ const DEFAULT_SHARDS: u64 = 16;
 ///
 /// The table has one clock that never goes backwards: a call made at a time before the
 /// latest one the table has seen is decided at that latest time (its wait_ns still counts
-/// from the caller's time). With the default monotonic clock this never matters.
+/// from the caller's time). A time more than ten years from that clock, either way, was read
+/// on another clock (time.time_ns() on a monotonic table): it raises ValueError and changes
+/// nothing. With the default monotonic clock neither ever matters.
 #[pyclass(
     frozen,
     subclass,
@@ -109,6 +115,23 @@ impl KeyedRateLimiter {
         TRY_ACQUIRE_DEF.install(class)
     }
 
+    /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
+    /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
+    fn on_the_clock(&self, now: i64, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+        match self.table.off_the_clock(now) {
+            None => Ok(now),
+            Some(gap) => {
+                let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+                let name = if given {
+                    "now_ns"
+                } else {
+                    "the clock's reading"
+                };
+                Err(clock_error(name, now, gap))
+            }
+        }
+    }
+
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -117,6 +140,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
         let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
         match decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
@@ -216,6 +240,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
         let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
         decision(py, answer)
     }
@@ -230,6 +255,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
         let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
         decision(py, answer)
     }
@@ -245,6 +271,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
         self.with_key(key, false, |key| self.table.refund(key, n, now))
     }
 
@@ -257,12 +284,14 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
         self.with_key(key, false, |key| self.table.available(key, now))
     }
 
     /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
     /// True once taken, False if `timeout` seconds pass first; ValueError if `n` exceeds a
-    /// burst. A refusal (full table) sleeps until room may appear and tries again.
+    /// burst. A refusal (full table) sleeps until room may appear and tries again. Ctrl-C ends
+    /// the wait with KeyboardInterrupt (signals are looked at every 50 ms).
     #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
     fn acquire(
         &self,
@@ -275,7 +304,10 @@ impl KeyedRateLimiter {
         // The key is read once: its registered form is looked up at each attempt.
         let mut failure = None;
         let taken = block_until_taken(py, &self.clock, n, timeout, |now| {
-            match self.with_key(key, true, |key| self.table.acquire(key, n, now)) {
+            let decided = self
+                .on_the_clock(now, None)
+                .and_then(|now| self.with_key(key, true, |key| self.table.acquire(key, n, now)));
+            match decided {
                 Ok(KeyedDecision::Decided(CoreDecision::Allowed)) => Attempt::Taken,
                 Ok(KeyedDecision::Decided(CoreDecision::Never)) => Attempt::Never,
                 Ok(KeyedDecision::Decided(CoreDecision::Wait(ns))) => Attempt::Retry(ns),
@@ -328,6 +360,14 @@ impl KeyedRateLimiter {
         // it; each is made one when its turn comes, so the trace is copied once, compactly.
         let keys: Vec<i128> = keys.narrowed("keys", "be a 64-bit int")?;
         let times: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
+        // Each time is checked against the table's clock as it will be when its turn comes.
+        let mut clock = self.table.latest();
+        for (index, &now) in times.iter().enumerate() {
+            if let Some(gap) = clock.and_then(|latest| off_the_clock(latest, now)) {
+                return Err(clock_error(&format!("now_ns[{index}]"), now, gap));
+            }
+            clock = Some(clock.map_or(now, |latest| latest.max(now)));
+        }
         let counts = match counts {
             Counts::Each(n) => Counts::Each(n),
             Counts::Items(buffer) => {
@@ -378,6 +418,13 @@ impl KeyedRateLimiter {
     /// How many keys are remembered now.
     fn __len__(&self) -> usize {
         self.table.len()
+    }
+
+    /// Always True, however many keys are remembered. Without it an empty table would be
+    /// false through `__len__`, and `limiter or KeyedRateLimiter(...)` would quietly put a new
+    /// table in place of one that simply has no throttled client at the moment.
+    fn __bool__(_slf: &Bound<'_, Self>) -> bool {
+        true
     }
 
     /// Whether `key` is remembered now (a key not remembered is full).
@@ -551,7 +598,7 @@ impl KeyedRateLimiter {
                     PyValueError::new_err(match error {
                         RestoreError::Duplicate => "the saved state holds a key twice",
                         RestoreError::Overfull => {
-                            "the saved state holds more keys than a shard of this table can"
+                            "the saved state holds more keys than this table's max_keys"
                         }
                     })
                 })
@@ -617,6 +664,28 @@ impl Counts<Vec<u64>> {
             Self::Items(items) => items[index],
         }
     }
+}
+
+/// The error for a time `gap` nanoseconds from the table's clock, more than
+/// `MAX_CLOCK_GAP_NS`: `what` names where the time came from.
+fn clock_error(what: &str, now: i64, gap: i128) -> PyErr {
+    const YEAR_NS: f64 = 31_557_600e9;
+    #[allow(clippy::cast_precision_loss)] // a number of years, to one decimal
+    let years = gap.unsigned_abs() as f64 / YEAR_NS;
+    #[allow(clippy::cast_precision_loss)]
+    let bound = MAX_CLOCK_GAP_NS as f64 / YEAR_NS;
+    let latest = i128::from(now) - gap;
+    let (side, harm) = if gap > 0 {
+        ("ahead of", "give every throttled key its whole burst back")
+    } else {
+        ("behind", "make it wait as many years")
+    };
+    PyValueError::new_err(format!(
+        "{what}={now} is {years:.1} years {side} this table's clock ({latest}), more than the \
+         {bound:.0} years a call's time may be from it: it was read on another clock (say \
+         time.time_ns() given to a table on time.monotonic_ns()). A keyed table keeps one \
+         clock; deciding at this time would {harm}"
+    ))
 }
 
 /// The Python answer for a table's answer.

@@ -100,9 +100,18 @@ pub enum Attempt {
     Retry(u128),
 }
 
+/// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
+/// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+
 /// A blocking acquire: `attempt` at the clock's time until it takes, sleeping without the
 /// interpreter between attempts; False if `timeout` seconds pass first, ValueError if `n` can
 /// never be taken. The sleeps assume the clock keeps pace with real time, as a monotonic one does.
+///
+/// Each wait is slept in slices of at most [`SIGNAL_SLICE`], with the interpreter taken back
+/// between them to run signal handlers, so Ctrl-C (or any handler that raises) ends the wait
+/// with its exception. The limiter is asked again only once the whole wait it named has passed:
+/// a slice ending is no news to it, and asking early would only take its lock for nothing.
 pub fn block_until_taken(
     py: Python<'_>,
     clock: &Clock,
@@ -128,29 +137,28 @@ pub fn block_until_taken(
                 _ => return Ok(false),
             },
         };
-        py.detach(|| std::thread::sleep(wait));
-        py.check_signals()?;
+        sleep_answering_signals(py, wait)?;
     }
 }
 
-/// Sleep for `duration` without holding the interpreter, in slices short enough that a signal
-/// (Ctrl-C) is honoured within about [`SIGNAL_CHECK`]: its exception is returned at once.
-pub fn sleep_interruptibly(py: Python<'_>, duration: Duration) -> PyResult<()> {
-    let until = Instant::now().checked_add(duration);
+/// Sleep for `wait` without the interpreter, in slices of at most [`SIGNAL_SLICE`], running
+/// signal handlers after each; the first handler that raises ends the sleep with its error.
+/// (`std::thread::sleep` itself sleeps on through a signal, so one long sleep would not do.)
+fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
+    // A wait beyond what `Instant` can express is slept slice by slice until interrupted.
+    let until = Instant::now().checked_add(wait);
     loop {
-        let left = until.map_or(SIGNAL_CHECK, |until| {
-            until.saturating_duration_since(Instant::now())
-        });
-        if left.is_zero() {
+        let slice = match until {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None => SIGNAL_SLICE,
+        };
+        if slice.is_zero() {
             return Ok(());
         }
-        py.detach(|| std::thread::sleep(left.min(SIGNAL_CHECK)));
+        py.detach(|| std::thread::sleep(slice.min(SIGNAL_SLICE)));
         py.check_signals()?;
     }
 }
-
-/// The longest a sleeping `acquire` goes without checking for signals.
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
 /// A caller's `timeout` in seconds as the longest wait, in nanoseconds, it accepts.
 fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
@@ -170,8 +178,9 @@ fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
 /// Methods (each takes now_ns= to override the clock): try_acquire(n=1) -> bool,
 /// check(n=1) -> Decision (takes if allowed), peek(n=1) -> Decision (takes nothing),
 /// refund(n=1), available() -> int, blocking acquire(n=1, timeout=None) -> bool and
-/// await acquire_async(n=1, timeout=None). A limiter is also a decorator (for def and
-/// async def) and a context manager (with and async with), each taking one token.
+/// await acquire_async(n=1, timeout=None). A limiter is also a decorator (for def, async def
+/// and generators of both kinds) and a context manager (with and async with), each taking one
+/// token.
 /// Thread-safe: decisions are exact under any contention, and a thread sleeping in acquire
 /// holds neither the GIL nor the limiter.
 #[pyclass(
@@ -392,8 +401,8 @@ impl RateLimiter {
     ///
     /// Waiters are served in the order they arrive: each reserves its tokens at the moment
     /// they will be there, and whoever comes later queues behind it, so a large request is
-    /// never starved by small ones. Interrupted (Ctrl-C), a waiter gives its tokens back. The
-    /// sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
+    /// never starved by small ones. Ctrl-C ends the wait with KeyboardInterrupt (signals are
+    /// looked at every 50 ms), and the waiter gives its tokens back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
     fn acquire(
         &self,
@@ -411,7 +420,7 @@ impl RateLimiter {
                 Ok(left) => Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)),
                 Err(err) => return Err(self.give_back(py, n, now, err)),
             };
-            if let Err(interrupted) = sleep_interruptibly(py, left) {
+            if let Err(interrupted) = sleep_answering_signals(py, left) {
                 return Err(self.give_back(py, n, now, interrupted));
             }
         }
@@ -516,8 +525,10 @@ impl RateLimiter {
         conveniences(py)?.call_method1("await_reserved", (slf, &n, timeout))
     }
 
-    /// Use as a decorator: `function` (def or async def) takes one token before each call,
-    /// waiting as acquire() or acquire_async() does.
+    /// Use as a decorator: `function` takes one token each time its body starts, waiting as
+    /// acquire() does for a def or a generator, as acquire_async() does for an async def or
+    /// an async generator. A generator's token is taken at its first iteration, a coroutine's
+    /// when it is first awaited.
     fn __call__<'py>(
         slf: &Bound<'py, Self>,
         function: &Bound<'py, PyAny>,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any, Protocol
 
 from protocol_in_code._native import Decision, LimitOutcome
@@ -89,7 +89,51 @@ def seconds(timeout: float) -> float:
 
 
 def decorate(limiter: _Blocking, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (``def`` or ``async def``), taking one token from ``limiter`` per call."""
+    """``function``, taking one token from ``limiter`` each time its body starts to run.
+
+    The token is taken when the body would begin, so a call that never runs its body takes
+    nothing, whatever kind of function it is:
+
+    * ``def``: at the call, blocking as ``acquire()`` does.
+    * ``async def``: when the coroutine is first awaited, awaiting ``acquire_async()``.
+    * ``async def`` with ``yield`` (an async generator): at the first iteration (the first
+      ``__anext__``/``asend``), awaiting ``acquire_async()``, so the event loop runs other tasks
+      meanwhile. ``inspect.iscoroutinefunction`` is False for these, which is why they are told
+      apart first: a blocking ``acquire`` there would stall the whole loop.
+    * ``def`` with ``yield`` (a generator): at the first ``next()``, blocking as ``acquire()``
+      does.
+
+    One token per call in every case: the items a generator yields after the first are not
+    limited. The wrappers are of the same kind as ``function`` (``inspect`` says so), and a
+    generator's ``send``, ``throw`` and ``close`` reach the wrapped one.
+    """
+    if inspect.isasyncgenfunction(function):
+
+        @functools.wraps(function)
+        async def limited_async_generator(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            await limiter.acquire_async()
+            # What `yield from` does for a generator, which an async generator has no
+            # statement for: every value sent and every exception thrown in goes on to the
+            # wrapped generator, and closing this one closes it.
+            inner = function(*args, **kwargs)
+            try:
+                item = await inner.__anext__()
+                while True:
+                    try:
+                        sent = yield item
+                    except GeneratorExit:
+                        raise
+                    except BaseException as thrown:
+                        item = await inner.athrow(thrown)
+                    else:
+                        item = await inner.asend(sent)
+            except StopAsyncIteration:
+                return
+            finally:
+                await inner.aclose()
+
+        return limited_async_generator
+
     if inspect.iscoroutinefunction(function):
 
         @functools.wraps(function)
@@ -98,6 +142,15 @@ def decorate(limiter: _Blocking, function: Callable[..., Any]) -> Callable[..., 
             return await function(*args, **kwargs)
 
         return limited_async
+
+    if inspect.isgeneratorfunction(function):
+
+        @functools.wraps(function)
+        def limited_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            limiter.acquire()
+            return (yield from function(*args, **kwargs))
+
+        return limited_generator
 
     @functools.wraps(function)
     def limited(*args: Any, **kwargs: Any) -> Any:

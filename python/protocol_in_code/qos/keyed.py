@@ -11,8 +11,8 @@ Two things make such a table dangerous, and :class:`KeyedRateLimiter` avoids bot
   again), so forgetting changes no answer, ever.
 
 Forgetting is lazy, like a DNS cache entry that expires only when someone looks: a key is
-checked when it is touched, and a full shard of the table is swept for refilled keys when a new
-key needs room. There is no background thread. If nothing can be forgotten, the new key is
+checked when it is touched, and a full table is swept for refilled keys when a new key needs
+room. There is no background thread. If nothing can be forgotten, the new key is
 **refused** (``LimitOutcome.REFUSED``, counted in ``stats.refused``), not let in by evicting
 someone: under a flood of new keys faster than buckets refill, new clients wait, but no
 throttled client is ever let off. That is the trade-off, chosen on purpose.

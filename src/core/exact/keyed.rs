@@ -14,10 +14,11 @@
 //!
 //! Forgetting is lazy, the same read-time trick as a DNS cache entry that expires only when
 //! someone looks: nothing runs in the background. A key is checked when it is touched, and when
-//! a new key finds its shard full, the shard is swept for keys that have refilled to the top. If
-//! none has, the new key is refused (fail closed, counted in [`Stats::refused`]) rather than
-//! anyone being evicted. The trade-off is deliberate: under a flood of distinct keys faster than
-//! buckets refill, new clients wait, but no throttled client is ever let off.
+//! a new key finds the table full (`max_keys` keys), the table is swept for keys that have
+//! refilled to the top: the new key's own shard first, then the others. If none has, the new key
+//! is refused (fail closed, counted in [`Stats::refused`]) rather than anyone being evicted. The
+//! trade-off is deliberate: under a flood of distinct keys faster than buckets refill, new
+//! clients wait, but no throttled client is ever let off.
 //!
 //! Two details keep "forgetting changes nothing" exact:
 //!
@@ -28,12 +29,21 @@
 //!   recreated anchored at 11:00 and accrue an hour it never waited.
 //!
 //! The table is split into shards, each behind its own lock, so different keys rarely contend.
+//! The shards share **one count of keys** rather than each holding a fixed share of `max_keys`:
+//! with shares, random keys fill some shard long before the table is full (16 shares of a
+//! 100-key table refused a new key at a median of about 50 keys), while with one count a new key
+//! is refused only when the whole table holds `max_keys` keys that cannot be forgotten. The count
+//! is an atomic that a new key increments only while it is below `max_keys`, so the bound stays
+//! exact under any contention. One thing a shard's lock costs here: a new key holding its own
+//! shard's lock sweeps another shard only if that shard's lock is free at once (waiting for it
+//! could deadlock two such keys), so under contention a refilled key in a busy shard may be left
+//! for the next sweep, and a new key refused meanwhile. The table is full either way.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use hashbrown::{Equivalent, HashTable};
 use siphasher::sip::SipHasher13;
@@ -41,14 +51,38 @@ use siphasher::sip::SipHasher13;
 use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
 
+/// How far from the table's clock a call's time may be, either way: ten years (of 365.25 days,
+/// 31,557,600 s each), in nanoseconds.
+///
+/// A table has one clock, and every key is settled against it. A time read on another clock
+/// spoils every key at once: `time.time_ns()` (nanoseconds since 1970) given to a table on
+/// `time.monotonic_ns()` (since boot) is about 55 years ahead, the table's clock would jump
+/// there, and every throttled key would be full again, a whole table of clients let off by one
+/// call; the calls after it, decided at that time, would each get one burst and then wait
+/// decades. No two calls on one clock are anywhere near ten years apart (a monotonic clock
+/// counts from boot, and a process waits for nothing that long), while two clocks differ by
+/// decades, so a time farther than this is refused before it changes anything
+/// ([`KeyedLimiter::off_the_clock`] measures it). Behind the clock by as much is refused too:
+/// that is the same mistake, seen from the other side.
+pub const MAX_CLOCK_GAP_NS: i64 = 10 * 31_557_600 * 1_000_000_000;
+
+/// How far `now_ns` is from a table clock reading `latest` (positive when ahead), if farther
+/// than [`MAX_CLOCK_GAP_NS`] either way.
+#[must_use]
+pub fn off_the_clock(latest: i64, now_ns: i64) -> Option<i128> {
+    let gap = i128::from(now_ns) - i128::from(latest);
+    (gap.abs() > i128::from(MAX_CLOCK_GAP_NS)).then_some(gap)
+}
+
 /// What a keyed limiter answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyedDecision {
     /// The key's own limiter decided.
     Decided(Decision),
-    /// The key is new and its shard is full of keys that cannot be forgotten: refused, without
+    /// The key is new and the table is full of keys that cannot be forgotten: refused, without
     /// evicting anyone. The first of those keys can be forgotten `retry_in` nanoseconds from
-    /// the caller's time (a hint: someone else may take the room first).
+    /// the caller's time (a hint: someone else may take the room first, and a shard that was
+    /// busy when the table was swept is not counted).
     Refused { retry_in: u128 },
 }
 
@@ -86,16 +120,15 @@ impl Stats {
 }
 
 struct Shard<K> {
-    /// How many keys this shard may remember: its share of `max_keys`.
-    capacity: usize,
-    /// Keys and their limiters, found by the hash the table computed once per call.
-    /// Keys and their balances; the bands' specs are the table's, kept once.
+    /// Keys and their balances, found by the hash the table computed once per call; the
+    /// bands' specs are the table's, kept once. A shard has no share of `max_keys` of its own:
+    /// it may grow while the table's count is below it.
     entries: HashTable<(K, Balances)>,
-    /// When the first remembered key is full again, if known: a fruitless sweep learns it,
-    /// a new key lowers it to its own time, and whatever else could change it (taking from
+    /// When the first remembered key is full again, if known: a sweep learns it, a new key
+    /// lowers it to its own time, and whatever else could change it (taking from
     /// that very key, forgetting a key, a refund) forgets it. While it is known, a refusal
-    /// needs no sweep and its hint is exact; a flood of new keys into a full shard costs one
-    /// sweep, not one per key.
+    /// needs no sweep of this shard and its hint is exact; a flood of new keys into a full
+    /// table costs one sweep of each shard, not one per key.
     room_from: Option<i64>,
     stats: Stats,
 }
@@ -109,6 +142,16 @@ pub struct KeyedLimiter<K> {
     fresh: Balances,
     shards: Vec<Mutex<Shard<K>>>,
     max_keys: usize,
+    /// How many keys the shards hold together: never above `max_keys`. A new key is counted
+    /// before it is stored (under its shard's lock), a forgotten one after it is removed.
+    keys: AtomicUsize,
+    /// When the first key of the whole table may be fresh again, as a sweep of every shard
+    /// found it, and the `changes` it was found at: while no change has come since, a new key
+    /// that finds the table full before then is refused without looking at the other shards.
+    room_hint: Mutex<RoomHint>,
+    /// Counts what can bring a key's refill earlier than a sweep found it (a new key stored, a
+    /// refund): a hint found at an older count is not used.
+    changes: AtomicU64,
     /// The table's clock: the latest time any call has used.
     latest: AtomicI64,
     /// Keys whose forgetting the owner wants to hear about (see [`KeyedLimiter::watching`]).
@@ -119,6 +162,8 @@ pub struct KeyedLimiter<K> {
 /// A shard, locked, with the key's hash and the table's time for this call.
 struct Locked<'a, K> {
     shard: MutexGuard<'a, Shard<K>>,
+    /// The shard's index in the table.
+    index: usize,
     hash: u64,
     /// The caller's time, moved forward to the table's clock.
     now: i64,
@@ -128,8 +173,9 @@ struct Locked<'a, K> {
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
-    /// `shards` shards (at least one, at most `max_keys`), each holding its share of
-    /// `max_keys`. A new key is refused when its own shard is full.
+    /// `shards` shards (at least one, at most `max_keys`) that hold any number of those keys
+    /// each. A new key is refused only when the table holds `max_keys` keys, none of which can
+    /// be forgotten.
     #[must_use]
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
         let max_keys = max_keys.max(1);
@@ -139,9 +185,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             specs: specs.to_vec(),
             fresh: Balances::new(specs, None, None),
             shards: (0..shards)
-                .map(|index| {
+                .map(|_| {
                     Mutex::new(Shard {
-                        capacity: share(max_keys, shards, index),
                         entries: HashTable::new(),
                         room_from: None,
                         stats: Stats::default(),
@@ -149,6 +194,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 })
                 .collect(),
             max_keys,
+            keys: AtomicUsize::new(0),
+            room_hint: Mutex::new(RoomHint::NONE),
+            changes: AtomicU64::new(0),
             latest: AtomicI64::new(i64::MIN),
             watched: |_| false,
             forgotten_watched: Mutex::new(Vec::new()),
@@ -215,12 +263,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Lock the shard of `key` and read the table's clock at `now_ns`. The clock moves under
     /// the shard's lock, so calls on one shard see it in the order they hold the lock.
     fn locked<Q: Hash + ?Sized>(&self, key: &Q, now_ns: i64) -> Locked<'_, K> {
-        let (hash, shard) = self.shard_of(key);
-        let shard = lock(shard);
+        let (hash, index) = self.shard_index(key);
+        let shard = lock(&self.shards[index]);
         let now = self.latest.fetch_max(now_ns, Ordering::Relaxed).max(now_ns);
         let behind = (i128::from(now) - i128::from(now_ns)).unsigned_abs();
         Locked {
             shard,
+            index,
             hash,
             now,
             behind,
@@ -262,17 +311,32 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let Locked {
             mut shard,
+            index,
             hash,
             now,
             behind,
         } = self.locked(key, now_ns);
-        self.acquire_in(&mut shard, hash, key, n, now, behind, with_remaining)
+        let mut others = Others::Unlocked {
+            shards: &self.shards,
+            own: index,
+        };
+        self.acquire_in(
+            &mut shard,
+            &mut others,
+            hash,
+            key,
+            n,
+            now,
+            behind,
+            with_remaining,
+        )
     }
 
     #[allow(clippy::too_many_arguments)] // one decision's every input, in one place
     fn acquire_in<Q>(
         &self,
         shard: &mut Shard<K>,
+        others: &mut Others<'_, '_, K>,
         hash: u64,
         key: &Q,
         n: u64,
@@ -302,7 +366,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             }
             (KeyedDecision::Decided(decision), remaining)
         } else {
-            self.acquire_new(shard, hash, key, n, now, with_remaining)
+            self.acquire_new(shard, others, hash, key, n, now, with_remaining)
         };
         let decision = Self::waits_from_caller(decision, behind);
         shard.stats.count(decision);
@@ -332,11 +396,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 let (hash, index) = self.shard_index(key);
                 latest = latest.max(now_ns);
                 let behind = (i128::from(latest) - i128::from(now_ns)).unsigned_abs();
-                let shard = &mut shards[index];
-                answer(
-                    self.acquire_in(shard, hash, key, n, latest, behind, false)
-                        .0,
-                );
+                // The key's shard, and the others beside it (`index` is always a shard's).
+                let (before, rest) = shards.split_at_mut(index);
+                let [shard, after @ ..] = rest else { continue };
+                let mut others = Others::Held(before, after);
+                let (decision, _) =
+                    self.acquire_in(shard, &mut others, hash, key, n, latest, behind, false);
+                answer(decision);
             }
             self.latest.fetch_max(latest, Ordering::Relaxed);
         }
@@ -345,9 +411,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
     /// the answer changed it. Also returns what the key holds after the decision (0 if
     /// refused), if asked.
+    #[allow(clippy::too_many_arguments)] // one decision's every input, in one place
     fn acquire_new<Q>(
         &self,
         shard: &mut Shard<K>,
+        others: &mut Others<'_, '_, K>,
         hash: u64,
         key: &Q,
         n: u64,
@@ -367,7 +435,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), remaining);
         }
-        if let Some(retry_in) = self.make_room(shard, now) {
+        if let Some(retry_in) = self.make_room(shard, others, now, true) {
             return (KeyedDecision::Refused { retry_in }, 0);
         }
         // A new key may be full again before any the last sweep saw.
@@ -378,43 +446,98 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .insert_unique(hash, (K::from(key), limiter), |(key, _)| {
                 self.hasher.hash_one(key)
             });
+        self.changes.fetch_add(1, Ordering::Release);
         (KeyedDecision::Decided(decision), remaining)
     }
 
-    /// Room for one more key in `shard` at `now`: `None` if there is (perhaps after
-    /// forgetting keys that are fresh again), else how long until there may be.
-    fn make_room(&self, shard: &mut Shard<K>, now: i64) -> Option<u128> {
-        if shard.entries.len() < shard.capacity {
+    /// Room for one more key at `now`: `None` if there is, else how long until there may be.
+    /// With `reserve`, the room is taken at once (the table's count includes the key the
+    /// caller is about to store in `shard`, whose lock it holds).
+    ///
+    /// While the table holds fewer than `max_keys` keys there is room, in whatever shard. When
+    /// it is full, keys that are fresh again are forgotten to make some: in `shard` first, then
+    /// in the `others`, stopping at the first shard that gives room. Each shard's `room_from`
+    /// spares a sweep that would find nothing, and the table's `room_hint` spares looking at
+    /// the other shards at all while no key of any can be due, so a flood of new keys into a
+    /// full table costs one pass over the shards, not one per key.
+    fn make_room(
+        &self,
+        shard: &mut Shard<K>,
+        others: &mut Others<'_, '_, K>,
+        now: i64,
+        reserve: bool,
+    ) -> Option<u128> {
+        if self.has_room(reserve) {
             return None;
         }
-        if shard.room_from.is_none_or(|at| now >= at) {
-            let before = shard.entries.len();
-            let mut gone = Vec::new();
-            shard.entries.retain(|(key, limiter)| {
-                let keep = !limiter.is_fresh_at(&self.specs, now);
-                if !keep && (self.watched)(key) {
-                    gone.push(key.clone());
-                }
-                keep
-            });
-            shard.stats.forgotten += (before - shard.entries.len()) as u64;
-            self.note_forgotten(gone);
-            if shard.entries.len() < shard.capacity {
-                shard.room_from = None;
-                return None;
-            }
-            shard.room_from = shard
-                .entries
-                .iter()
-                .map(|(_, limiter)| limiter.fresh_from(&self.specs))
-                .min();
+        if self.sweep(shard, now) > 0 && self.has_room(reserve) {
+            return None;
         }
-        let room_from = shard.room_from.unwrap_or(i64::MIN);
-        Some(
-            (i128::from(room_from) - i128::from(now))
-                .unsigned_abs()
-                .max(1),
-        )
+        if others.is_empty() {
+            return Some(retry_in(shard.room_from, now));
+        }
+        let changes = self.changes.load(Ordering::Acquire);
+        if let Some(from) = lock(&self.room_hint).at(changes) {
+            if now < from {
+                return Some(retry_in(Some(from), now));
+            }
+        }
+        let mut first_room = shard.room_from;
+        let (found, every_shard) = others.any(|other| {
+            let found = self.sweep(other, now) > 0 && self.has_room(reserve);
+            first_room = earliest(first_room, other.room_from);
+            found
+        });
+        if found {
+            return None;
+        }
+        if let (true, Some(from)) = (every_shard, first_room) {
+            // Found at `changes`: any key stored or refunded since makes it stale.
+            *lock(&self.room_hint) = RoomHint { changes, from };
+        }
+        Some(retry_in(first_room, now))
+    }
+
+    /// Whether the table holds fewer than `max_keys` keys; with `reserve`, one more is
+    /// counted if so, in the same atomic step, so that two new keys can never both take the
+    /// last place.
+    fn has_room(&self, reserve: bool) -> bool {
+        if reserve {
+            self.keys
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |keys| {
+                    (keys < self.max_keys).then_some(keys + 1)
+                })
+                .is_ok()
+        } else {
+            self.keys.load(Ordering::Relaxed) < self.max_keys
+        }
+    }
+
+    /// Forget the keys of `shard` that are fresh at `now`, and learn when the first of the
+    /// others will be; returns how many were forgotten. Skipped (0) while the shard's
+    /// `room_from` says that no key is fresh yet.
+    fn sweep(&self, shard: &mut Shard<K>, now: i64) -> usize {
+        if shard.room_from.is_some_and(|at| now < at) {
+            return 0;
+        }
+        let before = shard.entries.len();
+        let mut gone = Vec::new();
+        let mut first_room = None;
+        shard.entries.retain(|(key, limiter)| {
+            let keep = !limiter.is_fresh_at(&self.specs, now);
+            if keep {
+                first_room = earliest(first_room, Some(limiter.fresh_from(&self.specs)));
+            } else if (self.watched)(key) {
+                gone.push(key.clone());
+            }
+            keep
+        });
+        let forgotten = before - shard.entries.len();
+        shard.stats.forgotten += forgotten as u64;
+        shard.room_from = first_room;
+        self.keys.fetch_sub(forgotten, Ordering::Relaxed);
+        self.note_forgotten(gone);
+        forgotten
     }
 
     fn forget<Q>(&self, shard: &mut Shard<K>, hash: u64, key: &Q)
@@ -426,6 +549,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .find_entry(hash, |(known, _)| key.equivalent(known))
         {
             let ((key, _), _) = entry.remove();
+            self.keys.fetch_sub(1, Ordering::Relaxed);
             shard.stats.forgotten += 1;
             shard.room_from = None;
             if (self.watched)(&key) {
@@ -461,6 +585,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let Locked {
             mut shard,
+            index,
             hash,
             now,
             behind,
@@ -476,7 +601,14 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             let mut limiter = self.fresh.clone();
             let decision = limiter.acquire(&self.specs, n, now);
             let stores = decision == Decision::Allowed && !limiter.is_fresh_at(&self.specs, now);
-            match stores.then(|| self.make_room(&mut shard, now)).flatten() {
+            let mut others = Others::Unlocked {
+                shards: &self.shards,
+                own: index,
+            };
+            match stores
+                .then(|| self.make_room(&mut shard, &mut others, now, false))
+                .flatten()
+            {
                 Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
                 None => (
                     KeyedDecision::Decided(decision),
@@ -527,6 +659,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
         // A refund can bring a key's refill closer than the last sweep found.
         shard.room_from = None;
+        self.changes.fetch_add(1, Ordering::Release);
     }
 
     /// Whether `key` is remembered.
@@ -538,13 +671,10 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Self::find(&mut lock(shard), hash, key).is_some()
     }
 
-    /// How many keys are remembered.
+    /// How many keys are remembered (a key being stored at this instant may be counted).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| lock(shard).entries.len())
-            .sum()
+        self.keys.load(Ordering::Relaxed)
     }
 
     /// Whether no key is remembered.
@@ -569,6 +699,14 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         self.entries().into_iter().map(|(key, _)| key).collect()
     }
 
+    /// How far `now_ns` is from the table's clock (positive when ahead), if farther than
+    /// [`MAX_CLOCK_GAP_NS`] either way: a time read on another clock, which a caller should
+    /// refuse rather than decide at. `None` for any time while the table has no clock yet.
+    #[must_use]
+    pub fn off_the_clock(&self, now_ns: i64) -> Option<i128> {
+        off_the_clock(self.latest()?, now_ns)
+    }
+
     /// The table's clock: the latest time any call has used (`None` before the first).
     #[must_use]
     pub fn latest(&self) -> Option<i64> {
@@ -585,12 +723,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
     /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
     /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
-    /// lands in the shard it was saved from, so no shard holds more than its share.
+    /// lands in the shard it was saved from.
     ///
     /// # Errors
     ///
-    /// If a key appears twice or a shard would hold more than its share (a state this table
-    /// could not have saved); then nothing is restored.
+    /// If a key appears twice or there are more than `max_keys` keys (a state this table could
+    /// not have saved); then nothing is restored.
     pub fn restore(
         &self,
         seed: (u64, u64),
@@ -601,6 +739,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
         let previous = self.hasher.keys();
         self.hasher.set(seed);
+        let mut count = 0;
         for (key, limiter) in entries {
             let (hash, index) = self.shard_index(&key);
             let shard = &mut shards[index];
@@ -610,7 +749,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 .is_some()
             {
                 Some(RestoreError::Duplicate)
-            } else if shard.entries.len() >= shard.capacity {
+            } else if count >= self.max_keys {
                 Some(RestoreError::Overfull)
             } else {
                 None
@@ -626,7 +765,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             shard
                 .entries
                 .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
+            count += 1;
         }
+        self.keys.store(count, Ordering::Relaxed);
         shards[0].stats.add(&stats);
         if let Some(at) = latest {
             self.latest.fetch_max(at, Ordering::Relaxed);
@@ -660,7 +801,7 @@ fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
 pub enum RestoreError {
     /// A key appears twice.
     Duplicate,
-    /// More keys for one shard than its share of `max_keys`.
+    /// More keys than `max_keys`.
     Overfull,
 }
 
@@ -704,16 +845,277 @@ impl BuildHasher for Seed {
     }
 }
 
-/// Shard `index`'s share of `total` keys split over `shards`: the remainder goes to the first
-/// shards, so the shares add up to `total` exactly.
-fn share(total: usize, shards: usize, index: usize) -> usize {
-    total / shards + usize::from(index < total % shards)
+/// How long from `now` until `room_from`, at least 1 ns; 1 ns (try again at once) if no shard
+/// told when its first key is due (each was busy or empty).
+fn retry_in(room_from: Option<i64>, now: i64) -> u128 {
+    room_from.map_or(1, |at| {
+        (i128::from(at) - i128::from(now)).unsigned_abs().max(1)
+    })
+}
+
+/// When the first key of a full table may be fresh again, and the table's count of changes
+/// when that was found (see [`KeyedLimiter::make_room`]).
+#[derive(Clone, Copy)]
+struct RoomHint {
+    changes: u64,
+    from: i64,
+}
+
+impl RoomHint {
+    /// No hint: no count of changes ever matches it.
+    const NONE: Self = Self {
+        changes: u64::MAX,
+        from: i64::MIN,
+    };
+
+    /// The time, if found at `changes`.
+    fn at(self, changes: u64) -> Option<i64> {
+        (self.changes == changes).then_some(self.from)
+    }
+}
+
+/// The earlier of two times, either of which may be unknown.
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (known, None) | (None, known) => known,
+    }
+}
+
+/// The shards other than a new key's own, where room is looked for when the table is full.
+enum Others<'a, 'g, K> {
+    /// One call, holding its own shard's lock only. Another shard is swept only if its lock is
+    /// free at once: two calls each holding one shard and waiting for the other's would wait
+    /// forever.
+    Unlocked {
+        shards: &'a [Mutex<Shard<K>>],
+        own: usize,
+    },
+    /// A trace, holding every shard's lock already: those before the key's own, and after.
+    Held(
+        &'a mut [MutexGuard<'g, Shard<K>>],
+        &'a mut [MutexGuard<'g, Shard<K>>],
+    ),
+}
+
+impl<K> Others<'_, '_, K> {
+    /// Whether there are no other shards.
+    fn is_empty(&self) -> bool {
+        match self {
+            Self::Unlocked { shards, .. } => shards.len() == 1,
+            Self::Held(before, after) => before.is_empty() && after.is_empty(),
+        }
+    }
+
+    /// Whether `found` says yes for one of the shards, asked in turn until it does; and
+    /// whether every shard was asked (none was busy) if none did.
+    fn any(&mut self, mut found: impl FnMut(&mut Shard<K>) -> bool) -> (bool, bool) {
+        match self {
+            Self::Unlocked { shards, own } => {
+                let mut every_shard = true;
+                let found = shards.iter().enumerate().any(|(index, shard)| {
+                    index != *own
+                        && match shard.try_lock() {
+                            Ok(mut other) => found(&mut other),
+                            Err(TryLockError::Poisoned(poisoned)) => {
+                                found(&mut poisoned.into_inner())
+                            }
+                            Err(TryLockError::WouldBlock) => {
+                                every_shard = false;
+                                false
+                            }
+                        }
+                });
+                (found, every_shard)
+            }
+            Self::Held(before, after) => {
+                let found = before
+                    .iter_mut()
+                    .chain(after.iter_mut())
+                    .any(|other| found(other));
+                (found, true)
+            }
+        }
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A shard's every change is a single insert, removal or counter step: a poisoned lock
     // still guards a consistent map.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A time more than [`MAX_CLOCK_GAP_NS`] from the table's clock is off it.
+#[cfg(test)]
+mod clock_gap {
+    use super::*;
+    use crate::core::exact::rate::Rate;
+
+    #[test]
+    fn ten_years_either_way_is_the_bound_and_a_new_table_takes_any_time() {
+        assert_eq!(MAX_CLOCK_GAP_NS, 315_576_000_000_000_000);
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 1).unwrap();
+        let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 4, 2);
+        assert_eq!(table.off_the_clock(i64::MAX), None, "no clock yet");
+        let day = 86_400_000_000_000;
+        table.acquire("a", 1, day);
+        assert_eq!(table.off_the_clock(day + MAX_CLOCK_GAP_NS), None);
+        assert_eq!(table.off_the_clock(day - MAX_CLOCK_GAP_NS), None);
+        assert_eq!(
+            table.off_the_clock(day + MAX_CLOCK_GAP_NS + 1),
+            Some(i128::from(MAX_CLOCK_GAP_NS) + 1)
+        );
+        assert_eq!(
+            table.off_the_clock(i64::MIN),
+            Some(i128::from(i64::MIN) - i128::from(day))
+        );
+    }
+}
+
+/// The table's room is `max_keys`, whichever shards the keys land in.
+#[cfg(test)]
+mod room {
+    use super::*;
+    use crate::core::exact::rate::Rate;
+
+    /// 1 token per second, burst 1: every key that takes its token is throttled for a second.
+    fn throttling_table(max_keys: usize, shards: usize) -> KeyedLimiter<String> {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 1).unwrap();
+        KeyedLimiter::new(&[spec], max_keys, shards)
+    }
+
+    /// A xorshift stream of random keys, one stream per seed.
+    fn keys(seed: u64) -> impl Iterator<Item = String> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        std::iter::from_fn(move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            Some(format!("client-{state:016x}"))
+        })
+    }
+
+    #[test]
+    fn throttled_random_keys_fill_the_whole_table_before_one_is_refused() {
+        for max_keys in [10, 100, 1000] {
+            for seed in 0..50 {
+                // Each table draws its own hash seed, so the keys spread over the shards anew.
+                let table = throttling_table(max_keys, max_keys.min(16));
+                let first_refusal = keys(seed)
+                    .take(max_keys + 1)
+                    .position(|key| {
+                        matches!(
+                            table.acquire(key.as_str(), 1, 0),
+                            KeyedDecision::Refused { .. }
+                        )
+                    })
+                    .expect("a full table refuses a new key");
+                assert_eq!(first_refusal, max_keys, "max_keys {max_keys}, seed {seed}");
+                assert_eq!(table.len(), max_keys);
+                assert_eq!(table.keys().len(), max_keys);
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_table_forgets_a_refilled_key_in_another_shard() {
+        let second = 1_000_000_000;
+        for seed in 0..50 {
+            let table = throttling_table(16, 16);
+            let mut keys = keys(seed);
+            let early = keys.next().unwrap();
+            assert_eq!(
+                table.acquire(early.as_str(), 1, 0),
+                KeyedDecision::Decided(Decision::Allowed)
+            );
+            let later: Vec<String> = keys.by_ref().take(15).collect();
+            for key in &later {
+                table.acquire(key.as_str(), 1, second / 2);
+            }
+            let newcomer = keys.next().unwrap();
+            assert_eq!(
+                table.acquire(newcomer.as_str(), 1, second * 9 / 10),
+                KeyedDecision::Refused {
+                    retry_in: 100_000_000
+                },
+                "seed {seed}: the table's first key is full at 1 s"
+            );
+            assert_eq!(
+                table.acquire(newcomer.as_str(), 1, second),
+                KeyedDecision::Decided(Decision::Allowed),
+                "seed {seed}"
+            );
+            assert!(!table.contains(early.as_str()));
+            assert!(later.iter().all(|key| table.contains(key.as_str())));
+            assert_eq!(table.len(), 16);
+            assert_eq!(table.stats().forgotten, 1);
+        }
+    }
+
+    #[test]
+    fn a_refund_in_a_full_table_makes_room_as_soon_as_its_key_is_full() {
+        // Every key is empty at 0 and full at 2 s; a refusal at 0.5 s learns that. A refund of
+        // one token at 0.5 s brings one key's refill to 1.5 s, wherever it sits, and a new key
+        // at 1.6 s must find it.
+        let second = 1_000_000_000;
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        for seed in 0..20 {
+            let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 16, 16);
+            let clients: Vec<String> = keys(seed).take(16).collect();
+            for client in &clients {
+                table.acquire(client.as_str(), 2, 0);
+            }
+            let mut newcomers = keys(seed + 1_000);
+            assert_eq!(
+                table.acquire(newcomers.next().unwrap().as_str(), 1, second / 2),
+                KeyedDecision::Refused {
+                    retry_in: 1_500_000_000
+                }
+            );
+            table.refund(
+                clients[usize::try_from(seed).unwrap() % 16].as_str(),
+                1,
+                second / 2,
+            );
+            assert_eq!(
+                table.acquire(newcomers.next().unwrap().as_str(), 1, second * 16 / 10),
+                KeyedDecision::Decided(Decision::Allowed),
+                "seed {seed}"
+            );
+            assert_eq!(table.len(), 16);
+        }
+    }
+
+    #[test]
+    fn a_trace_admits_exactly_max_keys_and_restores_into_the_same_bound() {
+        let table = throttling_table(100, 16);
+        let mut answers = Vec::new();
+        table.acquire_many::<str, _>(keys(7).take(150).map(|key| (key, 1, 0)), |decision| {
+            answers.push(decision);
+        });
+        assert!(answers[..100]
+            .iter()
+            .all(|decision| *decision == KeyedDecision::Decided(Decision::Allowed)));
+        assert!(answers[100..]
+            .iter()
+            .all(|decision| matches!(decision, KeyedDecision::Refused { .. })));
+        assert_eq!(table.len(), 100);
+
+        let copy = throttling_table(100, 16);
+        copy.restore(table.seed(), table.entries(), table.latest(), table.stats())
+            .unwrap();
+        assert_eq!(copy.len(), 100);
+        assert!(matches!(
+            copy.acquire("someone new", 1, 0),
+            KeyedDecision::Refused { .. }
+        ));
+        let smaller = throttling_table(99, 16);
+        assert_eq!(
+            smaller.restore(table.seed(), table.entries(), table.latest(), table.stats()),
+            Err(RestoreError::Overfull)
+        );
+        assert!(smaller.is_empty());
+    }
 }
 
 #[cfg(test)]
@@ -1106,26 +1508,18 @@ mod tests {
     }
 
     #[test]
-    fn keys_spread_over_every_shard_and_shares_add_up() {
-        assert_eq!(
-            (0..4).map(|i| share(10, 4, i)).collect::<Vec<_>>(),
-            [3, 3, 2, 2]
-        );
+    fn keys_spread_over_every_shard_and_the_table_fills_to_max_keys() {
         let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
         let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 10, 4);
         for i in 0..10_000 {
             limiter.acquire(format!("k{i}").as_str(), 1, 0);
         }
-        assert_eq!(limiter.len(), 10, "every shard filled to its share");
+        assert_eq!(limiter.len(), 10, "the table fills to max_keys");
         // More shards than a byte of the hash can tell apart: every one is still reached.
         let limiter: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 1024, 512);
-        for i in 0..20_000 {
-            limiter.acquire(format!("k{i}").as_str(), 1, 0);
-        }
-        assert_eq!(
-            limiter.len(),
-            1024,
-            "every one of 512 shards holds its two keys"
-        );
+        let shards: std::collections::HashSet<usize> = (0..20_000)
+            .map(|i| limiter.shard_index(format!("k{i}").as_str()).1)
+            .collect();
+        assert_eq!(shards.len(), 512, "every one of 512 shards is reached");
     }
 }
