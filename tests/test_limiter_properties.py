@@ -108,6 +108,11 @@ def configs(draw: st.DrawFn, min_bands: int = 1) -> dict[str, Any]:
     """Keyword arguments for RateLimiter (and limiter_model.model_from)."""
     count = draw(st.integers(min_bands, 3))
     specs = [draw(band_args()) for _ in range(count)]
+    # The limiter (and a Band, when made) refuses a rate whose tokens per second need more
+    # than 64 bits (numerator or denominator): keep to rates it accepts (the refusal has its
+    # own test).
+    per_second = [lm.band_spec(*spec)[0] for spec in specs]
+    assume(all(max(r.numerator, r.denominator) < 2**64 for r in per_second))
     kwargs: dict[str, Any] = {}
     if count == 1 and draw(st.booleans()):
         rate, burst, per = specs[0]
@@ -126,10 +131,6 @@ def configs(draw: st.DrawFn, min_bands: int = 1) -> dict[str, Any]:
             else:
                 bands.append((rate, burst, per))  # per None: one per second
         kwargs["bands"] = bands
-    # The limiter refuses a rate whose tokens per second need more than 64 bits (numerator or
-    # denominator): keep to rates it accepts (the refusal has its own test).
-    per_second = [lm.band_spec(*spec)[0] for spec in specs]
-    assume(all(max(r.numerator, r.denominator) < 2**64 for r in per_second))
     smallest = min(lm.band_spec(*spec)[1] for spec in specs)
     if draw(st.booleans()):
         kwargs["initial"] = draw(st.integers(0, min(smallest, 10**6)))
