@@ -1,0 +1,177 @@
+-- The exact settlement of src/core/exact, run by the server: one call decides one request on
+-- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
+--
+-- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
+-- "2", ... the balances of its bands in units. A band of p/q tokens per second counts in units
+-- of 1/(q * 10^6) token, so one microsecond brings exactly p units: accrual is one integer
+-- product and no remainder ever arises. Lua's numbers are doubles, which hold every integer up
+-- to 2^53 exactly; the client refuses any band whose capacity (burst * q * 10^6) plus p exceeds
+-- 2^53, and every number below stays under that bound:
+--
+--   * a balance is at most the capacity C;
+--   * the elapsed time is capped at the time to full, ceil((C - balance) / p), BEFORE it is
+--     multiplied, so a product is at most C - balance + p - 1, and a sum at most C + p - 1;
+--   * times are microseconds of at most 2^52 either side of 0, so differences stay below 2^53;
+--   * a double quotient a / b of integers with 0 <= a < 2^53 never rounds across an integer,
+--     so math.floor and math.ceil of it are the exact integer quotients.
+--
+-- ARGV: op ("take", "peek", "refund" or "available"), n (tokens; the client passes at most the
+-- largest burst + 1, which is "more than any band holds" just as well), now in microseconds or
+-- "" for the server's TIME, the least TTL in ms, the number of bands, then for each band:
+-- p (units per microsecond), units per token, burst (tokens), units held by a new key.
+--
+-- Reply, for each key in order: outcome (0 allowed, 1 denied, 2 never), whole tokens remaining,
+-- the microseconds the clock is behind the settlement point, and the longest band's refill wait
+-- in microseconds (the client adds the two: their sum could pass 2^53 when a caller's explicit
+-- time is far behind).
+
+local op = ARGV[1]
+local n = tonumber(ARGV[2])
+local now
+local server_clock = ARGV[3] == ''
+if server_clock then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+    now = tonumber(ARGV[3])
+end
+local least_ttl_ms = tonumber(ARGV[4])
+local count = tonumber(ARGV[5])
+
+local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
+local fields = {'t'}
+local new_is_full = true
+for i = 1, count do
+    local at = 5 + (i - 1) * 4
+    rate[i] = tonumber(ARGV[at + 1])
+    unit[i] = tonumber(ARGV[at + 2])
+    burst[i] = tonumber(ARGV[at + 3])
+    capacity[i] = burst[i] * unit[i]
+    initial[i] = tonumber(ARGV[at + 4])
+    if initial[i] ~= capacity[i] then
+        new_is_full = false
+    end
+    fields[i + 1] = tostring(i)
+end
+
+-- Integers as Redis stores them: '%.0f' writes every double below 2^53 digit for digit (Lua's
+-- own tostring keeps only 14 significant digits).
+local function digits(x)
+    return string.format('%.0f', x)
+end
+
+local reply = {}
+for k = 1, #KEYS do
+    local key = KEYS[k]
+    local stored = redis.call('HMGET', key, unpack(fields))
+    local exists = stored[1] ~= false
+    local settled
+    local balance = {}
+    if exists then
+        settled = tonumber(stored[1])
+        for i = 1, count do
+            -- A band missing, or holding more than its burst (a key last used with other
+            -- bands), reads as full: never more than the configuration allows.
+            local units = stored[i + 1] and tonumber(stored[i + 1]) or capacity[i]
+            balance[i] = math.min(units, capacity[i])
+        end
+    else
+        -- A new key: `initial` units, anchored now (nothing accrues before its first call).
+        settled = now
+        for i = 1, count do
+            balance[i] = initial[i]
+        end
+    end
+
+    -- Settle: accrue for the time since the settlement point; a clock that went backwards
+    -- (now <= settled) adds nothing and leaves the settlement point where it is.
+    if now > settled then
+        local elapsed = now - settled
+        for i = 1, count do
+            local to_full = math.ceil((capacity[i] - balance[i]) / rate[i])
+            balance[i] = math.min(balance[i] + math.min(elapsed, to_full) * rate[i], capacity[i])
+        end
+        settled = now
+    end
+    local behind = settled > now and settled - now or 0
+
+    -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
+    -- DENIED with the longest wait.
+    local outcome, wait = 0, 0
+    if op == 'take' or op == 'peek' then
+        for i = 1, count do
+            if n > burst[i] then
+                outcome = 2
+            elseif outcome ~= 2 then
+                local deficit = n * unit[i] - balance[i]
+                if deficit > 0 then
+                    outcome = 1
+                    wait = math.max(wait, math.ceil(deficit / rate[i]))
+                end
+            end
+        end
+        if outcome == 2 then
+            wait = 0
+        elseif outcome == 0 and op == 'take' then
+            for i = 1, count do
+                balance[i] = balance[i] - n * unit[i]
+            end
+        end
+    elseif op == 'refund' then
+        for i = 1, count do
+            if n >= burst[i] then
+                balance[i] = capacity[i]
+            else
+                balance[i] = math.min(balance[i] + n * unit[i], capacity[i])
+            end
+        end
+    end
+
+    local remaining = nil
+    for i = 1, count do
+        local whole = math.floor(balance[i] / unit[i])
+        if remaining == nil or whole < remaining then
+            remaining = whole
+        end
+    end
+
+    -- Store what changed, with a TTL of exactly the time until every band is full again: then
+    -- the key is indistinguishable from a new one, and only then may it disappear. A read (peek,
+    -- available) stores nothing, except that it anchors a new key that does not start full, or
+    -- any new key when keys are kept at least least_ttl_ms (then every key touched is
+    -- remembered, anchor included, exactly as an in-process limiter remembers it).
+    local anchors = not exists and (not new_is_full or least_ttl_ms > 0)
+    if op == 'take' or op == 'refund' or anchors then
+        local to_full = 0
+        for i = 1, count do
+            to_full = math.max(to_full, math.ceil((capacity[i] - balance[i]) / rate[i]))
+        end
+        local ttl_ms = math.max(math.ceil((behind + to_full) / 1000), least_ttl_ms)
+        if ttl_ms > 0 then
+            local values = {'t', digits(settled)}
+            for i = 1, count do
+                values[#values + 1] = fields[i + 1]
+                values[#values + 1] = digits(balance[i])
+            end
+            redis.call('HSET', key, unpack(values))
+            if server_clock then
+                -- On the server's clock the moment of "full" is known, and the key's expiry is
+                -- set to it: a TTL counted from when PEXPIRE runs would drift by however long
+                -- the script has already run (a batch of many keys takes milliseconds).
+                local full_ms = math.ceil((now + behind + to_full) / 1000)
+                local least_ms = math.ceil(now / 1000) + least_ttl_ms
+                redis.call('PEXPIREAT', key, digits(math.max(full_ms, least_ms)))
+            else
+                redis.call('PEXPIRE', key, ttl_ms)
+            end
+        elseif exists then
+            redis.call('DEL', key)
+        end
+    end
+
+    reply[#reply + 1] = outcome
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = behind
+    reply[#reply + 1] = wait
+end
+return reply
