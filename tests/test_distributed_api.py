@@ -256,11 +256,15 @@ def test_an_asyncio_client_gives_awaitables(redis_server: Any) -> None:
 
 
 def unreachable_client() -> Any:
+    """A client of a port nobody listens on, which reports at once: redis-py retries a
+    connection error with backoff by default, which took most of a minute here."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
     from redis_servers import free_port
 
     return redis.Redis(
-        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry_on_error=[]
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
     )
 
 

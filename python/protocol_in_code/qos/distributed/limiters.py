@@ -26,7 +26,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 UNAVAILABLE_WAIT_NS = 100_000_000
 
 TAKE, PEEK, REFUND, AVAILABLE = b"take", b"peek", b"refund", b"available"
-_NOW = b""  # "use the server's TIME"
+_NOW = b"-"  # "use the server's TIME"
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
@@ -113,7 +113,7 @@ class _Core:
         self.tail = _bands.script_args(self.bands, initial, min_ttl_ms)
         self.largest = max(band.burst for band in self.bands)
         self.smallest = min(band.burst for band in self.bands)
-        self.take_one = [TAKE, b"1", _NOW, *self.tail]
+        self.take_one = [b"take 1 - " + self.tail]
 
     def args(self, op: bytes, n: Any, now_ns: Any) -> list[bytes]:
         """The script's arguments for ``op``, after checking ``n`` and ``now_ns`` as in-process.
@@ -131,7 +131,7 @@ class _Core:
                 self.validator.peek(0, now_ns)  # raises the in-process error
                 now_ns = operator.index(now_ns)
             now = self.now_us(now_ns)
-        return [op, str(min(n, self.largest + 1)).encode(), now, *self.tail]
+        return [b"%s %d %s %s" % (op, min(n, self.largest + 1), now, self.tail)]
 
     @staticmethod
     def now_us(now_ns: int) -> bytes:

@@ -13,67 +13,75 @@
 --     multiplied, so a product is at most C - balance + p - 1, and a sum at most C + p - 1;
 --   * times are microseconds of at most 2^52 either side of 0, so differences stay below 2^53;
 --   * a double quotient a / b of integers with 0 <= a < 2^53 never rounds across an integer,
---     so math.floor and math.ceil of it are the exact integer quotients.
+--     so floor and ceil of it are the exact integer quotients.
 --
--- ARGV: op ("take", "peek", "refund" or "available"), n (tokens; the client passes at most the
--- largest burst + 1, which is "more than any band holds" just as well), now in microseconds or
--- "" for the server's TIME, the least TTL in ms, the number of bands, then for each band:
--- p (units per microsecond), units per token, burst (tokens), units held by a new key.
+-- Redis writes a Lua number given to redis.call digit for digit (no exponent) below 2^53, so
+-- the numbers are stored as they are.
+--
+-- ARGV[1], one string of words separated by spaces (one argument is cheaper to send than ten):
+--   op      "take", "peek", "refund" or "available"
+--   n       tokens; the client passes at most the largest burst + 1, which is "more than any
+--           band holds" just as well
+--   now     in microseconds, or "-" for the server's TIME
+--   least   the least TTL in ms
+--   then, for each band: p (units per microsecond), units per token, burst (tokens), and the
+--   units a new key holds.
 --
 -- Reply, for each key in order: outcome (0 allowed, 1 denied, 2 never), whole tokens remaining,
 -- the microseconds the clock is behind the settlement point, and the longest band's refill wait
 -- in microseconds (the client adds the two: their sum could pass 2^53 when a caller's explicit
 -- time is far behind).
 
-local op = ARGV[1]
-local n = tonumber(ARGV[2])
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+
+local words = {}
+for word in string.gmatch(ARGV[1], '%S+') do
+    words[#words + 1] = word
+end
+local op = words[1]
+local n = tonumber(words[2])
 local now
-local server_clock = ARGV[3] == ''
+local server_clock = words[3] == '-'
 if server_clock then
     local time = redis.call('TIME')
     now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 else
-    now = tonumber(ARGV[3])
+    now = tonumber(words[3])
 end
-local least_ttl_ms = tonumber(ARGV[4])
-local count = tonumber(ARGV[5])
+local least_ttl_ms = tonumber(words[4])
+local count = (#words - 4) / 4
+local takes = op == 'take'
+local decides = takes or op == 'peek'
+local writes = takes or op == 'refund'
 
 local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
 local fields = {'t'}
 local new_is_full = true
 for i = 1, count do
-    local at = 5 + (i - 1) * 4
-    rate[i] = tonumber(ARGV[at + 1])
-    unit[i] = tonumber(ARGV[at + 2])
-    burst[i] = tonumber(ARGV[at + 3])
+    local at = 4 * i
+    rate[i] = tonumber(words[at + 1])
+    unit[i] = tonumber(words[at + 2])
+    burst[i] = tonumber(words[at + 3])
     capacity[i] = burst[i] * unit[i]
-    initial[i] = tonumber(ARGV[at + 4])
-    if initial[i] ~= capacity[i] then
-        new_is_full = false
-    end
+    initial[i] = tonumber(words[at + 4])
+    new_is_full = new_is_full and initial[i] == capacity[i]
     fields[i + 1] = tostring(i)
 end
 
--- Integers as Redis stores them: '%.0f' writes every double below 2^53 digit for digit (Lua's
--- own tostring keeps only 14 significant digits).
-local function digits(x)
-    return string.format('%.0f', x)
-end
-
 local reply = {}
+local balance = {}
 for k = 1, #KEYS do
     local key = KEYS[k]
     local stored = redis.call('HMGET', key, unpack(fields))
     local exists = stored[1] ~= false
     local settled
-    local balance = {}
     if exists then
         settled = tonumber(stored[1])
         for i = 1, count do
             -- A band missing, or holding more than its burst (a key last used with other
             -- bands), reads as full: never more than the configuration allows.
-            local units = stored[i + 1] and tonumber(stored[i + 1]) or capacity[i]
-            balance[i] = math.min(units, capacity[i])
+            local units = stored[i + 1]
+            balance[i] = units and min(tonumber(units), capacity[i]) or capacity[i]
         end
     else
         -- A new key: `initial` units, anchored now (nothing accrues before its first call).
@@ -88,8 +96,8 @@ for k = 1, #KEYS do
     if now > settled then
         local elapsed = now - settled
         for i = 1, count do
-            local to_full = math.ceil((capacity[i] - balance[i]) / rate[i])
-            balance[i] = math.min(balance[i] + math.min(elapsed, to_full) * rate[i], capacity[i])
+            local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+            balance[i] = min(balance[i] + min(elapsed, to_full) * rate[i], capacity[i])
         end
         settled = now
     end
@@ -98,7 +106,7 @@ for k = 1, #KEYS do
     -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
     -- DENIED with the longest wait.
     local outcome, wait = 0, 0
-    if op == 'take' or op == 'peek' then
+    if decides then
         for i = 1, count do
             if n > burst[i] then
                 outcome = 2
@@ -106,13 +114,13 @@ for k = 1, #KEYS do
                 local deficit = n * unit[i] - balance[i]
                 if deficit > 0 then
                     outcome = 1
-                    wait = math.max(wait, math.ceil(deficit / rate[i]))
+                    wait = max(wait, ceil(deficit / rate[i]))
                 end
             end
         end
         if outcome == 2 then
             wait = 0
-        elseif outcome == 0 and op == 'take' then
+        elseif outcome == 0 and takes then
             for i = 1, count do
                 balance[i] = balance[i] - n * unit[i]
             end
@@ -122,17 +130,14 @@ for k = 1, #KEYS do
             if n >= burst[i] then
                 balance[i] = capacity[i]
             else
-                balance[i] = math.min(balance[i] + n * unit[i], capacity[i])
+                balance[i] = min(balance[i] + n * unit[i], capacity[i])
             end
         end
     end
 
-    local remaining = nil
-    for i = 1, count do
-        local whole = math.floor(balance[i] / unit[i])
-        if remaining == nil or whole < remaining then
-            remaining = whole
-        end
+    local remaining = floor(balance[1] / unit[1])
+    for i = 2, count do
+        remaining = min(remaining, floor(balance[i] / unit[i]))
     end
 
     -- Store what changed, with a TTL of exactly the time until every band is full again: then
@@ -140,27 +145,29 @@ for k = 1, #KEYS do
     -- available) stores nothing, except that it anchors a new key that does not start full, or
     -- any new key when keys are kept at least least_ttl_ms (then every key touched is
     -- remembered, anchor included, exactly as an in-process limiter remembers it).
-    local anchors = not exists and (not new_is_full or least_ttl_ms > 0)
-    if op == 'take' or op == 'refund' or anchors then
+    if writes or (not exists and (not new_is_full or least_ttl_ms > 0)) then
         local to_full = 0
         for i = 1, count do
-            to_full = math.max(to_full, math.ceil((capacity[i] - balance[i]) / rate[i]))
+            to_full = max(to_full, ceil((capacity[i] - balance[i]) / rate[i]))
         end
-        local ttl_ms = math.max(math.ceil((behind + to_full) / 1000), least_ttl_ms)
+        local ttl_ms = max(ceil((behind + to_full) / 1000), least_ttl_ms)
         if ttl_ms > 0 then
-            local values = {'t', digits(settled)}
-            for i = 1, count do
-                values[#values + 1] = fields[i + 1]
-                values[#values + 1] = digits(balance[i])
+            if count == 1 then
+                redis.call('HSET', key, 't', settled, '1', balance[1])
+            else
+                local values = {'t', settled}
+                for i = 1, count do
+                    values[2 * i + 1] = fields[i + 1]
+                    values[2 * i + 2] = balance[i]
+                end
+                redis.call('HSET', key, unpack(values))
             end
-            redis.call('HSET', key, unpack(values))
             if server_clock then
                 -- On the server's clock the moment of "full" is known, and the key's expiry is
                 -- set to it: a TTL counted from when PEXPIRE runs would drift by however long
                 -- the script has already run (a batch of many keys takes milliseconds).
-                local full_ms = math.ceil((now + behind + to_full) / 1000)
-                local least_ms = math.ceil(now / 1000) + least_ttl_ms
-                redis.call('PEXPIREAT', key, digits(math.max(full_ms, least_ms)))
+                local full_ms = ceil((now + behind + to_full) / 1000)
+                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
             else
                 redis.call('PEXPIRE', key, ttl_ms)
             end
@@ -169,9 +176,10 @@ for k = 1, #KEYS do
         end
     end
 
-    reply[#reply + 1] = outcome
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = behind
-    reply[#reply + 1] = wait
+    local at = 4 * (k - 1)
+    reply[at + 1] = outcome
+    reply[at + 2] = remaining
+    reply[at + 3] = behind
+    reply[at + 4] = wait
 end
 return reply
