@@ -17,6 +17,7 @@ burst of up to about 9 billion tokens, at ``1/3`` token per second about 3 billi
 from __future__ import annotations
 
 import operator
+import struct
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -27,6 +28,8 @@ from protocol_in_code.qos.limiter import RateLimiter
 EXACT_BOUND = 2**53
 #: Microseconds in a second: the script's clock grain.
 MICROS_PER_SECOND = 10**6
+#: min_ttl_ms is sent as a double too, so it must stay below 2^53.
+MAX_TTL_MS = 2**53 - 1
 #: The furthest an explicit time may be from 0, in microseconds, so that the difference of two
 #: times stays below 2^53.
 TIME_BOUND_US = 2**52
@@ -75,10 +78,20 @@ def parse(
 
 def script_args(bands: tuple[ScriptBand, ...], initial: int | None, min_ttl_ms: int) -> bytes:
     """The end of the script's one argument, after op, n and now: the least TTL, then each
-    band's four numbers, separated by spaces (one argument costs the client less to send than
-    ten)."""
-    words = [min_ttl_ms]
+    band's four numbers, as big-endian doubles (all below 2^53, so exact): the server reads
+    them with one ``struct.unpack``, cheaper than parsing text."""
+    numbers = [min_ttl_ms]
     for band in bands:
         held = band.capacity if initial is None else initial * band.unit
-        words += [band.per_us, band.unit, band.burst, held]
-    return " ".join(map(str, words)).encode()
+        numbers += [band.per_us, band.unit, band.burst, held]
+    return struct.pack(f">{len(numbers)}d", *numbers)
+
+
+def request(op: int, n: int, now_us: int | None) -> bytes:
+    """The start of the script's argument: op, n, now and whether the server's clock decides."""
+    if now_us is None:
+        return _REQUEST.pack(op, n, 0, 1)
+    return _REQUEST.pack(op, n, now_us, 0)
+
+
+_REQUEST = struct.Struct(">4d")

@@ -56,21 +56,21 @@ class Server:
             getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
         ) or (OSError,)
 
-    def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> list[int]:
+    def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client."""
         try:
-            return cast("list[int]", self.client.evalsha(SHA, len(keys), *keys, *args))
+            return self.client.evalsha(SHA, len(keys), *keys, *args)
         except self.no_script:
-            return cast("list[int]", self.client.eval(SOURCE, len(keys), *keys, *args))
+            return self.client.eval(SOURCE, len(keys), *keys, *args)
 
-    async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> list[int]:
+    async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
         try:
             reply = self.client.evalsha(SHA, len(keys), *keys, *args)
-            return cast("list[int]", await cast("Awaitable[Any]", reply))
+            return await cast("Awaitable[Any]", reply)
         except self.no_script:
             reply = self.client.eval(SOURCE, len(keys), *keys, *args)
-            return cast("list[int]", await cast("Awaitable[Any]", reply))
+            return await cast("Awaitable[Any]", reply)
 
     def slot_groups(self, keys: Sequence[bytes]) -> list[list[int]]:
         """Indices of ``keys`` grouped so that each group is one script call: one group on a

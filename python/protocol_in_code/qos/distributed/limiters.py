@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeAlias, TypeVar
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
@@ -25,8 +25,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: before they ask again: 100 ms, so a blocking ``acquire`` neither spins nor sleeps long.
 UNAVAILABLE_WAIT_NS = 100_000_000
 
-TAKE, PEEK, REFUND, AVAILABLE = b"take", b"peek", b"refund", b"available"
-_NOW = b"-"  # "use the server's TIME"
+# The script's operations.
+TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
@@ -50,19 +50,30 @@ def redis_key(prefix: bytes, key: Any) -> bytes:
     raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
 
 
-def decision(reply: Sequence[int], at: int = 0) -> Decision:
-    """The :class:`Decision` in the script's reply for the key at ``at``.
+def decision(reply: Any) -> Decision:
+    """The :class:`Decision` in the script's reply for one key.
 
-    A wait is returned in whole microseconds, in two parts (the clock behind the settlement
-    point, and the refill) that are added here, where integers have no bound.
+    ALLOWED and NEVER come as one integer, ``4 * remaining + outcome``; DENIED as a list whose
+    wait is in whole microseconds, in two parts (the clock behind the settlement point, and the
+    refill) that are added here, where integers have no bound.
     """
-    outcome = reply[at]
-    if outcome == 0:
-        return Decision(LimitOutcome.ALLOWED, 0, reply[at + 1])
-    if outcome == 1:
-        wait_ns = (reply[at + 2] + reply[at + 3]) * 1000
-        return Decision(LimitOutcome.DENIED, wait_ns, reply[at + 1])
-    return Decision(LimitOutcome.NEVER, None, reply[at + 1])
+    if type(reply) is int:
+        if reply & 3:
+            return Decision(LimitOutcome.NEVER, None, reply >> 2)
+        return Decision(LimitOutcome.ALLOWED, 0, reply >> 2)
+    _, remaining, behind, wait = reply
+    return Decision(LimitOutcome.DENIED, (behind + wait) * 1000, remaining)
+
+
+def remaining(reply: Any) -> int:
+    """Whole tokens remaining in the script's reply for one key."""
+    return reply >> 2 if type(reply) is int else int(reply[1])
+
+
+def allowed_digits(reply: Any) -> list[bool]:
+    """The outcomes of a batch: one digit per key, "0" for allowed."""
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return [digit == "0" for digit in text]
 
 
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
@@ -86,8 +97,10 @@ class _Core:
         local_type: type[RateLimiter] | type[KeyedRateLimiter],
     ) -> None:
         self.validator, self.bands = _bands.parse(rate, burst, per, bands, initial)
-        if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool) or min_ttl_ms < 0:
-            raise ValueError(f"min_ttl_ms must be an int >= 0, not {min_ttl_ms!r}")
+        if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool):
+            raise TypeError(f"min_ttl_ms must be an int, not {type(min_ttl_ms).__name__}")
+        if not 0 <= min_ttl_ms <= _bands.MAX_TTL_MS:
+            raise ValueError(f"min_ttl_ms must be between 0 and 2**53 - 1, not {min_ttl_ms!r}")
         if isinstance(prefix, str):
             prefix = prefix.encode("utf-8", "surrogatepass")
         if not isinstance(prefix, bytes):
@@ -113,9 +126,9 @@ class _Core:
         self.tail = _bands.script_args(self.bands, initial, min_ttl_ms)
         self.largest = max(band.burst for band in self.bands)
         self.smallest = min(band.burst for band in self.bands)
-        self.take_one = [b"take 1 - " + self.tail]
+        self.take_one = [_bands.request(TAKE, 1, None) + self.tail]
 
-    def args(self, op: bytes, n: Any, now_ns: Any) -> list[bytes]:
+    def args(self, op: int, n: Any, now_ns: Any) -> list[bytes]:
         """The script's arguments for ``op``, after checking ``n`` and ``now_ns`` as in-process.
 
         ``n`` above every burst is NEVER whatever its size, so it is passed as the largest burst
@@ -124,17 +137,16 @@ class _Core:
         if type(n) is not int or not 0 <= n < 2**64:
             self.validator.peek(n, 0)  # raises the in-process error
             n = operator.index(n)
-        if now_ns is None:
-            now = _NOW
-        else:
+        now_us = None
+        if now_ns is not None:
             if type(now_ns) is not int or not -(2**63) <= now_ns < 2**63:
                 self.validator.peek(0, now_ns)  # raises the in-process error
                 now_ns = operator.index(now_ns)
-            now = self.now_us(now_ns)
-        return [b"%s %d %s %s" % (op, min(n, self.largest + 1), now, self.tail)]
+            now_us = self.now_us(now_ns)
+        return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail]
 
     @staticmethod
-    def now_us(now_ns: int) -> bytes:
+    def now_us(now_ns: int) -> int:
         """An explicit time in the script's grain: whole microseconds, or a ValueError."""
         micros, rest = divmod(now_ns, 1000)
         if rest:
@@ -147,7 +159,7 @@ class _Core:
                 "now_ns must be within 2**52 microseconds of 0 (so that the difference of two "
                 f"times stays below 2**53, exact in the server's Lua numbers), not {now_ns}"
             )
-        return str(micros).encode()
+        return micros
 
     def unavailable(self, error: BaseException, method: str, *args: Any) -> Any:
         """What ``method`` answers when the server cannot: the ``on_error`` policy.
@@ -291,7 +303,7 @@ class RedisRateLimiter:
             reply = self._run(self._keys, args)
         except self._unavailable as error:
             return bool(core.unavailable(error, "try_acquire", n, now_ns))
-        return reply[0] == 0
+        return type(reply) is int and not reply & 3
 
     def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
@@ -321,7 +333,7 @@ class RedisRateLimiter:
         """Whole tokens every band holds now."""
         args = self._core.args(AVAILABLE, 0, now_ns)
         try:
-            return self._run(self._keys, args)[1]
+            return remaining(self._run(self._keys, args))
         except self._unavailable as error:
             return self._core.unavailable(error, "available", now_ns)  # type: ignore[no-any-return]
 
@@ -415,7 +427,7 @@ class RedisKeyedRateLimiter:
             reply = self._run(keys, args)
         except self._unavailable as error:
             return bool(core.unavailable(error, "try_acquire", key, n, now_ns))
-        return reply[0] == 0
+        return type(reply) is int and not reply & 3
 
     def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
@@ -449,7 +461,7 @@ class RedisKeyedRateLimiter:
         keys = [redis_key(self._prefix, key)]
         args = self._core.args(AVAILABLE, 0, now_ns)
         try:
-            return self._run(keys, args)[1]
+            return remaining(self._run(keys, args))
         except self._unavailable as error:
             return self._core.unavailable(error, "available", key, now_ns)  # type: ignore[no-any-return]
 
@@ -460,7 +472,7 @@ class RedisKeyedRateLimiter:
         all on a single server): the same answers as one call per key, in the same order."""
         keys = list(keys)
         names = [redis_key(self._prefix, key) for key in keys]
-        args = self._core.args(TAKE, n, now_ns)
+        args = self._core.args(MANY, n, now_ns)
         answers = [False] * len(keys)
         for group in self._core.server.slot_groups(names):
             try:
@@ -471,8 +483,8 @@ class RedisKeyedRateLimiter:
                         self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
                     )
                 continue
-            for at, i in enumerate(group):
-                answers[i] = reply[4 * at] == 0
+            for i, answer in zip(group, allowed_digits(reply), strict=True):
+                answers[i] = answer
         return answers
 
     def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
@@ -528,16 +540,16 @@ class AsyncRedisRateLimiter:
     def redis_key(self) -> bytes:
         return self._keys[0]
 
-    async def _ask(self, op: bytes, method: str, n: Any, now_ns: Any) -> Any:
+    async def _ask(self, op: int, method: str, n: Any, now_ns: Any) -> Any:
         args = self._core.args(op, n, now_ns)
         try:
             reply = await self._run(self._keys, args)
         except self._unavailable as error:
-            fallback = (now_ns,) if op is AVAILABLE else (n, now_ns)
+            fallback = (now_ns,) if op == AVAILABLE else (n, now_ns)
             return self._core.unavailable(error, method, *fallback)
-        if op is AVAILABLE:
-            return reply[1]
-        return None if op is REFUND else decision(reply)
+        if op == AVAILABLE:
+            return remaining(reply)
+        return None if op == REFUND else decision(reply)
 
     async def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
         answer = await self._ask(TAKE, "try_acquire", n, now_ns)
@@ -607,17 +619,17 @@ class AsyncRedisKeyedRateLimiter:
     def redis_key(self, key: str | bytes) -> bytes:
         return redis_key(self._prefix, key)
 
-    async def _ask(self, op: bytes, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+    async def _ask(self, op: int, method: str, key: Any, n: Any, now_ns: Any) -> Any:
         keys = [redis_key(self._prefix, key)]
         args = self._core.args(op, n, now_ns)
         try:
             reply = await self._run(keys, args)
         except self._unavailable as error:
-            fallback = (key, now_ns) if op is AVAILABLE else (key, n, now_ns)
+            fallback = (key, now_ns) if op == AVAILABLE else (key, n, now_ns)
             return self._core.unavailable(error, method, *fallback)
-        if op is AVAILABLE:
-            return reply[1]
-        return None if op is REFUND else decision(reply)
+        if op == AVAILABLE:
+            return remaining(reply)
+        return None if op == REFUND else decision(reply)
 
     async def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
         answer = await self._ask(TAKE, "try_acquire", key, n, now_ns)
@@ -641,7 +653,7 @@ class AsyncRedisKeyedRateLimiter:
         """One round trip per hash slot, the slots' trips awaited together."""
         keys = list(keys)
         names = [redis_key(self._prefix, key) for key in keys]
-        args = self._core.args(TAKE, n, now_ns)
+        args = self._core.args(MANY, n, now_ns)
         answers = [False] * len(keys)
         groups = self._core.server.slot_groups(names)
         replies = await asyncio.gather(
@@ -657,8 +669,8 @@ class AsyncRedisKeyedRateLimiter:
                 continue
             if isinstance(reply, BaseException):
                 raise reply
-            for at, i in enumerate(group):
-                answers[i] = reply[4 * at] == 0
+            for i, answer in zip(group, allowed_digits(reply), strict=True):
+                answers[i] = answer
         return answers
 
     async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:

@@ -18,52 +18,59 @@
 -- Redis writes a Lua number given to redis.call digit for digit (no exponent) below 2^53, so
 -- the numbers are stored as they are.
 --
--- ARGV[1], one string of words separated by spaces (one argument is cheaper to send than ten):
---   op      "take", "peek", "refund" or "available"
+-- ARGV[1] is the request and the configuration as big-endian doubles (8 bytes each, exact for
+-- every integer the client sends: all are below 2^53), read by one struct.unpack: parsing ten
+-- numbers out of text cost the server more than the rest of the arithmetic.
+--   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
---   now     in microseconds, or "-" for the server's TIME
+--   now     in microseconds (ignored when the next number is 1)
+--   server  1: use the server's TIME; 0: use now
 --   least   the least TTL in ms
 --   then, for each band: p (units per microsecond), units per token, burst (tokens), and the
 --   units a new key holds.
 --
--- Reply, for each key in order: outcome (0 allowed, 1 denied, 2 never), whole tokens remaining,
--- the microseconds the clock is behind the settlement point, and the longest band's refill wait
--- in microseconds (the client adds the two: their sum could pass 2^53 when a caller's explicit
--- time is far behind).
+-- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
+-- reads a reply in Python, line by line), so it is as small as the answer allows:
+--
+--   * op "many" (a batch, which takes): one string of outcome digits, one per key in order
+--     (0 allowed, 1 denied, 2 never);
+--   * otherwise (one key): ALLOWED and NEVER as one integer, 4 * remaining + outcome (remaining
+--     is at most a burst, far below 2^51); DENIED as {1, remaining, behind, wait}: the
+--     microseconds the clock is behind the settlement point, and the longest band's refill
+--     wait in microseconds (the client adds the two: their sum could pass 2^53 when a caller's
+--     explicit time is far behind).
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 
-local words = {}
-for word in string.gmatch(ARGV[1], '%S+') do
-    words[#words + 1] = word
-end
+local words = {struct.unpack('>' .. string.rep('d', #ARGV[1] / 8), ARGV[1])}
 local op = words[1]
-local n = tonumber(words[2])
+local n = words[2]
 local now
-local server_clock = words[3] == '-'
+local server_clock = words[4] == 1
 if server_clock then
     local time = redis.call('TIME')
     now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 else
-    now = tonumber(words[3])
+    now = words[3]
 end
-local least_ttl_ms = tonumber(words[4])
-local count = (#words - 4) / 4
-local takes = op == 'take'
-local decides = takes or op == 'peek'
-local writes = takes or op == 'refund'
+local least_ttl_ms = words[5]
+local count = (#words - 6) / 4 -- struct.unpack also returns the position after the last
+local many = op == 1
+local takes = many or op == 0
+local decides = takes or op == 2
+local writes = takes or op == 3
 
 local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
 local fields = {'t'}
 local new_is_full = true
 for i = 1, count do
-    local at = 4 * i
-    rate[i] = tonumber(words[at + 1])
-    unit[i] = tonumber(words[at + 2])
-    burst[i] = tonumber(words[at + 3])
+    local at = 4 * i + 1
+    rate[i] = words[at + 1]
+    unit[i] = words[at + 2]
+    burst[i] = words[at + 3]
     capacity[i] = burst[i] * unit[i]
-    initial[i] = tonumber(words[at + 4])
+    initial[i] = words[at + 4]
     new_is_full = new_is_full and initial[i] == capacity[i]
     fields[i + 1] = tostring(i)
 end
@@ -125,7 +132,7 @@ for k = 1, #KEYS do
                 balance[i] = balance[i] - n * unit[i]
             end
         end
-    elseif op == 'refund' then
+    elseif op == 3 then
         for i = 1, count do
             if n >= burst[i] then
                 balance[i] = capacity[i]
@@ -176,10 +183,12 @@ for k = 1, #KEYS do
         end
     end
 
-    local at = 4 * (k - 1)
-    reply[at + 1] = outcome
-    reply[at + 2] = remaining
-    reply[at + 3] = behind
-    reply[at + 4] = wait
+    if many then
+        reply[k] = outcome
+    elseif outcome == 1 then
+        return {1, remaining, behind, wait}
+    else
+        return 4 * remaining + outcome
+    end
 end
-return reply
+return table.concat(reply)
