@@ -51,7 +51,7 @@ def test_exactly_the_burst_is_admitted_across_processes(redis_server: Any, case:
     client.close()
 
 
-@pytest.mark.parametrize("case", ["one band", "two bands"])
+@pytest.mark.parametrize("case", ["one band", "two bands", "clocks hours apart"])
 def test_exactly_the_burst_is_admitted_on_a_cluster(redis_cluster: Any, case: str) -> None:
     bands, skews = CASES[case]
     key = f"cluster-{case}"

@@ -9,6 +9,7 @@ asyncio classes differ only in awaiting the round trip; :class:`_Core` holds eve
 from __future__ import annotations
 
 import asyncio
+import inspect
 import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -575,7 +576,7 @@ class AsyncRedisRateLimiter:
     acquire_async = acquire
 
     def __call__(self, function: _F) -> _F:
-        if not asyncio.iscoroutinefunction(function):
+        if not inspect.iscoroutinefunction(function):
             raise TypeError("a limiter on an asyncio client decorates async def functions only")
         return _conveniences.decorate(self, function)  # type: ignore[arg-type, return-value]
 
