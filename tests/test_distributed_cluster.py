@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
@@ -88,3 +89,43 @@ def test_keys_on_the_cluster_expire_when_full(cluster_client: Any) -> None:
     assert all(-2 <= ttl <= 3 and ttl != -1 for ttl in ttls)  # 2 ms to full, never no TTL
     local = RateLimiter(1000, burst=5)
     assert limiter.available("e0") <= local.available()
+
+
+def test_a_stopped_master_denies_its_keys_only_and_service_resumes(redis_cluster: Any) -> None:
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+
+    timeout = 0.3
+    client = RedisCluster(
+        host="127.0.0.1",
+        port=redis_cluster.nodes[0].port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, prefix="stop:", on_error="deny")
+    keys = [f"s{i}" for i in range(60)]
+    assert all(limiter.try_acquire_many(keys))
+    victim = redis_cluster.nodes[1]
+    on_victim = {
+        key for key in keys if client.get_node_from_key(limiter.redis_key(key)).port == victim.port
+    }
+    assert on_victim and len(on_victim) < len(keys)
+    victim.pause()
+    try:
+        for key in keys[:10]:
+            start = time.monotonic()
+            assert limiter.try_acquire(key) is (key not in on_victim)
+            assert time.monotonic() - start <= timeout + 0.1
+        start = time.monotonic()
+        answers = limiter.try_acquire_many(keys)
+        assert time.monotonic() - start <= timeout + 0.1  # one timeout for the node, not per slot
+        assert answers == [key not in on_victim for key in keys]
+    finally:
+        victim.resume()
+    deadline = time.monotonic() + 10
+    while not limiter.try_acquire(min(on_victim)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert limiter.check(min(on_victim)).remaining < 5
+    client.close()

@@ -40,8 +40,10 @@ Usage::
     from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
 
     per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, on_error="deny")
-    if not per_client.try_acquire(client_ip):
-        return 429
+
+    def handle(request):
+        if not per_client.try_acquire(request.client_ip):
+            return 429, "Too Many Requests"
 
 Given an asyncio client (``redis.asyncio.Redis``), both classes give their asyncio forms
 (:class:`AsyncRedisRateLimiter`, :class:`AsyncRedisKeyedRateLimiter`), whose calls are awaited.

@@ -84,6 +84,18 @@ class Server:
             groups.setdefault(keyslot(key), []).append(index)
         return list(groups.values())
 
+    def node_of(self, key: bytes) -> Any:
+        """The cluster node that owns ``key`` (None on a single server, or if unknown): a
+        batch that found a node unreachable answers its other slots there without waiting
+        for each to time out again."""
+        if not self.is_cluster:
+            return None
+        try:
+            node = self.client.get_node_from_key(key)
+        except Exception:  # the client's own view of the slots is not ours to judge
+            return None
+        return getattr(node, "name", None)
+
 
 class _Never(Exception):
     """Stands for an exception class the client's package does not have."""

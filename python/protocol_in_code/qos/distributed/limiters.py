@@ -470,15 +470,27 @@ class RedisKeyedRateLimiter:
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
     ) -> list[bool]:
         """:meth:`try_acquire` for each key in turn, in one round trip per hash slot (one in
-        all on a single server): the same answers as one call per key, in the same order."""
+        all on a single server): the same answers as one call per key, in the same order.
+
+        On a cluster, a node found unreachable is not asked again within the batch: its other
+        slots go straight to ``on_error``, so a batch waits for at most one timeout per
+        unreachable node, not one per slot."""
         keys = list(keys)
         names = [redis_key(self._prefix, key) for key in keys]
         args = self._core.args(MANY, n, now_ns)
         answers = [False] * len(keys)
-        for group in self._core.server.slot_groups(names):
+        server = self._core.server
+        unreachable: dict[Any, BaseException] = {}  # node -> its error, within this batch
+        for group in server.slot_groups(names):
+            node = server.node_of(names[group[0]]) if unreachable else None
             try:
+                if node is not None and node in unreachable:
+                    raise unreachable[node]
                 reply = self._run([names[i] for i in group], args)
             except self._unavailable as error:
+                failed = server.node_of(names[group[0]])
+                if failed is not None:
+                    unreachable[failed] = error
                 for i in group:
                     answers[i] = bool(
                         self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
