@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+import qos_support
 from protocol_in_code.qos.distributed import (
     AsyncRedisKeyedRateLimiter,
     AsyncRedisRateLimiter,
@@ -25,6 +26,9 @@ from protocol_in_code.qos.distributed import (
 )
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import RateLimiter
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 
 class Recording:

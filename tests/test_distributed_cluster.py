@@ -10,11 +10,15 @@ import time
 from typing import Any
 
 import pytest
+import qos_support
 from hypothesis import given
 from hypothesis import strategies as st
 from protocol_in_code.qos.distributed import Band, RedisKeyedRateLimiter, RedisRateLimiter
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import RateLimiter
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 _names = itertools.count()
 

@@ -14,11 +14,15 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+import qos_support
 from hypothesis import given
 from hypothesis import strategies as st
 from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, RedisRateLimiter
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import Band, RateLimiter
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 KEEP_MS = 600_000
 _names = itertools.count()

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+import qos_support
 from protocol_in_code.qos.distributed import (
     LimiterUnavailable,
     LimitOutcome,
@@ -19,6 +20,9 @@ from protocol_in_code.qos.distributed import (
     RedisRateLimiter,
 )
 from protocol_in_code.qos.keyed import KeyedRateLimiter
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 SOCKET_TIMEOUT = 0.3
 SLACK = 0.1  # what a call may take beyond the socket timeout

@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import qos_support
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
 # A negligible rate: one token per 10^6 seconds refills nothing during a test.
