@@ -133,3 +133,23 @@ def test_a_stopped_master_denies_its_keys_only_and_service_resumes(redis_cluster
         time.sleep(0.05)
     assert limiter.check(min(on_victim)).remaining < 5
     client.close()
+
+
+def test_an_asyncio_cluster_client_batches_by_slot(redis_cluster: Any) -> None:
+    import asyncio
+
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+    keys = [f"a{i}" for i in range(40)] * 3
+    local = KeyedRateLimiter(1, burst=2, per=3600)
+    want = [local.try_acquire(key, now_ns=0) for key in keys]
+
+    async def main() -> list[bool]:
+        client = AsyncRedisCluster(host="127.0.0.1", port=redis_cluster.nodes[0].port)
+        limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600, prefix="async:")
+        answers = await limiter.try_acquire_many(keys)
+        assert (await limiter.check("a0")).remaining == 0
+        await client.aclose()
+        return answers  # type: ignore[no-any-return]
+
+    assert asyncio.run(main()) == want

@@ -663,25 +663,30 @@ class AsyncRedisKeyedRateLimiter:
     async def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
     ) -> list[bool]:
-        """One round trip per hash slot, the slots' trips awaited together."""
+        """One round trip per hash slot, awaited in turn (redis-py's asyncio cluster client
+        raced connecting when the slots' trips were gathered at once); a node found
+        unreachable is not asked again within the batch."""
         keys = list(keys)
         names = [redis_key(self._prefix, key) for key in keys]
         args = self._core.args(MANY, n, now_ns)
         answers = [False] * len(keys)
-        groups = self._core.server.slot_groups(names)
-        replies = await asyncio.gather(
-            *(self._run([names[i] for i in group], args) for group in groups),
-            return_exceptions=True,
-        )
-        for group, reply in zip(groups, replies, strict=True):
-            if isinstance(reply, self._unavailable):
+        server = self._core.server
+        unreachable: dict[Any, BaseException] = {}
+        for group in server.slot_groups(names):
+            node = server.node_of(names[group[0]]) if unreachable else None
+            try:
+                if node is not None and node in unreachable:
+                    raise unreachable[node]
+                reply = await self._run([names[i] for i in group], args)
+            except self._unavailable as error:
+                failed = server.node_of(names[group[0]])
+                if failed is not None:
+                    unreachable[failed] = error
                 for i in group:
                     answers[i] = bool(
-                        self._core.unavailable(reply, "try_acquire", keys[i], n, now_ns)
+                        self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
                     )
                 continue
-            if isinstance(reply, BaseException):
-                raise reply
             for i, answer in zip(group, allowed_digits(reply), strict=True):
                 answers[i] = answer
         return answers
