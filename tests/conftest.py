@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -21,6 +23,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import qos_support
+import redis_servers
 
 _common = dict(
     deadline=None,
@@ -62,3 +65,65 @@ def ref() -> qos_support.Impl:
 @pytest.fixture(scope="session")
 def reference_mode() -> bool:
     return qos_support.reference_mode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Real Redis servers (tests/redis_servers.py): skipped with an install hint when redis-server is
+# missing, a failure instead under QOS_REQUIRE_REDIS=1.
+# ---------------------------------------------------------------------------------------------
+
+
+def _redis_tests_apply() -> None:
+    if qos_support.reference_mode():
+        pytest.skip("the Redis limiters have no pure-Python reference")
+    redis_servers.require_redis()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_servers.Server]:
+    """One standalone redis-server for the session, on a free loopback port."""
+    _redis_tests_apply()
+    server = redis_servers.Server(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: redis_servers.Server) -> Iterator[Any]:
+    """A client of the session's server, emptied before the test."""
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def shared_redis_client(redis_server: redis_servers.Server) -> Iterator[Any]:
+    """One client of the session's server, never emptied: for hypothesis tests, which use a
+    fresh key for every example."""
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def own_redis_server(tmp_path: Path) -> Iterator[redis_servers.Server]:
+    """A server of the test's own, which it may stop, kill and restart."""
+    _redis_tests_apply()
+    server = redis_servers.Server(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_servers.Cluster]:
+    """A three-master cluster for the session, made with redis-cli --cluster create."""
+    _redis_tests_apply()
+    cluster = redis_servers.Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()

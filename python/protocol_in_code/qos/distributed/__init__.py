@@ -1,0 +1,77 @@
+"""One limit across processes and hosts: the exact limiter, settled by a Redis (or Valkey) server.
+
+An in-process limiter is only one process's limit: a web service with eight workers on four
+hosts, each holding ``RateLimiter(10)``, admits 320 per second, not 10. Here the state lives on
+the server the service already runs, and every decision is one atomic step there:
+
+* **One round trip per decision.** A Lua script (``settle.lua``, beside this file) settles and
+  decides on the server; the client sends it once and then only its SHA1 (``EVALSHA``), and
+  sends it again, invisibly, after a ``NOSCRIPT`` (a ``SCRIPT FLUSH``, a restart, a failover).
+  Every band of a key lives in one hash, so several bands are consumed all-or-nothing.
+* **The server's clock, never the client's.** The script reads ``TIME``. Hosts whose clocks
+  disagree by hours still share one limit correctly, because no client clock enters a
+  decision; and the stored settlement point never moves backwards, so a server clock stepped
+  back, or a failover to a replica whose clock is behind, gains nobody a token. An explicit
+  ``now_ns=`` replaces the server's time, for tests and replays, as in-process; it must be a
+  whole number of microseconds, the grain of ``TIME``.
+* **Exact integers, as in-process.** The script counts units of ``1/(q * 10^6)`` token for a
+  rate ``p/q`` per second, so a microsecond brings exactly ``p`` units and many small steps
+  equal one big step. Lua's numbers are doubles, exact up to ``2^53``: a band with
+  ``burst * q * 10^6 + p > 2^53`` is refused with a ``ValueError`` naming that bound. A
+  ``wait_ns`` is the in-process one rounded up to the microsecond (``ceil(D/p)`` microseconds
+  for a deficit of ``D`` units; in-process it is ``ceil(1000 D/p)`` ns, and
+  ``ceil(ceil(1000 D/p)/1000) = ceil(D/p)``).
+* **Bounded memory, nobody let off.** Every key written gets a ``PEXPIRE`` of exactly the time
+  until all its bands are full again, rounded up to the millisecond: it disappears only when
+  it is indistinguishable from a key never seen, so expiry changes no answer, and no key lives
+  without a TTL.
+* **Cluster.** A key is ``prefix{key}``: the braces make it its own hash tag, and a decision
+  touches one hash, so it never crosses slots; ``try_acquire_many`` sends one script call per
+  slot.
+* **When the server is unreachable**, ``on_error`` decides: ``"raise"``
+  (:class:`LimiterUnavailable`, chained to the client's error), ``"allow"``, ``"deny"``, or a
+  local ``RateLimiter``/``KeyedRateLimiter`` that decides instead. How long a call may take to
+  find out is the client's setting (``socket_timeout``, ``retry``): we open no connection of
+  our own. When the server is back, the next call works.
+
+Usage::
+
+    import redis
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+
+    per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, on_error="deny")
+
+    def handle(request):
+        if not per_client.try_acquire(request.client_ip):
+            return 429, "Too Many Requests"
+
+Given an asyncio client (``redis.asyncio.Redis``), both classes give their asyncio forms
+(:class:`AsyncRedisRateLimiter`, :class:`AsyncRedisKeyedRateLimiter`), whose calls are awaited.
+"""
+
+from __future__ import annotations
+
+from protocol_in_code._native import Decision, LimitOutcome
+from protocol_in_code.qos.distributed._bands import EXACT_BOUND
+from protocol_in_code.qos.distributed.limiters import (
+    UNAVAILABLE_WAIT_NS,
+    AsyncRedisKeyedRateLimiter,
+    AsyncRedisRateLimiter,
+    LimiterUnavailable,
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+)
+from protocol_in_code.qos.limiter import Band
+
+__all__ = [
+    "EXACT_BOUND",
+    "UNAVAILABLE_WAIT_NS",
+    "AsyncRedisKeyedRateLimiter",
+    "AsyncRedisRateLimiter",
+    "Band",
+    "Decision",
+    "LimitOutcome",
+    "LimiterUnavailable",
+    "RedisKeyedRateLimiter",
+    "RedisRateLimiter",
+]

@@ -1,0 +1,113 @@
+"""Speaking to the server: one ``EVALSHA`` per decision, the script reloaded when it is gone.
+
+The script is sent by its SHA1 (``EVALSHA``), so a decision costs one round trip carrying a
+few short arguments. A server that no longer has the script (after ``SCRIPT FLUSH``, a restart,
+or a failover to a replica that never saw it) answers ``NOSCRIPT``; the call is then repeated
+once as ``EVAL`` with the source, which also caches it on that server, so callers never see it.
+``EVAL`` goes to the node that owns the keys, in a cluster as on one server.
+
+We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
+``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
+configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Which of its errors
+mean "the server is unreachable" is read from the client's own package (``redis.exceptions``
+or ``valkey.exceptions``), so neither package is needed to import this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from collections.abc import Awaitable, Sequence
+from importlib import resources
+from typing import Any, cast
+
+SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
+SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
+
+_UNAVAILABLE_NAMES = (
+    "ConnectionError",  # refused, reset, closed (BusyLoadingError is one too)
+    "TimeoutError",  # no answer within the client's socket timeout
+    "ClusterDownError",
+    "TryAgainError",
+    "MasterDownError",
+    "ReadOnlyError",  # a replica just demoted, or not yet promoted
+    "SlotNotCoveredError",
+    "MaxConnectionsError",
+)
+
+
+class Server:
+    """The caller's client, the script, and the client's errors sorted in two kinds."""
+
+    def __init__(self, client: Any) -> None:
+        evalsha = getattr(client, "evalsha", None)
+        if evalsha is None or not callable(evalsha):
+            raise TypeError(
+                "client must be a Redis client (redis.Redis, redis.cluster.RedisCluster, their "
+                f"asyncio forms, or valkey-py's), not {type(client).__name__}"
+            )
+        self.client = client
+        self.is_async = inspect.iscoroutinefunction(evalsha) or _asyncio_module(client)
+        self.is_cluster = callable(getattr(client, "keyslot", None))
+        exceptions = _exceptions_of(client)
+        self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
+        self.unavailable: tuple[type[BaseException], ...] = tuple(
+            getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
+        ) or (OSError,)
+
+    def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
+        """The script's reply for ``keys`` (all in one slot), on a synchronous client."""
+        try:
+            return self.client.evalsha(SHA, len(keys), *keys, *args)
+        except self.no_script:
+            return self.client.eval(SOURCE, len(keys), *keys, *args)
+
+    async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
+        """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
+        try:
+            reply = self.client.evalsha(SHA, len(keys), *keys, *args)
+            return await cast("Awaitable[Any]", reply)
+        except self.no_script:
+            reply = self.client.eval(SOURCE, len(keys), *keys, *args)
+            return await cast("Awaitable[Any]", reply)
+
+    def slot_groups(self, keys: Sequence[bytes]) -> list[list[int]]:
+        """Indices of ``keys`` grouped so that each group is one script call: one group on a
+        single server, one per hash slot on a cluster (a script may only touch one slot).
+        Order is kept within a group, so a key repeated in a batch is decided in turn."""
+        if not self.is_cluster:
+            return [list(range(len(keys)))]
+        groups: dict[int, list[int]] = {}
+        keyslot = self.client.keyslot
+        for index, key in enumerate(keys):
+            groups.setdefault(keyslot(key), []).append(index)
+        return list(groups.values())
+
+    def node_of(self, key: bytes) -> Any:
+        """The cluster node that owns ``key`` (None on a single server, or if unknown): a
+        batch that found a node unreachable answers its other slots there without waiting
+        for each to time out again."""
+        if not self.is_cluster:
+            return None
+        try:
+            node = self.client.get_node_from_key(key)
+        except Exception:  # the client's own view of the slots is not ours to judge
+            return None
+        return getattr(node, "name", None)
+
+
+class _Never(Exception):
+    """Stands for an exception class the client's package does not have."""
+
+
+def _exceptions_of(client: Any) -> Any:
+    package = type(client).__module__.split(".")[0]
+    try:
+        return importlib.import_module(f"{package}.exceptions")
+    except ImportError:
+        return None
+
+
+def _asyncio_module(client: Any) -> bool:
+    return ".asyncio" in type(client).__module__

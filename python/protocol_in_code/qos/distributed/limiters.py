@@ -1,0 +1,730 @@
+"""The limiters: arguments checked here, decisions made by the script, answers built here.
+
+Every public call is: check the arguments exactly as in-process (before any round trip), one
+script call, and a :class:`Decision` (or ``bool``, ``int``, ``None``) built from its four
+integers. A call the server cannot answer goes to the ``on_error`` policy. The synchronous and
+asyncio classes differ only in awaiting the round trip; :class:`_Core` holds everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import operator
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeAlias, TypeVar
+
+from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code.qos import _conveniences
+from protocol_in_code.qos.distributed import _bands
+from protocol_in_code.qos.distributed._server import Server
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: What a denial caused by an unreachable server (``on_error="deny"``) asks callers to wait
+#: before they ask again: 100 ms, so a blocking ``acquire`` neither spins nor sleeps long.
+UNAVAILABLE_WAIT_NS = 100_000_000
+
+# The script's operations.
+TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
+
+OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
+
+
+class LimiterUnavailable(Exception):
+    """The server could not be reached (``on_error="raise"``); ``__cause__`` is the client's
+    own error."""
+
+
+def redis_key(prefix: bytes, key: Any) -> bytes:
+    """The Redis key of a limited key: ``prefix{key}``.
+
+    The braces make ``key`` the cluster hash tag, so a key's slot depends only on the key (and
+    a batch can be grouped by slot). A ``str`` is its UTF-8 (lone surrogates kept, so distinct
+    strings stay distinct); ``"a"`` and ``b"a"`` are one Redis key, as Redis keys are bytes.
+    """
+    if isinstance(key, str):
+        return b"%s{%s}" % (prefix, key.encode("utf-8", "surrogatepass"))
+    if isinstance(key, bytes):
+        return b"%s{%s}" % (prefix, key)
+    raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
+
+
+def decision(reply: Any) -> Decision:
+    """The :class:`Decision` in the script's reply for one key.
+
+    ALLOWED and NEVER come as one integer, ``4 * remaining + outcome``; DENIED as a list whose
+    wait is in whole microseconds, in two parts (the clock behind the settlement point, and the
+    refill) that are added here, where integers have no bound.
+    """
+    if type(reply) is int:
+        if reply & 3:
+            return Decision(LimitOutcome.NEVER, None, reply >> 2)
+        return Decision(LimitOutcome.ALLOWED, 0, reply >> 2)
+    _, remaining, behind, wait = reply
+    return Decision(LimitOutcome.DENIED, (behind + wait) * 1000, remaining)
+
+
+def taken(reply: Any, n: Any) -> bool:
+    """Whether the script's reply to a take says the tokens were taken. NEVER raises
+    ValueError, as in-process: no wait would ever be enough, and a loop retrying on False
+    would spin for ever."""
+    if type(reply) is int:
+        if reply & 3:
+            raise _never(n)
+        return True
+    return False
+
+
+def allowed(answer: Decision, n: Any) -> bool:
+    """:func:`taken`, for an answer already read as a :class:`Decision`."""
+    if answer.outcome is LimitOutcome.NEVER:
+        raise _never(n)
+    return bool(answer.allowed)
+
+
+def remaining(reply: Any) -> int:
+    """Whole tokens remaining in the script's reply for one key."""
+    return reply >> 2 if type(reply) is int else int(reply[1])
+
+
+def allowed_digits(reply: Any) -> list[bool]:
+    """The outcomes of a batch: one digit per key, "0" for allowed."""
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return [digit == "0" for digit in text]
+
+
+_ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
+_DENY = Decision(LimitOutcome.DENIED, UNAVAILABLE_WAIT_NS, 0)
+
+
+class _Core:
+    """Configuration, argument checks, the server, and the ``on_error`` policy."""
+
+    def __init__(
+        self,
+        client: Any,
+        rate: Any,
+        burst: Any,
+        per: Any,
+        bands: Any,
+        initial: Any,
+        on_error: Any,
+        min_ttl_ms: Any,
+        prefix: Any,
+        local_type: type[RateLimiter] | type[KeyedRateLimiter],
+    ) -> None:
+        self.validator, self.bands = _bands.parse(rate, burst, per, bands, initial)
+        if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool):
+            raise TypeError(f"min_ttl_ms must be an int, not {type(min_ttl_ms).__name__}")
+        if not 0 <= min_ttl_ms <= _bands.MAX_TTL_MS:
+            raise ValueError(f"min_ttl_ms must be between 0 and 2**53 - 1, not {min_ttl_ms!r}")
+        if isinstance(prefix, str):
+            prefix = prefix.encode("utf-8", "surrogatepass")
+        if not isinstance(prefix, bytes):
+            raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
+        if b"{" in prefix or b"}" in prefix:
+            raise ValueError(
+                f"prefix must not contain braces (the key is the hash tag): {prefix!r}"
+            )
+        if isinstance(on_error, str):
+            if on_error not in ("raise", "allow", "deny"):
+                raise ValueError(
+                    "on_error must be 'raise', 'allow', 'deny' or a local "
+                    f"{local_type.__name__} to fall back on, not {on_error!r}"
+                )
+        elif not isinstance(on_error, local_type):
+            raise TypeError(
+                "on_error must be 'raise', 'allow', 'deny' or a local "
+                f"{local_type.__name__} to fall back on, not {type(on_error).__name__}"
+            )
+        self.server = Server(client)
+        self.prefix: bytes = prefix
+        self.on_error: OnError = on_error
+        self.tail = _bands.script_args(self.bands, initial, min_ttl_ms)
+        self.largest = max(band.burst for band in self.bands)
+        self.smallest = min(band.burst for band in self.bands)
+        self.take_one = [_bands.request(TAKE, 1, None) + self.tail]
+
+    def args(self, op: int, n: Any, now_ns: Any) -> list[bytes]:
+        """The script's arguments for ``op``, after checking ``n`` and ``now_ns`` as in-process.
+
+        ``n`` above every burst is NEVER whatever its size, so it is passed as the largest burst
+        plus one, which keeps the script's products within its bound.
+        """
+        if type(n) is not int or not 0 <= n < 2**64:
+            self.validator.peek(n, 0)  # raises the in-process error
+            n = operator.index(n)
+        now_us = None
+        if now_ns is not None:
+            if type(now_ns) is not int or not -(2**63) <= now_ns < 2**63:
+                self.validator.peek(0, now_ns)  # raises the in-process error
+                now_ns = operator.index(now_ns)
+            now_us = self.now_us(now_ns)
+        return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail]
+
+    def refuse_never(self, n: Any) -> None:
+        """A take of more than a band's burst raises, as ``try_acquire`` does (``n`` is
+        already checked by :meth:`args`)."""
+        if operator.index(n) > self.smallest:
+            raise _never(n)
+
+    @staticmethod
+    def now_us(now_ns: int) -> int:
+        """An explicit time in the script's grain: whole microseconds, or a ValueError."""
+        micros, rest = divmod(now_ns, 1000)
+        if rest:
+            raise ValueError(
+                "now_ns must be a whole number of microseconds (a multiple of 1000: the "
+                f"server's clock has no finer grain), not {now_ns}"
+            )
+        if not -_bands.TIME_BOUND_US <= micros <= _bands.TIME_BOUND_US:
+            raise ValueError(
+                "now_ns must be within 2**52 microseconds of 0 (so that the difference of two "
+                f"times stays below 2**53, exact in the server's Lua numbers), not {now_ns}"
+            )
+        return micros
+
+    def unavailable(self, error: BaseException, method: str, *args: Any) -> Any:
+        """What ``method`` answers when the server cannot: the ``on_error`` policy.
+
+        ``args`` are the method's own arguments (with the key first for a keyed limiter), so a
+        local limiter given as the policy is simply asked the same question.
+        """
+        policy = self.on_error
+        if policy == "raise":
+            raise LimiterUnavailable(
+                f"the rate limit cannot be decided: the Redis server is unreachable ({error})"
+            ) from error
+        if not isinstance(policy, str):
+            return getattr(policy, method)(*args)
+        allow = policy == "allow"
+        if method == "try_acquire":
+            return allow
+        if method in ("check", "peek"):
+            return _ALLOW if allow else _DENY
+        if method == "available":
+            return self.smallest if allow else 0
+        return None  # refund: nothing to give back to
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    return None if timeout is None else _conveniences.seconds(timeout)
+
+
+def _never(n: Any) -> ValueError:
+    return ValueError(f"n={n} is more than a band's burst: it can never be acquired")
+
+
+def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any) -> bool:
+    """Ask until allowed, sleeping for each wait; False once ``timeout`` seconds pass."""
+    limit = _check_timeout(timeout)
+    deadline = None if limit is None else time.monotonic() + limit
+    while True:
+        answer = ask()
+        if answer.outcome is LimitOutcome.ALLOWED:
+            return True
+        if answer.wait_ns is None:
+            raise _never(n)
+        delay = answer.wait_ns / 1e9
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            delay = min(delay, left)
+        time.sleep(delay)
+
+
+async def _awaited_acquire(ask: Callable[[], Awaitable[Decision]], n: Any, timeout: Any) -> bool:
+    """:func:`_blocking_acquire` for asyncio: awaits the answer and the sleep."""
+    limit = _check_timeout(timeout)
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit
+    while True:
+        answer = await ask()
+        if answer.outcome is LimitOutcome.ALLOWED:
+            return True
+        if answer.wait_ns is None:
+            raise _never(n)
+        delay = answer.wait_ns / 1e9
+        if deadline is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            delay = min(delay, left)
+        await asyncio.sleep(delay)
+
+
+class RedisRateLimiter:
+    """One limit shared by every process, on every host, that uses ``key`` on one Redis.
+
+    Takes the arguments of :class:`~protocol_in_code.qos.limiter.RateLimiter` (read by it: the
+    same rates, bursts and bands, the same errors) and answers its questions the same way:
+    ``try_acquire``, ``check``, ``peek``, ``refund``, ``available``, ``acquire(timeout=)``,
+    ``acquire_async``, the decorator and ``with``/``async with``. The differences:
+
+    * Time is the server's ``TIME``, in whole microseconds; an explicit ``now_ns`` replaces it
+      and must be a whole number of microseconds. A ``wait_ns`` is the in-process wait rounded
+      up to the microsecond.
+    * ``on_error`` decides what a call answers when the server is unreachable: ``"raise"``
+      (:class:`LimiterUnavailable`), ``"allow"``, ``"deny"`` (a DENIED with a ``wait_ns`` of
+      100 ms) or a local :class:`RateLimiter` that is asked instead.
+    * ``min_ttl_ms`` keeps each written key at least that long (default 0: exactly until it is
+      full again). Replays whose explicit times run slower than real time need it, since a
+      key's TTL runs on the server's real clock.
+    * ``initial`` is what a key that does not exist holds: at first, and again once it has
+      refilled completely and expired.
+
+    Given an asyncio client, construct :class:`AsyncRedisRateLimiter` instead (this class does
+    it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
+    """
+
+    def __new__(cls, client: Any, *args: Any, **kwargs: Any) -> RedisRateLimiter:
+        if cls is RedisRateLimiter and Server(client).is_async:
+            return AsyncRedisRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        client: Any,
+        key: str | bytes,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        initial: int | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
+        )
+        self.key = key
+        self._keys = [redis_key(core.prefix, key)]
+        self._run = core.server.run
+        self._unavailable = core.server.unavailable
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        """Each band's ``(tokens per second, burst)``, as in-process."""
+        return self._core.validator.bands
+
+    @property
+    def redis_key(self) -> bytes:
+        """The hash on the server that holds this limit."""
+        return self._keys[0]
+
+    def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
+        """Take ``n`` tokens if every band holds them: True if taken."""
+        core = self._core
+        if type(n) is int and n == 1 and now_ns is None:
+            args = core.take_one
+        else:
+            args = core.args(TAKE, n, now_ns)
+        try:
+            reply = self._run(self._keys, args)
+        except self._unavailable as error:
+            return bool(core.unavailable(error, "try_acquire", n, now_ns))
+        return taken(reply, n)
+
+    def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        args = self._core.args(TAKE, n, now_ns)
+        try:
+            return decision(self._run(self._keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "check", n, now_ns)  # type: ignore[no-any-return]
+
+    def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        args = self._core.args(PEEK, n, now_ns)
+        try:
+            return decision(self._run(self._keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "peek", n, now_ns)  # type: ignore[no-any-return]
+
+    def refund(self, n: int = 1, now_ns: int | None = None) -> None:
+        """Give ``n`` tokens back to every band, each capped at its burst."""
+        args = self._core.args(REFUND, n, now_ns)
+        try:
+            self._run(self._keys, args)
+        except self._unavailable as error:
+            self._core.unavailable(error, "refund", n, now_ns)
+
+    def available(self, now_ns: int | None = None) -> int:
+        """Whole tokens every band holds now."""
+        args = self._core.args(AVAILABLE, 0, now_ns)
+        try:
+            return remaining(self._run(self._keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "available", now_ns)  # type: ignore[no-any-return]
+
+    def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
+        """Block until ``n`` tokens are taken (True), or ``timeout`` seconds pass (False)."""
+        self._core.args(TAKE, n, None)
+        return _blocking_acquire(lambda: self.check(n), n, timeout)
+
+    async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
+        """:meth:`acquire` for asyncio; each round trip runs in a worker thread."""
+        self._core.args(TAKE, n, None)
+        return await _awaited_acquire(lambda: asyncio.to_thread(self.check, n), n, timeout)
+
+    def __call__(self, function: _F) -> _F:
+        """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
+        return _conveniences.decorate(self, function)  # type: ignore[return-value]
+
+    def __enter__(self) -> RedisRateLimiter:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    async def __aenter__(self) -> RedisRateLimiter:
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
+
+
+class RedisKeyedRateLimiter:
+    """One shared limit per key: :class:`RedisRateLimiter` for every key at once.
+
+    The arguments and answers of :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a
+    ``key`` (``str`` or ``bytes``) first in every call. Memory is the server's and bounded by
+    expiry: a key lives exactly until it is full again, so there is no ``max_keys`` and nothing
+    is ever refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
+    :meth:`try_acquire_many` decides many keys in one round trip per hash slot.
+
+    Unlike the in-process table, each key has its own clock: a call at a time before a key's
+    settlement point gains nothing on that key (the server's clock is one clock anyway).
+    """
+
+    def __new__(cls, client: Any, *args: Any, **kwargs: Any) -> RedisKeyedRateLimiter:
+        if cls is RedisKeyedRateLimiter and Server(client).is_async:
+            return AsyncRedisKeyedRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        client: Any,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
+        )
+        self._run = core.server.run
+        self._unavailable = core.server.unavailable
+        self._prefix = core.prefix
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        """Each band's ``(tokens per second, burst)``, as in-process."""
+        return self._core.validator.bands
+
+    def redis_key(self, key: str | bytes) -> bytes:
+        """The hash on the server that holds ``key``'s limit."""
+        return redis_key(self._prefix, key)
+
+    def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
+        """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
+        core = self._core
+        keys = [redis_key(self._prefix, key)]
+        if type(n) is int and n == 1 and now_ns is None:
+            args = core.take_one
+        else:
+            args = core.args(TAKE, n, now_ns)
+        try:
+            reply = self._run(keys, args)
+        except self._unavailable as error:
+            return bool(core.unavailable(error, "try_acquire", key, n, now_ns))
+        return taken(reply, n)
+
+    def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(TAKE, n, now_ns)
+        try:
+            return decision(self._run(keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "check", key, n, now_ns)  # type: ignore[no-any-return]
+
+    def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(PEEK, n, now_ns)
+        try:
+            return decision(self._run(keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "peek", key, n, now_ns)  # type: ignore[no-any-return]
+
+    def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
+        """Give ``n`` tokens back to every band of ``key``, each capped at its burst."""
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(REFUND, n, now_ns)
+        try:
+            self._run(keys, args)
+        except self._unavailable as error:
+            self._core.unavailable(error, "refund", key, n, now_ns)
+
+    def available(self, key: str | bytes, now_ns: int | None = None) -> int:
+        """Whole tokens every band of ``key`` holds now."""
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(AVAILABLE, 0, now_ns)
+        try:
+            return remaining(self._run(keys, args))
+        except self._unavailable as error:
+            return self._core.unavailable(error, "available", key, now_ns)  # type: ignore[no-any-return]
+
+    def try_acquire_many(
+        self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
+    ) -> list[bool]:
+        """:meth:`try_acquire` for each key in turn, in one round trip per hash slot (one in
+        all on a single server): the same answers as one call per key, in the same order.
+
+        On a cluster, a node found unreachable is not asked again within the batch: its other
+        slots go straight to ``on_error``, so a batch waits for at most one timeout per
+        unreachable node, not one per slot."""
+        keys = list(keys)
+        names = [redis_key(self._prefix, key) for key in keys]
+        args = self._core.args(MANY, n, now_ns)
+        if keys:
+            self._core.refuse_never(n)
+        answers = [False] * len(keys)
+        server = self._core.server
+        unreachable: dict[Any, BaseException] = {}  # node -> its error, within this batch
+        for group in server.slot_groups(names):
+            node = server.node_of(names[group[0]]) if unreachable else None
+            try:
+                if node is not None and node in unreachable:
+                    raise unreachable[node]
+                reply = self._run([names[i] for i in group], args)
+            except self._unavailable as error:
+                failed = server.node_of(names[group[0]])
+                if failed is not None:
+                    unreachable[failed] = error
+                for i in group:
+                    answers[i] = bool(
+                        self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
+                    )
+                continue
+            for i, answer in zip(group, allowed_digits(reply), strict=True):
+                answers[i] = answer
+        return answers
+
+    def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
+        """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
+        redis_key(self._prefix, key)
+        self._core.args(TAKE, n, None)
+        return _blocking_acquire(lambda: self.check(key, n), n, timeout)
+
+    async def acquire_async(
+        self, key: str | bytes, n: int = 1, timeout: float | None = None
+    ) -> bool:
+        """:meth:`acquire` for asyncio; each round trip runs in a worker thread."""
+        redis_key(self._prefix, key)
+        self._core.args(TAKE, n, None)
+        return await _awaited_acquire(lambda: asyncio.to_thread(self.check, key, n), n, timeout)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"
+
+
+class AsyncRedisRateLimiter:
+    """:class:`RedisRateLimiter` on an asyncio client: every call is awaited, and none blocks
+    the event loop. Same arguments, same answers; ``acquire`` and ``acquire_async`` are the
+    same coroutine, and the decorator takes ``async def`` functions."""
+
+    def __init__(
+        self,
+        client: Any,
+        key: str | bytes,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        initial: int | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
+        )
+        self.key = key
+        self._keys = [redis_key(core.prefix, key)]
+        self._run = core.server.run_async
+        self._unavailable = core.server.unavailable
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        return self._core.validator.bands
+
+    @property
+    def redis_key(self) -> bytes:
+        return self._keys[0]
+
+    async def _ask(self, op: int, method: str, n: Any, now_ns: Any) -> Any:
+        args = self._core.args(op, n, now_ns)
+        try:
+            reply = await self._run(self._keys, args)
+        except self._unavailable as error:
+            fallback = (now_ns,) if op == AVAILABLE else (n, now_ns)
+            return self._core.unavailable(error, method, *fallback)
+        if op == AVAILABLE:
+            return remaining(reply)
+        return None if op == REFUND else decision(reply)
+
+    async def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
+        answer = await self._ask(TAKE, "try_acquire", n, now_ns)
+        return answer if isinstance(answer, bool) else allowed(answer, n)
+
+    async def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        answer = await self._ask(TAKE, "check", n, now_ns)
+        return answer  # type: ignore[no-any-return]
+
+    async def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        return await self._ask(PEEK, "peek", n, now_ns)  # type: ignore[no-any-return]
+
+    async def refund(self, n: int = 1, now_ns: int | None = None) -> None:
+        await self._ask(REFUND, "refund", n, now_ns)
+
+    async def available(self, now_ns: int | None = None) -> int:
+        return await self._ask(AVAILABLE, "available", 0, now_ns)  # type: ignore[no-any-return]
+
+    async def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
+        self._core.args(TAKE, n, None)
+        return await _awaited_acquire(lambda: self.check(n), n, timeout)
+
+    acquire_async = acquire
+
+    def __call__(self, function: _F) -> _F:
+        if not inspect.iscoroutinefunction(function):
+            raise TypeError("a limiter on an asyncio client decorates async def functions only")
+        return _conveniences.decorate(self, function)  # type: ignore[arg-type, return-value]
+
+    async def __aenter__(self) -> AsyncRedisRateLimiter:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
+
+
+class AsyncRedisKeyedRateLimiter:
+    """:class:`RedisKeyedRateLimiter` on an asyncio client: every call is awaited."""
+
+    def __init__(
+        self,
+        client: Any,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
+        )
+        self._run = core.server.run_async
+        self._unavailable = core.server.unavailable
+        self._prefix = core.prefix
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        return self._core.validator.bands
+
+    def redis_key(self, key: str | bytes) -> bytes:
+        return redis_key(self._prefix, key)
+
+    async def _ask(self, op: int, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(op, n, now_ns)
+        try:
+            reply = await self._run(keys, args)
+        except self._unavailable as error:
+            fallback = (key, now_ns) if op == AVAILABLE else (key, n, now_ns)
+            return self._core.unavailable(error, method, *fallback)
+        if op == AVAILABLE:
+            return remaining(reply)
+        return None if op == REFUND else decision(reply)
+
+    async def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
+        answer = await self._ask(TAKE, "try_acquire", key, n, now_ns)
+        return answer if isinstance(answer, bool) else allowed(answer, n)
+
+    async def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+        return await self._ask(TAKE, "check", key, n, now_ns)  # type: ignore[no-any-return]
+
+    async def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+        return await self._ask(PEEK, "peek", key, n, now_ns)  # type: ignore[no-any-return]
+
+    async def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
+        await self._ask(REFUND, "refund", key, n, now_ns)
+
+    async def available(self, key: str | bytes, now_ns: int | None = None) -> int:
+        return await self._ask(AVAILABLE, "available", key, 0, now_ns)  # type: ignore[no-any-return]
+
+    async def try_acquire_many(
+        self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
+    ) -> list[bool]:
+        """One round trip per hash slot, awaited in turn (redis-py's asyncio cluster client
+        raced connecting when the slots' trips were gathered at once); a node found
+        unreachable is not asked again within the batch."""
+        keys = list(keys)
+        names = [redis_key(self._prefix, key) for key in keys]
+        args = self._core.args(MANY, n, now_ns)
+        if keys:
+            self._core.refuse_never(n)
+        answers = [False] * len(keys)
+        server = self._core.server
+        unreachable: dict[Any, BaseException] = {}
+        for group in server.slot_groups(names):
+            node = server.node_of(names[group[0]]) if unreachable else None
+            try:
+                if node is not None and node in unreachable:
+                    raise unreachable[node]
+                reply = await self._run([names[i] for i in group], args)
+            except self._unavailable as error:
+                failed = server.node_of(names[group[0]])
+                if failed is not None:
+                    unreachable[failed] = error
+                for i in group:
+                    answers[i] = bool(
+                        self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
+                    )
+                continue
+            for i, answer in zip(group, allowed_digits(reply), strict=True):
+                answers[i] = answer
+        return answers
+
+    async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
+        redis_key(self._prefix, key)
+        self._core.args(TAKE, n, None)
+        return await _awaited_acquire(lambda: self.check(key, n), n, timeout)
+
+    acquire_async = acquire
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"

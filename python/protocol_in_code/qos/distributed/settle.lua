@@ -1,0 +1,262 @@
+-- The exact settlement of src/core/exact, run by the server: one call decides one request on
+-- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
+--
+-- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
+-- "2", ... the balances of its bands in units. A band of p/q tokens per second counts in units
+-- of 1/(q * 10^6) token, so one microsecond brings exactly p units: accrual is one integer
+-- product and no remainder ever arises. Lua's numbers are doubles, which hold every integer up
+-- to 2^53 exactly; the client refuses any band whose capacity (burst * q * 10^6) plus p exceeds
+-- 2^53, and every number below stays under that bound:
+--
+--   * a balance is at most the capacity C;
+--   * the elapsed time is capped at the time to full, ceil((C - balance) / p), BEFORE it is
+--     multiplied, so a product is at most C - balance + p - 1, and a sum at most C + p - 1;
+--   * times are microseconds of at most 2^52 either side of 0, so differences stay below 2^53;
+--   * a double quotient a / b of integers with 0 <= a < 2^53 never rounds across an integer,
+--     so floor and ceil of it are the exact integer quotients.
+--
+-- Redis writes a Lua number given to redis.call digit for digit (no exponent) below 2^53, so
+-- the numbers are stored as they are.
+--
+-- ARGV[1] is the request and the configuration as big-endian doubles (8 bytes each, exact for
+-- every integer the client sends: all are below 2^53), read by one struct.unpack: parsing ten
+-- numbers out of text cost the server more than the rest of the arithmetic.
+--   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available
+--   n       tokens; the client passes at most the largest burst + 1, which is "more than any
+--           band holds" just as well
+--   now     in microseconds (ignored when the next number is 1)
+--   server  1: use the server's TIME; 0: use now
+--   least   the least TTL in ms
+--   then, for each band: p (units per microsecond), units per token, burst (tokens), and the
+--   units a new key holds.
+--
+-- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
+-- reads a reply in Python, line by line), so it is as small as the answer allows:
+--
+--   * op "many" (a batch, which takes): one string of outcome digits, one per key in order
+--     (0 allowed, 1 denied, 2 never);
+--   * otherwise (one key): ALLOWED and NEVER as one integer, 4 * remaining + outcome (remaining
+--     is at most a burst, far below 2^51); DENIED as {1, remaining, behind, wait}: the
+--     microseconds the clock is behind the settlement point, and the longest band's refill
+--     wait in microseconds (the client adds the two: their sum could pass 2^53 when a caller's
+--     explicit time is far behind).
+
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+
+-- The usual call, one band on one key, settled in plain locals: the general path below builds
+-- a dozen small tables, which cost a decision about 3 us (10% of a round trip on loopback).
+-- It is the general path's arithmetic, line for line, with each table cell a local; the
+-- differential tests run both (every single-band trace here, batches and several bands there).
+if #ARGV[1] == 72 and #KEYS == 1 then
+    local op, n, now, server, least_ttl_ms, rate, unit, burst, initial =
+        struct.unpack('>ddddddddd', ARGV[1])
+    local key = KEYS[1]
+    if server == 1 then
+        local time = redis.call('TIME')
+        now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    local capacity = burst * unit
+    local stored = redis.call('HMGET', key, 't', '1')
+    local exists = stored[1] ~= false
+    local settled, balance = now, initial
+    if exists then
+        settled = tonumber(stored[1])
+        balance = stored[2] and min(tonumber(stored[2]), capacity) or capacity
+    end
+    if now > settled then
+        local to_full = ceil((capacity - balance) / rate)
+        balance = min(balance + min(now - settled, to_full) * rate, capacity)
+        settled = now
+    end
+    local behind = settled > now and settled - now or 0
+
+    local outcome, wait = 0, 0
+    if op <= 2 then -- take, many or peek
+        if n > burst then
+            outcome = 2
+        else
+            local deficit = n * unit - balance
+            if deficit > 0 then
+                outcome = 1
+                wait = ceil(deficit / rate)
+            elseif op <= 1 then
+                balance = balance - n * unit
+            end
+        end
+    elseif op == 3 then
+        balance = n >= burst and capacity or min(balance + n * unit, capacity)
+    end
+    local remaining = floor(balance / unit)
+
+    if op <= 1 or op == 3 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
+        local to_full = ceil((capacity - balance) / rate)
+        if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
+            redis.call('HSET', key, 't', settled, '1', balance)
+            if server == 1 then
+                local full_ms = ceil((now + behind + to_full) / 1000)
+                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
+            else
+                redis.call('PEXPIRE', key, max(ceil((behind + to_full) / 1000), least_ttl_ms))
+            end
+        elseif exists then
+            redis.call('DEL', key)
+        end
+    end
+
+    if op == 1 then
+        return tostring(outcome)
+    elseif outcome == 1 then
+        return {1, remaining, behind, wait}
+    end
+    return 4 * remaining + outcome
+end
+
+local words = {struct.unpack('>' .. string.rep('d', #ARGV[1] / 8), ARGV[1])}
+local op = words[1]
+local n = words[2]
+local now
+local server_clock = words[4] == 1
+if server_clock then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+    now = words[3]
+end
+local least_ttl_ms = words[5]
+local count = (#words - 6) / 4 -- struct.unpack also returns the position after the last
+local many = op == 1
+local takes = many or op == 0
+local decides = takes or op == 2
+local writes = takes or op == 3
+
+local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
+local fields = {'t'}
+local new_is_full = true
+for i = 1, count do
+    local at = 4 * i + 1
+    rate[i] = words[at + 1]
+    unit[i] = words[at + 2]
+    burst[i] = words[at + 3]
+    capacity[i] = burst[i] * unit[i]
+    initial[i] = words[at + 4]
+    new_is_full = new_is_full and initial[i] == capacity[i]
+    fields[i + 1] = tostring(i)
+end
+
+local reply = {}
+local balance = {}
+for k = 1, #KEYS do
+    local key = KEYS[k]
+    local stored = redis.call('HMGET', key, unpack(fields))
+    local exists = stored[1] ~= false
+    local settled
+    if exists then
+        settled = tonumber(stored[1])
+        for i = 1, count do
+            -- A band missing, or holding more than its burst (a key last used with other
+            -- bands), reads as full: never more than the configuration allows.
+            local units = stored[i + 1]
+            balance[i] = units and min(tonumber(units), capacity[i]) or capacity[i]
+        end
+    else
+        -- A new key: `initial` units, anchored now (nothing accrues before its first call).
+        settled = now
+        for i = 1, count do
+            balance[i] = initial[i]
+        end
+    end
+
+    -- Settle: accrue for the time since the settlement point; a clock that went backwards
+    -- (now <= settled) adds nothing and leaves the settlement point where it is.
+    if now > settled then
+        local elapsed = now - settled
+        for i = 1, count do
+            local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+            balance[i] = min(balance[i] + min(elapsed, to_full) * rate[i], capacity[i])
+        end
+        settled = now
+    end
+    local behind = settled > now and settled - now or 0
+
+    -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
+    -- DENIED with the longest wait.
+    local outcome, wait = 0, 0
+    if decides then
+        for i = 1, count do
+            if n > burst[i] then
+                outcome = 2
+            elseif outcome ~= 2 then
+                local deficit = n * unit[i] - balance[i]
+                if deficit > 0 then
+                    outcome = 1
+                    wait = max(wait, ceil(deficit / rate[i]))
+                end
+            end
+        end
+        if outcome == 2 then
+            wait = 0
+        elseif outcome == 0 and takes then
+            for i = 1, count do
+                balance[i] = balance[i] - n * unit[i]
+            end
+        end
+    elseif op == 3 then
+        for i = 1, count do
+            if n >= burst[i] then
+                balance[i] = capacity[i]
+            else
+                balance[i] = min(balance[i] + n * unit[i], capacity[i])
+            end
+        end
+    end
+
+    local remaining = floor(balance[1] / unit[1])
+    for i = 2, count do
+        remaining = min(remaining, floor(balance[i] / unit[i]))
+    end
+
+    -- Store what changed, with a TTL of exactly the time until every band is full again: then
+    -- the key is indistinguishable from a new one, and only then may it disappear. A read (peek,
+    -- available) stores nothing, except that it anchors a new key that does not start full, or
+    -- any new key when keys are kept at least least_ttl_ms (then every key touched is
+    -- remembered, anchor included, exactly as an in-process limiter remembers it).
+    if writes or (not exists and (not new_is_full or least_ttl_ms > 0)) then
+        local to_full = 0
+        for i = 1, count do
+            to_full = max(to_full, ceil((capacity[i] - balance[i]) / rate[i]))
+        end
+        local ttl_ms = max(ceil((behind + to_full) / 1000), least_ttl_ms)
+        if ttl_ms > 0 then
+            if count == 1 then
+                redis.call('HSET', key, 't', settled, '1', balance[1])
+            else
+                local values = {'t', settled}
+                for i = 1, count do
+                    values[2 * i + 1] = fields[i + 1]
+                    values[2 * i + 2] = balance[i]
+                end
+                redis.call('HSET', key, unpack(values))
+            end
+            if server_clock then
+                -- On the server's clock the moment of "full" is known, and the key's expiry is
+                -- set to it: a TTL counted from when PEXPIRE runs would drift by however long
+                -- the script has already run (a batch of many keys takes milliseconds).
+                local full_ms = ceil((now + behind + to_full) / 1000)
+                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
+            else
+                redis.call('PEXPIRE', key, ttl_ms)
+            end
+        elseif exists then
+            redis.call('DEL', key)
+        end
+    end
+
+    if many then
+        reply[k] = outcome
+    elseif outcome == 1 then
+        return {1, remaining, behind, wait}
+    else
+        return 4 * remaining + outcome
+    end
+end
+return table.concat(reply)
