@@ -564,6 +564,23 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_given_back_partway_through_its_wait_keeps_what_had_accrued() {
+        // 3 tokens a second, reserved empty at 0 for 1 s, given back at 0.5 s: what had
+        // accrued by then (1.5 tokens) is there, as if nobody had reserved.
+        let mut limiter = Limiter::new(&[band(3, 10)], Some(0), Some(0));
+        assert_eq!(
+            limiter.reserve(3, 0, u128::MAX),
+            Reservation::Taken {
+                after_ns: 1_000_000_000
+            }
+        );
+        limiter.give_back(3, SECOND / 2);
+        assert_eq!(limiter.available_at(SECOND / 2), 1);
+        // Half a token more comes in a sixth of a second, rounded up to the nanosecond.
+        assert_eq!(limiter.acquire(2, SECOND / 2), Decision::Wait(166_666_667));
+    }
+
+    #[test]
     fn a_reservation_given_back_lends_nothing_early_and_loses_nothing_by_its_end() {
         // The faster band fills up while the slower one is waited for: what its cap cut off
         // cannot be told apart afterwards, so it comes back later, never earlier.
