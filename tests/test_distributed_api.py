@@ -206,7 +206,9 @@ def test_blocking_acquire_decorator_and_context_manager(redis_client: Any) -> No
     remote = RedisRateLimiter(redis_client, "block", 100, burst=1)
     assert remote.acquire()
     assert remote.acquire(timeout=1)  # waits about 10 ms
-    assert not remote.acquire(timeout=0)
+    slow = RedisRateLimiter(redis_client, "slow", "1/hour", burst=1)
+    assert slow.acquire()
+    assert not slow.acquire(timeout=0)  # the next token is an hour away
     calls = []
 
     @remote

@@ -967,14 +967,21 @@ def test_max_keys_and_bands_properties() -> None:
 
 def test_repr() -> None:
     limiter = KeyedRateLimiter(10, max_keys=100)
-    assert repr(limiter) == "KeyedRateLimiter([Band(rate=10, burst=10)], max_keys=100, keys=0)"
+    assert (
+        repr(limiter) == "KeyedRateLimiter(bands=[Band(rate=10, burst=10)], max_keys=100, keys=0)"
+    )
     for key in ("a", 2, (3,)):
         limiter.try_acquire(key, now_ns=0)
-    assert repr(limiter) == "KeyedRateLimiter([Band(rate=10, burst=10)], max_keys=100, keys=3)"
+    assert (
+        repr(limiter) == "KeyedRateLimiter(bands=[Band(rate=10, burst=10)], max_keys=100, keys=3)"
+    )
     two = KeyedRateLimiter(bands=[Band(10, burst=10), Band(0.1, burst=2)], max_keys=5)
     assert repr(two) == (
-        "KeyedRateLimiter([Band(rate=10, burst=10), Band(rate=Fraction(1, 10), burst=2)], "
+        "KeyedRateLimiter(bands=[Band(rate=10, burst=10), Band(rate=Fraction(1, 10), burst=2)], "
         "max_keys=5, keys=0)"
+    )
+    assert repr(KeyedRateLimiter("100/minute", max_keys=5)) == (
+        "KeyedRateLimiter(bands=[Band(rate=100, burst=100, per=60)], max_keys=5, keys=0)"
     )
 
 

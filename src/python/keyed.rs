@@ -23,8 +23,8 @@ use crate::python::clock::Clock;
 use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
-    band_pairs, bands_repr, block_until_taken, conveniences, never, rebuilder, restore_attributes,
-    specs_from, with_attributes, Attempt, Decision,
+    band_pairs, band_triples, bands_repr, block_until_taken, conveniences, never, rebuilder,
+    restore_attributes, specs_from, with_attributes, Attempt, Decision, Written,
 };
 use crate::python::record::frozen_record;
 
@@ -94,6 +94,7 @@ pub struct KeyedRateLimiter {
     table: KeyedLimiter<Key>,
     registry: Registry,
     clock: Clock,
+    written: Vec<Written>,
 }
 
 impl KeyedRateLimiter {
@@ -198,7 +199,7 @@ impl KeyedRateLimiter {
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let specs = specs_from(py, rate, burst, per, bands)?;
+        let (specs, written) = specs_from(py, rate, burst, per, bands)?;
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
@@ -225,6 +226,7 @@ impl KeyedRateLimiter {
             table,
             registry: Registry::new(py),
             clock: Clock::checked(py, clock)?,
+            written,
         })
     }
 
@@ -446,9 +448,9 @@ impl KeyedRateLimiter {
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let this = slf.get();
         Ok(format!(
-            "{}({}, max_keys={}, keys={})",
+            "{}(bands={}, max_keys={}, keys={})",
             slf.get_type().qualname()?,
-            bands_repr(slf.py(), this.table.specs())?,
+            bands_repr(slf.py(), this.table.specs(), &this.written)?,
             this.table.max_keys(),
             this.table.len()
         ))
@@ -462,7 +464,10 @@ impl KeyedRateLimiter {
         let py = slf.py();
         let this = slf.get();
         let kwargs = PyDict::new(py);
-        kwargs.set_item("bands", band_pairs(py, this.table.specs())?)?;
+        kwargs.set_item(
+            "bands",
+            band_triples(py, this.table.specs(), &this.written)?,
+        )?;
         kwargs.set_item("max_keys", this.table.max_keys())?;
         kwargs.set_item("shards", this.table.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;

@@ -194,6 +194,7 @@ fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
 pub struct RateLimiter {
     state: Mutex<Limiter>,
     clock: Clock,
+    written: Vec<Written>,
 }
 
 impl RateLimiter {
@@ -321,7 +322,7 @@ impl RateLimiter {
         start_ns: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let specs = specs_from(py, rate, burst, per, bands)?;
+        let (specs, written) = specs_from(py, rate, burst, per, bands)?;
         let initial = initial.map(|n| count(n, "initial")).transpose()?;
         if let Some(tokens) = initial {
             if let Some(spec) = specs.iter().find(|spec| tokens > spec.burst) {
@@ -336,6 +337,7 @@ impl RateLimiter {
         Ok(Self {
             state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
             clock,
+            written,
         })
     }
 
@@ -464,19 +466,17 @@ impl RateLimiter {
         band_pairs(py, &specs)
     }
 
+    /// The bands as written (`RateLimiter(bands=[Band(rate=100, burst=100, per=60)])`). No
+    /// balance is shown: one settled at the last call would be stale, and reading the clock
+    /// (any callable, even a failing one) to settle it is not a repr's business.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
-        // As of the last call: showing a limiter neither reads its clock (which may be any
-        // callable, even a failing one) nor settles it.
-        let (specs, available) = {
-            let limiter = slf.get().lock();
-            let specs: Vec<_> = limiter.bands().iter().map(|band| band.spec).collect();
-            (specs, limiter.available())
-        };
+        let this = slf.get();
+        let specs: Vec<_> = this.lock().bands().iter().map(|band| band.spec).collect();
         Ok(format!(
-            "{}({}, available={available})",
+            "{}(bands={})",
             slf.get_type().qualname()?,
-            bands_repr(py, &specs)?
+            bands_repr(py, &specs, &this.written)?
         ))
     }
 
@@ -493,7 +493,7 @@ impl RateLimiter {
             .map(|band| (band.balance.units, band.balance.settled_at))
             .collect();
         let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("bands", band_pairs(py, &specs)?)?;
+        kwargs.set_item("bands", band_triples(py, &specs, &this.written)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
         let state = with_attributes(slf.as_any(), PyList::new(py, balances)?.into_any())?;
@@ -571,20 +571,21 @@ pub fn specs_from(
     burst: Option<&Bound<'_, PyAny>>,
     per: Option<&Bound<'_, PyAny>>,
     bands: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Vec<BandSpec>> {
-    match (rate, bands) {
-        (Some(rate), None) => Ok(vec![band_spec(py, rate, burst, per)?]),
+) -> PyResult<(Vec<BandSpec>, Vec<Written>)> {
+    let bands = match (rate, bands) {
+        (Some(rate), None) => vec![band_spec(py, rate, burst, per)?],
         (None, Some(bands)) => {
             if burst.is_some() || per.is_some() {
                 return Err(PyTypeError::new_err(
                     "burst and per belong to each band when bands is given",
                 ));
             }
-            bands_from(py, bands)
+            bands_from(py, bands)?
         }
-        (None, None) => Err(PyTypeError::new_err("give a rate, or bands")),
-        (Some(_), Some(_)) => Err(PyTypeError::new_err("give a rate or bands, not both")),
-    }
+        (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
+        (Some(_), Some(_)) => return Err(PyTypeError::new_err("give a rate or bands, not both")),
+    };
+    Ok(bands.into_iter().unzip())
 }
 
 /// One band from a rate (tokens per `per` seconds) and a burst (default: the rate, rounded up).
@@ -593,7 +594,7 @@ fn band_spec(
     rate: &Bound<'_, PyAny>,
     burst: Option<&Bound<'_, PyAny>>,
     per: Option<&Bound<'_, PyAny>>,
-) -> PyResult<BandSpec> {
+) -> PyResult<(BandSpec, Written)> {
     let fraction = fraction_class(py)?;
     let (rate, per) = read_quota(py, rate, per)?;
     let rate = &rate;
@@ -636,7 +637,28 @@ fn band_spec(
         .extract()
         .map_err(|_| too_fine(rate))?;
     let rate = Rate::new(numerator, denominator).map_err(config_error)?;
-    BandSpec::new(rate, burst).map_err(config_error)
+    let spec = BandSpec::new(rate, burst).map_err(config_error)?;
+    let written = Written {
+        rate: whole_if_integral(&given)?.unbind(),
+        per: whole_if_integral(&per_value)?.unbind(),
+    };
+    Ok((spec, written))
+}
+
+/// A band as its maker wrote it, for reprs and pickles: the rate, read exactly, and the period
+/// in seconds it is counted over (`RateLimiter(100, per=60)` is 100 per 60 s, not 5/3 per s).
+pub struct Written {
+    pub rate: Py<PyAny>,
+    pub per: Py<PyAny>,
+}
+
+/// An exact Fraction as an int when it is whole.
+fn whole_if_integral<'py>(fraction: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if fraction.getattr("denominator")?.eq(1)? {
+        fraction.getattr("numerator")
+    } else {
+        Ok(fraction.clone())
+    }
 }
 
 /// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it
@@ -722,7 +744,7 @@ fn burst_count(burst: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// Bands from `Band` objects (any object with `rate`, `burst` and `per` attributes) or from
 /// `(rate, burst)` / `(rate, burst, per)` tuples.
-fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandSpec>> {
+fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<(BandSpec, Written)>> {
     if bands.is_instance_of::<pyo3::types::PyString>() {
         return Err(PyTypeError::new_err(format!(
             "bands must be a list of Band or (rate, burst[, per]) tuples, not {}",
@@ -777,19 +799,48 @@ pub fn band_pairs<'py>(py: Python<'py>, specs: &[BandSpec]) -> PyResult<Bound<'p
     PyTuple::new(py, pairs)
 }
 
-/// `[Band(rate=10, burst=10), ...]`, for reprs.
-pub fn bands_repr(py: Python<'_>, specs: &[BandSpec]) -> PyResult<String> {
+/// `[Band(rate=100, burst=100, per=60), ...]`, for reprs: each band as it was written (`per`
+/// left out when it is one second).
+pub fn bands_repr(py: Python<'_>, specs: &[BandSpec], written: &[Written]) -> PyResult<String> {
     let parts = specs
         .iter()
-        .map(|spec| {
+        .zip(written)
+        .map(|(spec, written)| {
+            let per = written.per.bind(py);
+            let per = if per.eq(1)? {
+                String::new()
+            } else {
+                format!(", per={}", per.repr()?)
+            };
             Ok(format!(
-                "Band(rate={}, burst={})",
-                rate_object(py, spec.rate)?.repr()?,
+                "Band(rate={}, burst={}{per})",
+                written.rate.bind(py).repr()?,
                 spec.burst
             ))
         })
         .collect::<PyResult<Vec<_>>>()?;
     Ok(format!("[{}]", parts.join(", ")))
+}
+
+/// The bands as `(rate, burst, per)` tuples as they were written: what a pickle rebuilds them
+/// from, so that the copy shows them as the original does.
+pub fn band_triples<'py>(
+    py: Python<'py>,
+    specs: &[BandSpec],
+    written: &[Written],
+) -> PyResult<Bound<'py, PyTuple>> {
+    let triples = specs
+        .iter()
+        .zip(written)
+        .map(|(spec, written)| {
+            (
+                written.rate.clone_ref(py),
+                spec.burst,
+                written.per.clone_ref(py),
+            )
+        })
+        .collect::<Vec<_>>();
+    PyTuple::new(py, triples)
 }
 
 /// The module that gives the limiters their asyncio and decorator forms, written in Python.
