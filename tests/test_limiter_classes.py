@@ -1,10 +1,9 @@
-"""The limiters are native classes, and try_acquire enters them through a door of our own.
+"""The limiters are native classes that behave as Python classes would.
 
 ``RateLimiter`` and ``KeyedRateLimiter`` are the extension's own types (not Python subclasses
-of them), so that a call costs one native method call. Their ``try_acquire`` is bound by
-``fastcall`` rather than by PyO3: these tests pin that it binds arguments as a Python method
-with the same signature would, and that everything a Python class gave (subclasses, instance
-attributes, pickling them, ``help``) still holds.
+of them), so that a call costs one native method call. These tests pin that ``try_acquire``
+binds arguments as a Python method with the same signature would, and that everything a Python
+class gave (subclasses, instance attributes, pickling them, ``help``) still holds.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats};
@@ -18,7 +18,6 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
     band_pairs, bands_repr, block_until_taken, conveniences, rebuilder, restore_attributes,
@@ -103,52 +102,7 @@ impl KeyedRateLimiter {
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
-
-    /// Give the class the methods that enter through the quicker door (see `fastcall`).
-    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
-        TRY_ACQUIRE_DEF.install(class)
-    }
-
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
-        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
-    }
 }
-
-static TRY_ACQUIRE: Parameters<3> =
-    Parameters::with_optional("KeyedRateLimiter.try_acquire", ["key", "n", "now_ns"], 1);
-
-static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
-    c"try_acquire",
-    c"try_acquire($self, key, n=1, now_ns=None)
---
-
-Take `n` tokens for `key` if its every band holds them; True if taken, False if not
-(denied, never, or refused because the table is full).",
-    try_acquire_fastcall,
-);
-
-fastcall::door!(
-    try_acquire_fastcall(slf) | py,
-    call | {
-        let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
-        let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?;
-        let key = key.expect("the key is a required parameter");
-        // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
-        let [n, now_ns] = [n, now_ns].map(fastcall::given);
-        let allowed = limiter
-            .get()
-            .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;
-        Ok(PyBool::new(py, allowed).to_owned().into_any())
-    }
-);
 
 #[pymethods]
 impl KeyedRateLimiter {
@@ -196,6 +150,21 @@ impl KeyedRateLimiter {
             registry: Registry::new(py),
             clock: Clock::new(clock)?,
         })
+    }
+
+    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
+    /// (denied, never, or refused because the table is full).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
+        Ok(decision == KeyedDecision::Decided(CoreDecision::Allowed))
     }
 
     /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is

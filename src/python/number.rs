@@ -284,14 +284,11 @@ impl StoredObject {
 
     /// Store `object`, whose value is `value`, in place of a scalar. The displaced object is
     /// released at once, which is safe under a lock only because it is an exact `int` or
-    /// `float`, whose release runs no Python code. (Merely dropped, it would wait in PyO3's
-    /// pool of deferred releases whenever the call came through a `fastcall` door.)
+    /// `float`, whose release runs no Python code.
     pub fn set_scalar(&mut self, object: Bound<'_, PyAny>, value: Value) {
         debug_assert!(self.value.is_some(), "set_scalar displaces only scalars");
-        let py = object.py();
-        let displaced = std::mem::replace(&mut self.object, object.unbind());
+        self.object = object.unbind();
         self.value = Some(value);
-        displaced.drop_ref(py);
     }
 
     fn from_num(number: Num<'_>) -> Self {

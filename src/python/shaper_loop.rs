@@ -10,10 +10,9 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::fstring::FString;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
@@ -47,18 +46,24 @@ mutable_record! {
             let (done, _) = self.fields.run::<Tick, 1>(seconds.py(), [seconds]);
             done
         }
+
+        /// Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line, and
+        /// return the decision. An unknown class raises KeyError.
+        #[pyo3(signature = (class_name, size, now))]
+        fn enqueue<'py>(
+            &self,
+            class_name: &Bound<'py, PyAny>,
+            size: &Bound<'py, PyAny>,
+            now: &Bound<'py, PyAny>,
+        ) -> PyResult<Bound<'py, EnqueueResult>> {
+            self.decide(class_name, size, now)
+        }
     }
 }
 
 impl ToyShaper {
-    /// Give the class the methods that enter through the quicker door (see `fastcall`).
-    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
-        ENQUEUE.install(class)
-    }
-
-    /// `ToyShaper.enqueue` (documented in [`ENQUEUE`]): the class's own bucket decides, then
-    /// the trace gets its line.
-    fn enqueue<'py>(
+    /// `ToyShaper.enqueue`: the class's own bucket decides, then the trace gets its line.
+    fn decide<'py>(
         &self,
         class_name: &Bound<'py, PyAny>,
         size: &Bound<'py, PyAny>,
@@ -97,33 +102,6 @@ impl ToyShaper {
         )
     }
 }
-
-/// `ToyShaper.enqueue`, through the quicker door as the course's other hot calls are (callgrind:
-/// about 90 instructions fewer a call than PyO3's entry, of about 3,500 a loop iteration).
-static ENQUEUE: MethodDef = MethodDef::new(
-    c"enqueue",
-    c"enqueue($self, class_name, size, now)
---
-
-Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line, and return
-the decision. An unknown class raises KeyError.",
-    enqueue_fastcall,
-);
-
-static ENQUEUE_PARAMETERS: Parameters<3> =
-    Parameters::new("ToyShaper.enqueue", ["class_name", "size", "now"]);
-
-fastcall::door!(
-    enqueue_fastcall(slf) | py,
-    call | {
-        let shaper = Borrowed::from_ptr(py, slf).cast::<ToyShaper>()?;
-        let [class_name, size, now] = ENQUEUE_PARAMETERS.bind(py, call)?;
-        shaper
-            .get()
-            .enqueue(&class_name, &size, &now)
-            .map(Bound::into_any)
-    }
-);
 
 /// `trace.append`, looked up before the line it appends is made, as the course's
 /// `self.trace.append(f"...")` looks it up.

@@ -166,8 +166,7 @@ impl<const N: usize> SharedFields<N> {
             stored.bump();
             let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
             drop(stored);
-            // Released now, not deferred (see `fastcall::run`); any finalizer runs here, with
-            // the lock free.
+            // Any finalizer runs here, with the lock free.
             for object in displaced {
                 object.release(py);
             }
