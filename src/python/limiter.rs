@@ -52,7 +52,7 @@ frozen_record! {
         /// Whether the request was (or would be) allowed.
         #[getter]
         fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
-            Ok(self.outcome.get().bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
+            Ok(self.outcome.bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
         }
 
         fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {

@@ -16,16 +16,13 @@
 //!
 //! [`frozen_record!`] writes all of that for an immutable class of Python-object fields,
 //! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; the helper
-//! functions here are what both expand to. A frozen record returned by a hot call is made with
-//! [`make`], which hands out again a record that nobody holds any more (see [`spare`]).
+//! functions here are what both expand to.
 
 mod frozen;
 mod mutable;
-mod spare;
 
 pub(crate) use frozen::frozen_record;
 pub(crate) use mutable::{field_index, mutable_record, FieldOperation, SharedFields};
-pub use spare::{make, Field, Record, Spare};
 
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
