@@ -29,7 +29,6 @@ use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
-use crate::python::utf8;
 
 /// A key as the table stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +164,7 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     if key.is_exact_instance_of::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
         let text = key.cast::<PyString>().ok()?;
-        return Some(utf8::as_str(text).map_or(Classified::Object, |value| {
+        return Some(text.to_str().map_or(Classified::Object, |value| {
             Classified::Plain(KeyRef::Str(value))
         }));
     }
@@ -193,7 +192,7 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
 }
 
 /// An exact `int` from `2**63` to `2**64 - 1`, as a plain key; `None` beyond (the error, if
-/// any, cleared at once, as `utf8::as_str` clears its own).
+/// any, cleared at once).
 fn wide(int: &Bound<'_, PyAny>) -> Option<KeyRef<'static>> {
     // SAFETY: `int` is a live exact int; on failure the call sets an exception.
     let value = unsafe { ffi::PyLong_AsUnsignedLongLong(int.as_ptr()) };

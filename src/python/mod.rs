@@ -10,7 +10,6 @@
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
 //! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules;
 //!   [`buffers`]: whole traces of integers in, codes out.
-//! * [`fstring`]: text built as an f-string builds it; [`utf8`]: any str as UTF-8 and back.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
@@ -22,7 +21,6 @@ mod buffers;
 mod classes;
 mod clock;
 mod enums;
-mod fstring;
 mod keyed;
 mod keys;
 mod leaky_bucket;
@@ -33,7 +31,6 @@ mod record;
 mod refill;
 mod shaper_loop;
 mod token_bucket;
-mod utf8;
 
 use pyo3::prelude::*;
 

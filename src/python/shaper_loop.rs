@@ -10,10 +10,10 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
-use crate::python::fstring::FString;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
 
@@ -133,7 +133,9 @@ impl<'py> Append<'py> {
 }
 
 /// The course's trace line, `f"enqueue {class_name} size={size} at t={now}: {outcome.value}
-/// (tokens_remaining={tokens_remaining})"`.
+/// (tokens_remaining={tokens_remaining})"`, built as CPython builds that f-string: each value
+/// formatted as `format(value, "")`, in order (so a custom `__format__` runs, and raises, where
+/// it would there), and the pieces joined once.
 fn trace_line<'py>(
     class_name: &Bound<'py, PyAny>,
     size: &Bound<'py, PyAny>,
@@ -141,14 +143,40 @@ fn trace_line<'py>(
     outcome_value: &Bound<'py, PyAny>,
     tokens_remaining: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyString>> {
-    let mut line = FString::new();
-    line.text("enqueue ").value(class_name)?;
-    line.text(" size=").value(size)?;
-    line.text(" at t=").value(now)?;
-    line.text(": ").value(outcome_value)?;
-    line.text(" (tokens_remaining=").value(tokens_remaining)?;
-    line.text(")");
-    line.finish(class_name.py())
+    let py = class_name.py();
+    let pieces = PyTuple::new(
+        py,
+        [
+            intern!(py, "enqueue ").clone(),
+            formatted(class_name)?,
+            intern!(py, " size=").clone(),
+            formatted(size)?,
+            intern!(py, " at t=").clone(),
+            formatted(now)?,
+            intern!(py, ": ").clone(),
+            formatted(outcome_value)?,
+            intern!(py, " (tokens_remaining=").clone(),
+            formatted(tokens_remaining)?,
+            intern!(py, ")").clone(),
+        ],
+    )?;
+    Ok(intern!(py, "")
+        .call_method1(intern!(py, "join"), (pieces,))?
+        .cast_into::<PyString>()?)
+}
+
+/// `format(value, "")`: an exact str is itself and an exact int its `str()` (what `format`
+/// returns for them without a call); any other value goes through the builtin `format`.
+fn formatted<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    if let Ok(text) = value.cast_exact::<PyString>() {
+        return Ok(text.clone());
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        return value.str();
+    }
+    let format = FORMAT.import(value.py(), "builtins", "format")?;
+    Ok(format.call1((value,))?.cast_into::<PyString>()?)
 }
 
 /// `clock += seconds` on a shaper's fields.
