@@ -139,6 +139,7 @@ impl<const N: usize> SharedFields<N> {
             let before: [usize; N] = std::array::from_fn(|i| copy[i].identity());
             let (updated, answer) = Op::apply(copy, &args);
             let mut displaced = Vec::new();
+            let mut unstored = Vec::new();
             let mut stored = self.lock();
             if stored.version == version {
                 for (field, number) in stored.fields.iter_mut().zip(updated) {
@@ -158,7 +159,11 @@ impl<const N: usize> SharedFields<N> {
                 // KeyboardInterrupt): as the course's code would, store what the operation
                 // changed over what is there, and stop.
                 for ((field, number), was) in stored.fields.iter_mut().zip(updated).zip(before) {
-                    if number.identity() != was {
+                    if number.identity() == was {
+                        // Not stored: this may be the last reference to an object the other
+                        // store displaced, so it is let go of with the others, unlocked.
+                        unstored.push(number);
+                    } else {
                         displaced.extend(field.set_num(number));
                     }
                 }
@@ -167,6 +172,7 @@ impl<const N: usize> SharedFields<N> {
             let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
             drop(stored);
             // Any finalizer runs here, with the lock free.
+            drop(unstored);
             for object in displaced {
                 object.release(py);
             }
