@@ -22,10 +22,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::Equivalent;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString};
 
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
@@ -141,10 +141,10 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
         }
         return Ok(Classified::Object);
     }
-    // Only a number (something with __index__, __int__ or __float__) is asked whether it
-    // equals an int: a tuple or a plain object is not, and asking would cost a call each.
-    // SAFETY: a live object; the call only reads its type's slots.
-    if unsafe { ffi::PyNumber_Check(key.as_ptr()) } == 0 {
+    // Only a number (something with __index__, __int__ or __float__, as `PyNumber_Check` has
+    // it) is asked whether it equals an int: a tuple or a plain object is not, and asking would
+    // cost a call each.
+    if !is_number(key)? {
         return Ok(Classified::Object);
     }
     for candidate in ints_hashing_to(hash) {
@@ -169,7 +169,7 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
         }));
     }
     if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<pyo3::types::PyBool>() {
-        if let Some(value) = exact_i64(key) {
+        if let Some(value) = key.cast::<PyInt>().ok().and_then(exact_i64) {
             return Some(Classified::Plain(KeyRef::Int(value)));
         }
         // Beyond 64 bits an int equals no plain key (only big ints and floats, in the registry).
@@ -191,21 +191,20 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     None
 }
 
-/// An exact `int` from `2**63` to `2**64 - 1`, as a plain key; `None` beyond (the error, if
-/// any, cleared at once).
+/// An exact `int` from `2**63` to `2**64 - 1`, as a plain key; `None` beyond.
 fn wide(int: &Bound<'_, PyAny>) -> Option<KeyRef<'static>> {
-    // SAFETY: `int` is a live exact int; on failure the call sets an exception.
-    let value = unsafe { ffi::PyLong_AsUnsignedLongLong(int.as_ptr()) };
-    if value == u64::MAX {
-        // SAFETY: checking for, and clearing, the exception the call may have set.
-        unsafe {
-            if !ffi::PyErr_Occurred().is_null() {
-                ffi::PyErr_Clear();
-                return None;
-            }
-        }
-    }
-    Some(KeyRef::Wide(value))
+    int.extract::<u64>().ok().map(KeyRef::Wide)
+}
+
+/// Whether `key` is a number as `PyNumber_Check` has it: its type converts it with
+/// `__index__`, `__int__` or `__float__`, or it is a complex.
+fn is_number(key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = key.py();
+    let class = key.get_type();
+    Ok(key.is_instance_of::<PyComplex>()
+        || class.hasattr(intern!(py, "__index__"))?
+        || class.hasattr(intern!(py, "__int__"))?
+        || class.hasattr(intern!(py, "__float__"))?)
 }
 
 /// An int as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`.

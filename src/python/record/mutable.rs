@@ -47,17 +47,18 @@ struct Stored<const N: usize> {
     last_writer: Option<Writer>,
 }
 
-/// A thread that stores into a record, known by its Python thread state: unique among the
-/// threads alive, and a store's writer is alive when the store is seen. Cheaper to learn than
-/// `std::thread::current().id()` (thread-local access and a reference count) on every store.
+/// A thread that stores into a record, known by the address of a thread-local: unique among the
+/// threads alive, and a store's writer is alive when the store is seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Writer(usize);
 
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
 impl Writer {
     fn current() -> Self {
-        // SAFETY: called on a thread attached to the interpreter (every caller holds a `Python`
-        // token), whose thread state therefore exists.
-        Self(unsafe { pyo3::ffi::PyThreadState_Get() } as usize)
+        Self(THREAD_MARK.with(|mark| std::ptr::from_ref(mark) as usize))
     }
 }
 
