@@ -98,7 +98,7 @@ impl KeyedRateLimiter {
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
         match classify(key)? {
-            Classified::Plain(plain) => Ok(decide(&plain)),
+            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
@@ -147,7 +147,7 @@ impl KeyedRateLimiter {
         .watching(Key::is_registered);
         Ok(Self {
             table,
-            registry: Registry::new(py),
+            registry: Registry::new(),
             clock: Clock::new(clock)?,
         })
     }
@@ -300,11 +300,14 @@ impl KeyedRateLimiter {
         let mut codes = Vec::with_capacity(length);
         py.detach(|| {
             let requests = (0..length).map(|i| {
-                let key = plain_int(keys[i]).expect("buffers hold 64-bit ints");
+                let key = plain_int(keys[i]);
                 (key, counts.at(i), times[i])
             });
-            self.table
-                .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
+            // Waited for with the interpreter released: only a restore holds it long.
+            self.registry.with_plain(|| {
+                self.table
+                    .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
+            });
         });
         code_array(py, codes.into_iter())
     }
@@ -350,7 +353,7 @@ impl KeyedRateLimiter {
 
     /// The keys remembered now (a snapshot).
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keys = self.registry.reading(py, || self.table.keys())?;
+        let keys = self.registry.reading(|| self.table.keys());
         let keys = keys
             .iter()
             .map(|key| key_object(py, key, &self.registry))
@@ -385,7 +388,7 @@ impl KeyedRateLimiter {
         let mut entries = Vec::new();
         let (saved, counts) = this
             .registry
-            .reading(py, || (this.table.entries(), this.table.stats()))?;
+            .reading(|| (this.table.entries(), this.table.stats()));
         for (key, limiter) in saved {
             // An object key keeps its number: its hash, so its shard, depends on it.
             let number = match key {
@@ -476,24 +479,32 @@ impl KeyedRateLimiter {
         ),
     ) -> PyResult<()> {
         let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
-        if !self.table.is_empty() || self.table.latest().is_some() {
-            return Err(PyValueError::new_err(
-                "a keyed limiter's state can only be restored into a new limiter",
-            ));
-        }
-        // Everything is checked before anything is registered or stored.
+        let unused = || {
+            if self.table.is_empty() && self.table.latest().is_none() {
+                Ok(())
+            } else {
+                Err(PyValueError::new_err(
+                    "a keyed limiter's state can only be restored into a new limiter",
+                ))
+            }
+        };
+        unused()?;
+        // Everything is checked, and every key read (running any Python code it has), before
+        // anything is registered or stored.
         let specs = self.table.specs();
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         for (key, number, balances) in saved {
             let limiter = saved_limiter(specs, balances, latest)?;
-            match (classify(&key)?, number) {
-                (Classified::Plain(plain), None) => entries.push((Key::from(&plain), limiter)),
-                (Classified::Object, Some(number)) => {
+            match (classify(&key)?.into_key(), number) {
+                // A number saved with a key now read natively (by an older version) is not
+                // needed.
+                (Some(plain), _) => entries.push((plain, limiter)),
+                (None, Some(number)) => {
                     entries.push((Key::Object(number), limiter));
                     objects.push((key, number));
                 }
-                _ => {
+                (None, None) => {
                     return Err(PyValueError::new_err(format!(
                         "the saved key {} does not match its saved number",
                         key.repr()?
@@ -501,13 +512,16 @@ impl KeyedRateLimiter {
                 }
             }
         }
+        let objects = Registry::saved_objects(py, &objects)?;
         let counts = Stats {
             allowed,
             denied,
             refused,
             forgotten,
         };
-        self.registry.restoring(py, &objects, || {
+        // The table is checked again, and re-seeded, with every call held off: one that
+        // reached it meanwhile would be stored under the old seed, and lost.
+        self.registry.restoring(py, objects, unused, || {
             self.table
                 .restore(seed, entries, latest, counts)
                 .map_err(|error| {
