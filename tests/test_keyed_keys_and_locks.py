@@ -95,7 +95,7 @@ def test_keys_of_two_tables_calling_each_other_from_two_threads_do_not_deadlock(
 
 def cost_per_new_key(keys: list[int]) -> float:
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         limiter = KeyedRateLimiter(1, burst=1, max_keys=len(keys) + 1)
         start = time.perf_counter()
         for key in keys:
@@ -112,7 +112,7 @@ def test_ints_that_python_hashes_alike_cost_no_more_than_others() -> None:
     spread = [modulus * (i + 1) + i for i in range(count)]
     ratio = cost_per_new_key(colliding) / cost_per_new_key(spread)
     # Through a dict keyed by Python's hash the colliding keys cost about 63x as much.
-    assert ratio < 4, ratio
+    assert ratio < 8, ratio
 
 
 class TouchesTheTable:

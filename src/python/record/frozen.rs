@@ -12,7 +12,7 @@ macro_rules! frozen_record {
         $(methods { $($methods:tt)* })?
     ) => {
         $(#[doc = $doc])*
-        #[::pyo3::pyclass(frozen, name = $name, module = $module)]
+        #[::pyo3::pyclass(frozen, get_all, name = $name, module = $module)]
         pub struct $rust {
             $(pub $field: ::pyo3::Py<::pyo3::PyAny>,)+
         }
@@ -50,13 +50,6 @@ macro_rules! frozen_record {
             fn __new__($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
                 Self::from_fields($($field),+)
             }
-
-            $(
-                #[getter]
-                fn $field(&self, py: ::pyo3::Python<'_>) -> ::pyo3::Py<::pyo3::PyAny> {
-                    self.$field.clone_ref(py)
-                }
-            )+
 
             #[classattr]
             fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
