@@ -157,7 +157,7 @@ def test_the_method_refuses_an_instance_of_another_class() -> None:
         KeyedRateLimiter.try_acquire(plain(), "a")  # type: ignore[arg-type]
 
 
-def test_a_subclass_is_served_by_the_same_door_and_keeps_its_overrides() -> None:
+def test_a_subclass_is_served_by_the_same_method_and_keeps_its_overrides() -> None:
     limiter = Sub(1, burst=2)
     assert limiter.try_acquire(2, now_ns=0) is True
     assert limiter.try_acquire(now_ns=0) is False
@@ -217,11 +217,11 @@ def test_help_shows_the_class_and_its_methods(cls: type) -> None:
 
 
 def _reference_try_acquire(n: Any = None, now_ns: Any = None) -> None:
-    """The door's signature, as Python binds it."""
+    """try_acquire's signature, as Python binds it."""
 
 
 def _reference_keyed_try_acquire(key: Any, n: Any = None, now_ns: Any = None) -> None:
-    """The keyed door's signature, as Python binds it."""
+    """The keyed try_acquire's signature, as Python binds it."""
 
 
 NAMES = st.sampled_from(["key", "n", "now_ns", "now", "m", "".join(["n", "ow_ns"])])
@@ -230,22 +230,22 @@ NAMES = st.sampled_from(["key", "n", "now_ns", "now", "m", "".join(["n", "ow_ns"
 @given(
     positional=st.lists(st.sampled_from([0, 1, None]), max_size=4),
     keywords=st.dictionaries(NAMES, st.sampled_from([0, 1, None]), max_size=3),
-    keyed_door=st.booleans(),
+    is_keyed=st.booleans(),
 )
-def test_the_door_binds_exactly_as_python_does(
-    positional: list[Any], keywords: dict[str, Any], keyed_door: bool
+def test_try_acquire_binds_exactly_as_python_does(
+    positional: list[Any], keywords: dict[str, Any], is_keyed: bool
 ) -> None:
-    reference = _reference_keyed_try_acquire if keyed_door else _reference_try_acquire
-    door = (
+    reference = _reference_keyed_try_acquire if is_keyed else _reference_try_acquire
+    try_acquire = (
         KeyedRateLimiter(1, burst=10, max_keys=10, shards=1).try_acquire
-        if keyed_door
+        if is_keyed
         else RateLimiter(1, burst=10).try_acquire
     )
     try:
         reference(*positional, **keywords)
     except TypeError:
         with pytest.raises(TypeError):
-            door(*positional, **keywords)
+            try_acquire(*positional, **keywords)
         return
     # Bound as Python would: the call runs (the values are valid; now_ns=None reads the clock).
-    assert door(*positional, **keywords) in (True, False)
+    assert try_acquire(*positional, **keywords) in (True, False)
