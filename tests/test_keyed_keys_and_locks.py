@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 import qos_support
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 
@@ -151,3 +152,41 @@ def test_a_call_made_while_a_table_is_restored_is_not_lost() -> None:
     assert pickle.loads(pickle.dumps(fresh)).available("late", now_ns=0) == fresh.available(
         "late", now_ns=0
     )
+
+
+class FloatOnly:
+    """A number with ``__float__`` alone, equal to the float it converts to."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __float__(self) -> float:
+        return self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(other == self.value)
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        [1, 1.0, complex(1, 0), FloatOnly(1.0)],
+        [0.5, complex(0.5, 0), FloatOnly(0.5)],
+        [2**100, float(2**100), complex(2**100, 0)],
+        [-(2**127), float(-(2**127))],
+        [2**127, float(2**127)],
+    ],
+    ids=repr,
+)
+def test_a_number_read_natively_is_one_key_with_every_number_equal_to_it(group: list[Any]) -> None:
+    assert len(dict.fromkeys(group)) == 1
+    for first in group:
+        limiter = KeyedRateLimiter(1, burst=len(group) + 1, max_keys=10, shards=1)
+        assert limiter.try_acquire(first, now_ns=0)
+        for other in group:
+            assert other in limiter, (first, other)
+            assert limiter.try_acquire(other, now_ns=0), (first, other)
+        assert len(limiter) == 1

@@ -187,11 +187,18 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
                 }));
         }
     }
-    if let Some(float) = conversion(py, py.get_type::<PyFloat>().call1((key,)))? {
-        // An integral one equals an int, found above; a NaN equals nothing.
+    // A complex number has no float(), but one with no imaginary part equals its real part.
+    let float = match key.cast::<PyComplex>() {
+        Ok(complex) if complex.imag() == 0.0 => Some(PyFloat::new(py, complex.real()).into_any()),
+        Ok(_) => None,
+        Err(_) => conversion(py, py.get_type::<PyFloat>().call1((key,)))?,
+    };
+    if let Some(float) = float {
         if let Ok(value) = float.cast_exact::<PyFloat>().map(PyFloatMethods::value) {
-            if value.fract() != 0.0 && !value.is_nan() && equals(&float)? {
-                return Ok(Classified::Plain(KeyRef::Float(value.to_bits())));
+            if let Some(plain) = float_key(value) {
+                if equals(&float)? {
+                    return Ok(Classified::Plain(plain));
+                }
             }
         }
     }
@@ -248,22 +255,25 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
         return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
     }
     if let Ok(float) = key.cast_exact::<PyFloat>() {
-        let value = float.value();
-        if value.is_nan() {
-            // Equal to nothing, not even itself: a dict finds a NaN key only by identity.
-            return Some(Classified::Object);
-        }
-        if value.fract() != 0.0 {
-            return Some(Classified::Plain(KeyRef::Float(value.to_bits())));
-        }
-        // Integral: equal to one int, a plain one within 128 bits.
-        #[allow(clippy::cast_possible_truncation)] // integral and within range
-        let plain = (-TWO_TO_127..TWO_TO_127)
-            .contains(&value)
-            .then(|| plain_int(value as i128));
-        return Some(plain.map_or(Classified::Object, Classified::Plain));
+        return Some(float_key(float.value()).map_or(Classified::Object, Classified::Plain));
     }
     None
+}
+
+/// A float value as a plain key: an integral one as the int it equals (within 128 bits), any
+/// other by its bits (an infinity included); `None` for a NaN (equal to nothing, not even
+/// itself: a dict finds a NaN key only by identity) or an integral float beyond 128 bits.
+fn float_key(value: f64) -> Option<KeyRef<'static>> {
+    if value.is_nan() {
+        return None;
+    }
+    if value.fract() != 0.0 {
+        return Some(KeyRef::Float(value.to_bits()));
+    }
+    #[allow(clippy::cast_possible_truncation)] // integral and within range
+    (-TWO_TO_127..TWO_TO_127)
+        .contains(&value)
+        .then(|| plain_int(value as i128))
 }
 
 /// An int within `i128` as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`, `Big`
