@@ -8,17 +8,18 @@
 //! any lock is taken:
 //!
 //! * the values a client can choose are read natively, and hashed by the table's seeded hash:
-//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1 and floats. A value of
-//!   another type that equals one of them (a `str` subclass, an `IntEnum` member, a `Decimal`,
-//!   a `Fraction`, a numpy number) is found by asking Python which plain value it equals, once
-//!   per call. (A `str` or `bytes` subclass is only compared with its own value: one whose
-//!   `__eq__` says it equals a *different* plain value, a case-insensitive string say, is a key
-//!   of its own.) So a client cannot pick keys whose hashes collide, as it could with Python's
-//!   unseeded int hash (`n mod 2**61 - 1`) and a dict.
+//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1 and floats. A value of another type that
+//!   equals one of them (a `str` subclass, an `IntEnum` member, a `Decimal`, a `Fraction`, a
+//!   numpy number) is found by asking Python which plain value it equals, once per call. (A
+//!   `str` or `bytes` subclass is only compared with its own value: one whose `__eq__` says it
+//!   equals a *different* plain value, a case-insensitive string say, is a key of its own.) So
+//!   a client cannot pick such keys to collide, as it could with Python's unseeded int hash
+//!   (`n mod 2**61 - 1`) and a dict.
 //! * anything else (a tuple, an object of the program's own class, a bigger int, a `Fraction`
-//!   equal to no float) gets a number from the [`Registry`], which compares it with the registered objects
-//!   of the same Python hash by `__eq__`, with no lock held, then checks under its lock that
-//!   nothing changed meanwhile.
+//!   equal to no float) gets a number from the [`Registry`], which compares it with the
+//!   registered objects of the same Python hash by `__eq__`, with no lock held, then checks
+//!   under its lock that nothing changed meanwhile. Keys whose Python hashes collide (tuples of
+//!   ints can be chosen to) still cost a comparison with each other of their hash.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -88,9 +89,9 @@ impl Hash for Key {
     }
 }
 
-/// One write to the hasher per key (two for a `Big` one), not one more for the kind: keys of different kinds may share a hash
-/// (an int and an object number), which equality sorts out, and the hot path hashes on every
-/// call.
+/// One write to the hasher per key (two for a `Big` one), none for its kind: keys of different
+/// kinds may share a hash (an int and an object number), which equality sorts out, and the hot
+/// path hashes on every call.
 impl Hash for KeyRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match *self {
