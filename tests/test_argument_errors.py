@@ -1,8 +1,8 @@
 """Calls with arguments missing or misspelled fail as the course's own functions fail.
 
-The quicker doors (``compute_refill``, ``try_consume``, ``offer``, ``leak``,
-``ToyShaper.enqueue``) bind their arguments themselves; their ``TypeError`` must read as
-CPython's does for the pure-Python functions.
+The native ``compute_refill``, ``try_consume``, ``offer``, ``leak`` and ``ToyShaper.enqueue``
+have their arguments bound by PyO3; their ``TypeError`` must read as CPython's does for the
+pure-Python functions.
 """
 
 from __future__ import annotations

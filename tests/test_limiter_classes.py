@@ -1,10 +1,9 @@
-"""The limiters are native classes, and try_acquire enters them through a door of our own.
+"""The limiters are native classes that behave as Python classes would.
 
 ``RateLimiter`` and ``KeyedRateLimiter`` are the extension's own types (not Python subclasses
-of them), so that a call costs one native method call. Their ``try_acquire`` is bound by
-``fastcall`` rather than by PyO3: these tests pin that it binds arguments as a Python method
-with the same signature would, and that everything a Python class gave (subclasses, instance
-attributes, pickling them, ``help``) still holds.
+of them), so that a call costs one native method call. These tests pin that ``try_acquire``
+binds arguments as a Python method with the same signature would, and that everything a Python
+class gave (subclasses, instance attributes, pickling them, ``help``) still holds.
 """
 
 from __future__ import annotations
@@ -158,7 +157,7 @@ def test_the_method_refuses_an_instance_of_another_class() -> None:
         KeyedRateLimiter.try_acquire(plain(), "a")  # type: ignore[arg-type]
 
 
-def test_a_subclass_is_served_by_the_same_door_and_keeps_its_overrides() -> None:
+def test_a_subclass_is_served_by_the_same_method_and_keeps_its_overrides() -> None:
     limiter = Sub(1, burst=2)
     assert limiter.try_acquire(2, now_ns=0) is True
     assert limiter.try_acquire(now_ns=0) is False
@@ -218,22 +217,22 @@ def test_help_shows_the_class_and_its_methods(cls: type) -> None:
 
 
 def _reference_try_acquire(n: Any = None, now_ns: Any = None) -> None:
-    """The door's signature, as Python binds it."""
+    """try_acquire's signature, as Python binds it."""
 
 
 def _reference_keyed_try_acquire(key: Any, n: Any = None, now_ns: Any = None) -> None:
-    """The keyed door's signature, as Python binds it."""
+    """The keyed try_acquire's signature, as Python binds it."""
 
 
 NAMES = st.sampled_from(["key", "n", "now_ns", "now", "m", "".join(["n", "ow_ns"])])
 
 
-def empty_door(keyed_door: bool) -> Any:
+def empty_try_acquire(is_keyed: bool) -> Any:
     """A ``try_acquire`` with no token to give, whatever the key and the time: a limiter
     starting empty, or a table whose keys 0, 1 and None are emptied at 0 ns, at one token per
     10**12 s (so that even the monotonic clock's reading brings no token). Only ``n=0`` is
     allowed."""
-    if not keyed_door:
+    if not is_keyed:
         return RateLimiter(1, burst=10, per=10**12, initial=0).try_acquire
     table = KeyedRateLimiter(1, burst=10, per=10**12, max_keys=10, shards=1)
     for key in (0, 1, None):
@@ -244,20 +243,20 @@ def empty_door(keyed_door: bool) -> Any:
 @given(
     positional=st.lists(st.sampled_from([0, 1, None]), max_size=4),
     keywords=st.dictionaries(NAMES, st.sampled_from([0, 1, None]), max_size=3),
-    keyed_door=st.booleans(),
+    is_keyed=st.booleans(),
 )
-def test_the_door_binds_exactly_as_python_does(
-    positional: list[Any], keywords: dict[str, Any], keyed_door: bool
+def test_try_acquire_binds_exactly_as_python_does(
+    positional: list[Any], keywords: dict[str, Any], is_keyed: bool
 ) -> None:
-    reference = _reference_keyed_try_acquire if keyed_door else _reference_try_acquire
-    door = empty_door(keyed_door)
+    reference = _reference_keyed_try_acquire if is_keyed else _reference_try_acquire
+    try_acquire = empty_try_acquire(is_keyed)
     try:
         bound = inspect.signature(reference).bind(*positional, **keywords)
     except TypeError:
         with pytest.raises(TypeError):
-            door(*positional, **keywords)
+            try_acquire(*positional, **keywords)
         return
     # Bound as Python would: the call runs (the values are valid; now_ns=None reads the clock)
     # and answers for the n that Python binds (None: one token), from an empty limiter.
     n = bound.arguments.get("n")
-    assert door(*positional, **keywords) is (n == 0), f"n bound to {n!r}"
+    assert try_acquire(*positional, **keywords) is (n == 0), f"n bound to {n!r}"

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt};
@@ -87,6 +86,7 @@ pub fn nanoseconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<i64> {
 
 /// `operator.index(value)`, refusing bools: an int as Python sees one.
 pub fn integer<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static INDEX: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     if value.is_exact_instance_of::<PyInt>() {
         return Ok(value.clone());
     }
@@ -95,8 +95,9 @@ pub fn integer<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py
             "{name} must be an int, not bool ({value})"
         )));
     }
-    // SAFETY: a live object; the result is a new reference or NULL with an exception set.
-    unsafe { Bound::from_owned_ptr_or_err(value.py(), ffi::PyNumber_Index(value.as_ptr())) }
+    INDEX
+        .import(value.py(), "operator", "index")
+        .and_then(|index| index.call1((value,)))
         .map_err(|err| {
             if !is_type_or_value_error(value.py(), &err) {
                 return err;

@@ -138,24 +138,17 @@ fn native_layout<T: Element>(buffer: &PyBuffer<T>) -> bool {
         && !matches!(format.first(), Some(b'=' | b'<' | b'>' | b'!'))
 }
 
-/// The first item of a C-contiguous buffer holding at least `end` items.
-fn items<T: Element>(buffer: &PyBuffer<T>, end: usize) -> *const T {
-    let all = buffer.as_slice_ptr().expect("checked to be C-contiguous");
-    assert!(end <= all.len(), "reading past the buffer's end");
-    all.as_ptr().cast::<T>()
-}
-
+/// Every item of `buffer`, copied out by PyO3 (`PyBuffer_ToContiguous`), then narrowed.
 fn read_narrowed<E: Element + Copy + Into<i128>, T>(
     buffer: &PyBuffer<E>,
     narrow: impl Fn(usize, i128) -> PyResult<T>,
 ) -> PyResult<Vec<T>> {
-    let count = buffer.item_count();
-    let base = items(buffer, count);
-    (0..count)
-        // SAFETY: `items` checked that every index below `count` is within the buffer, which
-        // stays alive (and its memory valid) as long as `buffer` does; unaligned reads accept
-        // any layout.
-        .map(|i| narrow(i, unsafe { base.add(i).read_unaligned() }.into()))
+    // Every caller is attached already; this only names the token.
+    let items = Python::attach(|py| buffer.to_vec(py))?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| narrow(i, item.into()))
         .collect()
 }
 

@@ -5,17 +5,16 @@
 //! into the core's plain map and asks the core. Class names must be `str`, as in the course:
 //! that lets the core compare them exactly as Python compares strings.
 
+use pyo3::call::PyCallArgs;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
-use pyo3::IntoPyObjectExt;
+use pyo3::types::{PyBytes, PyString};
+use pyo3::{intern, IntoPyObjectExt};
 
 use crate::core::classes::{self as core, TreeError, Validation};
 use crate::python::enums::StrEnum;
-use crate::python::fstring::FString;
 use crate::python::number::Num;
 use crate::python::record::{defaults, frozen_record, mutable_record};
-use crate::python::utf8;
 
 frozen_record! {
     /// A traffic class: its name, the rate it is guaranteed, and its parent's name (`None` for a
@@ -73,29 +72,37 @@ frozen_record! {
 pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
     let py = tree.py();
     let found = core::validate_tree(&read_tree(tree)?).map_err(|e| tree_error(py, e))?;
-    let mut detail = FString::new();
-    let index = match found {
-        Validation::Valid => 0,
-        Validation::UnknownParent { class, parent } => {
-            detail.utf8(&class).text(" -> ").utf8(&parent);
-            1
-        }
-        Validation::Cycle { at } => {
-            detail.text("cycle reached at ").utf8(&at);
-            2
-        }
+    // Each detail is the course's f-string, built by `str.format` (which formats each value
+    // as `format(value, "")`, in order, as the f-string does), with names as exact strs.
+    let (index, detail) = match found {
+        Validation::Valid => (0, PyString::new(py, "")),
+        Validation::UnknownParent { class, parent } => (
+            1,
+            format(
+                intern!(py, "{} -> {}"),
+                (name_str(py, &class)?, name_str(py, &parent)?),
+            )?,
+        ),
+        Validation::Cycle { at } => (
+            2,
+            format(intern!(py, "cycle reached at {}"), (name_str(py, &at)?,))?,
+        ),
         Validation::OverSubscribed {
             parent,
             claimed,
             guaranteed,
-        } => {
-            detail.utf8(&parent).text(": children claim ");
-            detail.value(&claimed.into_object())?.text(" > guaranteed ");
-            detail.value(&guaranteed.into_object())?;
-            3
-        }
+        } => (
+            3,
+            format(
+                intern!(py, "{}: children claim {} > guaranteed {}"),
+                (
+                    name_str(py, &parent)?,
+                    claimed.into_object(),
+                    guaranteed.into_object(),
+                ),
+            )?,
+        ),
     };
-    let detail = detail.finish(py)?;
     Ok(ValidationResult::from_fields(
         VALIDATION_OUTCOME.member(py, index)?,
         detail.into_any().unbind(),
@@ -158,20 +165,41 @@ fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<Name, Nu
 /// (`surrogatepass`), so two names are equal exactly when Python says so.
 type Name = Vec<u8>;
 
+/// `str.encode(name, "utf-8", "surrogatepass")`: str's own codec, called through the `str`
+/// type so that a subclass's `encode` is not used (a subclass is read as its text).
 fn class_name(name: &Bound<'_, PyAny>) -> PyResult<Name> {
-    let Ok(text) = name.cast::<PyString>() else {
+    let py = name.py();
+    if !name.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(format!(
             "class names must be str, not {}: {}",
             name.get_type().name()?,
             name.repr()?
         )));
-    };
-    Ok(utf8::encode(text)?.as_bytes().to_vec())
+    }
+    let encoded = py.get_type::<PyString>().call_method1(
+        intern!(py, "encode"),
+        (name, intern!(py, "utf-8"), intern!(py, "surrogatepass")),
+    )?;
+    Ok(encoded.cast_into::<PyBytes>()?.as_bytes().to_vec())
 }
 
-/// The str a core name came from.
+/// The exact str a core name came from: `bytes.decode(name, "utf-8", "surrogatepass")`.
 fn name_str<'py>(py: Python<'py>, name: &Name) -> PyResult<Bound<'py, PyAny>> {
-    utf8::decode(py, name).map(Bound::into_any)
+    PyBytes::new(py, name).call_method1(
+        intern!(py, "decode"),
+        (intern!(py, "utf-8"), intern!(py, "surrogatepass")),
+    )
+}
+
+/// `template.format(*values)`.
+fn format<'py>(
+    template: &Bound<'py, PyString>,
+    values: impl PyCallArgs<'py>,
+) -> PyResult<Bound<'py, PyString>> {
+    let py = template.py();
+    Ok(template
+        .call_method1(intern!(py, "format"), values)?
+        .cast_into::<PyString>()?)
 }
 
 fn tree_error(py: Python<'_>, error: TreeError<Name, PyErr>) -> PyErr {

@@ -5,38 +5,9 @@
 //! glue asks Python's `enum` module to build each class once, and keeps its members so that a
 //! core outcome becomes the very member object (`is` holds) with no lookup by name.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyType};
-
-/// The addresses of the classes built so far (there are fewer enums than slots), so that a
-/// member can be told from any other object by its type alone.
-static BUILT_CLASSES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
-
-/// Whether `object` is a member of one of these enums: it lives as long as its class, which
-/// this module keeps for good.
-pub fn is_member(object: &Bound<'_, PyAny>) -> bool {
-    let class = object.get_type_ptr() as usize;
-    BUILT_CLASSES
-        .iter()
-        .any(|built| built.load(Ordering::Relaxed) == class)
-}
-
-fn remember_class(class: &Bound<'_, PyType>) {
-    let address = class.as_ptr() as usize;
-    // Claim the first free slot. (With none left, the class's members are merely not known
-    // as such: nothing relies on knowing every one.)
-    for slot in &BUILT_CLASSES {
-        if slot
-            .compare_exchange(0, address, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            return;
-        }
-    }
-}
 
 /// A `(str, Enum)` class, described statically and built on first use.
 pub struct StrEnum {
@@ -83,7 +54,6 @@ impl StrEnum {
                 .call((self.qualname, self.members.to_vec()), Some(&kwargs))?
                 .cast_into::<PyType>()?;
             class.setattr("__doc__", self.doc)?;
-            remember_class(&class);
             let members: Vec<Py<PyAny>> = self
                 .members
                 .iter()

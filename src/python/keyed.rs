@@ -8,7 +8,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::keyed::{
@@ -20,7 +20,6 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, block_until_taken, conveniences, never, rebuilder,
@@ -106,14 +105,9 @@ impl KeyedRateLimiter {
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
         match classify(key)? {
-            Classified::Plain(plain) => Ok(decide(&plain)),
+            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
-    }
-
-    /// Give the class the methods that enter through the quicker door (see `fastcall`).
-    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
-        TRY_ACQUIRE_DEF.install(class)
     }
 
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
@@ -132,54 +126,7 @@ impl KeyedRateLimiter {
             }
         }
     }
-
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
-        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
-        match decision {
-            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
-            // No wait would ever be enough: a loop retrying on False would spin for ever.
-            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
-            _ => Ok(false),
-        }
-    }
 }
-
-static TRY_ACQUIRE: Parameters<3> =
-    Parameters::with_optional("KeyedRateLimiter.try_acquire", ["key", "n", "now_ns"], 1);
-
-static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
-    c"try_acquire",
-    c"try_acquire($self, key, n=1, now_ns=None)
---
-
-Take `n` tokens for `key` if its every band holds them; True if taken, False if not
-(denied, or refused because the table is full). Raises ValueError if `n` exceeds a band's
-burst, since no wait would ever be enough.",
-    try_acquire_fastcall,
-);
-
-fastcall::door!(
-    try_acquire_fastcall(slf) | py,
-    call | {
-        let limiter = Borrowed::from_ptr(py, slf).cast::<KeyedRateLimiter>()?;
-        let [key, n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?;
-        let key = key.expect("the key is a required parameter");
-        // `None` is a key like any other, but for `n` and `now_ns` it means "not given".
-        let [n, now_ns] = [n, now_ns].map(fastcall::given);
-        let allowed = limiter
-            .get()
-            .try_acquire(py, &key, n.as_deref(), now_ns.as_deref())?;
-        Ok(PyBool::new(py, allowed).to_owned().into_any())
-    }
-);
 
 #[pymethods]
 impl KeyedRateLimiter {
@@ -224,10 +171,32 @@ impl KeyedRateLimiter {
         .watching(Key::is_registered);
         Ok(Self {
             table,
-            registry: Registry::new(py),
+            registry: Registry::new(),
             clock: Clock::checked(py, clock)?,
             written,
         })
+    }
+
+    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
+    /// (denied, or refused because the table is full). Raises ValueError if `n` exceeds a
+    /// band's burst, since no wait would ever be enough.
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        let now = self.on_the_clock(now, now_ns)?;
+        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
+        match decision {
+            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
+            // No wait would ever be enough: a loop retrying on False would spin for ever.
+            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+            _ => Ok(false),
+        }
     }
 
     /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is
@@ -379,11 +348,14 @@ impl KeyedRateLimiter {
         let mut codes = Vec::with_capacity(length);
         py.detach(|| {
             let requests = (0..length).map(|i| {
-                let key = plain_int(keys[i]).expect("buffers hold 64-bit ints");
+                let key = plain_int(keys[i]);
                 (key, counts.at(i), times[i])
             });
-            self.table
-                .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
+            // Waited for with the interpreter released: only a restore holds it long.
+            self.registry.with_plain(|| {
+                self.table
+                    .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
+            });
         });
         code_array(py, codes.into_iter())
     }
@@ -436,7 +408,7 @@ impl KeyedRateLimiter {
 
     /// The keys remembered now (a snapshot).
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keys = self.registry.reading(py, || self.table.keys())?;
+        let keys = self.registry.reading(|| self.table.keys());
         let keys = keys
             .iter()
             .map(|key| key_object(py, key, &self.registry))
@@ -474,7 +446,7 @@ impl KeyedRateLimiter {
         let mut entries = Vec::new();
         let (saved, counts) = this
             .registry
-            .reading(py, || (this.table.entries(), this.table.stats()))?;
+            .reading(|| (this.table.entries(), this.table.stats()));
         for (key, limiter) in saved {
             // An object key keeps its number: its hash, so its shard, depends on it.
             let number = match key {
@@ -565,24 +537,32 @@ impl KeyedRateLimiter {
         ),
     ) -> PyResult<()> {
         let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
-        if !self.table.is_empty() || self.table.latest().is_some() {
-            return Err(PyValueError::new_err(
-                "a keyed limiter's state can only be restored into a new limiter",
-            ));
-        }
-        // Everything is checked before anything is registered or stored.
+        let unused = || {
+            if self.table.is_empty() && self.table.latest().is_none() {
+                Ok(())
+            } else {
+                Err(PyValueError::new_err(
+                    "a keyed limiter's state can only be restored into a new limiter",
+                ))
+            }
+        };
+        unused()?;
+        // Everything is checked, and every key read (running any Python code it has), before
+        // anything is registered or stored.
         let specs = self.table.specs();
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         for (key, number, balances) in saved {
             let limiter = saved_limiter(specs, balances, latest)?;
-            match (classify(&key)?, number) {
-                (Classified::Plain(plain), None) => entries.push((Key::from(&plain), limiter)),
-                (Classified::Object, Some(number)) => {
+            match (classify(&key)?.into_key(), number) {
+                // A number saved with a key now read natively (by an older version) is not
+                // needed.
+                (Some(plain), _) => entries.push((plain, limiter)),
+                (None, Some(number)) => {
                     entries.push((Key::Object(number), limiter));
                     objects.push((key, number));
                 }
-                _ => {
+                (None, None) => {
                     return Err(PyValueError::new_err(format!(
                         "the saved key {} does not match its saved number",
                         key.repr()?
@@ -590,13 +570,16 @@ impl KeyedRateLimiter {
                 }
             }
         }
+        let objects = Registry::saved_objects(py, &objects)?;
         let counts = Stats {
             allowed,
             denied,
             refused,
             forgotten,
         };
-        self.registry.restoring(py, &objects, || {
+        // The table is checked again, and re-seeded, with every call held off: one that
+        // reached it meanwhile would be stored under the old seed, and lost.
+        self.registry.restoring(py, objects, unused, || {
             self.table
                 .restore(seed, entries, latest, counts)
                 .map_err(|error| {

@@ -1,35 +1,39 @@
-//! Python objects as keys of a keyed limiter, without calling Python for the common ones.
+//! Python objects as keys of a keyed limiter: equal as dict keys are, hashed with the table's
+//! seed, and never with Python code running under a lock.
 //!
 //! A keyed limiter must treat keys as a `dict` does: keys that compare equal (with equal
 //! hashes) are one client, so `1`, `1.0`, `True`, `Fraction(1)` and `numpy.int64(1)` share a
-//! bucket, and `"a"` and `b"a"` do not. The table itself is plain Rust and runs no Python code
-//! under its locks, so every key is first turned into a [`Key`]:
+//! bucket, and `"a"` and `b"a"` do not. The table itself is plain Rust, so every key is first
+//! turned into a [`Key`], with any Python code it takes (a `__hash__`, an `__eq__`) run before
+//! any lock is taken:
 //!
-//! * exact `str`, `bytes`, `int` (from -2**63 to 2**64 - 1), `bool` and integral `float` are
-//!   read directly, with no call to `__hash__` or `__eq__`: the fast path;
-//! * a `str` or `bytes` subclass, or a number of another type (an `IntEnum` member, a
-//!   `Decimal`, a `Fraction`, a numpy integer) that equals one of those, is found by asking
-//!   Python, once per call, which plain value it equals (an object that is not a number is never
-//!   taken for an int, and a `str` or `bytes` subclass is only compared with its own value:
-//!   one whose `__eq__` says it equals a *different* plain value, a case-insensitive string
-//!   say, is a key of its own);
-//! * everything else (tuples, big ints, non-integral floats, objects) gets a number from a
-//!   [`Registry`]: a Python dict from key object to number, kept only for keys the table holds.
+//! * the values a client can choose are read natively, and hashed by the table's seeded hash:
+//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1 and floats. A value of another type that
+//!   equals one of them (a `str` subclass, an `IntEnum` member, a `Decimal`, a `Fraction`, a
+//!   numpy number) is found by asking Python which plain value it equals, once per call. (A
+//!   `str` or `bytes` subclass is only compared with its own value: one whose `__eq__` says it
+//!   equals a *different* plain value, a case-insensitive string say, is a key of its own.) So
+//!   a client cannot pick such keys to collide, as it could with Python's unseeded int hash
+//!   (`n mod 2**61 - 1`) and a dict.
+//! * anything else (a tuple, an object of the program's own class, a bigger int, a `Fraction`
+//!   equal to no float) gets a number from the [`Registry`], which compares it with the
+//!   registered objects of the same Python hash by `__eq__`, with no lock held, then checks
+//!   under its lock that nothing changed meanwhile. Keys whose Python hashes collide (tuples of
+//!   ints can be chosen to) still cost a comparison with each other of their hash.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::Equivalent;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::ffi;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString};
 
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
-use crate::python::utf8;
 
 /// A key as the table stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +41,10 @@ pub enum Key {
     Int(i64),
     /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
     Wide(u64),
+    /// Any other int within `i128`, as its low and high halves.
+    Big(u64, u64),
+    /// A float that is not an integer (an infinity included), by its bits (never a NaN).
+    Float(u64),
     Str(Box<str>),
     Bytes(Box<[u8]>),
     /// A key object's number in the [`Registry`].
@@ -48,6 +56,8 @@ pub enum Key {
 pub enum KeyRef<'a> {
     Int(i64),
     Wide(u64),
+    Big(u64, u64),
+    Float(u64),
     Str(&'a str),
     Bytes(&'a [u8]),
     Object(u64),
@@ -58,6 +68,8 @@ impl Key {
         match self {
             Self::Int(value) => KeyRef::Int(*value),
             Self::Wide(value) => KeyRef::Wide(*value),
+            Self::Big(low, high) => KeyRef::Big(*low, *high),
+            Self::Float(bits) => KeyRef::Float(*bits),
             Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
             Self::Object(id) => KeyRef::Object(*id),
@@ -77,17 +89,21 @@ impl Hash for Key {
     }
 }
 
-/// One write to the hasher per key, not two: keys of different kinds may share a hash (an int
-/// and an object number), which equality sorts out, and the hot path hashes on every call.
+/// One write to the hasher per key (two for a `Big` one), none for its kind: keys of different
+/// kinds may share a hash (an int and an object number), which equality sorts out, and the hot
+/// path hashes on every call.
 impl Hash for KeyRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match *self {
             #[allow(clippy::cast_sign_loss)] // the bits, not the value
             Self::Int(value) => state.write_u64(value as u64),
-            Self::Wide(value) => state.write_u64(value),
+            Self::Wide(value) | Self::Float(value) | Self::Object(value) => state.write_u64(value),
+            Self::Big(low, high) => {
+                state.write_u64(low);
+                state.write_u64(high);
+            }
             Self::Str(text) => text.hash(state),
             Self::Bytes(bytes) => bytes.hash(state),
-            Self::Object(number) => state.write_u64(number),
         }
     }
 }
@@ -103,6 +119,8 @@ impl From<&KeyRef<'_>> for Key {
         match *key {
             KeyRef::Int(value) => Self::Int(value),
             KeyRef::Wide(value) => Self::Wide(value),
+            KeyRef::Big(low, high) => Self::Big(low, high),
+            KeyRef::Float(bits) => Self::Float(bits),
             KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
             KeyRef::Object(id) => Self::Object(id),
@@ -117,18 +135,31 @@ pub enum Classified<'a> {
     Object,
 }
 
-/// Turn `key` into a plain key if it is, or equals, one.
+impl Classified<'_> {
+    /// The table key, owned.
+    pub fn into_key(self) -> Option<Key> {
+        match self {
+            Self::Plain(plain) => Some(Key::from(&plain)),
+            Self::Object => None,
+        }
+    }
+}
+
+/// Turn `key` into a plain key if it is, or equals, one. Runs the key's Python code (its
+/// `__hash__`, `__eq__`, conversions) if it is not of an exact plain type.
 pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
     if let Some(plain) = exact_plain(key) {
         return Ok(plain);
     }
+    let py = key.py();
     // Not an exact plain type: Python decides what it equals, as a dict would.
     let hash = key.hash()?;
-    let py = key.py();
+    let equals = |plain: &Bound<'_, PyAny>| -> PyResult<bool> {
+        Ok(plain.hash()? == hash && key.eq(plain)?)
+    };
     if let Ok(text) = key.cast::<PyString>() {
         if let Ok(value) = text.to_str() {
-            let plain = PyString::new(py, value);
-            if plain.hash()? == hash && key.eq(&plain)? {
+            if equals(&PyString::new(py, value))? {
                 return Ok(Classified::Plain(KeyRef::Str(value)));
             }
         }
@@ -136,178 +167,257 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
     }
     if let Ok(bytes) = key.cast::<PyBytes>() {
         let value = bytes.as_bytes();
-        let plain = PyBytes::new(py, value);
-        if plain.hash()? == hash && key.eq(&plain)? {
+        if equals(&PyBytes::new(py, value))? {
             return Ok(Classified::Plain(KeyRef::Bytes(value)));
         }
         return Ok(Classified::Object);
     }
-    // Only a number (something with __index__, __int__ or __float__) is asked whether it
-    // equals an int: a tuple or a plain object is not, and asking would cost a call each.
-    // SAFETY: a live object; the call only reads its type's slots.
-    if unsafe { ffi::PyNumber_Check(key.as_ptr()) } == 0 {
+    // Only a number (something with __index__, __int__ or __float__, as `PyNumber_Check` has
+    // it) is asked which int or float it equals: a plain object is not, and asking would cost
+    // calls each.
+    if !is_number(key)? {
         return Ok(Classified::Object);
     }
-    for candidate in ints_hashing_to(hash) {
-        if key.eq(candidate)? {
-            return Ok(plain_int(candidate).map_or(Classified::Object, Classified::Plain));
+    if let Some(int) = conversion(py, py.get_type::<PyInt>().call1((key,)))? {
+        if equals(&int)? {
+            return Ok(int
+                .extract::<i128>()
+                .ok()
+                .map_or(Classified::Object, |value| {
+                    Classified::Plain(plain_int(value))
+                }));
+        }
+    }
+    // A complex number has no float(), but one with no imaginary part equals its real part.
+    let float = match key.cast::<PyComplex>() {
+        Ok(complex) if complex.imag() == 0.0 => Some(PyFloat::new(py, complex.real()).into_any()),
+        Ok(_) => None,
+        Err(_) => conversion(py, py.get_type::<PyFloat>().call1((key,)))?,
+    };
+    if let Some(float) = float {
+        if let Ok(value) = float.cast_exact::<PyFloat>().map(PyFloatMethods::value) {
+            if let Some(plain) = float_key(value) {
+                if equals(&float)? {
+                    return Ok(Classified::Plain(plain));
+                }
+            }
         }
     }
     Ok(Classified::Object)
 }
 
-/// 2**63, the first float beyond the 64-bit ints.
-const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+/// A conversion's result (`int(key)`, `float(key)`), or `None` if the key cannot be converted
+/// (a TypeError, ValueError or OverflowError: no such method, a NaN, an infinity); any other
+/// error is the caller's.
+fn conversion<'py>(
+    py: Python<'py>,
+    result: PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(error)
+            if error.is_instance_of::<PyTypeError>(py)
+                || error.is_instance_of::<PyValueError>(py)
+                || error.is_instance_of::<PyOverflowError>(py) =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// 2**127, the first float beyond the ints read natively.
+const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
 
 /// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python.
 /// `None` for other types; `Some(Object)` for values of these types that no plain key equals.
 fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
-    if key.is_exact_instance_of::<PyString>() {
+    if let Ok(text) = key.cast_exact::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
-        let text = key.cast::<PyString>().ok()?;
-        return Some(utf8::as_str(text).map_or(Classified::Object, |value| {
+        return Some(text.to_str().map_or(Classified::Object, |value| {
             Classified::Plain(KeyRef::Str(value))
         }));
     }
-    if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<pyo3::types::PyBool>() {
-        if let Some(value) = exact_i64(key) {
+    if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<PyBool>() {
+        let int = key.cast::<PyInt>().ok()?;
+        if let Some(value) = exact_i64(int) {
             return Some(Classified::Plain(KeyRef::Int(value)));
         }
-        // Beyond 64 bits an int equals no plain key (only big ints and floats, in the registry).
-        return Some(wide(key).map_or(Classified::Object, Classified::Plain));
+        // Beyond 128 bits an int equals no plain key (only big ints and floats, registered).
+        return Some(
+            int.extract::<i128>()
+                .ok()
+                .map_or(Classified::Object, |value| {
+                    Classified::Plain(plain_int(value))
+                }),
+        );
     }
-    if key.is_exact_instance_of::<PyBytes>() {
-        let bytes = key.cast::<PyBytes>().ok()?;
+    if let Ok(bytes) = key.cast_exact::<PyBytes>() {
         return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
     }
-    if key.is_exact_instance_of::<PyFloat>() {
-        let value = key.cast::<PyFloat>().ok()?.value();
-        // -2**63 <= value < 2**64, integral: equal to exactly one plain int.
-        #[allow(clippy::cast_possible_truncation)] // integral and within range
-        let plain = (value.fract() == 0.0 && (-TWO_TO_63..2.0 * TWO_TO_63).contains(&value))
-            .then(|| plain_int(value as i128))
-            .flatten();
-        return Some(plain.map_or(Classified::Object, Classified::Plain));
+    if let Ok(float) = key.cast_exact::<PyFloat>() {
+        return Some(float_key(float.value()).map_or(Classified::Object, Classified::Plain));
     }
     None
 }
 
-/// An exact `int` from `2**63` to `2**64 - 1`, as a plain key; `None` beyond (the error, if
-/// any, cleared at once, as `utf8::as_str` clears its own).
-fn wide(int: &Bound<'_, PyAny>) -> Option<KeyRef<'static>> {
-    // SAFETY: `int` is a live exact int; on failure the call sets an exception.
-    let value = unsafe { ffi::PyLong_AsUnsignedLongLong(int.as_ptr()) };
-    if value == u64::MAX {
-        // SAFETY: checking for, and clearing, the exception the call may have set.
-        unsafe {
-            if !ffi::PyErr_Occurred().is_null() {
-                ffi::PyErr_Clear();
-                return None;
-            }
-        }
+/// A float value as a plain key: an integral one as the int it equals (within 128 bits), any
+/// other by its bits (an infinity included); `None` for a NaN (equal to nothing, not even
+/// itself: a dict finds a NaN key only by identity) or an integral float beyond 128 bits.
+fn float_key(value: f64) -> Option<KeyRef<'static>> {
+    if value.is_nan() {
+        return None;
     }
-    Some(KeyRef::Wide(value))
+    if value.fract() != 0.0 {
+        return Some(KeyRef::Float(value.to_bits()));
+    }
+    #[allow(clippy::cast_possible_truncation)] // integral and within range
+    (-TWO_TO_127..TWO_TO_127)
+        .contains(&value)
+        .then(|| plain_int(value as i128))
 }
 
-/// An int as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`.
-pub fn plain_int(value: i128) -> Option<KeyRef<'static>> {
-    i64::try_from(value)
-        .map(KeyRef::Int)
-        .or_else(|_| u64::try_from(value).map(KeyRef::Wide))
-        .ok()
+/// An int within `i128` as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`, `Big`
+/// beyond.
+pub fn plain_int(value: i128) -> KeyRef<'static> {
+    i64::try_from(value).map_or_else(
+        |_| {
+            u64::try_from(value).map_or_else(
+                |_| {
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // halves
+                    KeyRef::Big(value as u64, (value >> 64) as u64)
+                },
+                KeyRef::Wide,
+            )
+        },
+        KeyRef::Int,
+    )
 }
 
-/// The plain ints (from -2**63 to 2**64 - 1) whose Python hash is `hash`: an object equal to
-/// an int hashes like it, so these are the only ints it can equal. Python hashes an int by its
-/// absolute value modulo the Mersenne prime 2**61 - 1, sign kept (so 0 for every multiple of
-/// it), and -1 becomes -2.
-fn ints_hashing_to(hash: isize) -> impl Iterator<Item = i128> {
-    const MODULUS: i128 = (1 << 61) - 1;
-    let hash = hash as i128;
-    let positive = (hash >= 0).then_some((hash, 1));
-    let negative = (hash <= 0).then_some((hash, -1));
-    let minus_one = (hash == -2).then_some((-1, -1));
-    [positive, negative, minus_one]
-        .into_iter()
-        .flatten()
-        .flat_map(|(residue, sign)| {
-            (0..=8)
-                .map(move |m| residue + sign * m * MODULUS)
-                .filter(|&candidate| plain_int(candidate).is_some())
-        })
+/// Whether `key` is a number as `PyNumber_Check` has it: its type converts it with
+/// `__index__`, `__int__` or `__float__`, or it is a complex.
+fn is_number(key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = key.py();
+    let class = key.get_type();
+    Ok(key.is_instance_of::<PyComplex>()
+        || class.hasattr(intern!(py, "__index__"))?
+        || class.hasattr(intern!(py, "__int__"))?
+        || class.hasattr(intern!(py, "__float__"))?)
 }
 
-/// The numbers of key objects that are not plain keys.
+/// The numbers of key objects that are not plain keys, and the lock that orders every use of
+/// the table against a restore.
 ///
-/// A dict maps each such key (as Python compares keys) to its number, and a second dict maps
-/// the number back to the object, for iteration and pickling. A key is registered while the
-/// table holds it: when the table forgets a registered key, the registry lets go of it at its
-/// next use, so memory stays bounded by the table's own bound.
+/// Each registered object is kept with its Python hash and its number, found by hash, then by
+/// `==` (identity first), as a dict finds a key. The `==` runs with no lock held: a lookup
+/// copies the registered objects of the key's hash, compares, then locks and checks that the
+/// objects of that hash are still the same before it decides; if they changed meanwhile (another
+/// thread registered or let go of one), it compares again. A key is registered while the table
+/// holds it: when the table forgets a registered key, the registry lets go of it at its next
+/// use, so memory stays bounded by the table's own bound. Objects let go of are released after
+/// unlocking, since a finalizer is Python code too.
 ///
-/// Looking a key up runs the key's `__hash__` and `__eq__`, so registry operations take a lock
-/// of their own, waited for with the interpreter released; a key whose `__eq__` calls back into
-/// the same limiter gets a `RuntimeError` instead of a deadlock. Plain keys never come here.
+/// The same lock keeps calls and a restore apart: a restore re-seeds the table's hash, and a
+/// call that hashed its key with the old seed would store it where it can no longer be found.
+/// Only a table that no call has reached may be restored, so once one has, calls on plain keys
+/// no longer take the lock.
 pub struct Registry {
-    /// Held for a whole lookup-decide-register sequence; holds the next number.
-    lock: Mutex<u64>,
-    /// The thread holding `lock`, as the address of a thread-local (0: none).
-    holder: AtomicUsize,
-    numbers: Py<PyDict>,
-    objects: Py<PyDict>,
+    state: RwLock<Registered>,
+    /// Set, under the lock, by the first call to reach the table (or a restore): from then on
+    /// no restore can run.
+    used: AtomicBool,
+}
+
+#[derive(Default)]
+struct Registered {
+    /// Registered objects by Python hash, each with its number.
+    by_hash: HashMap<isize, Vec<(Py<PyAny>, u64)>>,
+    /// Each number's object and its Python hash.
+    objects: HashMap<u64, (Py<PyAny>, isize)>,
+    next: u64,
 }
 
 /// A number never given to a key: what an unregistered key is looked up as.
 const UNREGISTERED: u64 = u64::MAX;
 
-thread_local! {
-    static THREAD_MARK: u8 = const { 0 };
-}
+/// What a saved table's object keys are, read before anything is locked: each object with its
+/// Python hash and its saved number.
+pub struct SavedObjects(Vec<(Py<PyAny>, isize, u64)>);
 
-fn this_thread() -> usize {
-    THREAD_MARK.with(|mark| std::ptr::from_ref(mark) as usize)
-}
+impl Registered {
+    fn numbers(&self, hash: isize) -> Vec<u64> {
+        self.by_hash
+            .get(&hash)
+            .map_or_else(Vec::new, |known| known.iter().map(|&(_, n)| n).collect())
+    }
 
-struct Entered<'a> {
-    next: MutexGuard<'a, u64>,
-    holder: &'a AtomicUsize,
-}
+    fn insert(&mut self, py: Python<'_>, object: Py<PyAny>, hash: isize, number: u64) {
+        self.by_hash
+            .entry(hash)
+            .or_default()
+            .push((object.clone_ref(py), number));
+        self.objects.insert(number, (object, hash));
+    }
 
-impl Drop for Entered<'_> {
-    fn drop(&mut self) {
-        self.holder.store(0, Ordering::Release);
+    /// Forget `number`, handing its object to `released` (to be let go of once unlocked).
+    fn remove(&mut self, number: u64, released: &mut Vec<Py<PyAny>>) {
+        let Some((object, hash)) = self.objects.remove(&number) else {
+            return;
+        };
+        released.push(object);
+        if let Some(known) = self.by_hash.get_mut(&hash) {
+            if let Some(i) = known.iter().position(|&(_, n)| n == number) {
+                released.push(known.swap_remove(i).0);
+            }
+            if known.is_empty() {
+                self.by_hash.remove(&hash);
+            }
+        }
+    }
+
+    /// Let go of the keys the table has forgotten and not taken back since.
+    fn release_forgotten(&mut self, table: &KeyedLimiter<Key>, released: &mut Vec<Py<PyAny>>) {
+        for key in table.take_forgotten() {
+            if let Key::Object(number) = key {
+                if !table.contains(&KeyRef::Object(number)) {
+                    self.remove(number, released);
+                }
+            }
+        }
     }
 }
 
 impl Registry {
-    pub fn new(py: Python<'_>) -> Self {
+    pub fn new() -> Self {
         Self {
-            lock: Mutex::new(0),
-            holder: AtomicUsize::new(0),
-            numbers: PyDict::new(py).unbind(),
-            objects: PyDict::new(py).unbind(),
+            state: RwLock::new(Registered::default()),
+            used: AtomicBool::new(false),
         }
     }
 
-    fn enter(&self, py: Python<'_>) -> PyResult<Entered<'_>> {
-        if self.holder.load(Ordering::Acquire) == this_thread() {
-            return Err(PyRuntimeError::new_err(
-                "a key's __hash__ or __eq__ used the limiter it is a key of",
-            ));
+    fn read(&self) -> RwLockReadGuard<'_, Registered> {
+        // Every change completes without panicking or is not started.
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Registered> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run `decide` for a plain key: only a restore waits for it, or makes it wait, and only
+    /// until the table has been used.
+    pub fn with_plain<R>(&self, decide: impl FnOnce() -> R) -> R {
+        if self.used.load(Ordering::Acquire) {
+            return decide();
         }
-        let next = self
-            .lock
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner);
-        self.holder.store(this_thread(), Ordering::Release);
-        Ok(Entered {
-            next,
-            holder: &self.holder,
-        })
+        let _gate = self.read();
+        self.used.store(true, Ordering::Release);
+        decide()
     }
 
     /// Run `decide` on the registered form of `key`. If `stores` and the key is new, it is
-    /// registered first (the step that runs Python code, and so may fail) and kept only if the
-    /// table then holds it: the table never holds a number whose object is not registered.
+    /// registered first and kept only if the table then holds it: the table never holds a
+    /// number whose object is not registered.
     pub fn with_object<R>(
         &self,
         key: &Bound<'_, PyAny>,
@@ -316,122 +426,155 @@ impl Registry {
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
         let py = key.py();
-        let mut entered = self.enter(py)?;
-        self.release_forgotten(py, table);
-        let numbers = self.numbers.bind(py);
-        if let Some(number) = numbers.get_item(key)? {
-            return Ok(decide(&KeyRef::Object(number.extract()?)));
-        }
-        if !stores {
-            return Ok(decide(&KeyRef::Object(UNREGISTERED)));
-        }
-        let number = *entered.next;
-        *entered.next += 1;
-        self.register(py, key, number)?;
-        let decided = decide(&KeyRef::Object(number));
-        if !table.contains(&KeyRef::Object(number)) {
-            self.unregister(py, number)?;
-        }
+        let hash = key.hash()?;
+        let mut released = Vec::new();
+        let (mut state, found) = loop {
+            let candidates: Vec<(Py<PyAny>, u64)> = self
+                .read()
+                .by_hash
+                .get(&hash)
+                .map_or_else(Vec::new, |known| {
+                    known.iter().map(|(o, n)| (o.clone_ref(py), *n)).collect()
+                });
+            let mut found = None;
+            for (object, number) in &candidates {
+                let object = object.bind(py);
+                if object.is(key) || object.eq(key)? {
+                    found = Some(*number);
+                    break;
+                }
+            }
+            let compared: Vec<u64> = candidates.iter().map(|&(_, n)| n).collect();
+            drop(candidates);
+            let mut state = self.write();
+            self.used.store(true, Ordering::Release);
+            state.release_forgotten(table, &mut released);
+            if state.numbers(hash) == compared {
+                break (state, found);
+            }
+            // Changed while we compared: compare again, with the lock free.
+            drop(state);
+        };
+        let decided = match found {
+            Some(number) => decide(&KeyRef::Object(number)),
+            None if !stores => decide(&KeyRef::Object(UNREGISTERED)),
+            None => {
+                let number = state.next;
+                state.next += 1;
+                state.insert(py, key.clone().unbind(), hash, number);
+                let decided = decide(&KeyRef::Object(number));
+                if !table.contains(&KeyRef::Object(number)) {
+                    state.remove(number, &mut released);
+                }
+                decided
+            }
+        };
+        drop(state);
+        drop(released);
         Ok(decided)
     }
 
-    /// Register the objects of a saved table's keys under their saved numbers (their hashes,
-    /// so their shards, depend on them), run `restore`, and keep them registered only if it
-    /// succeeds.
+    /// Read a saved table's object keys (their hashes run Python code, so this comes before
+    /// anything is locked), refusing a number or a key saved twice.
+    pub fn saved_objects(
+        py: Python<'_>,
+        keys: &[(Bound<'_, PyAny>, u64)],
+    ) -> PyResult<SavedObjects> {
+        let seen = PyDict::new(py);
+        let mut numbers = std::collections::HashSet::new();
+        let mut saved = Vec::with_capacity(keys.len());
+        for (key, number) in keys {
+            if *number == UNREGISTERED || !numbers.insert(*number) {
+                return Err(PyValueError::new_err(format!(
+                    "the saved state holds the key number {number} twice, or one out of range"
+                )));
+            }
+            if seen.contains(key)? {
+                return Err(PyValueError::new_err(format!(
+                    "the saved state holds the key {} twice",
+                    key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                )));
+            }
+            seen.set_item(key, number)?;
+            saved.push((key.clone().unbind(), key.hash()?, *number));
+        }
+        Ok(SavedObjects(saved))
+    }
+
+    /// With no call under way and none starting: check that no call has reached the table
+    /// (and, with `unused`, that it is new), register the saved objects, run `restore`, and
+    /// keep them registered only if it succeeds.
     pub fn restoring<R>(
         &self,
         py: Python<'_>,
-        keys: &[(Bound<'_, PyAny>, u64)],
+        saved: SavedObjects,
+        unused: impl FnOnce() -> PyResult<()>,
         restore: impl FnOnce() -> PyResult<R>,
     ) -> PyResult<R> {
-        let mut entered = self.enter(py)?;
-        let mut registered = Vec::with_capacity(keys.len());
-        let mut outcome = Ok(());
-        for (key, number) in keys {
-            outcome = self.register_saved(py, key, *number);
-            if outcome.is_err() {
-                break;
-            }
-            registered.push(*number);
-        }
-        let restored = outcome.and_then(|()| restore());
-        match &restored {
-            Ok(_) => {
-                let highest = registered.iter().max().map_or(0, |&number| number + 1);
-                *entered.next = (*entered.next).max(highest);
-            }
-            Err(_) => {
-                for &number in &registered {
-                    // Already failing: the first error is the one to report.
-                    let _ = self.unregister(py, number);
+        let mut released = Vec::new();
+        let restored = {
+            let mut state = self.write();
+            let unused = || {
+                if self.used.load(Ordering::Acquire) {
+                    return Err(PyValueError::new_err(
+                        "a keyed limiter's state can only be restored into a new limiter",
+                    ));
                 }
-            }
-        }
+                unused()
+            };
+            unused().and_then(|()| {
+                let numbers: Vec<u64> = saved.0.iter().map(|&(_, _, n)| n).collect();
+                for (object, hash, number) in saved.0 {
+                    state.insert(py, object, hash, number);
+                }
+                let restored = restore();
+                if restored.is_ok() {
+                    self.used.store(true, Ordering::Release);
+                    let highest = numbers.iter().max().map_or(0, |&number| number + 1);
+                    state.next = state.next.max(highest);
+                } else {
+                    for number in numbers {
+                        state.remove(number, &mut released);
+                    }
+                }
+                restored
+            })
+        };
+        drop(released);
         restored
-    }
-
-    fn register_saved(&self, py: Python<'_>, key: &Bound<'_, PyAny>, number: u64) -> PyResult<()> {
-        if number == UNREGISTERED || self.objects.bind(py).contains(number)? {
-            return Err(PyValueError::new_err(format!(
-                "the saved state holds the key number {number} twice, or one out of range"
-            )));
-        }
-        if self.numbers.bind(py).contains(key)? {
-            return Err(PyValueError::new_err(format!(
-                "the saved state holds the key {} twice",
-                key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-            )));
-        }
-        self.register(py, key, number)
     }
 
     /// Run `read` with no registration under way, so that every number the table holds has
     /// its object registered (to iterate or save a table).
-    pub fn reading<R>(&self, py: Python<'_>, read: impl FnOnce() -> R) -> PyResult<R> {
-        let _entered = self.enter(py)?;
-        Ok(read())
-    }
-
-    fn register(&self, py: Python<'_>, key: &Bound<'_, PyAny>, number: u64) -> PyResult<()> {
-        self.numbers.bind(py).set_item(key, number)?;
-        self.objects.bind(py).set_item(number, key)
-    }
-
-    /// Forget `number` and its object: the object's entry first, since removing it runs the
-    /// object's `__hash__` and `__eq__` and may fail; then the registry still maps both ways.
-    fn unregister(&self, py: Python<'_>, number: u64) -> PyResult<()> {
-        let objects = self.objects.bind(py);
-        let Some(object) = objects.get_item(number)? else {
-            return Ok(());
-        };
-        self.numbers.bind(py).del_item(object)?;
-        objects.del_item(number)
-    }
-
-    /// Let go of the keys the table has forgotten and not taken back since. A key object whose
-    /// hash now fails stays registered (memory, not correctness: its number is not in the
-    /// table); its error is that key's, not the caller's, so it goes to `sys.unraisablehook`.
-    fn release_forgotten(&self, py: Python<'_>, table: &KeyedLimiter<Key>) {
-        for key in table.take_forgotten() {
-            let Key::Object(number) = key else { continue };
-            if table.contains(&KeyRef::Object(number)) {
-                continue;
-            }
-            if let Err(error) = self.unregister(py, number) {
-                error.write_unraisable(py, self.object(py, number).as_ref());
-            }
-        }
+    pub fn reading<R>(&self, read: impl FnOnce() -> R) -> R {
+        let _state = self.read();
+        read()
     }
 
     /// The key object registered under `number`, if any.
     pub fn object<'py>(&self, py: Python<'py>, number: u64) -> Option<Bound<'py, PyAny>> {
-        self.objects.bind(py).get_item(number).ok().flatten()
+        let state = self.read();
+        state
+            .objects
+            .get(&number)
+            .map(|(object, _)| object.bind(py).clone())
     }
 
     /// For the cycle collector.
     pub fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.numbers)?;
-        visit.call(&self.objects)
+        // Never wait here: the collector may run while this thread holds the lock. Skipping a
+        // visit only makes the collector keep these objects alive a little longer.
+        if let Ok(state) = self.state.try_read() {
+            for (object, _) in state.objects.values() {
+                visit.call(object)?;
+            }
+            for known in state.by_hash.values() {
+                for (object, _) in known {
+                    visit.call(object)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -444,6 +587,12 @@ pub fn key_object<'py>(
     Ok(Some(match key {
         Key::Int(value) => value.into_pyobject(py)?.into_any(),
         Key::Wide(value) => value.into_pyobject(py)?.into_any(),
+        Key::Big(low, high) => {
+            #[allow(clippy::cast_possible_wrap)] // the bits, not the value
+            let value = ((u128::from(*high) << 64) | u128::from(*low)) as i128;
+            value.into_pyobject(py)?.into_any()
+        }
+        Key::Float(bits) => f64::from_bits(*bits).into_pyobject(py)?.into_any(),
         Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
         Key::Object(number) => return Ok(registry.object(py, *number)),

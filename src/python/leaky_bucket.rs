@@ -1,15 +1,13 @@
 //! `protocol_in_code.qos.leaky_bucket` for Python: the core's leaky bucket as a shared, mutable
 //! dataclass, and `leak`/`offer` running the core's operations on it.
 
-use std::ffi::CStr;
-
 use pyo3::prelude::*;
 
 use crate::core::leaky_bucket::{self as core, OfferOutcome};
 use crate::core::quantity::Quantity;
 use crate::python::enums::StrEnum;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
+use crate::python::token_bucket::bucket_argument;
 
 mutable_record! {
     /// A level that arrivals raise and time drains: the capacity, how full it is, how fast it
@@ -40,65 +38,37 @@ frozen_record! {
     }
 }
 
-/// `leak(bucket, now)`, through the same door as `offer` (so the two share their module and
-/// their way of reporting bad arguments).
-pub static LEAK: MethodDef = MethodDef::new(c"leak", LEAK_DOC, leak_fastcall);
+/// Drain `bucket` for the time elapsed since `bucket.last_leak_at`, and store the result.
+///
+///     elapsed = now - bucket.last_leak_at
+///     elapsed <= 0 -> nothing changes
+///     otherwise    -> bucket.level = max(bucket.level - elapsed * bucket.leak_per_sec, 0)
+///                     bucket.last_leak_at = now
+///
+/// The same lazy settlement as `compute_refill`, run the other way: time takes away instead of
+/// adding, and the floor is empty instead of the cap being full.
+#[pyfunction]
+#[pyo3(signature = (bucket, now))]
+pub fn leak(bucket: &Bound<'_, PyAny>, now: &Bound<'_, PyAny>) -> PyResult<()> {
+    let bucket = bucket_argument::<LeakyBucket>(bucket)?;
+    let (done, _) = bucket.get().fields.run::<Leak, 1>(bucket.py(), [now]);
+    done
+}
 
-const LEAK_DOC: &CStr = c"leak(bucket, now)
---
-
-Drain `bucket` for the time elapsed since `bucket.last_leak_at`, and store the result.
-
-    elapsed = now - bucket.last_leak_at
-    elapsed <= 0 -> nothing changes
-    otherwise    -> bucket.level = max(bucket.level - elapsed * bucket.leak_per_sec, 0)
-                    bucket.last_leak_at = now
-
-The same lazy settlement as `compute_refill`, run the other way: time takes away instead of
-adding, and the floor is empty instead of the cap being full.";
-
-static LEAK_PARAMETERS: Parameters<2> = Parameters::new("leak", ["bucket", "now"]);
-
-fastcall::door!(
-    leak_fastcall(_) | py,
-    call | {
-        let [bucket, now] = LEAK_PARAMETERS.bind(py, call)?;
-        let bucket = fastcall::bucket_argument::<LeakyBucket>(bucket)?;
-        let (done, _) = bucket.get().fields.run::<Leak, 1>(py, [&now]);
-        done.map(|()| py.None().into_bound(py))
-    }
-);
-
-/// `offer(bucket, n, now)`, exported through the quicker door (see `fastcall`), as
-/// `try_consume` is: it is as frequent a call, and PyO3's entry point would cost as much as the
-/// decision.
-pub static OFFER: MethodDef = MethodDef::new(c"offer", OFFER_DOC, offer_fastcall);
-
-const OFFER_DOC: &CStr = c"offer(bucket, n, now)
---
-
-Leak `bucket` up to `now`, then admit `n` if `bucket.level + n` stays within `capacity`.
-
-What does not fit is OVERFLOWED: dropped, with the level unchanged (a leaky bucket never
-queues). Otherwise the level rises by `n` and the result is ACCEPTED. `level` in the result
-is the bucket's level after the decision. Safe to call from many threads on one bucket.";
-
-static PARAMETERS: Parameters<3> = Parameters::new("offer", ["bucket", "n", "now"]);
-
-fastcall::door!(
-    offer_fastcall(_) | py,
-    call | {
-        let (bucket, n, now) = fastcall::bucket_call::<LeakyBucket>(py, call, &PARAMETERS)?;
-        offer(&bucket, &n, &now).map(Bound::into_any)
-    }
-);
-
-fn offer<'py>(
-    bucket: &Bound<'py, LeakyBucket>,
+/// Leak `bucket` up to `now`, then admit `n` if `bucket.level + n` stays within `capacity`.
+///
+/// What does not fit is OVERFLOWED: dropped, with the level unchanged (a leaky bucket never
+/// queues). Otherwise the level rises by `n` and the result is ACCEPTED. `level` in the result
+/// is the bucket's level after the decision. Safe to call from many threads on one bucket.
+#[pyfunction]
+#[pyo3(signature = (bucket, n, now))]
+pub fn offer<'py>(
+    bucket: &Bound<'py, PyAny>,
     n: &Bound<'py, PyAny>,
     now: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, OfferResult>> {
     let py = bucket.py();
+    let bucket = bucket_argument::<LeakyBucket>(bucket)?;
     let (outcome, level) = bucket.get().fields.run::<Offer, 2>(py, [n, now]);
     let index = match outcome? {
         OfferOutcome::Accepted => 0,

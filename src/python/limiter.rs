@@ -12,7 +12,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyList, PyModule, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
@@ -24,7 +24,6 @@ use crate::python::args::{
 };
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::record::frozen_record;
 
 /// The outcomes of a limiter's decision.
@@ -54,7 +53,7 @@ frozen_record! {
         /// Whether the request was (or would be) allowed.
         #[getter]
         fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
-            Ok(self.outcome.get().bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
+            Ok(self.outcome.bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
         }
 
         fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
@@ -260,52 +259,7 @@ impl RateLimiter {
         self.lock().give_back(n, now);
         error
     }
-
-    /// Give the class the methods that enter through the quicker door (see `fastcall`).
-    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
-        TRY_ACQUIRE_DEF.install(class)
-    }
-
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        match self.lock().acquire(n, now) {
-            CoreDecision::Allowed => Ok(true),
-            CoreDecision::Wait(_) => Ok(false),
-            // No wait would ever be enough: a loop retrying on False would spin for ever.
-            CoreDecision::Never => Err(never(n)),
-        }
-    }
 }
-
-static TRY_ACQUIRE: Parameters<2> =
-    Parameters::with_optional("RateLimiter.try_acquire", ["n", "now_ns"], 0);
-
-static TRY_ACQUIRE_DEF: MethodDef = MethodDef::new(
-    c"try_acquire",
-    c"try_acquire($self, n=1, now_ns=None)
---
-
-Take `n` tokens if every band holds them; True if taken, False if not (nothing taken). \
-Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.",
-    try_acquire_fastcall,
-);
-
-fastcall::door!(
-    try_acquire_fastcall(slf) | py,
-    call | {
-        let limiter = Borrowed::from_ptr(py, slf).cast::<RateLimiter>()?;
-        let [n, now_ns] = TRY_ACQUIRE.bind_optional(py, call)?.map(fastcall::given);
-        let allowed = limiter
-            .get()
-            .try_acquire(py, n.as_deref(), now_ns.as_deref())?;
-        Ok(PyBool::new(py, allowed).to_owned().into_any())
-    }
-);
 
 #[pymethods]
 impl RateLimiter {
@@ -339,6 +293,24 @@ impl RateLimiter {
             clock,
             written,
         })
+    }
+
+    /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
+    /// Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        match self.lock().acquire(n, now) {
+            CoreDecision::Allowed => Ok(true),
+            CoreDecision::Wait(_) => Ok(false),
+            // No wait would ever be enough: a loop retrying on False would spin for ever.
+            CoreDecision::Never => Err(never(n)),
+        }
     }
 
     /// Take `n` tokens if every band holds them, and say exactly what happened: a Decision

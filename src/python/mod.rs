@@ -10,8 +10,6 @@
 //! * [`enums`]: the course's `(str, Enum)` outcome classes.
 //! * [`args`], [`clock`]: arguments and times checked at the door of the exact modules;
 //!   [`buffers`]: whole traces of integers in, codes out.
-//! * [`fastcall`]: keyword arguments bound by identity, for the calls where that matters;
-//!   [`fstring`]: text built as an f-string builds it; [`utf8`]: any str as UTF-8 and back.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
@@ -23,8 +21,6 @@ mod buffers;
 mod classes;
 mod clock;
 mod enums;
-mod fastcall;
-mod fstring;
 mod keyed;
 mod keys;
 mod leaky_bucket;
@@ -35,7 +31,6 @@ mod record;
 mod refill;
 mod shaper_loop;
 mod token_bucket;
-mod utf8;
 
 use pyo3::prelude::*;
 
@@ -44,45 +39,82 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     // refill
     module.add_class::<refill::RefillResult>()?;
-    module.add_function(refill::COMPUTE_REFILL.function(py, "protocol_in_code.qos.refill")?)?;
+    add_function(
+        module,
+        wrap_pyfunction!(refill::compute_refill, module)?,
+        "refill",
+    )?;
     // token_bucket
     module.add("ConsumeOutcome", token_bucket::CONSUME_OUTCOME.class(py)?)?;
     module.add_class::<token_bucket::ConsumeResult>()?;
     module.add_class::<token_bucket::TokenBucket>()?;
-    module.add_function(
-        token_bucket::TRY_CONSUME.function(py, "protocol_in_code.qos.token_bucket")?,
+    add_function(
+        module,
+        wrap_pyfunction!(token_bucket::try_consume, module)?,
+        "token_bucket",
     )?;
     // leaky_bucket
     module.add("OfferOutcome", leaky_bucket::OFFER_OUTCOME.class(py)?)?;
     module.add_class::<leaky_bucket::LeakyBucket>()?;
     module.add_class::<leaky_bucket::OfferResult>()?;
-    module.add_function(leaky_bucket::LEAK.function(py, "protocol_in_code.qos.leaky_bucket")?)?;
-    module.add_function(leaky_bucket::OFFER.function(py, "protocol_in_code.qos.leaky_bucket")?)?;
+    add_function(
+        module,
+        wrap_pyfunction!(leaky_bucket::leak, module)?,
+        "leaky_bucket",
+    )?;
+    add_function(
+        module,
+        wrap_pyfunction!(leaky_bucket::offer, module)?,
+        "leaky_bucket",
+    )?;
     // classes
     module.add("ValidationOutcome", classes::VALIDATION_OUTCOME.class(py)?)?;
     module.add_class::<classes::TrafficClass>()?;
     module.add_class::<classes::ClassTree>()?;
     module.add_class::<classes::ValidationResult>()?;
-    module.add_function(wrap_pyfunction!(classes::validate_tree, module)?)?;
-    module.add_function(wrap_pyfunction!(classes::borrowable, module)?)?;
+    add_function(
+        module,
+        wrap_pyfunction!(classes::validate_tree, module)?,
+        "classes",
+    )?;
+    add_function(
+        module,
+        wrap_pyfunction!(classes::borrowable, module)?,
+        "classes",
+    )?;
     // shaper_loop
     module.add_class::<shaper_loop::EnqueueResult>()?;
     module.add_class::<shaper_loop::ToyShaper>()?;
-    shaper_loop::ToyShaper::install_fast_methods(&py.get_type::<shaper_loop::ToyShaper>())?;
-    module.add_function(wrap_pyfunction!(shaper_loop::run_contention, module)?)?;
+    add_function(
+        module,
+        wrap_pyfunction!(shaper_loop::run_contention, module)?,
+        "shaper_loop",
+    )?;
     // limiter: past the toy
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
     module.add_class::<limiter::RateLimiter>()?;
-    limiter::RateLimiter::install_fast_methods(&py.get_type::<limiter::RateLimiter>())?;
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;
-    keyed::KeyedRateLimiter::install_fast_methods(&py.get_type::<keyed::KeyedRateLimiter>())?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;
     module.add_class::<meter::TwoRateMeter>()?;
     module.add_class::<meter::ExcessRateMeter>()?;
     Ok(())
+}
+
+/// Export `function` from the extension, reporting the course module `qos.<course_module>` as
+/// its `__module__`, as the course's own function would.
+fn add_function(
+    module: &Bound<'_, PyModule>,
+    function: Bound<'_, pyo3::types::PyCFunction>,
+    course_module: &str,
+) -> PyResult<()> {
+    function.setattr(
+        "__module__",
+        format!("protocol_in_code.qos.{course_module}"),
+    )?;
+    module.add_function(function)
 }

@@ -1,11 +1,8 @@
 //! `protocol_in_code.qos.refill` for Python: the core's refill math on Python numbers.
 
-use std::ffi::CStr;
-
 use pyo3::prelude::*;
 
 use crate::core::refill;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::number::{Num, Scalar};
 use crate::python::record::frozen_record;
 
@@ -18,61 +15,29 @@ frozen_record! {
     }
 }
 
-/// `compute_refill(tokens, capacity, rate_per_sec, last_refill_at, now)` from Python. Its
-/// docstring is [`COMPUTE_REFILL_DOC`]; it binds keywords through [`fastcall`], since PyO3's
-/// keyword matching would cost more than the refill itself.
-pub static COMPUTE_REFILL: MethodDef = MethodDef::new(
-    c"compute_refill",
-    COMPUTE_REFILL_DOC,
-    compute_refill_fastcall,
-);
-
-const COMPUTE_REFILL_DOC: &CStr =
-    c"compute_refill(tokens, capacity, rate_per_sec, last_refill_at, now)
---
-
-Settle a balance for the time elapsed since `last_refill_at`, without any bucket.
-
-    elapsed = now - last_refill_at
-    elapsed <= 0 -> RefillResult(tokens, last_refill_at), the inputs unchanged
-    otherwise    -> grown = tokens + elapsed * rate_per_sec
-                    RefillResult(min(grown, capacity), now)
-
-Zero or negative elapsed time (the same instant, or a clock that went backwards)
-falls into the same branch: nothing grows, the timestamp stays, and no error is
-raised. The cap is applied after the growth is added, so a long-idle balance comes
-back as `capacity`.
-
-The function takes plain numbers, not a bucket, stores nothing and has no hidden
-state: the same five inputs always give the same result. Numbers keep Python's types
-and arithmetic: ints in, ints out; floats, Fractions and Decimals compute as they
-would in Python.";
-
-static PARAMETERS: Parameters<5> = Parameters::new(
-    "compute_refill",
-    [
-        "tokens",
-        "capacity",
-        "rate_per_sec",
-        "last_refill_at",
-        "now",
-    ],
-);
-
-fastcall::door!(
-    compute_refill_fastcall(_) | py,
-    call | {
-        let [tokens, capacity, rate_per_sec, last_refill_at, now] = PARAMETERS.bind(py, call)?;
-        compute_refill(&tokens, &capacity, &rate_per_sec, &last_refill_at, &now)
-            .map(Bound::into_any)
-    }
-);
-
-/// The core's math, run first on [`Scalar`]s when all five numbers are exact ints or floats (no
-/// Python object in the way, and no error type heavier than "ask Python"), and on any Python
-/// numbers otherwise, or when a scalar step needs Python after all (an overflow, say). The math
-/// has no side effects, so starting it over is safe.
-fn compute_refill<'py>(
+/// Settle a balance for the time elapsed since `last_refill_at`, without any bucket.
+///
+///     elapsed = now - last_refill_at
+///     elapsed <= 0 -> RefillResult(tokens, last_refill_at), the inputs unchanged
+///     otherwise    -> grown = tokens + elapsed * rate_per_sec
+///                     RefillResult(min(grown, capacity), now)
+///
+/// Zero or negative elapsed time (the same instant, or a clock that went backwards)
+/// falls into the same branch: nothing grows, the timestamp stays, and no error is
+/// raised. The cap is applied after the growth is added, so a long-idle balance comes
+/// back as `capacity`.
+///
+/// The function takes plain numbers, not a bucket, stores nothing and has no hidden
+/// state: the same five inputs always give the same result. Numbers keep Python's types
+/// and arithmetic: ints in, ints out; floats, Fractions and Decimals compute as they
+/// would in Python.
+// The core's math runs first on `Scalar`s when all five numbers are exact ints or floats (no
+// Python object in the way, and no error type heavier than "ask Python"), and on any Python
+// numbers otherwise, or when a scalar step needs Python after all (an overflow, say). The math
+// has no side effects, so starting it over is safe.
+#[pyfunction]
+#[pyo3(signature = (tokens, capacity, rate_per_sec, last_refill_at, now))]
+pub fn compute_refill<'py>(
     tokens: &Bound<'py, PyAny>,
     capacity: &Bound<'py, PyAny>,
     rate_per_sec: &Bound<'py, PyAny>,

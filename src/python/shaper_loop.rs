@@ -10,11 +10,10 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString, PyTuple, PyType};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
-use crate::python::fastcall::{self, MethodDef, Parameters};
-use crate::python::fstring::FString;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
 
@@ -47,18 +46,24 @@ mutable_record! {
             let (done, _) = self.fields.run::<Tick, 1>(seconds.py(), [seconds]);
             done
         }
+
+        /// Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line, and
+        /// return the decision. An unknown class raises KeyError.
+        #[pyo3(signature = (class_name, size, now))]
+        fn enqueue<'py>(
+            &self,
+            class_name: &Bound<'py, PyAny>,
+            size: &Bound<'py, PyAny>,
+            now: &Bound<'py, PyAny>,
+        ) -> PyResult<Bound<'py, EnqueueResult>> {
+            self.decide(class_name, size, now)
+        }
     }
 }
 
 impl ToyShaper {
-    /// Give the class the methods that enter through the quicker door (see `fastcall`).
-    pub fn install_fast_methods(class: &Bound<'_, PyType>) -> PyResult<()> {
-        ENQUEUE.install(class)
-    }
-
-    /// `ToyShaper.enqueue` (documented in [`ENQUEUE`]): the class's own bucket decides, then
-    /// the trace gets its line.
-    fn enqueue<'py>(
+    /// `ToyShaper.enqueue`: the class's own bucket decides, then the trace gets its line.
+    fn decide<'py>(
         &self,
         class_name: &Bound<'py, PyAny>,
         size: &Bound<'py, PyAny>,
@@ -98,33 +103,6 @@ impl ToyShaper {
     }
 }
 
-/// `ToyShaper.enqueue`, through the quicker door as the course's other hot calls are (callgrind:
-/// about 90 instructions fewer a call than PyO3's entry, of about 3,500 a loop iteration).
-static ENQUEUE: MethodDef = MethodDef::new(
-    c"enqueue",
-    c"enqueue($self, class_name, size, now)
---
-
-Spend `size` tokens from `class_name`'s own bucket at `now`, append a trace line, and return
-the decision. An unknown class raises KeyError.",
-    enqueue_fastcall,
-);
-
-static ENQUEUE_PARAMETERS: Parameters<3> =
-    Parameters::new("ToyShaper.enqueue", ["class_name", "size", "now"]);
-
-fastcall::door!(
-    enqueue_fastcall(slf) | py,
-    call | {
-        let shaper = Borrowed::from_ptr(py, slf).cast::<ToyShaper>()?;
-        let [class_name, size, now] = ENQUEUE_PARAMETERS.bind(py, call)?;
-        shaper
-            .get()
-            .enqueue(&class_name, &size, &now)
-            .map(Bound::into_any)
-    }
-);
-
 /// `trace.append`, looked up before the line it appends is made, as the course's
 /// `self.trace.append(f"...")` looks it up.
 enum Append<'py> {
@@ -155,7 +133,9 @@ impl<'py> Append<'py> {
 }
 
 /// The course's trace line, `f"enqueue {class_name} size={size} at t={now}: {outcome.value}
-/// (tokens_remaining={tokens_remaining})"`.
+/// (tokens_remaining={tokens_remaining})"`, built as CPython builds that f-string: each value
+/// formatted as `format(value, "")`, in order (so a custom `__format__` runs, and raises, where
+/// it would there), and the pieces joined once.
 fn trace_line<'py>(
     class_name: &Bound<'py, PyAny>,
     size: &Bound<'py, PyAny>,
@@ -163,14 +143,40 @@ fn trace_line<'py>(
     outcome_value: &Bound<'py, PyAny>,
     tokens_remaining: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyString>> {
-    let mut line = FString::new();
-    line.text("enqueue ").value(class_name)?;
-    line.text(" size=").value(size)?;
-    line.text(" at t=").value(now)?;
-    line.text(": ").value(outcome_value)?;
-    line.text(" (tokens_remaining=").value(tokens_remaining)?;
-    line.text(")");
-    line.finish(class_name.py())
+    let py = class_name.py();
+    let pieces = PyTuple::new(
+        py,
+        [
+            intern!(py, "enqueue ").clone(),
+            formatted(class_name)?,
+            intern!(py, " size=").clone(),
+            formatted(size)?,
+            intern!(py, " at t=").clone(),
+            formatted(now)?,
+            intern!(py, ": ").clone(),
+            formatted(outcome_value)?,
+            intern!(py, " (tokens_remaining=").clone(),
+            formatted(tokens_remaining)?,
+            intern!(py, ")").clone(),
+        ],
+    )?;
+    Ok(intern!(py, "")
+        .call_method1(intern!(py, "join"), (pieces,))?
+        .cast_into::<PyString>()?)
+}
+
+/// `format(value, "")`: an exact str is itself and an exact int its `str()` (what `format`
+/// returns for them without a call); any other value goes through the builtin `format`.
+fn formatted<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    if let Ok(text) = value.cast_exact::<PyString>() {
+        return Ok(text.clone());
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        return value.str();
+    }
+    let format = FORMAT.import(value.py(), "builtins", "format")?;
+    Ok(format.call1((value,))?.cast_into::<PyString>()?)
 }
 
 /// `clock += seconds` on a shaper's fields.

@@ -1,14 +1,13 @@
 //! `protocol_in_code.qos.token_bucket` for Python: the core's bucket as a shared, mutable
 //! dataclass, and `try_consume` running the core's decision on it.
 
-use std::ffi::CStr;
-
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::type_object::PyTypeCheck;
 
 use crate::core::quantity::Quantity;
 use crate::core::token_bucket::{self as core, ConsumeOutcome};
 use crate::python::enums::StrEnum;
-use crate::python::fastcall::{self, MethodDef, Parameters};
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 
 mutable_record! {
@@ -42,47 +41,41 @@ frozen_record! {
     }
 }
 
-/// `try_consume(bucket, n, now)`, exported through the quicker door (see `fastcall`): it is
-/// the course's most frequent call, and PyO3's entry point would cost as much as the decision.
-pub static TRY_CONSUME: MethodDef =
-    MethodDef::new(c"try_consume", TRY_CONSUME_DOC, try_consume_fastcall);
-
-const TRY_CONSUME_DOC: &CStr = c"try_consume(bucket, n, now)
---
-
-Settle `bucket` up to `now`, store the settled balance on it, then spend `n` tokens if the
-balance covers them.
-
-The refill is `compute_refill(bucket.tokens, bucket.capacity, bucket.rate_per_sec,
-bucket.last_refill_at, now)`: the bucket hands over its numbers, never itself, and keeps
-both numbers of the answer. Then `bucket.tokens < n` means THROTTLED (nothing spent);
-otherwise `n` is subtracted and the result is ALLOWED. `tokens_remaining` is the bucket's
-balance after the decision.
-
-Safe to call from many threads on one bucket: each call's update is stored whole or retried.";
-
-static PARAMETERS: Parameters<3> = Parameters::new("try_consume", ["bucket", "n", "now"]);
-
-fastcall::door!(
-    try_consume_fastcall(_) | py,
-    call | {
-        let (bucket, n, now) = fastcall::bucket_call::<TokenBucket>(py, call, &PARAMETERS)?;
-        try_consume(&bucket, &n, &now).map(Bound::into_any)
-    }
-);
-
-fn try_consume<'py>(
-    bucket: &Bound<'py, TokenBucket>,
+/// Settle `bucket` up to `now`, store the settled balance on it, then spend `n` tokens if the
+/// balance covers them.
+///
+/// The refill is `compute_refill(bucket.tokens, bucket.capacity, bucket.rate_per_sec,
+/// bucket.last_refill_at, now)`: the bucket hands over its numbers, never itself, and keeps
+/// both numbers of the answer. Then `bucket.tokens < n` means THROTTLED (nothing spent);
+/// otherwise `n` is subtracted and the result is ALLOWED. `tokens_remaining` is the bucket's
+/// balance after the decision.
+///
+/// Safe to call from many threads on one bucket: each call's update is stored whole or retried.
+#[pyfunction]
+#[pyo3(signature = (bucket, n, now))]
+pub fn try_consume<'py>(
+    bucket: &Bound<'py, PyAny>,
     n: &Bound<'py, PyAny>,
     now: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, ConsumeResult>> {
     let py = bucket.py();
+    let bucket = bucket_argument::<TokenBucket>(bucket)?;
     let (outcome, tokens_remaining) = consume(bucket, n, now)?;
     ConsumeResult::make(
         py,
         outcome_member(py, outcome)?.into_bound(py),
         tokens_remaining,
     )
+}
+
+/// The `bucket` argument of a course function, if it is a `B` (a course bucket of the pure-Python
+/// package, say, is refused with a `TypeError` naming the argument).
+pub fn bucket_argument<'a, 'py, B: PyTypeCheck>(
+    bucket: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, B>> {
+    bucket
+        .cast::<B>()
+        .map_err(|err| PyTypeError::new_err(format!("argument 'bucket': {err}")))
 }
 
 /// The core's decision on `bucket`, and the bucket's own balance object after it (as in the

@@ -12,43 +12,23 @@ macro_rules! frozen_record {
         $(methods { $($methods:tt)* })?
     ) => {
         $(#[doc = $doc])*
-        #[::pyo3::pyclass(frozen, name = $name, module = $module)]
+        #[::pyo3::pyclass(frozen, get_all, name = $name, module = $module)]
         pub struct $rust {
-            $(pub $field: $crate::python::record::Field,)+
-        }
-
-        // SAFETY: the class is declared just above: frozen, not subclassable, no `__dict__`, no
-        // weak references; `fields` lists its own fields, each once.
-        unsafe impl $crate::python::record::Record<{ [$(stringify!($field)),+].len() }> for $rust {
-            fn spare() -> &'static $crate::python::record::Spare {
-                static SPARE: $crate::python::record::Spare = $crate::python::record::Spare::new();
-                &SPARE
-            }
-
-            fn fields(&self) -> [&$crate::python::record::Field; [$(stringify!($field)),+].len()] {
-                [$(&self.$field),+]
-            }
-
-            fn from_values(
-                [$($field),+]: [::pyo3::Py<::pyo3::PyAny>; [$(stringify!($field)),+].len()],
-            ) -> Self {
-                Self::from_fields($($field),+)
-            }
+            $(pub $field: ::pyo3::Py<::pyo3::PyAny>,)+
         }
 
         impl $rust {
             #[allow(clippy::too_many_arguments)] // one per field
             pub fn from_fields($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
-                Self { $($field: $crate::python::record::Field::new($field)),+ }
+                Self { $($field),+ }
             }
 
-            /// A record of these values (the class's spare one if nobody holds it: see
-            /// [`crate::python::record::make`]).
+            /// A new record of these values.
             pub fn make<'py>(
                 py: ::pyo3::Python<'py>,
                 $($field: ::pyo3::Bound<'py, ::pyo3::PyAny>),+
             ) -> ::pyo3::PyResult<::pyo3::Bound<'py, Self>> {
-                $crate::python::record::make(py, [$($field),+])
+                ::pyo3::Bound::new(py, Self::from_fields($($field.unbind()),+))
             }
 
             $crate::python::record::describe_as_dataclass!(
@@ -59,7 +39,7 @@ macro_rules! frozen_record {
                 &self,
                 py: ::pyo3::Python<'py>,
             ) -> [::pyo3::Bound<'py, ::pyo3::PyAny>; [$(stringify!($field)),+].len()] {
-                [$(self.$field.get().bind(py).clone()),+]
+                [$(self.$field.bind(py).clone()),+]
             }
         }
 
@@ -70,13 +50,6 @@ macro_rules! frozen_record {
             fn __new__($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
                 Self::from_fields($($field),+)
             }
-
-            $(
-                #[getter]
-                fn $field(&self, py: ::pyo3::Python<'_>) -> ::pyo3::Py<::pyo3::PyAny> {
-                    self.$field.get().clone_ref(py)
-                }
-            )+
 
             #[classattr]
             fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
@@ -100,7 +73,7 @@ macro_rules! frozen_record {
                 let this = slf.get();
                 $crate::python::record::repr(
                     slf.as_any(),
-                    &[$((stringify!($field), this.$field.get().bind(py).clone())),+],
+                    &[$((stringify!($field), this.$field.bind(py).clone())),+],
                 )
             }
 
@@ -150,7 +123,7 @@ macro_rules! frozen_record {
                 &self,
                 visit: ::pyo3::PyVisit<'_>,
             ) -> Result<(), ::pyo3::PyTraverseError> {
-                $(visit.call(self.$field.get())?;)+
+                $(visit.call(&self.$field)?;)+
                 Ok(())
             }
 

@@ -16,26 +16,25 @@
 //!
 //! [`frozen_record!`] writes all of that for an immutable class of Python-object fields,
 //! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; the helper
-//! functions here are what both expand to. A frozen record returned by a hot call is made with
-//! [`make`], which hands out again a record that nobody holds any more (see [`spare`]).
+//! functions here are what both expand to.
 
 mod frozen;
 mod mutable;
-mod spare;
 
 pub(crate) use frozen::frozen_record;
 pub(crate) use mutable::{field_index, mutable_record, FieldOperation, SharedFields};
-pub use spare::{make, Field, Record, Spare};
+
+use std::cell::RefCell;
 
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PySet, PyTuple, PyType};
-use pyo3::{ffi, IntoPyObjectExt};
+use pyo3::IntoPyObjectExt;
 
 /// `QualName(name=repr(value), ...)`, as a dataclass's generated `__repr__` writes it.
 pub fn repr(instance: &Bound<'_, PyAny>, fields: &[(&str, Bound<'_, PyAny>)]) -> PyResult<String> {
-    let Some(_guard) = ReprGuard::enter(instance)? else {
+    let Some(_guard) = ReprGuard::enter(instance) else {
         return Ok("...".to_owned());
     };
     let qualname = instance.get_type().qualname()?;
@@ -52,25 +51,35 @@ pub fn repr(instance: &Bound<'_, PyAny>, fields: &[(&str, Bound<'_, PyAny>)]) ->
     Ok(text)
 }
 
+thread_local! {
+    /// The objects this thread is repr'ing now, by address.
+    static IN_REPR: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Marks an object as being repr'd in this thread, so a value that contains it prints `...`
 /// instead of recursing forever (what `reprlib.recursive_repr` does for dataclasses).
-struct ReprGuard<'a, 'py>(&'a Bound<'py, PyAny>);
+struct ReprGuard(usize);
 
-impl<'a, 'py> ReprGuard<'a, 'py> {
-    fn enter(instance: &'a Bound<'py, PyAny>) -> PyResult<Option<Self>> {
-        // SAFETY: a live object; the call returns 0 (entered), 1 (already inside) or -1 (error).
-        match unsafe { ffi::Py_ReprEnter(instance.as_ptr()) } {
-            0 => Ok(Some(Self(instance))),
-            1 => Ok(None),
-            _ => Err(PyErr::fetch(instance.py())),
-        }
+impl ReprGuard {
+    fn enter(instance: &Bound<'_, PyAny>) -> Option<Self> {
+        let address = instance.as_ptr() as usize;
+        IN_REPR.with_borrow_mut(|inside| {
+            if inside.contains(&address) {
+                return None;
+            }
+            inside.push(address);
+            Some(Self(address))
+        })
     }
 }
 
-impl Drop for ReprGuard<'_, '_> {
+impl Drop for ReprGuard {
     fn drop(&mut self) {
-        // SAFETY: paired with a successful `Py_ReprEnter` on the same object.
-        unsafe { ffi::Py_ReprLeave(self.0.as_ptr()) }
+        IN_REPR.with_borrow_mut(|inside| {
+            if let Some(i) = inside.iter().rposition(|&address| address == self.0) {
+                inside.remove(i);
+            }
+        });
     }
 }
 

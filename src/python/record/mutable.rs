@@ -47,17 +47,18 @@ struct Stored<const N: usize> {
     last_writer: Option<Writer>,
 }
 
-/// A thread that stores into a record, known by its Python thread state: unique among the
-/// threads alive, and a store's writer is alive when the store is seen. Cheaper to learn than
-/// `std::thread::current().id()` (thread-local access and a reference count) on every store.
+/// A thread that stores into a record, known by the address of a thread-local: unique among the
+/// threads alive, and a store's writer is alive when the store is seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Writer(usize);
 
+thread_local! {
+    static THREAD_MARK: u8 = const { 0 };
+}
+
 impl Writer {
     fn current() -> Self {
-        // SAFETY: called on a thread attached to the interpreter (every caller holds a `Python`
-        // token), whose thread state therefore exists.
-        Self(unsafe { pyo3::ffi::PyThreadState_Get() } as usize)
+        Self(THREAD_MARK.with(|mark| std::ptr::from_ref(mark) as usize))
     }
 }
 
@@ -139,6 +140,7 @@ impl<const N: usize> SharedFields<N> {
             let before: [usize; N] = std::array::from_fn(|i| copy[i].identity());
             let (updated, answer) = Op::apply(copy, &args);
             let mut displaced = Vec::new();
+            let mut unstored = Vec::new();
             let mut stored = self.lock();
             if stored.version == version {
                 for (field, number) in stored.fields.iter_mut().zip(updated) {
@@ -158,7 +160,11 @@ impl<const N: usize> SharedFields<N> {
                 // KeyboardInterrupt): as the course's code would, store what the operation
                 // changed over what is there, and stop.
                 for ((field, number), was) in stored.fields.iter_mut().zip(updated).zip(before) {
-                    if number.identity() != was {
+                    if number.identity() == was {
+                        // Not stored: this may be the last reference to an object the other
+                        // store displaced, so it is let go of with the others, unlocked.
+                        unstored.push(number);
+                    } else {
                         displaced.extend(field.set_num(number));
                     }
                 }
@@ -166,8 +172,8 @@ impl<const N: usize> SharedFields<N> {
             stored.bump();
             let reported = stored.fields[Op::REPORTED].object().bind(py).clone();
             drop(stored);
-            // Released now, not deferred (see `fastcall::run`); any finalizer runs here, with
-            // the lock free.
+            // Any finalizer runs here, with the lock free.
+            drop(unstored);
             for object in displaced {
                 object.release(py);
             }

@@ -1,14 +1,12 @@
-"""A result nobody holds may be handed out again, and nobody can tell.
+"""A result someone holds never changes, and a result dropped lets go of its values.
 
-The native ``compute_refill``, ``try_consume``, ``offer``, ``ToyShaper.enqueue`` and the
-limiters' ``check`` and ``peek`` keep their last result (one per class) if its values are all
-inert (exact ints and floats, bools, None, enum members), and rewrite it at the next call if the
-caller dropped it (see ``src/python/record/spare.rs``). These tests pin what must never be
-visible: a result someone still holds (a variable, a list, another result) never changes; a
-value a dropped result held lives on for whoever kept it, and any value that could tell (by a
-weak reference, a finalizer, a cycle) dies with the result; threads get correct results of
-their own. They hold for the pure-Python reference trivially, which is the point: the two must
-not be told apart.
+The hot calls (``compute_refill``, ``try_consume``, ``offer``, ``ToyShaper.enqueue``, the
+limiters' ``check`` and ``peek``) return frozen records that callers often drop at once. These
+tests pin what must hold however results are made: a result someone still holds (a variable, a
+list, another result) never changes; a value a dropped result held lives on for whoever kept
+it, and dies with the result otherwise (by a weak reference, a finalizer, a cycle); threads get
+correct results of their own. They hold for the pure-Python reference trivially, which is the
+point: the two must not be told apart.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ def test_a_result_someone_holds_never_changes(impl: Any, keep_every: int) -> Non
         result = impl.compute_refill(BIG + i, 2 * BIG, 1, 0, 1)
         if i % keep_every == 0:
             kept.append((result, result.tokens, result.last_refill_at, BIG + i + 1))
-        del result  # the others are dropped at once, so their record may be handed out again
+        del result  # the others are dropped at once
     for result, tokens, at, expected in kept:
         assert result.tokens is tokens and result.last_refill_at is at
         assert (result.tokens, result.last_refill_at) == (expected, 1)
@@ -43,7 +41,7 @@ def test_held_results_of_every_hot_call_stay_as_they_were(impl: Any) -> None:
     consumed, offered = [], []
     for i in range(200):
         if i % 2:
-            impl.token_try_consume(bucket, 1, i)  # dropped: may be handed out again
+            impl.token_try_consume(bucket, 1, i)  # dropped at once
             impl.leaky_offer(leaky, 1, i)
         else:
             result = impl.token_try_consume(bucket, 1, i)
