@@ -60,7 +60,7 @@ def same_decision(remote: Any, local: Any) -> None:
 def same_balances(client: Any, redis_key: bytes, local: RateLimiter) -> None:
     """Each band's balance: stored units * 1000 == in-process units (a missing key is full)."""
     stored = client.hgetall(redis_key)
-    balances, _ = local.__reduce__()[2]
+    balances = local.__reduce__()[2][0]
     for index, ((units, _settled), (_rate, burst)) in enumerate(
         zip(balances, local.bands, strict=True), start=1
     ):

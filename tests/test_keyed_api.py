@@ -1465,7 +1465,7 @@ def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None
     limiter.check(1, now_ns=0)
     limiter.check((1, 2), now_ns=0)
     rebuild, args, (state, attributes) = limiter.__reduce__()
-    seed, entries, latest, counts = state
+    seed, entries, latest, counts, origin = state
     (plain,) = [entry for entry in entries if entry[1] is None]
     (thing,) = [entry for entry in entries if entry[1] is not None]
     for doubled in (
@@ -1475,9 +1475,9 @@ def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None
     ):
         fresh = rebuild(*args)
         with pytest.raises(ValueError, match="twice"):
-            fresh.__setstate__(((seed, doubled, latest, counts), attributes))
+            fresh.__setstate__(((seed, doubled, latest, counts, origin), attributes))
         assert len(fresh) == 0 and list(fresh) == []
-        fresh.__setstate__(((seed, entries, latest, counts), attributes))
+        fresh.__setstate__(((seed, entries, latest, counts, origin), attributes))
         assert sorted(map(repr, fresh)) == sorted(map(repr, limiter))
 
 

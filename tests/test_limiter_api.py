@@ -669,7 +669,7 @@ def test_pickle_keeps_a_limiter_not_yet_anchored_and_the_default_clock() -> None
 
 def test_a_corrupt_pickle_state_is_refused() -> None:
     limiter = RateLimiter(1, burst=2)
-    rebuild, args, (balances, attributes) = limiter.__reduce__()
+    rebuild, args, (balances, attributes, _origin) = limiter.__reduce__()
     fresh = rebuild(*args)
     with pytest.raises(ValueError, match="number of bands"):
         fresh.__setstate__(([*balances, *balances], attributes))

@@ -59,6 +59,37 @@ impl Clock {
         Ok((n, self.now(py, now_ns)?))
     }
 
+    /// What a pickle records of where its times come from: for the default clock, the boot of
+    /// the machine they were read on; nothing for a clock of the caller's, whose times are the
+    /// caller's to keep meaningful.
+    pub fn origin(&self) -> Option<&'static str> {
+        match self.0 {
+            None => boot_id(),
+            Some(_) => None,
+        }
+    }
+
+    /// How far the times of a saved limiter must move to mean the same on this clock: nothing
+    /// if they were read on this boot of this machine, or come from a clock of the caller's.
+    /// Otherwise (another machine, or a reboot: monotonic readings of another count) its last
+    /// settlement, `latest`, moves to now, and every other time with it, so that the saved
+    /// balances take up refilling where they were, however far apart the two clocks are.
+    pub fn shift(
+        &self,
+        py: Python<'_>,
+        origin: Option<&str>,
+        latest: Option<i64>,
+    ) -> PyResult<i64> {
+        match (origin, &self.0, latest) {
+            (Some(saved_on), None, Some(latest)) if Some(saved_on) != boot_id() => {
+                let now = monotonic_ns(py)?;
+                let by = i128::from(now) - i128::from(latest);
+                Ok(i64::try_from(by).unwrap_or(if by < 0 { i64::MIN } else { i64::MAX }))
+            }
+            _ => Ok(0),
+        }
+    }
+
     /// The callable, or None for the monotonic clock (to pickle).
     pub fn callable(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.0.as_ref().map(|clock| clock.clone_ref(py))
@@ -71,6 +102,26 @@ impl Clock {
             None => Ok(()),
         }
     }
+}
+
+/// This boot of this machine (Linux's random boot id): the monotonic clock's readings mean
+/// something only on it. None where the platform has no such id: saved times are then kept.
+pub fn boot_id() -> Option<&'static str> {
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|id| id.trim().to_owned())
+                .filter(|id| !id.is_empty())
+        })
+        .as_deref()
+}
+
+/// A saved time moved by `by` nanoseconds (see [`Clock::shift`]), within the clock's range.
+#[must_use]
+pub fn shifted(time: Option<i64>, by: i64) -> Option<i64> {
+    time.map(|time| time.saturating_add(by))
 }
 
 /// The monotonic clock behind `time.monotonic_ns`, read without calling Python where the

@@ -19,7 +19,7 @@ use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
-use crate::python::clock::Clock;
+use crate::python::clock::{shifted, Clock};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, block_until_taken, conveniences, never, rebuilder,
@@ -473,6 +473,7 @@ impl KeyedRateLimiter {
             entries,
             this.table.latest(),
             (allowed, denied, refused, forgotten),
+            this.clock.origin(),
         )
             .into_pyobject(py)?
             .into_any();
@@ -482,20 +483,30 @@ impl KeyedRateLimiter {
 
     /// Restore what `__reduce__` saved, into a table that has remembered nothing yet.
     #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
+    /// Saved on another machine, or before a reboot, with the default clock, the table's times
+    /// are moved to this clock (see `Clock::shift`): a restored table never waits longer than
+    /// its balances need.
     fn __setstate__(
         slf: &Bound<'_, Self>,
-        state: (
-            (
-                (u64, u64),
-                Vec<(Bound<'_, PyAny>, Option<u64>, Vec<(u128, Option<i64>)>)>,
-                Option<i64>,
-                (u64, u64, u64, u64),
-            ),
-            Bound<'_, PyDict>,
-        ),
+        state: (Bound<'_, PyTuple>, Bound<'_, PyDict>),
     ) -> PyResult<()> {
         let (table, attributes) = state;
-        slf.get().restore(slf.py(), table)?;
+        if !(4..=5).contains(&table.len()) {
+            return Err(PyValueError::new_err(
+                "a keyed limiter's saved state has 5 parts (4 before its clock's origin was saved)",
+            ));
+        }
+        let origin: Option<String> = match table.len() {
+            4 => None,
+            _ => table.get_item(4)?.extract()?,
+        };
+        let saved = (
+            table.get_item(0)?.extract()?,
+            table.get_item(1)?.extract()?,
+            table.get_item(2)?.extract()?,
+            table.get_item(3)?.extract()?,
+        );
+        slf.get().restore(slf.py(), saved, origin.as_deref())?;
         restore_attributes(slf.as_any(), &attributes)
     }
 
@@ -535,8 +546,11 @@ impl KeyedRateLimiter {
             Option<i64>,
             (u64, u64, u64, u64),
         ),
+        origin: Option<&str>,
     ) -> PyResult<()> {
         let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
+        let by = self.clock.shift(py, origin, latest)?;
+        let latest = shifted(latest, by);
         let unused = || {
             if self.table.is_empty() && self.table.latest().is_none() {
                 Ok(())
@@ -553,6 +567,10 @@ impl KeyedRateLimiter {
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         for (key, number, balances) in saved {
+            let balances = balances
+                .into_iter()
+                .map(|(units, at)| (units, shifted(at, by)))
+                .collect();
             let limiter = saved_limiter(specs, balances, latest)?;
             match (classify(&key)?.into_key(), number) {
                 // A number saved with a key now read natively (by an older version) is not

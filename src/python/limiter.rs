@@ -22,7 +22,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::{
     count, exact_fraction, fraction_class, nanoseconds, rational_object, seconds,
 };
-use crate::python::clock::Clock;
+use crate::python::clock::{shifted, Clock};
 use crate::python::enums::StrEnum;
 use crate::python::record::frozen_record;
 
@@ -204,7 +204,14 @@ impl RateLimiter {
     }
 
     /// Set the balances `__reduce__` saved, after checking them all.
-    fn restore(&self, balances: Vec<(u128, Option<i64>)>) -> PyResult<()> {
+    fn restore(
+        &self,
+        py: Python<'_>,
+        balances: Vec<(u128, Option<i64>)>,
+        origin: Option<&str>,
+    ) -> PyResult<()> {
+        let latest = balances.iter().filter_map(|&(_, at)| at).max();
+        let by = self.clock.shift(py, origin, latest)?;
         let mut limiter = self.lock();
         if balances.len() != limiter.bands().len() {
             return Err(PyValueError::new_err(
@@ -218,7 +225,10 @@ impl RateLimiter {
                     "a saved balance exceeds its band's burst",
                 ));
             }
-            band.balance = Balance { units, settled_at };
+            band.balance = Balance {
+                units,
+                settled_at: shifted(settled_at, by),
+            };
         }
         *limiter = Limiter::from_bands(&bands);
         Ok(())
@@ -468,17 +478,29 @@ impl RateLimiter {
         kwargs.set_item("bands", band_triples(py, &specs, &this.written)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
+        // The balances, the attributes, and where the times come from (see `Clock::shift`).
         let state = with_attributes(slf.as_any(), PyList::new(py, balances)?.into_any())?;
+        let state = (state.get_item(0)?, state.get_item(1)?, this.clock.origin())
+            .into_pyobject(py)?
+            .into_any();
         Ok((rebuild, PyTuple::empty(py), state))
     }
 
-    /// Restore the balances and attributes saved by `__reduce__`.
-    fn __setstate__(
-        slf: &Bound<'_, Self>,
-        state: (Vec<(u128, Option<i64>)>, Bound<'_, PyDict>),
-    ) -> PyResult<()> {
-        let (balances, attributes) = state;
-        slf.get().restore(balances)?;
+    /// Restore the balances and attributes saved by `__reduce__`. Saved on another machine, or
+    /// before a reboot, with the default clock, their times are moved to this clock (see
+    /// `Clock::shift`), so a restored limiter never waits longer than its balances need.
+    #[pyo3(signature = (state))]
+    fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let (balances, attributes, origin): (_, Bound<'_, PyDict>, Option<String>) =
+            match state.len() {
+                2 => (
+                    state.get_item(0)?.extract()?,
+                    state.get_item(1)?.extract()?,
+                    None,
+                ),
+                _ => state.extract()?,
+            };
+        slf.get().restore(slf.py(), balances, origin.as_deref())?;
         restore_attributes(slf.as_any(), &attributes)
     }
 
