@@ -132,6 +132,9 @@ class RateLimitMiddleware:
             client_address(peer, headers, rules.networks, rules.forwarded_header),
             headers,
         )
+        if rules.exempt is not None and rules.exempt(info):
+            await self.app(scope, receive, send)
+            return
         n = cost_of(rules, rule, info)
         key = None
         if rule.keyed:

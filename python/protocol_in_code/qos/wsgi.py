@@ -117,6 +117,8 @@ class RateLimitMiddleware:
             ),
             headers,
         )
+        if rules.exempt is not None and rules.exempt(info):
+            return self.app(environ, start_response)
         n = cost_of(rules, rule, info)
         key = None
         if rule.keyed:
