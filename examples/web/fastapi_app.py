@@ -6,7 +6,9 @@ Run it (from the repository root, with the ``web`` extra installed)::
 
 then ask it a few times faster than it allows, and read the headers::
 
-    for i in 1 2 3 4 5 6; do curl -si http://127.0.0.1:8000/ | grep -i -e ^HTTP -e ratelimit -e retry; done
+    for i in 1 2 3 4 5 6; do
+        curl -si http://127.0.0.1:8000/ | grep -i -e ^HTTP -e ratelimit -e retry
+    done
 
 Each client (by address) may send 5 requests at once, then one every 200 ms; ``/health`` is
 never limited. ``create_app`` builds the same application around any limiter, which is how the
@@ -18,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-
 from protocol_in_code.qos.asgi import RateLimitMiddleware
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 
@@ -50,4 +51,6 @@ app = create_app()
 if __name__ == "__main__":
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    # uvicorn's own proxy_headers would take X-Forwarded-For from any 127.0.0.1 peer as the
+    # client: the middleware's trusted_proxies decides that instead.
+    uvicorn.run(app, host="127.0.0.1", port=8000, proxy_headers=False)

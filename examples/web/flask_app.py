@@ -6,7 +6,9 @@ Run it (from the repository root, with the ``web`` extra installed)::
 
 then ask it a few times faster than it allows, and read the headers::
 
-    for i in 1 2 3 4 5 6; do curl -si http://127.0.0.1:8001/ | grep -i -e ^HTTP -e ratelimit -e retry; done
+    for i in 1 2 3 4 5 6; do
+        curl -si http://127.0.0.1:8001/ | grep -i -e ^HTTP -e ratelimit -e retry
+    done
 
 The limit is the FastAPI example's: 5 requests at once per client, then one every 200 ms, and
 ``/health`` never limited. ``create_app`` builds it around any limiter.
@@ -17,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask
-
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.wsgi import RateLimitMiddleware
 
@@ -51,4 +52,6 @@ app = create_app()
 if __name__ == "__main__":
     import waitress
 
-    waitress.serve(app, host="127.0.0.1", port=8001)
+    # waitress would strip X-Forwarded-For and Forwarded from every request: the middleware's
+    # trusted_proxies decides whom to believe instead.
+    waitress.serve(app, host="127.0.0.1", port=8001, clear_untrusted_proxy_headers=False)
