@@ -40,6 +40,7 @@ _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 NS_PER_SECOND = 1_000_000_000
+PARTITION_KEYS_KEPT = 10_000
 
 #: The status of each refusal, and whether it carries ``Retry-After``.
 DENIED_STATUS = 429
@@ -217,7 +218,8 @@ class Policy:
     def reset_seconds(self, remaining: int) -> int:
         """``t`` for ``remaining`` whole tokens: when the bucket is full again, rounded up."""
         missing = self.burst - min(remaining, self.burst)
-        return _ceil(missing / self.rate)
+        # ceil(missing / (p/q)) in integers: this runs for every response.
+        return -(-missing * self.rate.denominator // self.rate.numerator)
 
 
 def _ceil(value: Fraction) -> int:
@@ -404,6 +406,7 @@ class Rules:
         elif not isinstance(partition_secret, bytes) or len(partition_secret) < 16:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
+        self._partition_keys: dict[str | bytes, str] = {}
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The first rule for this request; ``None`` if it is exempt or no rule matches."""
@@ -417,9 +420,18 @@ class Rules:
 
     def partition_key(self, key: str | bytes) -> str:
         """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it."""
+        cached = self._partition_keys.get(key)
+        if cached is not None:
+            return cached
         data = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else key
         digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
-        return ":" + base64.b64encode(digest).decode("ascii") + ":"
+        pk = ":" + base64.b64encode(digest).decode("ascii") + ":"
+        # Recent keys' hashes are remembered, in bounded memory: a flood of new keys only
+        # empties the memo, it never grows past PARTITION_KEYS_KEPT.
+        if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
+            self._partition_keys.clear()
+        self._partition_keys[key] = pk
+        return pk
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:
