@@ -15,7 +15,9 @@ ratios, not absolute times.
 
 Then the event loop's longest stall while 1,000 concurrent requests go through the ASGI
 middleware, most of them refused: with a wait of one second and of one day, to show that a
-refusal costs the same, never a sleep.
+refusal costs the same, never a sleep; and through the bare application, for scale. A stall is
+the time between two turns of a task that only yields, so it includes the turn in which the
+1,000 request tasks run.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
 def table(title: str, bare: str, results: dict[str, float]) -> None:
     print(f"\n{title}")
     print(f"| {'application':<38} | {'per request':>12} | {'added':>10} |")
-    print(f"|{'-' * 40}|{'-' * 14}:|{'-' * 12}:|")
+    print(f"|{'-' * 40}|{'-' * 13}:|{'-' * 11}:|")
     base = results[bare]
     for name, ns in results.items():
         added = "" if name == bare else f"{(ns - base) / 1000:.1f} µs"
@@ -183,7 +185,9 @@ def table(title: str, bare: str, results: dict[str, float]) -> None:
 def stall(wait_rate: Any, requests: int = 1000) -> tuple[float, int]:
     """The longest the event loop went unanswered, in ms, while ``requests`` concurrent requests
     went through the middleware; and how many were allowed."""
-    app = ASGIMiddleware(starlette_app(), RateLimiter(wait_rate, burst=10))
+    app = starlette_app()
+    if wait_rate is not None:
+        app = ASGIMiddleware(app, RateLimiter(wait_rate, burst=10))
     allowed = 0
 
     async def one() -> None:
@@ -260,7 +264,7 @@ def main() -> None:
         print(f"  ours / flask-limiter = {ours_wsgi / peer:.3f}")
 
     print("\n1,000 concurrent requests through the ASGI middleware, burst 10:")
-    for label, rate in (("wait of 1 s", 1), ("wait of 1 day", "1/day")):
+    for label, rate in (("no middleware", None), ("wait of 1 s", 1), ("wait of 1 day", "1/day")):
         worst, allowed = stall(rate)
         print(f"  {label:<14} longest event-loop stall {worst:6.2f} ms, {allowed} allowed")
 
