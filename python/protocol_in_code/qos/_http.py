@@ -289,11 +289,17 @@ def _rule(
     limiter: Any,
     name: str,
     parameter: str,
+    allow_async: bool,
     cost: CostFunction | None = None,
     prefix: str = "",
-    methods: Iterable[str] | None = None,
+    methods: frozenset[str] | None = None,
 ) -> Rule:
     keyed, awaited = _limiter_kind(limiter, parameter)
+    if awaited and not allow_async:
+        raise TypeError(
+            f"{parameter}: an asyncio Redis limiter cannot serve WSGI; give it a "
+            "synchronous client (redis.Redis)"
+        )
     bands = tuple(limiter.bands)
     if len(bands) == 1:
         names: tuple[str, ...] = (name,)
@@ -305,12 +311,7 @@ def _rule(
     )
     if cost is not None and not callable(cost):
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
-    method_set = None
-    if methods is not None:
-        if isinstance(methods, str):
-            raise TypeError(f"{parameter} methods must be a set of methods, not {methods!r}")
-        method_set = frozenset(m.upper() for m in methods)
-    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, method_set)
+    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods)
 
 
 class Rules:
@@ -344,32 +345,26 @@ class Rules:
                 raise TypeError(f"routes[{i}] must be a Route, not {type(route).__name__}")
             if not isinstance(route.prefix, str) or not route.prefix.startswith("/"):
                 raise ValueError(f"routes[{i}].prefix must be a path starting with '/'")
+            prefix = route.prefix.rstrip("/") or "/"
+            methods = _methods(route, i)
             if route.limiter is None:
-                rules.append(
-                    Rule(None, False, False, None, (), (), route.prefix, _methods(route, i))
-                )
+                rules.append(Rule(None, False, False, None, (), (), prefix, methods))
                 continue
             rules.append(
                 _rule(
                     route.limiter,
                     route.name if route.name is not None else route.prefix,
                     f"routes[{i}].limiter",
+                    allow_async,
                     route.cost,
-                    route.prefix.rstrip("/") or "/",
-                    route.methods,
+                    prefix,
+                    methods,
                 )
             )
         if limiter is not None:
-            rules.append(_rule(limiter, name, "limiter"))
+            rules.append(_rule(limiter, name, "limiter", allow_async))
         elif not rules:
             raise ValueError("limiter: give a limiter, or routes with limiters, or both")
-        for i, rule in enumerate(rules):
-            if rule.awaited and not allow_async:
-                where = "limiter" if rule.prefix == "" and i == len(rules) - 1 else f"routes[{i}]"
-                raise TypeError(
-                    f"{where}: an asyncio Redis limiter cannot serve WSGI; give it a "
-                    "synchronous client (redis.Redis)"
-                )
         self.rules = tuple(rules)
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the request, not {key!r}")
