@@ -243,3 +243,24 @@ def test_redis_limiters_sync_under_wsgi_asyncio_under_asgi(redis_server):
 
     assert asyncio.run(run()) == [200, 200, 200, 429]
     sync.close()
+
+
+def test_an_unreachable_redis_server_is_the_limiter_s_on_error_policy():
+    import redis
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    from redis_servers import free_port
+
+    nobody = redis.Redis(
+        port=free_port(),
+        socket_connect_timeout=0.5,
+        socket_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+    )
+    deny = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="deny"))
+    status, headers = _wsgi_call(deny)
+    assert status == "429 Too Many Requests" and headers["Retry-After"] == "1"
+    allow = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="allow"))
+    assert _wsgi_call(allow)[0] == "200 OK"
+    nobody.close()
