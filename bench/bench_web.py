@@ -1,0 +1,273 @@
+"""What a rate-limit middleware adds to a trivial endpoint, against slowapi and flask-limiter.
+
+Run from the repository root after installing the package with ``'.[test,bench]'``::
+
+    python3 bench/bench_web.py [--rounds 15]
+
+The same Starlette application (one route answering ``ok``) is timed bare, behind our ASGI
+middleware and behind slowapi's ``SlowAPIMiddleware``; the same Flask application bare, behind
+our WSGI middleware and behind flask-limiter. Each is called in process, as its server would
+call it, with no socket in the way, so the difference from the bare application is the
+middleware's own cost. Every limiter allows every request (a huge rate), keyed by the client's
+address, with in-memory storage. Ours adds the RateLimit fields to every response (its
+default); the peers add no headers (theirs). Interleaved rounds in one run; medians and
+ratios, not absolute times.
+
+Then the event loop's longest stall while 1,000 concurrent requests go through the ASGI
+middleware, most of them refused: with a wait of one second and of one day, to show that a
+refusal costs the same, never a sleep; and through the bare application, for scale. A stall is
+the time between two turns of a task that only yields, so it includes the turn in which the
+1,000 request tasks run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import time
+from collections.abc import Callable
+from typing import Any
+
+from protocol_in_code.qos.asgi import RateLimitMiddleware as ASGIMiddleware
+from protocol_in_code.qos.keyed import KeyedRateLimiter
+from protocol_in_code.qos.limiter import RateLimiter
+from protocol_in_code.qos.wsgi import RateLimitMiddleware as WSGIMiddleware
+from timing import median_ns
+
+HUGE = 10**12
+PER_RUN = 200  # requests per timed run
+SCOPE = {
+    "type": "http",
+    "asgi": {"version": "3.0"},
+    "http_version": "1.1",
+    "method": "GET",
+    "scheme": "http",
+    "path": "/",
+    "raw_path": b"/",
+    "root_path": "",
+    "query_string": b"",
+    "headers": [(b"host", b"bench"), (b"user-agent", b"bench")],
+    "client": ("192.0.2.1", 40000),
+    "server": ("127.0.0.1", 8000),
+}
+
+
+def starlette_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def ok(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/", ok)])
+
+
+def asgi_case(app: Any) -> tuple[str, dict[str, object], int]:
+    loop = asyncio.new_event_loop()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    async def requests() -> None:
+        for _ in range(PER_RUN):
+            await app(dict(SCOPE), receive, send)
+
+    return "loop.run_until_complete(requests())", {"loop": loop, "requests": requests}, PER_RUN
+
+
+def starlette_bare() -> tuple[str, dict[str, object], int]:
+    return asgi_case(starlette_app())
+
+
+def starlette_ours() -> tuple[str, dict[str, object], int]:
+    return asgi_case(ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE)))
+
+
+def starlette_ours_no_fields() -> tuple[str, dict[str, object], int]:
+    app = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), headers_on_allowed=False)
+    return asgi_case(app)
+
+
+def starlette_slowapi() -> tuple[str, dict[str, object], int]:
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.middleware import SlowAPIMiddleware
+    from slowapi.util import get_remote_address
+
+    app = starlette_app()
+    app.state.limiter = Limiter(key_func=get_remote_address, default_limits=[f"{HUGE}/second"])
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+    app.add_middleware(SlowAPIMiddleware)
+    return asgi_case(app)
+
+
+def flask_app() -> Any:
+    from flask import Flask
+
+    app = Flask(__name__)
+
+    @app.get("/")
+    def ok() -> str:
+        return "ok"
+
+    return app
+
+
+def wsgi_case(app: Callable[..., Any]) -> tuple[str, dict[str, object], int]:
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+        return None
+
+    base = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/",
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "bench",
+        "SERVER_PORT": "8000",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "192.0.2.1",
+        "HTTP_HOST": "bench",
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": io.StringIO(),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "wsgi.version": (1, 0),
+    }
+
+    def requests() -> None:
+        for _ in range(PER_RUN):
+            environ = dict(base)
+            environ["wsgi.input"] = io.BytesIO()
+            body = app(environ, start_response)
+            for _chunk in body:
+                pass
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    return "requests()", {"requests": requests}, PER_RUN
+
+
+def flask_bare() -> tuple[str, dict[str, object], int]:
+    return wsgi_case(flask_app().wsgi_app)
+
+
+def flask_ours() -> tuple[str, dict[str, object], int]:
+    app = flask_app()
+    return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE)))
+
+
+def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+
+    app = flask_app()
+    Limiter(get_remote_address, app=app, default_limits=[f"{HUGE}/second"], storage_uri="memory://")
+    return wsgi_case(app.wsgi_app)
+
+
+def table(title: str, bare: str, results: dict[str, float]) -> None:
+    print(f"\n{title}")
+    print(f"| {'application':<38} | {'per request':>12} | {'added':>10} |")
+    print(f"|{'-' * 40}|{'-' * 13}:|{'-' * 11}:|")
+    base = results[bare]
+    for name, ns in results.items():
+        added = "" if name == bare else f"{(ns - base) / 1000:.1f} µs"
+        print(f"| {name:<38} | {ns / 1000:>9.1f} µs | {added:>10} |")
+
+
+def stall(wait_rate: Any, requests: int = 1000) -> tuple[float, int]:
+    """The longest the event loop went unanswered, in ms, while ``requests`` concurrent requests
+    went through the middleware; and how many were allowed."""
+    app = starlette_app()
+    if wait_rate is not None:
+        app = ASGIMiddleware(app, RateLimiter(wait_rate, burst=10))
+    allowed = 0
+
+    async def one() -> None:
+        nonlocal allowed
+        status = 0
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+
+        await app(dict(SCOPE), receive, send)
+        allowed += status == 200
+
+    async def main() -> float:
+        worst = 0.0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal worst
+            while not done:
+                before = time.perf_counter()
+                await asyncio.sleep(0)
+                worst = max(worst, time.perf_counter() - before)
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.gather(*(one() for _ in range(requests)))
+        done = True
+        await tick
+        return worst * 1000
+
+    return asyncio.run(main()), allowed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    number = PER_RUN * 5
+
+    asgi = median_ns(
+        {
+            "Starlette, bare": starlette_bare,
+            "Starlette + ours (ASGI)": starlette_ours,
+            "Starlette + ours, no fields on 200": starlette_ours_no_fields,
+            "Starlette + slowapi": starlette_slowapi,
+        },
+        args.rounds,
+        number,
+    )
+    wsgi = median_ns(
+        {
+            "Flask, bare": flask_bare,
+            "Flask + ours (WSGI)": flask_ours,
+            "Flask + flask-limiter": flask_flask_limiter,
+        },
+        args.rounds,
+        number,
+    )
+    table("ASGI (Starlette), median per request", "Starlette, bare", asgi)
+    table("WSGI (Flask), median per request", "Flask, bare", wsgi)
+
+    print("\nratios of the time added (ours / peer's; the target is at most 0.2):")
+    ours_asgi = asgi["Starlette + ours (ASGI)"] - asgi["Starlette, bare"]
+    ours_wsgi = wsgi["Flask + ours (WSGI)"] - wsgi["Flask, bare"]
+    if "Starlette + slowapi" in asgi:
+        peer = asgi["Starlette + slowapi"] - asgi["Starlette, bare"]
+        print(f"  ours / slowapi       = {ours_asgi / peer:.3f}")
+    if "Flask + flask-limiter" in wsgi:
+        peer = wsgi["Flask + flask-limiter"] - wsgi["Flask, bare"]
+        print(f"  ours / flask-limiter = {ours_wsgi / peer:.3f}")
+
+    print("\n1,000 concurrent requests through the ASGI middleware, burst 10:")
+    for label, rate in (("no middleware", None), ("wait of 1 s", 1), ("wait of 1 day", "1/day")):
+        worst, allowed = stall(rate)
+        print(f"  {label:<14} longest event-loop stall {worst:6.2f} ms, {allowed} allowed")
+
+
+if __name__ == "__main__":
+    main()

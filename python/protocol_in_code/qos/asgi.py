@@ -1,0 +1,170 @@
+"""Rate limits in front of any ASGI application, with the exact wait said in HTTP.
+
+:class:`RateLimitMiddleware` is plain ASGI 3, importing no framework, so it serves Starlette,
+FastAPI, Litestar, Quart or a bare ASGI callable alike. For each HTTP request it asks the
+limiter once; an allowed request goes on to the application with the RateLimit fields added to
+its response, a refused one is answered here (``429`` with ``Retry-After``; see
+:mod:`protocol_in_code.qos._http` for every status and field)::
+
+    from fastapi import FastAPI
+    from protocol_in_code.qos.asgi import RateLimitMiddleware
+    from protocol_in_code.qos.keyed import KeyedRateLimiter
+
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=KeyedRateLimiter("10/second", burst=20))
+
+Never blocking the event loop: an in-process limiter's ``check`` is one native call that
+never sleeps, so it is called directly; an asyncio Redis limiter's is awaited. A refusal is
+answered at once, however long the wait: nothing here sleeps.
+
+WebSocket and lifespan scopes pass through untouched, unless ``websocket=True``, which limits
+each WebSocket handshake like a request (a refused one is closed before it is accepted, with
+code 1008, policy violation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, TypeAlias
+
+from protocol_in_code.qos._http import (
+    CostFunction,
+    KeyFunction,
+    RequestInfo,
+    Route,
+    Rules,
+    answer,
+    client_address,
+    cost_of,
+    key_of,
+    refusal_body,
+)
+
+__all__ = ["RateLimitMiddleware", "RequestInfo", "Route"]
+
+Scope: TypeAlias = MutableMapping[str, Any]
+Message: TypeAlias = MutableMapping[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RateLimitMiddleware:
+    """Limit the requests that reach ``app``; see the module's help for the whole picture.
+
+    ``limiter`` is any of our limiters: a ``RateLimiter`` (one limit for everyone), a
+    ``KeyedRateLimiter`` (one per client), or a Redis limiter, synchronous or asyncio.
+    ``routes`` gives other limits to parts of the application (the first matching
+    :class:`Route` wins; ``limiter`` covers the rest, and may be ``None``).
+
+    * ``key(info)``: a keyed limiter's key, by default the client's address: the peer, or,
+      when the peer is one of ``trusted_proxies``, the address it forwarded in
+      ``forwarded_header`` (``"X-Forwarded-For"`` or ``"Forwarded"``).
+    * ``cost(info)``: tokens the request takes (1 by default).
+    * ``exempt``: path prefixes, or a function of the request, never limited.
+    * ``name``: the policy name in the RateLimit fields (bands are ``name-1``, ``name-2``...
+      when there are several).
+    * ``headers_on_allowed``: add the RateLimit fields to allowed responses too (default);
+      ``legacy_headers`` adds ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``.
+    * ``partition_secret``: the key of the hash that makes ``pk``; give the same one to every
+      worker so that a client's ``pk`` is the same whichever answers. Random by default.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: Any = None,
+        *,
+        routes: Iterable[Route] = (),
+        key: KeyFunction | None = None,
+        cost: CostFunction | None = None,
+        exempt: Callable[[RequestInfo], bool] | Iterable[str] | None = None,
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "X-Forwarded-For",
+        name: str = "default",
+        headers_on_allowed: bool = True,
+        legacy_headers: bool = False,
+        partition_secret: bytes | None = None,
+        websocket: bool = False,
+    ) -> None:
+        if not callable(app):
+            raise TypeError(f"app must be an ASGI application, not {app!r}")
+        self.app = app
+        self.rules = Rules(
+            limiter,
+            routes=routes,
+            key=key,
+            cost=cost,
+            exempt=exempt,
+            trusted_proxies=trusted_proxies,
+            forwarded_header=forwarded_header,
+            name=name,
+            headers_on_allowed=headers_on_allowed,
+            legacy_headers=legacy_headers,
+            partition_secret=partition_secret,
+            allow_async=True,
+        )
+        self.websocket = bool(websocket)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind != "http" and not (kind == "websocket" and self.websocket):
+            await self.app(scope, receive, send)
+            return
+        rules = self.rules
+        method = scope.get("method", "GET")
+        rule = rules.rule_for(method, scope["path"])
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        headers: dict[str, str] = {}
+        for name, value in scope.get("headers", ()):
+            text = name.decode("latin-1").lower()
+            if text in headers:
+                headers[text] += ", " + value.decode("latin-1")
+            else:
+                headers[text] = value.decode("latin-1")
+        client = scope.get("client")
+        peer = client[0] if client else None
+        info = RequestInfo(
+            method,
+            scope["path"],
+            client_address(peer, headers, rules.networks, rules.forwarded_header),
+            headers,
+        )
+        if rules.exempt is not None and rules.exempt(info):
+            await self.app(scope, receive, send)
+            return
+        n = cost_of(rules, rule, info)
+        key = None
+        if rule.keyed:
+            key = key_of(rules, info)
+            decision = rule.limiter.check(key, n)
+        else:
+            decision = rule.limiter.check(n)
+        if rule.awaited:
+            decision = await decision
+        status, fields = answer(rules, rule, decision, key)
+        if status:
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            body = refusal_body(status)
+            raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+            raw.append((b"content-type", b"text/plain; charset=utf-8"))
+            raw.append((b"content-length", str(len(body)).encode("ascii")))
+            await send({"type": "http.response.start", "status": status, "headers": raw})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not fields or kind != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+
+        async def send_with_fields(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_fields)

@@ -1,0 +1,144 @@
+"""Rate limits in front of any WSGI application, with the exact wait said in HTTP.
+
+:class:`RateLimitMiddleware` wraps a plain WSGI callable (Flask's ``app.wsgi_app``, Django's
+``get_wsgi_application()``, or any other) and does what its ASGI twin in
+:mod:`protocol_in_code.qos.asgi` does, from the same shared rules: one ``check`` per request,
+allowed responses carry the RateLimit fields, refusals are answered here::
+
+    from flask import Flask
+    from protocol_in_code.qos.keyed import KeyedRateLimiter
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    app = Flask(__name__)
+    app.wsgi_app = RateLimitMiddleware(app.wsgi_app, limiter=KeyedRateLimiter("10/second"))
+
+A WSGI server gives each request a thread of its own, and every limiter here is safe to share
+between threads; a synchronous Redis limiter makes one round trip per request. An asyncio Redis
+limiter cannot be used here (``TypeError`` at construction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
+
+from protocol_in_code.qos._http import (
+    REASONS,
+    CostFunction,
+    KeyFunction,
+    RequestInfo,
+    Route,
+    Rules,
+    answer,
+    client_address,
+    cost_of,
+    key_of,
+    refusal_body,
+)
+
+__all__ = ["RateLimitMiddleware", "RequestInfo", "Route"]
+
+Environ: TypeAlias = dict[str, Any]
+StartResponse: TypeAlias = Callable[..., Any]
+WSGIApp: TypeAlias = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def _headers(environ: Environ) -> dict[str, str]:
+    headers = {}
+    for name, value in environ.items():
+        if name.startswith("HTTP_"):
+            headers[name[5:].replace("_", "-").lower()] = value
+    if "CONTENT_TYPE" in environ:
+        headers["content-type"] = environ["CONTENT_TYPE"]
+    if "CONTENT_LENGTH" in environ:
+        headers["content-length"] = environ["CONTENT_LENGTH"]
+    return headers
+
+
+class RateLimitMiddleware:
+    """Limit the requests that reach ``app``: the parameters are the ASGI middleware's.
+
+    ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
+    ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers`` and
+    ``partition_secret`` mean what they mean for
+    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        limiter: Any = None,
+        *,
+        routes: Iterable[Route] = (),
+        key: KeyFunction | None = None,
+        cost: CostFunction | None = None,
+        exempt: Callable[[RequestInfo], bool] | Iterable[str] | None = None,
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "X-Forwarded-For",
+        name: str = "default",
+        headers_on_allowed: bool = True,
+        legacy_headers: bool = False,
+        partition_secret: bytes | None = None,
+    ) -> None:
+        if not callable(app):
+            raise TypeError(f"app must be a WSGI application, not {app!r}")
+        self.app = app
+        self.rules = Rules(
+            limiter,
+            routes=routes,
+            key=key,
+            cost=cost,
+            exempt=exempt,
+            trusted_proxies=trusted_proxies,
+            forwarded_header=forwarded_header,
+            name=name,
+            headers_on_allowed=headers_on_allowed,
+            legacy_headers=legacy_headers,
+            partition_secret=partition_secret,
+            allow_async=False,
+        )
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        rules = self.rules
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "") or "/"
+        rule = rules.rule_for(method, path)
+        if rule is None:
+            return self.app(environ, start_response)
+        headers = _headers(environ)
+        info = RequestInfo(
+            method,
+            path,
+            client_address(
+                environ.get("REMOTE_ADDR") or None,
+                headers,
+                rules.networks,
+                rules.forwarded_header,
+            ),
+            headers,
+        )
+        if rules.exempt is not None and rules.exempt(info):
+            return self.app(environ, start_response)
+        n = cost_of(rules, rule, info)
+        key = None
+        if rule.keyed:
+            key = key_of(rules, info)
+            decision = rule.limiter.check(key, n)
+        else:
+            decision = rule.limiter.check(n)
+        status, fields = answer(rules, rule, decision, key)
+        if status:
+            body = refusal_body(status)
+            fields.append(("Content-Type", "text/plain; charset=utf-8"))
+            fields.append(("Content-Length", str(len(body))))
+            start_response(f"{status} {REASONS[status]}", fields)
+            return [body]
+        if not fields:
+            return self.app(environ, start_response)
+
+        def start_with_fields(
+            status_line: str, response_headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            return start_response(status_line, [*response_headers, *fields], exc_info)
+
+        return self.app(environ, start_with_fields)

@@ -1,0 +1,266 @@
+"""The middleware in process: configuration errors, proxies, scopes passed through, Redis.
+
+The behaviours users see are tested in real servers (``test_web_servers.py``); here are the
+parts a server cannot reach: bad arguments raise at construction naming the parameter, the
+``Forwarded`` chain is walked as ``X-Forwarded-For`` is, WebSocket and lifespan scopes go
+through untouched, 1,000 concurrent requests admit exactly the burst, and the Redis limiters
+(asyncio under ASGI, synchronous under WSGI) say what the in-process ones say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from typing import Any
+
+import pytest
+import qos_support
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.asgi and protocol_in_code.qos.wsgi")
+from protocol_in_code.qos import _http
+from protocol_in_code.qos.asgi import RateLimitMiddleware as ASGIMiddleware
+from protocol_in_code.qos.asgi import Route
+from protocol_in_code.qos.keyed import KeyedRateLimiter
+from protocol_in_code.qos.limiter import RateLimiter
+from protocol_in_code.qos.wsgi import RateLimitMiddleware as WSGIMiddleware
+
+
+async def _ok_asgi(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await send({"type": "lifespan.startup.complete"})
+        return
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.accept"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _ok_wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+async def _call(app: Any, path: str = "/", client: str = "192.0.2.1", **extra: Any) -> Any:
+    scope = {
+        "type": "http",
+        "method": extra.pop("method", "GET"),
+        "path": path,
+        "headers": extra.pop("headers", []),
+        "client": (client, 1234),
+        **extra,
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = sent[0]
+    return start["status"], {k.decode(): v.decode() for k, v in start.get("headers", [])}
+
+
+@pytest.mark.parametrize("middleware", [ASGIMiddleware, WSGIMiddleware])
+@pytest.mark.parametrize(
+    ("arguments", "error", "parameter"),
+    [
+        ({"limiter": object()}, TypeError, "limiter"),
+        ({}, ValueError, "limiter"),
+        ({"limiter": RateLimiter(1), "trusted_proxies": "10.0.0.1"}, TypeError, "trusted_proxies"),
+        ({"limiter": RateLimiter(1), "trusted_proxies": ["nope"]}, ValueError, "trusted_proxies"),
+        ({"limiter": RateLimiter(1), "forwarded_header": "X-Real-IP"}, ValueError, "forwarded"),
+        ({"limiter": RateLimiter(1), "key": "ip"}, TypeError, "key"),
+        ({"limiter": RateLimiter(1), "cost": 2}, TypeError, "cost"),
+        ({"limiter": RateLimiter(1), "exempt": "/health"}, TypeError, "exempt"),
+        ({"limiter": RateLimiter(1), "exempt": ["health"]}, ValueError, "exempt"),
+        ({"limiter": RateLimiter(1), "name": 'a"\n'}, ValueError, "name"),
+        ({"limiter": RateLimiter(1), "partition_secret": b"short"}, ValueError, "partition_secret"),
+        ({"routes": [Route("api", RateLimiter(1))]}, ValueError, "routes[0].prefix"),
+        ({"routes": [Route("/api", object())]}, TypeError, "routes[0].limiter"),
+        ({"routes": [Route("/api", RateLimiter(1), methods="GET")]}, TypeError, "methods"),
+        ({"routes": Route("/api", RateLimiter(1))}, TypeError, "routes"),
+    ],
+)
+def test_bad_configuration_raises_at_construction_naming_the_parameter(
+    middleware, arguments, error, parameter
+):
+    app = _ok_asgi if middleware is ASGIMiddleware else _ok_wsgi
+    with pytest.raises(error, match=parameter.replace("[", r"\[").replace("]", r"\]")):
+        middleware(app, **arguments)
+
+
+def test_forwarded_and_x_forwarded_for_are_walked_from_the_right_past_trusted_hops():
+    networks = _http.trusted_networks(["10.0.0.0/8", "2001:db8::/32"])
+    xff = {"x-forwarded-for": "198.51.100.1, 203.0.113.5, 10.1.1.1"}
+    assert _http.client_address("10.0.0.2", xff, networks, "x-forwarded-for") == "203.0.113.5"
+    # From an untrusted peer, the header is ignored.
+    assert _http.client_address("192.0.2.9", xff, networks, "x-forwarded-for") == "192.0.2.9"
+    forwarded = {
+        "forwarded": 'for=198.51.100.1;proto=https, for="[2001:db8::7]:4711", for=10.2.2.2:80'
+    }
+    # 2001:db8::7 is trusted too, so the client is the hop before it.
+    assert _http.client_address("10.0.0.2", forwarded, networks, "forwarded") == "198.51.100.1"
+    # Only trusted hops: the leftmost. Garbage where an address should be: the peer.
+    assert (
+        _http.client_address(
+            "10.0.0.2", {"x-forwarded-for": "10.3.3.3"}, networks, "x-forwarded-for"
+        )
+        == "10.3.3.3"
+    )
+    garbage = {"x-forwarded-for": "unknown, 10.3.3.3"}
+    assert _http.client_address("10.0.0.2", garbage, networks, "x-forwarded-for") == "10.0.0.2"
+
+
+def test_policy_quota_and_window_from_a_band():
+    from fractions import Fraction
+
+    policy = _http.Policy.of("p", Fraction(1, 3), 20)  # 20 per minute
+    assert (policy.burst, policy.window) == (20, 60)
+    assert policy.reset_seconds(20) == 0 and policy.reset_seconds(19) == 3
+    assert _http.Policy.of("p", 1000, 10).window == 1  # never a window of 0 seconds
+
+
+def test_websocket_and_lifespan_pass_through_unless_configured():
+    limiter = RateLimiter(1, burst=1, clock=lambda: 0)
+    app = ASGIMiddleware(_ok_asgi, limiter)
+
+    async def scope_of(kind: str, middleware: Any) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": f"{kind}.connect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": kind, "path": "/ws", "headers": [], "client": ("192.0.2.1", 1)}
+        await middleware(scope, receive, send)
+        return sent
+
+    for _ in range(3):
+        assert asyncio.run(scope_of("websocket", app)) == [{"type": "websocket.accept"}]
+        assert asyncio.run(scope_of("lifespan", app)) == [{"type": "lifespan.startup.complete"}]
+    assert limiter.available() == 1  # nothing was taken
+    limited = ASGIMiddleware(_ok_asgi, limiter, websocket=True)
+    assert asyncio.run(scope_of("websocket", limited)) == [{"type": "websocket.accept"}]
+    assert asyncio.run(scope_of("websocket", limited)) == [
+        {"type": "websocket.close", "code": 1008}
+    ]
+
+
+def test_routes_methods_costs_and_exemptions():
+    clock = [0]
+    api = KeyedRateLimiter(10, burst=10, clock=lambda: clock[0])
+    everything = KeyedRateLimiter(1, burst=1, clock=lambda: clock[0])
+    app = ASGIMiddleware(
+        _ok_asgi,
+        everything,
+        routes=[
+            Route("/api/", api, methods={"post"}, cost=lambda info: 4, name="api"),
+            Route("/static", None),
+        ],
+        exempt=lambda info: info.headers.get("x-internal") == "yes",
+    )
+
+    async def run() -> None:
+        status, headers = await _call(app, "/api/items", method="POST")
+        assert status == 200 and headers["ratelimit"].startswith('"api";r=6;')
+        assert (await _call(app, "/api/items", method="POST"))[0] == 200
+        assert (await _call(app, "/api/items", method="POST"))[0] == 429  # 2 left, costs 4
+        # GET on /api is not the route's: the default limit.
+        status, headers = await _call(app, "/api/items")
+        assert status == 200 and headers["ratelimit"].startswith('"default";r=0;')
+        assert (await _call(app, "/apiary"))[0] == 429  # segments, not characters
+        for _ in range(3):
+            assert (await _call(app, "/static/a.css"))[0] == 200
+            assert (await _call(app, "/", headers=[(b"x-internal", b"yes")]))[0] == 200
+
+    asyncio.run(run())
+
+
+def test_a_thousand_concurrent_requests_admit_exactly_the_burst():
+    limiter = RateLimiter(1, burst=100, clock=lambda: 0)
+    app = ASGIMiddleware(_ok_asgi, limiter)
+
+    async def run() -> list[int]:
+        answers = await asyncio.gather(*(_call(app) for _ in range(1000)))
+        return [status for status, _ in answers]
+
+    statuses = asyncio.run(run())
+    assert statuses.count(200) == 100 and statuses.count(429) == 900
+
+
+def _wsgi_call(app: Any, client: str = "192.0.2.1") -> tuple[str, dict[str, str]]:
+    got: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        got["status"], got["headers"] = status, dict(headers)
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/",
+        "REMOTE_ADDR": client,
+        "wsgi.input": io.BytesIO(),
+    }
+    b"".join(app(environ, start_response))
+    return got["status"], got["headers"]
+
+
+def test_redis_limiters_sync_under_wsgi_asyncio_under_asgi(redis_server):
+    import redis.asyncio
+    from protocol_in_code.qos.distributed import (
+        AsyncRedisKeyedRateLimiter,
+        RedisKeyedRateLimiter,
+    )
+
+    sync = redis_server.client()
+    sync.flushall()
+    wsgi = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(sync, "3/hour", prefix="wsgi:"))
+    statuses = [_wsgi_call(wsgi)[0] for _ in range(4)]
+    assert statuses == ["200 OK"] * 3 + ["429 Too Many Requests"]
+    _, headers = _wsgi_call(wsgi)
+    assert headers["Retry-After"] == "1200"  # one token at 3 per hour: exactly 20 minutes
+    assert headers["RateLimit"].startswith('"default";r=0;t=3600;pk=:')
+    assert _wsgi_call(wsgi, client="192.0.2.2")[0] == "200 OK"
+    with pytest.raises(TypeError, match="limiter"):
+        WSGIMiddleware(
+            _ok_wsgi,
+            AsyncRedisKeyedRateLimiter(redis.asyncio.Redis(port=redis_server.port), "3/hour"),
+        )
+
+    async def run() -> list[int]:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        try:
+            limiter = AsyncRedisKeyedRateLimiter(client, "3/hour", prefix="asgi:")
+            app = ASGIMiddleware(_ok_asgi, limiter)
+            return [(await _call(app))[0] for _ in range(4)]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(run()) == [200, 200, 200, 429]
+    sync.close()
+
+
+def test_an_unreachable_redis_server_is_the_limiter_s_on_error_policy():
+    import redis
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    from redis_servers import free_port
+
+    nobody = redis.Redis(
+        port=free_port(),
+        socket_connect_timeout=0.5,
+        socket_timeout=0.5,
+        retry=Retry(NoBackoff(), 0),
+    )
+    deny = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="deny"))
+    status, headers = _wsgi_call(deny)
+    assert status == "429 Too Many Requests" and headers["Retry-After"] == "1"
+    allow = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="allow"))
+    assert _wsgi_call(allow)[0] == "200 OK"
+    nobody.close()
