@@ -1086,6 +1086,117 @@ mod room {
         }
     }
 
+    /// Random keys that land in `shard` of `table`, among the first thousand (a table of a
+    /// few shards has many in each).
+    fn keys_in(table: &KeyedLimiter<String>, shard: usize) -> impl Iterator<Item = String> + '_ {
+        keys(7)
+            .take(1_000)
+            .filter(move |key| table.shard_index(key.as_str()).1 == shard)
+    }
+
+    /// A table of two keys in two shards, full: `early` in shard 0 is full again at 1 s,
+    /// `late` in shard 1 at 2 s. A newcomer in shard 1, refused at 0, has swept both shards
+    /// and learnt that the table's first room is at 1 s.
+    fn a_full_table_of_two_shards() -> (KeyedLimiter<String>, String, String, String) {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 2, 2);
+        let early = keys_in(&table, 0).next().unwrap();
+        let [late, newcomer]: [String; 2] = keys_in(&table, 1)
+            .take(2)
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap();
+        assert_eq!(
+            table.acquire(early.as_str(), 1, 0),
+            KeyedDecision::Decided(Decision::Allowed)
+        );
+        assert_eq!(
+            table.acquire(late.as_str(), 2, 0),
+            KeyedDecision::Decided(Decision::Allowed)
+        );
+        assert_eq!(
+            table.acquire(newcomer.as_str(), 1, 0),
+            KeyedDecision::Refused {
+                retry_in: 1_000_000_000
+            }
+        );
+        (table, early, late, newcomer)
+    }
+
+    #[test]
+    fn a_refusal_still_says_when_a_busy_shard_s_first_key_is_due() {
+        // Shard 0, which holds the table's first room, is busy (its lock held, as by another
+        // call): the room hint learnt at 0 answers for it, nothing having changed since.
+        let (table, early, late, newcomer) = a_full_table_of_two_shards();
+        let busy = lock(&table.shards[0]);
+        assert_eq!(
+            table.acquire(newcomer.as_str(), 1, 500_000_000),
+            KeyedDecision::Refused {
+                retry_in: 500_000_000
+            },
+            "not 1.5 s, when the key in shard 1 is due"
+        );
+        drop(busy);
+        assert_eq!(
+            table.acquire(newcomer.as_str(), 1, 1_000_000_000),
+            KeyedDecision::Decided(Decision::Allowed)
+        );
+        assert!(!table.contains(early.as_str()));
+        assert!(table.contains(late.as_str()));
+    }
+
+    #[test]
+    fn a_room_hint_that_has_passed_sends_a_new_key_to_the_other_shards() {
+        // At 1.5 s the hint (1 s) is past: the key in shard 0 is full again and is forgotten,
+        // though the newcomer's own shard has nothing to give until 2 s.
+        let (table, early, late, newcomer) = a_full_table_of_two_shards();
+        assert_eq!(
+            table.acquire(newcomer.as_str(), 1, 1_500_000_000),
+            KeyedDecision::Decided(Decision::Allowed)
+        );
+        assert!(!table.contains(early.as_str()));
+        assert!(table.contains(late.as_str()));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.stats().forgotten, 1);
+    }
+
+    #[test]
+    fn a_trace_finds_room_in_the_other_shards_as_the_calls_one_by_one_do() {
+        // More keys than room, in a few shards: new keys often find their own shard full of
+        // throttled keys and room in another. Both tables share one seed, so one hash.
+        let spec = BandSpec::new(Rate::new(2, 1).unwrap(), 3).unwrap();
+        for shards in [2, 3, 4] {
+            let one_by_one: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, shards);
+            let traced: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, shards);
+            traced
+                .restore(one_by_one.seed(), Vec::new(), None, Stats::default())
+                .unwrap();
+            let requests: Vec<(String, u64, i64)> = (0..5_000_i64)
+                .map(|i| {
+                    (
+                        format!("k{}", i * 7 % 13),
+                        1 + (i % 3).unsigned_abs(),
+                        i * 50_000_000,
+                    )
+                })
+                .collect();
+            let expected: Vec<_> = requests
+                .iter()
+                .map(|(key, n, now)| one_by_one.acquire(key.as_str(), *n, *now))
+                .collect();
+            let mut answers = Vec::new();
+            traced.acquire_many::<str, _>(
+                requests
+                    .iter()
+                    .map(|(key, n, now)| (key.as_str(), *n, *now)),
+                |decision| answers.push(decision),
+            );
+            assert_eq!(answers, expected, "{shards} shards");
+            assert_eq!(traced.stats(), one_by_one.stats(), "{shards} shards");
+            assert!(one_by_one.stats().forgotten > 0 && one_by_one.stats().refused > 0);
+        }
+    }
+
     #[test]
     fn a_trace_admits_exactly_max_keys_and_restores_into_the_same_bound() {
         let table = throttling_table(100, 16);
@@ -1430,6 +1541,23 @@ mod tests {
         assert_eq!(limiter.acquire("b", 1, 0), refused(2_000_000_000));
         assert_eq!(limiter.acquire("b", 1, SECOND), refused(1_000_000_000));
         assert_eq!(limiter.acquire("b", 1, 2 * SECOND), ALLOWED);
+    }
+
+    #[test]
+    fn a_key_that_refilled_well_before_a_new_key_comes_is_forgotten_for_it() {
+        // A refusal learns that "a" is full again at 1 s; a new key at 3 s, long after, must
+        // still find it, not only one that comes at 1 s exactly.
+        let limiter = table(1);
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        assert_eq!(
+            limiter.acquire("b", 1, 0),
+            KeyedDecision::Refused {
+                retry_in: 1_000_000_000
+            }
+        );
+        assert_eq!(limiter.acquire("b", 1, 3 * SECOND), ALLOWED);
+        assert_eq!(limiter.keys(), ["b"]);
+        assert_eq!(limiter.stats().forgotten, 1);
     }
 
     #[test]
