@@ -359,6 +359,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             let full = limiter.is_full(specs);
             if was_first && decision == Decision::Allowed {
                 shard.room_from = None;
+                // The table's room hint may name this key's refill too, now later than it says.
+                self.changes.fetch_add(1, Ordering::Release);
             }
             if full {
                 // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
@@ -1143,6 +1145,24 @@ mod room {
         );
         assert!(!table.contains(early.as_str()));
         assert!(table.contains(late.as_str()));
+    }
+
+    #[test]
+    fn a_take_from_the_first_key_due_moves_the_refusal_hint_later() {
+        // The hint learnt at 0 says 1 s, when the key in shard 0 is full again. It takes one
+        // more token at 0: full only at 2 s, as the key in shard 1 is.
+        let (table, early, _late, newcomer) = a_full_table_of_two_shards();
+        assert_eq!(
+            table.acquire(early.as_str(), 1, 0),
+            KeyedDecision::Decided(Decision::Allowed)
+        );
+        assert_eq!(
+            table.acquire(newcomer.as_str(), 1, 500_000_000),
+            KeyedDecision::Refused {
+                retry_in: 1_500_000_000
+            },
+            "not 0.5 s: no key is full again before 2 s"
+        );
     }
 
     #[test]
