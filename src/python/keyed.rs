@@ -6,15 +6,18 @@
 //! interpreter released, after every item has been read and checked, so a bad trace changes
 //! nothing.
 
+use std::time::{Duration, Instant};
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::keyed::{
-    off_the_clock, Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats, MAX_CLOCK_GAP_NS,
+    off_the_clock, Answer, KeyedDecision, KeyedLimiter, KeyedReservation, RestoreError, Stats,
+    MAX_CLOCK_GAP_NS,
 };
-use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
+use crate::core::exact::limiter::{Balances, Decision as CoreDecision, Reservation};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
@@ -22,8 +25,8 @@ use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
 use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
 use crate::python::limiter::{
-    band_pairs, band_triples, bands_repr, block_until_taken, conveniences, never, rebuilder,
-    restore_attributes, specs_from, with_attributes, Attempt, Decision, Written,
+    band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
+    restore_attributes, sleep_answering_signals, specs_from, with_attributes, Decision, Written,
 };
 use crate::python::record::frozen_record;
 
@@ -260,9 +263,16 @@ impl KeyedRateLimiter {
     }
 
     /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
-    /// True once taken, False if `timeout` seconds pass first; ValueError if `n` exceeds a
-    /// burst. A refusal (full table) sleeps until room may appear and tries again. Ctrl-C ends
-    /// the wait with KeyboardInterrupt (signals are looked at every 50 ms).
+    /// True once taken, or False at once if they would only be there after `timeout` seconds;
+    /// ValueError if `n` exceeds a burst.
+    ///
+    /// Waiters on one key are served in the order they arrive: each reserves its tokens at the
+    /// moment they will be there, and whoever comes later queues behind it, so a large request
+    /// is never starved by small ones. A refusal (a new key and a full table) sleeps until room
+    /// may appear and tries again, within `timeout`. Ctrl-C ends the wait with
+    /// KeyboardInterrupt (signals are looked at every 50 ms), and the waiter gives its tokens
+    /// back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic
+    /// clock does.
     #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
     fn acquire(
         &self,
@@ -272,24 +282,76 @@ impl KeyedRateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        // The key is read once: its registered form is looked up at each attempt.
-        let mut failure = None;
-        let taken = block_until_taken(py, &self.clock, n, timeout, |now| {
-            let decided = self
-                .on_the_clock(now, None)
-                .and_then(|now| self.with_key(key, true, |key| self.table.acquire(key, n, now)));
-            match decided {
-                Ok(KeyedDecision::Decided(CoreDecision::Allowed)) => Attempt::Taken,
-                Ok(KeyedDecision::Decided(CoreDecision::Never)) => Attempt::Never,
-                Ok(KeyedDecision::Decided(CoreDecision::Wait(ns))) => Attempt::Retry(ns),
-                Ok(KeyedDecision::Refused { retry_in }) => Attempt::Retry(retry_in),
-                Err(err) => {
-                    failure = Some(err);
-                    Attempt::Taken
+        let max_wait = max_wait_ns(timeout)?;
+        let started = Instant::now();
+        // The key is read at each attempt: its registered form is looked up each time.
+        let (now, at) = loop {
+            let left = max_wait.saturating_sub(started.elapsed().as_nanos());
+            match self.reserve(py, key, n, left)? {
+                Reserved::At(now, at) => break (now, at),
+                Reserved::TooLate => return Ok(false),
+                Reserved::Refused(_) if left == 0 => return Ok(false),
+                Reserved::Refused(retry_in) => {
+                    let wait = retry_in.min(left);
+                    sleep_answering_signals(py, nanos(wait))?;
                 }
             }
-        })?;
-        failure.map_or(Ok(taken), Err)
+        };
+        loop {
+            let left = match self.until(py, at) {
+                Ok(0) => return Ok(true),
+                Ok(left) => nanos(left),
+                Err(err) => return Err(self.give_back(py, key, n, now, err)),
+            };
+            if let Err(interrupted) = sleep_answering_signals(py, left) {
+                return Err(self.give_back(py, key, n, now, interrupted));
+            }
+        }
+    }
+
+    /// Reserve `n` tokens for `key` as `acquire` does, without sleeping, for `acquire_async`:
+    /// `(True, at_ns)` once reserved (the time, on the limiter's clock, from which they are the
+    /// caller's), `(False, retry_ns)` if refused (a new key and a full table: try again after
+    /// that long), or None, taking nothing, if they would only be there after `timeout`
+    /// seconds. Raises ValueError if `n` exceeds a burst.
+    #[pyo3(signature = (key, n = None, timeout = None))]
+    fn _reserve(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<(bool, i128)>> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let max_wait = max_wait_ns(timeout)?;
+        Ok(match self.reserve(py, key, n, max_wait)? {
+            Reserved::At(_, at) => Some((true, i128::from(at))),
+            Reserved::Refused(retry_in) => {
+                Some((false, i128::try_from(retry_in).unwrap_or(i128::MAX)))
+            }
+            Reserved::TooLate => None,
+        })
+    }
+
+    /// Give back `n` tokens reserved for `key` by `_reserve` and not used (a cancelled
+    /// waiter): they go back as the time they take to accrue, so nobody gets them before
+    /// their turn.
+    #[pyo3(signature = (key, n = None))]
+    fn _give_back(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let now = self.clock.now(py, None)?;
+        let now = self.on_the_clock(now, None)?;
+        self.with_key(key, false, |key| self.table.give_back(key, n, now))
+    }
+
+    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
+    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        self.until(py, at_ns)
     }
 
     /// Decide a whole trace of integer keys: request `i` is `n[i]` tokens (or `n` for each, 1
@@ -510,9 +572,10 @@ impl KeyedRateLimiter {
         restore_attributes(slf.as_any(), &attributes)
     }
 
-    /// Take `n` tokens for `key`, awaiting (asyncio) until allowed. True once taken, False if
-    /// `timeout` seconds pass first; ValueError if `n` exceeds a burst. A refusal (full table)
-    /// awaits until room may appear, then tries again.
+    /// Take `n` tokens for `key`, awaiting (asyncio) until allowed. True once taken, False at
+    /// once if they would only be there after `timeout` seconds; ValueError if `n` exceeds a
+    /// burst. Served in order of arrival, as `acquire`; a cancelled waiter gives its tokens
+    /// back. A refusal (full table) awaits until room may appear, then tries again.
     #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
@@ -522,10 +585,7 @@ impl KeyedRateLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1(
-            "await_allowed",
-            (slf.getattr("check")?, (key, &n), &n, timeout),
-        )
+        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout))
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
@@ -534,7 +594,70 @@ impl KeyedRateLimiter {
     }
 }
 
+/// What one reservation for a key found.
+enum Reserved {
+    /// Taken at the first time (the clock's reading), from the second.
+    At(i64, i64),
+    /// A new key and a full table: nothing taken; room may appear after this many nanoseconds.
+    Refused(u128),
+    /// Nothing taken: the tokens would be there later than the caller will wait.
+    TooLate,
+}
+
+/// A wait in nanoseconds as a `Duration` (saturating at about 584 years).
+fn nanos(ns: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
 impl KeyedRateLimiter {
+    /// Reserve `n` tokens for `key` at the clock's time, `max_wait` nanoseconds from it at
+    /// most (see `KeyedLimiter::reserve`).
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: u64,
+        max_wait: u128,
+    ) -> PyResult<Reserved> {
+        let now = self.clock.now(py, None)?;
+        let now = self.on_the_clock(now, None)?;
+        let reservation =
+            self.with_key(key, true, |key| self.table.reserve(key, n, now, max_wait))?;
+        match reservation {
+            KeyedReservation::Decided(Reservation::Never) => Err(never(n)),
+            KeyedReservation::Decided(Reservation::TooLate(_)) => Ok(Reserved::TooLate),
+            KeyedReservation::Decided(Reservation::Taken { after_ns }) => {
+                let at = i128::from(now).saturating_add_unsigned(after_ns);
+                Ok(Reserved::At(now, i64::try_from(at).unwrap_or(i64::MAX)))
+            }
+            KeyedReservation::Refused { retry_in } => Ok(Reserved::Refused(retry_in)),
+        }
+    }
+
+    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
+    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        let now = self.clock.now(py, None)?;
+        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+    }
+
+    /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
+    /// tokens it reserved for `key` at `reserved_ns` (see `KeyedLimiter::give_back`), then
+    /// lets `error` go on.
+    fn give_back(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: u64,
+        reserved_ns: i64,
+        error: PyErr,
+    ) -> PyErr {
+        let now = self.clock.now(py, None).unwrap_or(reserved_ns);
+        let now = self.on_the_clock(now, None).unwrap_or(reserved_ns);
+        // A key that cannot be read again keeps its reservation: the error still goes on.
+        let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now));
+        error
+    }
+
     /// Restore a saved table into this one, which must not have been used yet.
     #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
     fn restore(
@@ -632,10 +755,14 @@ fn saved_limiter(
                     "a saved balance exceeds its band's burst",
                 ));
             }
-            // The table's clock is never behind a key's settlement point.
-            if settled_at.is_some_and(|at| latest.is_none_or(|latest| at > latest)) {
+            // A key is stored only by a call, so a table with a key has a clock. A key with a
+            // waiter is settled ahead of it, at the end of its reservations, but never as far
+            // as a time read on another clock would be.
+            if settled_at.is_some_and(|at| {
+                latest.is_none_or(|latest| off_the_clock(latest, at).is_some_and(|gap| gap > 0))
+            }) {
                 return Err(PyValueError::new_err(
-                    "a saved balance is settled later than the saved table's clock",
+                    "a saved balance is settled later than the saved table's clock allows",
                 ));
             }
             Ok(Balance { units, settled_at })

@@ -91,59 +91,14 @@ impl Decision {
     }
 }
 
-/// What one attempt of a blocking acquire found.
-pub enum Attempt {
-    Taken,
-    Never,
-    /// Try again after this many nanoseconds.
-    Retry(u128),
-}
-
 /// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
 /// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
-/// A blocking acquire: `attempt` at the clock's time until it takes, sleeping without the
-/// interpreter between attempts; False if `timeout` seconds pass first, ValueError if `n` can
-/// never be taken. The sleeps assume the clock keeps pace with real time, as a monotonic one does.
-///
-/// Each wait is slept in slices of at most [`SIGNAL_SLICE`], with the interpreter taken back
-/// between them to run signal handlers, so Ctrl-C (or any handler that raises) ends the wait
-/// with its exception. The limiter is asked again only once the whole wait it named has passed:
-/// a slice ending is no news to it, and asking early would only take its lock for nothing.
-pub fn block_until_taken(
-    py: Python<'_>,
-    clock: &Clock,
-    n: u64,
-    timeout: Option<&Bound<'_, PyAny>>,
-    mut attempt: impl FnMut(i64) -> Attempt,
-) -> PyResult<bool> {
-    // A deadline beyond what the clock can express is no deadline at all.
-    let deadline = timeout
-        .map(|t| seconds(t, "timeout"))
-        .transpose()?
-        .and_then(|t| Instant::now().checked_add(t));
-    loop {
-        let wait = match attempt(clock.now(py, None)?) {
-            Attempt::Taken => return Ok(true),
-            Attempt::Never => return Err(never(n)),
-            Attempt::Retry(ns) => Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)),
-        };
-        let wait = match deadline {
-            None => wait,
-            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => wait.min(left),
-                _ => return Ok(false),
-            },
-        };
-        sleep_answering_signals(py, wait)?;
-    }
-}
-
 /// Sleep for `wait` without the interpreter, in slices of at most [`SIGNAL_SLICE`], running
 /// signal handlers after each; the first handler that raises ends the sleep with its error.
 /// (`std::thread::sleep` itself sleeps on through a signal, so one long sleep would not do.)
-fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
+pub fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
     // A wait beyond what `Instant` can express is slept slice by slice until interrupted.
     let until = Instant::now().checked_add(wait);
     loop {
@@ -160,7 +115,7 @@ fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
 }
 
 /// A caller's `timeout` in seconds as the longest wait, in nanoseconds, it accepts.
-fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+pub fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
     Ok(timeout
         .map(|t| seconds(t, "timeout"))
         .transpose()?

@@ -4,7 +4,7 @@ The limiters themselves are native classes, so that their hot calls (``try_acqui
 cost one native method call and nothing more. Their ``acquire_async``, ``async with`` and
 decorator forms call the functions here: a coroutine, and a wrapper that tells ``def`` from
 ``async def``, are easiest to write, read and keep right in Python. Every decision they wait for
-is still the native ``check``.
+is still native: a reservation, and the limiter's clock.
 """
 
 from __future__ import annotations
@@ -15,42 +15,22 @@ import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any, Protocol
 
-from protocol_in_code._native import Decision, LimitOutcome
-
 
 class _Blocking(Protocol):
     def acquire(self) -> bool: ...
     def acquire_async(self) -> Awaitable[bool]: ...
 
 
-async def await_allowed(
-    check: Callable[..., Decision], args: tuple[Any, ...], n: int, timeout: float | None
-) -> bool:
-    """Call ``check(*args)`` (which takes if allowed) until it allows, sleeping for its wait.
-
-    False if ``timeout`` seconds pass first; ValueError if the answer is NEVER.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + seconds(timeout)
-    while True:
-        decision = check(*args)
-        if decision.outcome is LimitOutcome.ALLOWED:
-            return True
-        if decision.wait_ns is None:  # NEVER
-            raise ValueError(f"n={n} is more than a band's burst: it can never be acquired")
-        delay = decision.wait_ns / 1e9
-        if deadline is not None:
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            delay = min(delay, left)
-        await asyncio.sleep(delay)
-
-
 class _Reserving(Protocol):
     def _reserve(self, n: int, timeout: float | None) -> int | None: ...
     def _until(self, at_ns: int) -> int: ...
     def _give_back(self, n: int) -> None: ...
+
+
+class _ReservingPerKey(Protocol):
+    def _reserve(self, key: Any, n: int, timeout: float | None) -> tuple[bool, int] | None: ...
+    def _until(self, at_ns: int) -> int: ...
+    def _give_back(self, key: Any, n: int) -> None: ...
 
 
 async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> bool:
@@ -63,13 +43,54 @@ async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> 
     at_ns = limiter._reserve(n, timeout)
     if at_ns is None:
         return False
+    await _sleep_until(limiter._until, at_ns, lambda: limiter._give_back(n))
+    return True
+
+
+async def await_reserved_for(
+    limiter: _ReservingPerKey, key: Any, n: int, timeout: float | None
+) -> bool:
+    """``await_reserved`` for one key of a keyed limiter: reserve ``n`` tokens for ``key``, then
+    sleep until they are there, so the key's waiters are served in the order they reserved.
+
+    A key the table has no room for is refused, taking nothing: the waiter sleeps until room
+    may appear and tries again, as long as ``timeout`` allows. False, taking nothing, once the
+    tokens would be there later than ``timeout`` seconds from the start (or room has not come
+    by then); ValueError if ``n`` is more than a band's burst.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + seconds(timeout)
+    left = timeout
+    while True:
+        reserved = limiter._reserve(key, n, left)
+        if reserved is None:
+            return False
+        taken, ns = reserved
+        if taken:
+            await _sleep_until(limiter._until, ns, lambda: limiter._give_back(key, n))
+            return True
+        delay = ns / 1e9
+        if deadline is not None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            delay = min(delay, left)
+        await asyncio.sleep(delay)
+        if deadline is not None:
+            left = max(deadline - loop.time(), 0.0)
+
+
+async def _sleep_until(
+    until: Callable[[int], int], at_ns: int, give_back: Callable[[], None]
+) -> None:
+    """Sleep until the limiter's clock reaches ``at_ns`` (``until`` says how far it is); a
+    waiter cancelled meanwhile calls ``give_back`` before the cancellation goes on."""
     try:
-        while left_ns := limiter._until(at_ns):
+        while left_ns := until(at_ns):
             await asyncio.sleep(left_ns / 1e9)
     except BaseException:
-        limiter._give_back(n)
+        give_back()
         raise
-    return True
 
 
 def seconds(timeout: float) -> float:
