@@ -369,7 +369,7 @@ impl RateLimiter {
     /// clock, from which they are the caller's, or None, taking nothing, if that is more than
     /// `timeout` seconds away. Raises ValueError if `n` exceeds a band's burst. For
     /// `acquire_async`, which awaits that time (see `_until`) and gives the tokens back
-    /// (`refund`) if it is cancelled.
+    /// (`_give_back`) if it is cancelled.
     #[pyo3(signature = (n = None, timeout = None))]
     fn _reserve(
         &self,
