@@ -662,6 +662,19 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
+        self.hand_back(key, now_ns, |limiter, specs, now| {
+            limiter.refund(specs, n, now);
+        });
+    }
+
+    /// Tokens handed back to `key` by `hand` (a refund, or a reservation given back): a key
+    /// then fresh is forgotten at once, an unknown key is already full, and the shard's and
+    /// the table's notes of when room appears are dropped, since the key may now be full
+    /// sooner than they say.
+    fn hand_back<Q>(&self, key: &Q, now_ns: i64, hand: impl FnOnce(&mut Balances, &[BandSpec], i64))
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
         let Locked {
             mut shard,
             hash,
@@ -671,11 +684,10 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let Some(limiter) = Self::find(&mut shard, hash, key) else {
             return;
         };
-        limiter.refund(&self.specs, n, now);
+        hand(limiter, &self.specs, now);
         if limiter.is_fresh_at(&self.specs, now) {
             self.forget(&mut shard, hash, key);
         }
-        // A refund can bring a key's refill closer than the last sweep found.
         shard.room_from = None;
         self.changes.fetch_add(1, Ordering::Release);
     }
@@ -770,22 +782,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        let Locked {
-            mut shard,
-            hash,
-            now,
-            ..
-        } = self.locked(key, now_ns);
-        let Some(limiter) = Self::find(&mut shard, hash, key) else {
-            return;
-        };
-        limiter.give_back(&self.specs, n, now);
-        if limiter.is_fresh_at(&self.specs, now) {
-            self.forget(&mut shard, hash, key);
-        }
-        // Giving back brings the key's refill closer than the last sweep found.
-        shard.room_from = None;
-        self.changes.fetch_add(1, Ordering::Release);
+        self.hand_back(key, now_ns, |limiter, specs, now| {
+            limiter.give_back(specs, n, now);
+        });
     }
 
     /// Whether `key` is remembered.
