@@ -172,12 +172,12 @@ impl Quantity for Value {
 #[derive(Clone, Copy)]
 pub struct Scalar {
     value: Value,
-    origin: u8,
+    origin: usize,
 }
 
 impl Scalar {
     /// The origin of a computed value.
-    const COMPUTED: u8 = u8::MAX;
+    const COMPUTED: usize = usize::MAX;
 
     /// Input number `position`, if it is an exact `int` within 64 bits or an exact `float`.
     pub fn input(object: &Bound<'_, PyAny>, position: usize) -> Option<Self> {
@@ -186,11 +186,11 @@ impl Scalar {
 
     /// Input number `position`, whose value is already known.
     pub fn from_input(value: Value, position: usize) -> Self {
-        let origin = u8::try_from(position)
-            .ok()
-            .filter(|&origin| origin != Self::COMPUTED)
-            .expect("an operation has fewer than 255 inputs");
-        Self { value, origin }
+        assert!(position != Self::COMPUTED, "an input has a position");
+        Self {
+            value,
+            origin: position,
+        }
     }
 
     /// `K` inputs read with `read` (given each position), if every one of them is a scalar.
@@ -211,7 +211,7 @@ impl Scalar {
 
     /// The position of the input this scalar is, unless the operation computed it.
     pub fn origin(self) -> Option<usize> {
-        (self.origin != Self::COMPUTED).then_some(usize::from(self.origin))
+        (self.origin != Self::COMPUTED).then_some(self.origin)
     }
 
     pub fn value(self) -> Value {
