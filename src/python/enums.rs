@@ -22,8 +22,6 @@ pub struct StrEnum {
 struct Built {
     class: Py<PyType>,
     members: Vec<Py<PyAny>>,
-    /// Each member's `value`, the very str object Python's `member.value` returns.
-    values: Vec<Py<PyAny>>,
 }
 
 impl StrEnum {
@@ -59,14 +57,9 @@ impl StrEnum {
                 .iter()
                 .map(|(name, _)| class.getattr(*name).map(Bound::unbind))
                 .collect::<PyResult<_>>()?;
-            let values = members
-                .iter()
-                .map(|member| member.getattr(py, "value"))
-                .collect::<PyResult<_>>()?;
             Ok(Built {
                 class: class.unbind(),
                 members,
-                values,
             })
         })
     }
@@ -76,9 +69,9 @@ impl StrEnum {
         Ok(self.built(py)?.class.bind(py))
     }
 
-    /// The value of the member at `index`, as the object `member.value` is.
-    pub fn value<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyAny>> {
-        Ok(self.built(py)?.values[index].bind(py).clone())
+    /// The text of the value of the member at `index` (what `member.value` holds).
+    pub fn text(&self, index: usize) -> &'static str {
+        self.members[index].1
     }
 
     /// The member at `index` in declaration order.

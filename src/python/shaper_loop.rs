@@ -7,6 +7,8 @@
 //! are, so replacing a bucket in `shaper.buckets` or reading `shaper.trace` behaves as in the
 //! course.
 
+use std::fmt::Write;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -14,6 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::core::quantity::Quantity;
+use crate::python::number::exact_i64;
 use crate::python::record::{defaults, frozen_record, mutable_record, FieldOperation};
 use crate::python::token_bucket::{self, TokenBucket, CONSUME_OUTCOME};
 
@@ -86,12 +89,11 @@ impl ToyShaper {
         let (outcome, tokens_remaining) = token_bucket::consume(bucket, size, now)?;
         let index = token_bucket::outcome_index(outcome);
         let append = Append::to(self.fields.get(py, TRACE).into_bound(py))?;
-        let outcome_value = CONSUME_OUTCOME.value(py, index)?;
         append.call(trace_line(
             class_name,
             size,
             now,
-            &outcome_value,
+            CONSUME_OUTCOME.text(index),
             &tokens_remaining,
         )?)?;
         EnqueueResult::make(
@@ -133,50 +135,90 @@ impl<'py> Append<'py> {
 }
 
 /// The course's trace line, `f"enqueue {class_name} size={size} at t={now}: {outcome.value}
-/// (tokens_remaining={tokens_remaining})"`, built as CPython builds that f-string: each value
+/// (tokens_remaining={tokens_remaining})"`, made as CPython makes that f-string: each value
 /// formatted as `format(value, "")`, in order (so a custom `__format__` runs, and raises, where
 /// it would there), and the pieces joined once.
 fn trace_line<'py>(
     class_name: &Bound<'py, PyAny>,
     size: &Bound<'py, PyAny>,
     now: &Bound<'py, PyAny>,
-    outcome_value: &Bound<'py, PyAny>,
+    outcome: &'static str,
     tokens_remaining: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyString>> {
     let py = class_name.py();
-    let pieces = PyTuple::new(
-        py,
-        [
-            intern!(py, "enqueue ").clone(),
-            formatted(class_name)?,
-            intern!(py, " size=").clone(),
-            formatted(size)?,
-            intern!(py, " at t=").clone(),
-            formatted(now)?,
-            intern!(py, ": ").clone(),
-            formatted(outcome_value)?,
-            intern!(py, " (tokens_remaining=").clone(),
-            formatted(tokens_remaining)?,
-            intern!(py, ")").clone(),
-        ],
-    )?;
+    let pieces = [
+        Piece::Text("enqueue "),
+        Piece::format(class_name)?,
+        Piece::Text(" size="),
+        Piece::format(size)?,
+        Piece::Text(" at t="),
+        Piece::format(now)?,
+        Piece::Text(": "),
+        Piece::Text(outcome),
+        Piece::Text(" (tokens_remaining="),
+        Piece::format(tokens_remaining)?,
+        Piece::Text(")"),
+    ];
+    let mut line = String::with_capacity(96);
+    for piece in &pieces {
+        match piece {
+            Piece::Text(text) => line.push_str(text),
+            Piece::Int(int) => write!(line, "{int}").expect("writing to a String cannot fail"),
+            // A str that is no UTF-8 (a lone surrogate) has no Rust spelling: Python joins it.
+            Piece::Formatted(text) => match text.to_str() {
+                Ok(text) => line.push_str(text),
+                Err(_) => return join_in_python(py, &pieces),
+            },
+        }
+    }
+    Ok(PyString::new(py, &line))
+}
+
+/// One piece of a trace line: text of the line's own, or a value formatted as `format` does it.
+enum Piece<'py> {
+    Text(&'static str),
+    /// An exact `int` within 64 bits, whose `format(value, "")` is its decimal digits.
+    Int(i64),
+    Formatted(Bound<'py, PyString>),
+}
+
+impl<'py> Piece<'py> {
+    /// `format(value, "")`: an exact str is itself and an exact int its decimal digits (what
+    /// `format` gives for them without calling anything); any other value goes through the
+    /// builtin `format`, which runs its `__format__`.
+    fn format(value: &Bound<'py, PyAny>) -> PyResult<Self> {
+        static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        if let Ok(text) = value.cast_exact::<PyString>() {
+            return Ok(Self::Formatted(text.clone()));
+        }
+        if let Some(int) = value
+            .cast_exact::<PyInt>()
+            .ok()
+            .and_then(|int| exact_i64(int))
+        {
+            return Ok(Self::Int(int));
+        }
+        let format = FORMAT.import(value.py(), "builtins", "format")?;
+        Ok(Self::Formatted(
+            format.call1((value,))?.cast_into::<PyString>()?,
+        ))
+    }
+
+    fn to_py_str(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        match self {
+            Self::Text(text) => PyString::new(py, text),
+            Self::Int(int) => PyString::new(py, &int.to_string()),
+            Self::Formatted(text) => text.clone(),
+        }
+    }
+}
+
+/// `"".join(pieces)`, for a line Rust cannot hold.
+fn join_in_python<'py>(py: Python<'py>, pieces: &[Piece<'py>]) -> PyResult<Bound<'py, PyString>> {
+    let pieces = PyTuple::new(py, pieces.iter().map(|piece| piece.to_py_str(py)))?;
     Ok(intern!(py, "")
         .call_method1(intern!(py, "join"), (pieces,))?
         .cast_into::<PyString>()?)
-}
-
-/// `format(value, "")`: an exact str is itself and an exact int its `str()` (what `format`
-/// returns for them without a call); any other value goes through the builtin `format`.
-fn formatted<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
-    static FORMAT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    if let Ok(text) = value.cast_exact::<PyString>() {
-        return Ok(text.clone());
-    }
-    if value.is_exact_instance_of::<PyInt>() {
-        return value.str();
-    }
-    let format = FORMAT.import(value.py(), "builtins", "format")?;
-    Ok(format.call1((value,))?.cast_into::<PyString>()?)
 }
 
 /// `clock += seconds` on a shaper's fields.
