@@ -7,8 +7,6 @@
 //! are, so replacing a bucket in `shaper.buckets` or reading `shaper.trace` behaves as in the
 //! course.
 
-use std::fmt::Write;
-
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -163,7 +161,7 @@ fn trace_line<'py>(
     for piece in &pieces {
         match piece {
             Piece::Text(text) => line.push_str(text),
-            Piece::Int(int) => write!(line, "{int}").expect("writing to a String cannot fail"),
+            Piece::Int(int) => line.push_str(itoa::Buffer::new().format(*int)),
             // A str that is no UTF-8 (a lone surrogate) has no Rust spelling: Python joins it.
             Piece::Formatted(text) => match text.to_str() {
                 Ok(text) => line.push_str(text),
@@ -207,7 +205,7 @@ impl<'py> Piece<'py> {
     fn to_py_str(&self, py: Python<'py>) -> Bound<'py, PyString> {
         match self {
             Self::Text(text) => PyString::new(py, text),
-            Self::Int(int) => PyString::new(py, &int.to_string()),
+            Self::Int(int) => PyString::new(py, itoa::Buffer::new().format(*int)),
             Self::Formatted(text) => text.clone(),
         }
     }
