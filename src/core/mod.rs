@@ -4,6 +4,8 @@
 //!
 //! * [`quantity`]: what the math needs from a number, so one algorithm serves `i64`, `f64` and,
 //!   in the Python glue, any Python number with Python's own arithmetic.
+//! * [`int_or_float`]: a Python `int` or `float` as machine numbers, computing as Python does
+//!   wherever 64 bits give Python's exact answer, and saying so where they do not.
 //! * [`refill`]: the lazy-refill math. Plain scalars in, a pair out. It never names a bucket.
 //! * [`token_bucket`]: the bucket, which is only where the refill math's answer gets stored, and
 //!   the spend decision made right after storing it.
@@ -16,6 +18,7 @@
 
 pub mod classes;
 pub mod exact;
+pub mod int_or_float;
 pub mod leak;
 pub mod leaky_bucket;
 pub mod meter;

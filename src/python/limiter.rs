@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
-use crate::core::exact::quota::{self, QuotaError};
+use crate::core::exact::quota;
 use crate::core::exact::rate::{BandSpec, Rate, RateError};
 use crate::core::exact::settle::Balance;
 use crate::python::args::{
@@ -636,42 +636,7 @@ fn read_quota<'py>(
             rate.repr()?,
             quota.count
         ))),
-        Err(error) => Err(PyValueError::new_err(quota_message(
-            &rate.repr()?.to_cow()?,
-            error,
-        ))),
-    }
-}
-
-/// What to write instead of a rate text (shown as `text`, its repr) that is not a usable quota.
-fn quota_message(text: &str, error: QuotaError) -> String {
-    match error {
-        QuotaError::Ambiguous { count, divisor } => {
-            let integers = [&count, &divisor]
-                .iter()
-                .all(|part| part.chars().all(|c| c.is_ascii_digit()));
-            let fraction = if integers {
-                format!("Fraction({count}, {divisor})")
-            } else {
-                format!("Fraction(\"{count}\") / Fraction(\"{divisor}\")")
-            };
-            format!(
-                "rate {text} could mean {count} tokens per {divisor} seconds or the fraction \
-             {count}/{divisor} per second, two limiters with different bursts: write \
-             rate={count}, per={divisor} (or a unit: \"{count}/minute\") for the first, \
-             {fraction} for the second"
-            )
-        }
-        QuotaError::UnknownUnit(unit) => format!(
-            "rate {text}: '{unit}' is not a unit; write second, minute, hour or day, as in \
-             \"100/minute\" or \"300 per 5 minutes\""
-        ),
-        QuotaError::NoFixedLength(unit) => format!(
-            "rate {text}: a {unit} has no fixed length; give the period in days, as in \
-             \"1000 per 30 days\""
-        ),
-        QuotaError::ZeroPeriod => format!("rate {text}: the period must be positive"),
-        QuotaError::TooLong => format!("rate {text}: the period exceeds 2**64 - 1 seconds"),
+        Err(error) => Err(PyValueError::new_err(error.advice(&rate.repr()?.to_cow()?))),
     }
 }
 
@@ -846,11 +811,7 @@ fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {
 }
 
 fn config_error(error: RateError) -> PyErr {
-    PyValueError::new_err(match error {
-        RateError::Zero => "rate must be positive",
-        RateError::ZeroBurst => "burst must be an int from 1 to 2**64 - 1",
-        RateError::TooFine => "burst times the rate's denominator is too large to hold exactly",
-    })
+    PyValueError::new_err(error.to_string())
 }
 
 pub fn never(n: u64) -> PyErr {

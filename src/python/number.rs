@@ -1,23 +1,19 @@
 //! Python numbers as a core [`Quantity`]: the course's arithmetic, with Python's own semantics.
 //!
 //! The core algorithms are generic; this file is the one place that decides how a Python object
-//! takes part in them. There are three number types, the last two built on the first:
+//! takes part in them. Two number types, both built on the core's [`IntOrFloat`] (an `int`
+//! within 64 bits or a `float`, computing as Python does wherever machine numbers can):
 //!
-//! * [`Value`] is an exact `int` that fits in 64 bits or an exact `float`. Its arithmetic is
-//!   Rust's, restricted to the cases where that provably equals Python's: `int` with `int` in
-//!   checked `i64`; `float` with `float`, or with an `int` of magnitude at most 2^53 (which
-//!   converts to a double exactly, as Python converts it), in `f64`, which is what Python's
-//!   `float` computes. Anything else (an overflow, a huge int next to a float) is reported as
-//!   [`NeedsPython`]. It never runs Python code, so it may run while a lock is held.
-//! * [`Scalar`] is a [`Value`] that remembers which of an operation's inputs it is, if any. It
-//!   holds no reference to any object, so it is copied freely; when the operation is over, a
-//!   result that *is* one of the inputs becomes that very object again, and only a value the
-//!   operation computed becomes a new `int` or `float`.
-//! * [`Num`] is any Python number. Two exact values use [`Value`]'s arithmetic; everything else,
-//!   and every case [`Value`] declines, is handed to Python (`PyNumber_Subtract`, a rich
-//!   comparison followed by a truth test, ...), exactly as the course's `-`, `<` and `if` would
-//!   do it. Bools, `Fraction`s, `Decimal`s, big ints, numpy scalars and subclasses all go that
-//!   way.
+//! * [`Scalar`] is an exact `int` or `float` object's [`IntOrFloat`], and which of an
+//!   operation's inputs it is, if any. It holds no reference to any object, so it is copied
+//!   freely and runs no Python code, so it may run while a lock is held. When the operation is
+//!   over, a result that *is* one of the inputs becomes that very object again, and only a value
+//!   the operation computed becomes a new `int` or `float`.
+//! * [`Num`] is any Python number. Two exact values use [`IntOrFloat`]'s arithmetic; everything
+//!   else, and every step [`IntOrFloat`] finds [`Inexact`], is handed to Python
+//!   (`PyNumber_Subtract`, a rich comparison followed by a truth test, ...), exactly as the
+//!   course's `-`, `<` and `if` would do it. Bools, `Fraction`s, `Decimal`s, big ints, numpy
+//!   scalars and subclasses all go that way.
 //!
 //! Either way, a number that passes through an algorithm unchanged comes back as the very object
 //! that went in, so `is` holds where it holds in the course.
@@ -29,101 +25,27 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyFloat, PyInt};
 use pyo3::IntoPyObjectExt;
 
+use crate::core::int_or_float::{Inexact, IntOrFloat};
 use crate::core::quantity::Quantity;
 
-/// Integers up to this magnitude convert to `f64` exactly.
-const EXACT_IN_F64: i64 = 1 << 53;
-
-/// A [`Value`] operation whose exact result only Python can compute.
-#[derive(Debug, Clone, Copy)]
-pub struct NeedsPython;
-
-/// An exact `int` within 64 bits or an exact `float`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value {
-    Int(i64),
-    Float(f64),
+/// The object's value, if it is an exact `int` within 64 bits or an exact `float`.
+pub fn int_or_float(object: &Bound<'_, PyAny>) -> Option<IntOrFloat> {
+    if let Ok(int) = object.cast_exact::<PyInt>() {
+        exact_i64(int).map(IntOrFloat::Int)
+    } else if let Ok(float) = object.cast_exact::<PyFloat>() {
+        Some(IntOrFloat::Float(float.value()))
+    } else {
+        None
+    }
 }
 
-impl Value {
-    /// The object's value, if it is an exact `int` within 64 bits or an exact `float`.
-    pub fn of(object: &Bound<'_, PyAny>) -> Option<Self> {
-        if let Ok(int) = object.cast_exact::<PyInt>() {
-            exact_i64(int).map(Self::Int)
-        } else if let Ok(float) = object.cast_exact::<PyFloat>() {
-            Some(Self::Float(float.value()))
-        } else {
-            None
-        }
+/// A new `int` or `float` holding `value`. Runs no Python code.
+pub fn new_object(py: Python<'_>, value: IntOrFloat) -> Bound<'_, PyAny> {
+    match value {
+        IntOrFloat::Int(i) => i.into_bound_py_any(py),
+        IntOrFloat::Float(f) => f.into_bound_py_any(py),
     }
-
-    /// A new `int` or `float` holding this value. Runs no Python code.
-    pub fn to_object(self, py: Python<'_>) -> Bound<'_, PyAny> {
-        match self {
-            Self::Int(i) => i.into_bound_py_any(py),
-            Self::Float(f) => f.into_bound_py_any(py),
-        }
-        .expect("converting an i64 or f64 to a Python object cannot fail")
-    }
-
-    /// `self <= 0`: an exact value can always answer this one itself.
-    fn is_at_most_zero(self) -> bool {
-        match self {
-            Self::Int(i) => i <= 0,
-            Self::Float(f) => f <= 0.0,
-        }
-    }
-
-    /// `0 > self`, likewise.
-    fn is_below_zero(self) -> bool {
-        match self {
-            Self::Int(i) => i < 0,
-            Self::Float(f) => f < 0.0,
-        }
-    }
-
-    fn compare(
-        self,
-        rhs: Self,
-        int_op: fn(&i64, &i64) -> bool,
-        float_op: fn(&f64, &f64) -> bool,
-    ) -> Result<bool, NeedsPython> {
-        if let (Self::Int(a), Self::Int(b)) = (self, rhs) {
-            return Ok(int_op(&a, &b));
-        }
-        let (a, b) = self.as_f64_pair(rhs).ok_or(NeedsPython)?;
-        Ok(float_op(&a, &b))
-    }
-
-    /// Both values as doubles, when Python would compute in doubles and convert exactly.
-    fn as_f64_pair(self, rhs: Self) -> Option<(f64, f64)> {
-        match (self, rhs) {
-            (Self::Int(_), Self::Int(_)) => None,
-            (a, b) => Some((a.exact_f64()?, b.exact_f64()?)),
-        }
-    }
-
-    fn exact_f64(self) -> Option<f64> {
-        match self {
-            Self::Float(f) => Some(f),
-            #[allow(clippy::cast_precision_loss)] // exact: the magnitude is at most 2^53
-            Self::Int(i) if (-EXACT_IN_F64..=EXACT_IN_F64).contains(&i) => Some(i as f64),
-            Self::Int(_) => None,
-        }
-    }
-
-    fn arithmetic(
-        self,
-        rhs: Self,
-        int_op: fn(i64, i64) -> Option<i64>,
-        float_op: fn(f64, f64) -> f64,
-    ) -> Result<Self, NeedsPython> {
-        if let (Self::Int(a), Self::Int(b)) = (self, rhs) {
-            return int_op(a, b).map(Self::Int).ok_or(NeedsPython);
-        }
-        let (a, b) = self.as_f64_pair(rhs).ok_or(NeedsPython)?;
-        Ok(Self::Float(float_op(a, b)))
-    }
+    .expect("converting an i64 or f64 to a Python object cannot fail")
 }
 
 /// The value of an `int` (or `bool`), if it fits in an `i64`.
@@ -138,40 +60,11 @@ pub fn exact_i64(int: &Bound<'_, PyInt>) -> Option<i64> {
     (overflow == 0).then_some(value)
 }
 
-impl Quantity for Value {
-    type Error = NeedsPython;
-
-    fn minus(&self, rhs: &Self) -> Result<Self, NeedsPython> {
-        self.arithmetic(*rhs, i64::checked_sub, |a, b| a - b)
-    }
-    fn plus(&self, rhs: &Self) -> Result<Self, NeedsPython> {
-        self.arithmetic(*rhs, i64::checked_add, |a, b| a + b)
-    }
-    fn times(&self, rhs: &Self) -> Result<Self, NeedsPython> {
-        self.arithmetic(*rhs, i64::checked_mul, |a, b| a * b)
-    }
-    fn less_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
-        self.compare(*rhs, |a, b| a < b, |a, b| a < b)
-    }
-    fn greater_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
-        self.compare(*rhs, |a, b| a > b, |a, b| a > b)
-    }
-    fn at_most_zero(&self) -> Result<bool, NeedsPython> {
-        Ok(self.is_at_most_zero())
-    }
-    fn below_zero(&self) -> Result<bool, NeedsPython> {
-        Ok(self.is_below_zero())
-    }
-    fn zero(&self) -> Self {
-        Self::Int(0)
-    }
-}
-
-/// A [`Value`] and which of an operation's inputs it is: the input's position, or none for a
+/// An [`IntOrFloat`] and which of an operation's inputs it is: the input's position, or none for a
 /// value the operation computed.
 #[derive(Clone, Copy)]
 pub struct Scalar {
-    value: Value,
+    value: IntOrFloat,
     origin: usize,
 }
 
@@ -181,11 +74,11 @@ impl Scalar {
 
     /// Input number `position`, if it is an exact `int` within 64 bits or an exact `float`.
     pub fn input(object: &Bound<'_, PyAny>, position: usize) -> Option<Self> {
-        Value::of(object).map(|value| Self::from_input(value, position))
+        int_or_float(object).map(|value| Self::from_input(value, position))
     }
 
     /// Input number `position`, whose value is already known.
-    pub fn from_input(value: Value, position: usize) -> Self {
+    pub fn from_input(value: IntOrFloat, position: usize) -> Self {
         assert!(position != Self::COMPUTED, "an input has a position");
         Self {
             value,
@@ -195,14 +88,14 @@ impl Scalar {
 
     /// `K` inputs read with `read` (given each position), if every one of them is a scalar.
     pub fn inputs<const K: usize>(read: impl Fn(usize) -> Option<Self>) -> Option<[Self; K]> {
-        let mut scalars = [Self::computed(Value::Int(0)); K];
+        let mut scalars = [Self::computed(IntOrFloat::Int(0)); K];
         for (position, scalar) in scalars.iter_mut().enumerate() {
             *scalar = read(position)?;
         }
         Some(scalars)
     }
 
-    fn computed(value: Value) -> Self {
+    fn computed(value: IntOrFloat) -> Self {
         Self {
             value,
             origin: Self::COMPUTED,
@@ -214,7 +107,7 @@ impl Scalar {
         (self.origin != Self::COMPUTED).then_some(self.origin)
     }
 
-    pub fn value(self) -> Value {
+    pub fn value(self) -> IntOrFloat {
         self.value
     }
 
@@ -227,33 +120,33 @@ impl Scalar {
     ) -> Bound<'py, PyAny> {
         match self.origin() {
             Some(position) => input(position),
-            None => self.value.to_object(py),
+            None => new_object(py, self.value),
         }
     }
 }
 
 impl Quantity for Scalar {
-    type Error = NeedsPython;
+    type Error = Inexact;
 
-    fn minus(&self, rhs: &Self) -> Result<Self, NeedsPython> {
+    fn minus(&self, rhs: &Self) -> Result<Self, Inexact> {
         self.value.minus(&rhs.value).map(Self::computed)
     }
-    fn plus(&self, rhs: &Self) -> Result<Self, NeedsPython> {
+    fn plus(&self, rhs: &Self) -> Result<Self, Inexact> {
         self.value.plus(&rhs.value).map(Self::computed)
     }
-    fn times(&self, rhs: &Self) -> Result<Self, NeedsPython> {
+    fn times(&self, rhs: &Self) -> Result<Self, Inexact> {
         self.value.times(&rhs.value).map(Self::computed)
     }
-    fn less_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
+    fn less_than(&self, rhs: &Self) -> Result<bool, Inexact> {
         self.value.less_than(&rhs.value)
     }
-    fn greater_than(&self, rhs: &Self) -> Result<bool, NeedsPython> {
+    fn greater_than(&self, rhs: &Self) -> Result<bool, Inexact> {
         self.value.greater_than(&rhs.value)
     }
-    fn at_most_zero(&self) -> Result<bool, NeedsPython> {
+    fn at_most_zero(&self) -> Result<bool, Inexact> {
         self.value.at_most_zero()
     }
-    fn below_zero(&self) -> Result<bool, NeedsPython> {
+    fn below_zero(&self) -> Result<bool, Inexact> {
         self.value.below_zero()
     }
     fn zero(&self) -> Self {
@@ -266,17 +159,17 @@ impl Quantity for Scalar {
 /// use.
 pub struct StoredObject {
     object: Py<PyAny>,
-    value: Option<Value>,
+    value: Option<IntOrFloat>,
 }
 
 impl StoredObject {
     pub fn new(object: Bound<'_, PyAny>) -> Self {
-        let value = Value::of(&object);
+        let value = int_or_float(&object);
         Self::with_value(object, value)
     }
 
     /// Store `object`, whose value (if it has one) is already known.
-    fn with_value(object: Bound<'_, PyAny>, value: Option<Value>) -> Self {
+    fn with_value(object: Bound<'_, PyAny>, value: Option<IntOrFloat>) -> Self {
         Self {
             object: object.unbind(),
             value,
@@ -286,7 +179,7 @@ impl StoredObject {
     /// Store `object`, whose value is `value`, in place of a scalar. The displaced object is
     /// released at once, which is safe under a lock only because it is an exact `int` or
     /// `float`, whose release runs no Python code.
-    pub fn set_scalar(&mut self, object: Bound<'_, PyAny>, value: Value) {
+    pub fn set_scalar(&mut self, object: Bound<'_, PyAny>, value: IntOrFloat) {
         debug_assert!(self.value.is_some(), "set_scalar displaces only scalars");
         self.object = object.unbind();
         self.value = Some(value);
@@ -320,7 +213,7 @@ impl StoredObject {
     }
 
     /// The object's value, if it is an exact `int` or `float`.
-    pub fn value(&self) -> Option<Value> {
+    pub fn value(&self) -> Option<IntOrFloat> {
         self.value
     }
 
@@ -346,7 +239,7 @@ pub enum Num<'py> {
     /// compared or stored.
     Exact {
         py: Python<'py>,
-        value: Value,
+        value: IntOrFloat,
         object: OnceCell<Bound<'py, PyAny>>,
     },
     /// Computed by Python.
@@ -355,7 +248,7 @@ pub enum Num<'py> {
 
 impl<'py> Num<'py> {
     pub fn new(object: &Bound<'py, PyAny>) -> Self {
-        match Value::of(object) {
+        match int_or_float(object) {
             Some(value) => Self::Exact {
                 py: object.py(),
                 value,
@@ -379,7 +272,7 @@ impl<'py> Num<'py> {
         match self {
             Self::Exact {
                 py, value, object, ..
-            } => object.into_inner().unwrap_or_else(|| value.to_object(py)),
+            } => object.into_inner().unwrap_or_else(|| new_object(py, value)),
             Self::Object(object) => object,
         }
     }
@@ -387,14 +280,14 @@ impl<'py> Num<'py> {
     fn to_object(&self) -> Bound<'py, PyAny> {
         match self {
             Self::Exact { py, value, object } => {
-                object.get_or_init(|| value.to_object(*py)).clone()
+                object.get_or_init(|| new_object(*py, *value)).clone()
             }
             Self::Object(object) => object.clone(),
         }
     }
 
     /// A value computed here, not yet an object.
-    fn computed(py: Python<'py>, value: Value) -> Self {
+    fn computed(py: Python<'py>, value: IntOrFloat) -> Self {
         Self::Exact {
             py,
             value,
@@ -406,7 +299,7 @@ impl<'py> Num<'py> {
     fn either<T>(
         &self,
         rhs: &Self,
-        exact_op: impl FnOnce(Python<'py>, Value, Value) -> Result<T, NeedsPython>,
+        exact_op: impl FnOnce(Python<'py>, IntOrFloat, IntOrFloat) -> Result<T, Inexact>,
         python_op: impl FnOnce(&Bound<'py, PyAny>, &Bound<'py, PyAny>) -> PyResult<T>,
     ) -> PyResult<T> {
         if let (Self::Exact { py, value: a, .. }, Self::Exact { value: b, .. }) = (self, rhs) {
@@ -420,7 +313,7 @@ impl<'py> Num<'py> {
     fn arithmetic(
         &self,
         rhs: &Self,
-        exact_op: fn(&Value, &Value) -> Result<Value, NeedsPython>,
+        exact_op: fn(&IntOrFloat, &IntOrFloat) -> Result<IntOrFloat, Inexact>,
         python_op: fn(&Bound<'py, PyAny>, &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
         self.either(
@@ -433,7 +326,7 @@ impl<'py> Num<'py> {
     fn compare(
         &self,
         rhs: &Self,
-        exact_op: fn(&Value, &Value) -> Result<bool, NeedsPython>,
+        exact_op: fn(&IntOrFloat, &IntOrFloat) -> Result<bool, Inexact>,
         python_op: fn(&Bound<'py, PyAny>, &Bound<'py, PyAny>) -> PyResult<bool>,
     ) -> PyResult<bool> {
         self.either(rhs, |_, a, b| exact_op(&a, &b), python_op)
@@ -459,27 +352,27 @@ impl Quantity for Num<'_> {
     type Error = PyErr;
 
     fn minus(&self, rhs: &Self) -> PyResult<Self> {
-        self.arithmetic(rhs, Value::minus, |a, b| a.sub(b))
+        self.arithmetic(rhs, IntOrFloat::minus, |a, b| a.sub(b))
     }
     fn plus(&self, rhs: &Self) -> PyResult<Self> {
-        self.arithmetic(rhs, Value::plus, |a, b| a.add(b))
+        self.arithmetic(rhs, IntOrFloat::plus, |a, b| a.add(b))
     }
     fn times(&self, rhs: &Self) -> PyResult<Self> {
-        self.arithmetic(rhs, Value::times, |a, b| a.mul(b))
+        self.arithmetic(rhs, IntOrFloat::times, |a, b| a.mul(b))
     }
     /// Ints and floats have no in-place operators, so only other objects can tell the difference.
     fn minus_in_place(&self, rhs: &Self) -> PyResult<Self> {
-        self.arithmetic(rhs, Value::minus, in_place_subtract)
+        self.arithmetic(rhs, IntOrFloat::minus, in_place_subtract)
     }
     /// Likewise for `+=`.
     fn plus_in_place(&self, rhs: &Self) -> PyResult<Self> {
-        self.arithmetic(rhs, Value::plus, in_place_add)
+        self.arithmetic(rhs, IntOrFloat::plus, in_place_add)
     }
     fn less_than(&self, rhs: &Self) -> PyResult<bool> {
-        self.compare(rhs, Value::less_than, |a, b| a.lt(b))
+        self.compare(rhs, IntOrFloat::less_than, |a, b| a.lt(b))
     }
     fn greater_than(&self, rhs: &Self) -> PyResult<bool> {
-        self.compare(rhs, Value::greater_than, |a, b| a.gt(b))
+        self.compare(rhs, IntOrFloat::greater_than, |a, b| a.gt(b))
     }
     fn at_most_zero(&self) -> PyResult<bool> {
         match self {

@@ -35,6 +35,42 @@ pub enum QuotaError {
     TooLong,
 }
 
+impl QuotaError {
+    /// What to write instead: the message for a rate text that is not a usable quota, shown as
+    /// `text` (the caller's spelling of it, quotes included).
+    #[must_use]
+    pub fn advice(&self, text: &str) -> String {
+        match self {
+            Self::Ambiguous { count, divisor } => {
+                let integers = [count, divisor]
+                    .iter()
+                    .all(|part| part.chars().all(|c| c.is_ascii_digit()));
+                let fraction = if integers {
+                    format!("Fraction({count}, {divisor})")
+                } else {
+                    format!("Fraction(\"{count}\") / Fraction(\"{divisor}\")")
+                };
+                format!(
+                    "rate {text} could mean {count} tokens per {divisor} seconds or the fraction \
+                     {count}/{divisor} per second, two limiters with different bursts: write \
+                     rate={count}, per={divisor} (or a unit: \"{count}/minute\") for the first, \
+                     {fraction} for the second"
+                )
+            }
+            Self::UnknownUnit(unit) => format!(
+                "rate {text}: '{unit}' is not a unit; write second, minute, hour or day, as in \
+                 \"100/minute\" or \"300 per 5 minutes\""
+            ),
+            Self::NoFixedLength(unit) => format!(
+                "rate {text}: a {unit} has no fixed length; give the period in days, as in \
+                 \"1000 per 30 days\""
+            ),
+            Self::ZeroPeriod => format!("rate {text}: the period must be positive"),
+            Self::TooLong => format!("rate {text}: the period exceeds 2**64 - 1 seconds"),
+        }
+    }
+}
+
 /// The units a period may be written in, with their lengths in seconds.
 const UNITS: &[(&[&str], u64)] = &[
     (&["s", "sec", "secs", "second", "seconds"], 1),
@@ -122,6 +158,22 @@ fn split_multiplier(period: &str) -> (u64, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advice_shows_both_readings_of_a_bare_slash() {
+        let advice = parse("100/60").unwrap_err().advice("'100/60'");
+        assert!(advice.starts_with("rate '100/60' could mean 100 tokens per 60 seconds"));
+        assert!(advice.contains("write rate=100, per=60"));
+        assert!(advice.ends_with("Fraction(100, 60) for the second"));
+        let decimal = parse("1.5/2").unwrap_err().advice("'1.5/2'");
+        assert!(decimal.ends_with("Fraction(\"1.5\") / Fraction(\"2\") for the second"));
+        let month = parse("5/month").unwrap_err().advice("'5/month'");
+        assert_eq!(
+            month,
+            "rate '5/month': a month has no fixed length; give the period in days, as in \
+             \"1000 per 30 days\""
+        );
+    }
 
     /// What `parse` answers for a usable quota.
     type Parsed<'a> = Result<Option<Quota<'a>>, QuotaError>;

@@ -35,6 +35,18 @@ pub enum RateError {
     TooFine,
 }
 
+impl std::fmt::Display for RateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Zero => "rate must be positive",
+            Self::ZeroBurst => "burst must be an int from 1 to 2**64 - 1",
+            Self::TooFine => "burst times the rate's denominator is too large to hold exactly",
+        })
+    }
+}
+
+impl std::error::Error for RateError {}
+
 impl Rate {
     /// `numerator / denominator` tokens per second, reduced to lowest terms.
     ///
