@@ -10,7 +10,11 @@ Rows, in one run (medians of interleaved rounds; read the ratios, not the times)
   against token-bucket's ``Limiter.consume(key)`` (optional: ``pip install '.[bench]'``);
 * the same over 10,000 distinct keys in turn (a table that really holds them);
 * ``try_acquire_many`` over a trace of int keys, per decision, against ``try_acquire`` called
-  for each item in a Python loop.
+  for each item in a Python loop;
+* the cost per new key of filling a table with 4,000 tuple keys ``(k * (2**61 - 1), 0)``, whose
+  Python hashes all collide (CPython hashes an int as ``n mod 2**61 - 1``, and a tuple by its
+  items' hashes, with no seed), against 4,000 tuple keys whose Python hashes differ. Keyed by
+  Python's hash (a dict), each new colliding key is compared with every earlier one.
 
 Every limiter is configured so that no request is ever denied during a run.
 """
@@ -29,6 +33,8 @@ from timing import median_ns
 HUGE = 10**12  # tokens per second and burst: never denied during a run
 TRACE = 100_000  # requests in the trace rows
 CLIENTS = 10_000
+MODULUS = 2**61 - 1  # CPython hashes an int n as n mod MODULUS
+TUPLE_KEYS = 4_000
 
 
 def empty(key: object) -> None:
@@ -99,6 +105,23 @@ def trace_many() -> tuple[str, dict[str, object], int]:
     )
 
 
+def fill(keys: list[tuple[int, int]]) -> None:
+    limiter = KeyedRateLimiter(HUGE, max_keys=len(keys) + 1)
+    for key in keys:
+        limiter.try_acquire(key)
+
+
+def colliding_tuples() -> tuple[str, dict[str, object], int]:
+    keys = [(k * MODULUS, 0) for k in range(1, TUPLE_KEYS + 1)]
+    assert len({hash(key) for key in keys}) == 1
+    return "fill(keys)", {"fill": fill, "keys": keys}, TUPLE_KEYS
+
+
+def spread_tuples() -> tuple[str, dict[str, object], int]:
+    keys = [(k * MODULUS + k, 0) for k in range(1, TUPLE_KEYS + 1)]
+    return "fill(keys)", {"fill": fill, "keys": keys}, TUPLE_KEYS
+
+
 CASES: dict[str, Case] = {
     "try_acquire(key), one str key (native)": native_one_key,
     "empty def f(key)": empty_one_key,
@@ -108,6 +131,8 @@ CASES: dict[str, Case] = {
     "token-bucket consume, 10k keys": token_bucket_many_keys,
     "trace: try_acquire in a loop": trace_loop,
     "trace: try_acquire_many": trace_many,
+    "4k new tuple keys, Python hashes collide": colliding_tuples,
+    "4k new tuple keys, Python hashes spread": spread_tuples,
 }
 
 RATIOS = [
@@ -116,6 +141,7 @@ RATIOS = [
     ("try_acquire(key), 10k str keys (native)", "empty def f(next(keys))"),
     ("token-bucket consume, 10k keys", "try_acquire(key), 10k str keys (native)"),
     ("trace: try_acquire in a loop", "trace: try_acquire_many"),
+    ("4k new tuple keys, Python hashes collide", "4k new tuple keys, Python hashes spread"),
 ]
 
 

@@ -106,13 +106,17 @@ def peeks_by_key(limiter: KeyedRateLimiter) -> dict[str, list[Decision]]:
     return {repr(k): [limiter.peek(k, n, now_ns=0) for n in range(4)] for k in limiter}
 
 
+# A key of the registry's: a tuple holding an item no plain key equals.
+OBJECT_KEY = ("t", Fraction(1, 3))
+
+
 def used_limiter(**kwargs: Any) -> KeyedRateLimiter:
     """Four keys (fast and object paths), none of them full at the table's time (1 s)."""
     limiter = KeyedRateLimiter(bands=[(3, 5), (Fraction(7, 3), 4)], max_keys=8, shards=1, **kwargs)
     assert limiter.check("a", 3, now_ns=SECOND // 3).outcome is ALLOWED
     assert limiter.check(7, 2, now_ns=SECOND // 2).outcome is ALLOWED
     assert limiter.check(b"b", 3, now_ns=SECOND).outcome is ALLOWED
-    assert limiter.check(("t", 1), 1, now_ns=SECOND).outcome is ALLOWED
+    assert limiter.check(OBJECT_KEY, 1, now_ns=SECOND).outcome is ALLOWED
     assert len(limiter) == 4
     return limiter
 
@@ -707,10 +711,10 @@ class BadHash:
 
 
 class BadEq:
-    """Hashes as ``("t", 1)`` (a key of ``used_limiter``), and refuses to compare."""
+    """Hashes as ``OBJECT_KEY`` (a key of ``used_limiter``), and refuses to compare."""
 
     def __hash__(self) -> int:
-        return hash(("t", 1))
+        return hash(OBJECT_KEY)
 
     def __eq__(self, other: object) -> bool:
         raise HashError("no eq")
@@ -730,7 +734,10 @@ def test_a_key_whose_hash_or_eq_raises_lets_the_error_through(key: Any, method: 
             getattr(limiter, method)(key, now_ns=SECOND)
     assert snapshot(limiter) == before
     # The registry's lock was released: object keys still work.
-    assert limiter.check(("t", 1), 0, now_ns=SECOND).outcome is ALLOWED
+    assert limiter.check(OBJECT_KEY, 0, now_ns=SECOND).outcome is ALLOWED
+
+
+INNER_KEY = ("inner", Fraction(1, 3))
 
 
 class CallsBack:
@@ -743,7 +750,7 @@ class CallsBack:
 
     def _call_back(self) -> None:
         try:
-            self.limiter.check(("inner", 1), now_ns=SECOND)
+            self.limiter.check(INNER_KEY, now_ns=SECOND)
         except RuntimeError:
             self.inner.append("RuntimeError")
             raise
@@ -785,7 +792,7 @@ def test_a_key_calling_back_into_the_limiter_is_served_as_a_dict_would_serve_it(
     limiter = used_limiter(clock=FakeClock(SECOND))
     before = peeks_by_key(limiter)
     before_stats = stats_tuple(limiter)
-    key = CallsBack(limiter, where, ("t", 1))  # hashes as a remembered key: __eq__ is called
+    key = CallsBack(limiter, where, OBJECT_KEY)  # hashes as a remembered key: __eq__ is called
     result = run_with_timeout(lambda: getattr(limiter, method)(key, now_ns=SECOND))
     assert "exc" not in result, (
         f"{method} with a key whose __{where}__ calls back into the limiter gave {result} "
@@ -793,16 +800,16 @@ def test_a_key_calling_back_into_the_limiter_is_served_as_a_dict_would_serve_it(
     )
     assert key.inner and set(key.inner) == {"returned"}, key.inner
     # The key equals no other (its __eq__ says so), so it is a new key of its own; the inner
-    # calls checked ("inner", 1); nothing else changed.
+    # calls checked INNER_KEY; nothing else changed.
     stores = method in ("check", "try_acquire")
     allowed, denied, refused, forgotten = stats_tuple(limiter)
     assert (allowed - len(key.inner) - stores, denied, refused, forgotten) == before_stats
     assert any(k is key for k in limiter) is stores
     after = peeks_by_key(limiter)
-    after.pop(repr(("inner", 1)), None)
+    after.pop(repr(INNER_KEY), None)
     assert {k: v for k, v in after.items() if "CallsBack" not in k} == before
     # Nothing stays locked.
-    again = run_with_timeout(lambda: limiter.check(("t", 1), 0, now_ns=SECOND))
+    again = run_with_timeout(lambda: limiter.check(OBJECT_KEY, 0, now_ns=SECOND))
     assert again.get("value") == Decision(ALLOWED, 0, 3), again
 
 
@@ -822,13 +829,15 @@ def test_a_key_calling_back_on_the_fast_path_does_not_deadlock() -> None:
 def test_iteration_returns_the_keys_as_given() -> None:
     limiter = KeyedRateLimiter(1, burst=2, max_keys=100, shards=1)
     big = 2**70
-    first_tuple = (1, "x")
+    first_tuple = ("x", Fraction(1, 3))
     frac = Fraction(1, 3)
-    given = ["name", 12345678901, -5, b"raw", first_tuple, big, frac, 0.25]
+    given = ["name", 12345678901, -5, b"raw", (1, "x"), first_tuple, big, frac, 0.25]
     for key in given:
         assert limiter.try_acquire(key, now_ns=0)
-    # Equal keys given later do not replace the first object.
+    # Equal keys given later do not replace the first object (a key read natively comes back
+    # as its plain value: the tuple (1.0, "x") as (1, "x")).
     assert limiter.try_acquire((1.0, "x"), now_ns=0)
+    assert limiter.try_acquire(("x", Fraction(2, 6)), now_ns=0)
     assert limiter.try_acquire(Fraction(big), now_ns=0)
     keys = list(limiter)
     assert len(keys) == len(given) == len(limiter)
@@ -837,6 +846,7 @@ def test_iteration_returns_the_keys_as_given() -> None:
     assert by_repr["str:'name'"] == "name"
     assert type(by_repr["int:12345678901"]) is int and by_repr["int:-5"] == -5
     assert type(by_repr["bytes:b'raw'"]) is bytes
+    assert type(by_repr["tuple:(1, 'x')"][0]) is int
     assert any(k is first_tuple for k in keys), "not the first tuple object"
     assert any(k is frac for k in keys)
     assert by_repr[f"int:{big!r}"] == big
@@ -1463,15 +1473,16 @@ def test_a_full_table_of_str_keys_loads_where_str_hashes_differ(hash_seed: int) 
 def test_a_saved_state_with_a_key_twice_is_refused_and_changes_nothing() -> None:
     limiter = KeyedRateLimiter(1, burst=2, max_keys=10, shards=1)
     limiter.check(1, now_ns=0)
-    limiter.check((1, 2), now_ns=0)
+    limiter.check((1, Fraction(1, 3)), now_ns=0)
     rebuild, args, (state, attributes) = limiter.__reduce__()
     seed, entries, latest, counts, origin = state
     (plain,) = [entry for entry in entries if entry[1] is None]
     (thing,) = [entry for entry in entries if entry[1] is not None]
+    frac = Fraction(1, 3)
     for doubled in (
         [*entries, (1.0, None, plain[2])],  # 1.0 is 1
-        [*entries, ((1.0, 2), thing[1] + 1, thing[2])],  # (1.0, 2) is (1, 2)
-        [*entries, (("other",), thing[1], thing[2])],  # a number twice
+        [*entries, ((1.0, Fraction(2, 6)), thing[1] + 1, thing[2])],  # the same tuple
+        [*entries, (("other", frac), thing[1], thing[2])],  # a number twice
     ):
         fresh = rebuild(*args)
         with pytest.raises(ValueError, match="twice"):

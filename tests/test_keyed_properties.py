@@ -13,6 +13,10 @@ back, and a mix of check/try_acquire/peek/refund/available.
 * ``test_equal_keys_are_one_key``: the same with keys given as equal objects of other types
   (``1``, ``1.0``, ``True``, ``Fraction(1)``, ``Decimal(1)``, an ``IntEnum``, a ``str``
   subclass...) and keys outside the fast path.
+* ``test_equal_tuple_keys_are_one_key``: the same with tuple keys (nested,
+  ``namedtuple`` and ``typing.NamedTuple`` too) each spelled several ways by equal items, mixed
+  with plain keys and with tuples holding items no plain key equals (a ``Fraction`` equal to
+  no float, an int beyond 128 bits, a NaN, a ``frozenset``): the model is keyed by a dict.
 * ``test_native_matches_the_bounded_model``: ``shards=1, max_keys=M`` (M in 1..4) against the
   bounded model: every answer including REFUSED (its ``wait_ns`` an int >= 1), the
   allowed/denied/refused counts; ``len``, membership and ``forgotten`` within what the contract
@@ -47,8 +51,10 @@ back, and a mix of check/try_acquire/peek/refund/available.
 from __future__ import annotations
 
 import array
+import collections
 import enum
 import math
+import typing
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -120,6 +126,71 @@ KEY_GROUPS: tuple[tuple[Hashable, ...], ...] = (
 
 # A key as a tuple of its spellings: each use picks one (by the op's index, see ``spelling``).
 aliased_keys = st.sampled_from(KEY_GROUPS)
+
+
+class Spellings(tuple):  # type: ignore[type-arg]
+    """Equal spellings of one key (not itself a key): each use picks one, as ``spelling`` does
+    for a group of ``KEY_GROUPS``."""
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+class Triple(typing.NamedTuple):
+    a: Any
+    b: Any
+    c: Any
+
+
+NAN = float("nan")  # one object: equal to itself by identity, inside a tuple too
+
+# The items of tuple keys: groups of equal spellings, first those a plain key equals, then
+# those none does (a tuple holding one is the registry's, whole).
+ITEM_GROUPS: tuple[tuple[Hashable, ...], ...] = (
+    (1, 1.0, True, Fraction(1), Decimal(1), Level.ONE),
+    (0, 0.0, -0.0, False, Decimal(0)),
+    (2, 2.0, Fraction(2), Level.TWO),
+    (2**70, float(2**70), Fraction(2**70)),
+    (-(2**127), float(-(2**127))),
+    (1.5, Fraction(3, 2), Decimal("1.5")),
+    ("a", Name("a")),
+    ("", Name("")),
+    (b"a",),
+    (Fraction(1, 3), Fraction(2, 6)),
+    (2**200, float(2**200)),
+    (NAN,),
+    (frozenset({1}), frozenset({1.0})),
+)
+
+# A tuple key's shape: an int is an item of that group, a list a tuple of such.
+shapes = st.recursive(
+    st.integers(0, len(ITEM_GROUPS) - 1),
+    lambda inner: st.lists(inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def spelled(draw: st.DrawFn, shape: Any) -> Hashable:
+    """One spelling of a shape: each item and each tuple's type drawn afresh."""
+    if isinstance(shape, int):
+        return draw(st.sampled_from(ITEM_GROUPS[shape]))
+    items = [draw(spelled(item)) for item in shape]
+    make: list[Callable[..., Hashable]] = [tuple]
+    if len(items) == 2:
+        make.append(lambda items: Point(*items))
+    if len(items) == 3:
+        make.append(lambda items: Triple(*items))
+    return draw(st.sampled_from(make))(items)
+
+
+@st.composite
+def tuple_keys(draw: st.DrawFn) -> Spellings:
+    """A tuple key (or now and then a plain one, which no tuple equals) in 1 to 3 spellings."""
+    shape = draw(shapes)
+    if isinstance(shape, int) and draw(st.booleans()):
+        shape = [shape]
+    return Spellings(draw(spelled(shape)) for _ in range(draw(st.integers(1, 3))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +341,7 @@ def crowded_workloads(draw: st.DrawFn, min_keys: int, max_keys: int) -> Workload
 
 def spelling(key: Any, step: int) -> Hashable:
     """The key object used at step ``step``: aliased keys rotate through their spellings."""
-    if isinstance(key, tuple) and key in KEY_GROUPS:
+    if isinstance(key, Spellings) or (isinstance(key, tuple) and key in KEY_GROUPS):
         return key[step % len(key)]
     return key
 
@@ -408,6 +479,14 @@ def test_equal_keys_are_one_key(w: Workload) -> None:
     native = KeyedRateLimiter(**w.kwargs, max_keys=LARGE)
     model = km.keyed_model_from(**w.kwargs)
     run_differential(native, model, w, plain=False)
+
+
+@hyp_given(workloads(keys=tuple_keys(), max_keys=5))
+def test_equal_tuple_keys_are_one_key(w: Workload) -> None:
+    native = KeyedRateLimiter(**w.kwargs, max_keys=LARGE)
+    model = km.keyed_model_from(**w.kwargs)
+    run_differential(native, model, w, plain=False)
+    event(f"tuple keys: {sum(isinstance(spelling(k, 0), tuple) for k in w.keys)}")
 
 
 @hyp_given(crowded_workloads(min_keys=2, max_keys=6), st.integers(1, 4))

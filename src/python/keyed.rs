@@ -109,6 +109,9 @@ impl KeyedRateLimiter {
     ) -> PyResult<R> {
         match classify(key)? {
             Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
+            Classified::Tuple(items) => {
+                Ok(self.registry.with_plain(|| decide(&KeyRef::Tuple(&items))))
+            }
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }

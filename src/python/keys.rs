@@ -8,18 +8,22 @@
 //! any lock is taken:
 //!
 //! * the values a client can choose are read natively, and hashed by the table's seeded hash:
-//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1 and floats. A value of another type that
+//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1, floats, and tuples of these (nested up to
+//!   32 deep), so `(ip, route)` and `(user_id, endpoint)` are too. A value of another type that
 //!   equals one of them (a `str` subclass, an `IntEnum` member, a `Decimal`, a `Fraction`, a
-//!   numpy number) is found by asking Python which plain value it equals, once per call. (A
-//!   `str` or `bytes` subclass is only compared with its own value: one whose `__eq__` says it
-//!   equals a *different* plain value, a case-insensitive string say, is a key of its own.) So
-//!   a client cannot pick such keys to collide, as it could with Python's unseeded int hash
-//!   (`n mod 2**61 - 1`) and a dict.
-//! * anything else (a tuple, an object of the program's own class, a bigger int, a `Fraction`
-//!   equal to no float) gets a number from the [`Registry`], which compares it with the
-//!   registered objects of the same Python hash by `__eq__`, with no lock held, then checks
-//!   under its lock that nothing changed meanwhile. Keys whose Python hashes collide (tuples of
-//!   ints can be chosen to) still cost a comparison with each other of their hash.
+//!   numpy number, a namedtuple) is found by asking Python which plain value it equals, once
+//!   per call; a tuple's items are read the same way, one by one, so `(1.0, "a")` is the key
+//!   `(1, "a")`. (A `str`, `bytes` or tuple subclass is only compared with its own value: one
+//!   whose `__eq__` says it equals a *different* plain value, a case-insensitive string say,
+//!   is a key of its own.) So a client cannot pick such keys to collide, as it could with
+//!   Python's unseeded int hash (`n mod 2**61 - 1`), which a tuple's hash is made of, and a
+//!   dict.
+//! * anything else (an object of the program's own class, a bigger int, a `Fraction` equal to
+//!   no float, a NaN, a tuple holding any of these) gets a number from the [`Registry`], which
+//!   compares it with the registered objects of the same Python hash by `__eq__`, with no lock
+//!   held, then checks under its lock that nothing changed meanwhile. Keys whose Python hashes
+//!   collide (ints beyond 128 bits can be chosen to) still cost a comparison with each other
+//!   of their hash.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -30,7 +34,7 @@ use hashbrown::Equivalent;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
@@ -47,6 +51,9 @@ pub enum Key {
     Float(u64),
     Str(Box<str>),
     Bytes(Box<[u8]>),
+    /// A tuple of plain keys (nested tuples included), its items encoded one after another
+    /// (see [`encode`]).
+    Tuple(Box<[u8]>),
     /// A key object's number in the [`Registry`].
     Object(u64),
 }
@@ -60,6 +67,7 @@ pub enum KeyRef<'a> {
     Float(u64),
     Str(&'a str),
     Bytes(&'a [u8]),
+    Tuple(&'a [u8]),
     Object(u64),
 }
 
@@ -72,6 +80,7 @@ impl Key {
             Self::Float(bits) => KeyRef::Float(*bits),
             Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
+            Self::Tuple(items) => KeyRef::Tuple(items),
             Self::Object(id) => KeyRef::Object(*id),
         }
     }
@@ -103,7 +112,7 @@ impl Hash for KeyRef<'_> {
                 state.write_u64(high);
             }
             Self::Str(text) => text.hash(state),
-            Self::Bytes(bytes) => bytes.hash(state),
+            Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
     }
 }
@@ -123,6 +132,7 @@ impl From<&KeyRef<'_>> for Key {
             KeyRef::Float(bits) => Self::Float(bits),
             KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
+            KeyRef::Tuple(items) => Self::Tuple(items.into()),
             KeyRef::Object(id) => Self::Object(id),
         }
     }
@@ -131,6 +141,8 @@ impl From<&KeyRef<'_>> for Key {
 /// What a Python key turned out to be.
 pub enum Classified<'a> {
     Plain(KeyRef<'a>),
+    /// A tuple of plain keys, its items encoded (the bytes of a [`KeyRef::Tuple`]).
+    Tuple(Vec<u8>),
     /// Neither equal to a plain key nor one: the registry numbers it.
     Object,
 }
@@ -140,16 +152,28 @@ impl Classified<'_> {
     pub fn into_key(self) -> Option<Key> {
         match self {
             Self::Plain(plain) => Some(Key::from(&plain)),
+            Self::Tuple(items) => Some(Key::Tuple(items.into())),
             Self::Object => None,
         }
     }
 }
 
+/// How deep tuples of plain keys may nest; deeper ones are left to the registry.
+const MAX_DEPTH: usize = 32;
+
 /// Turn `key` into a plain key if it is, or equals, one. Runs the key's Python code (its
 /// `__hash__`, `__eq__`, conversions) if it is not of an exact plain type.
 pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
+    classify_within(key, MAX_DEPTH)
+}
+
+/// `classify`, with tuples nested at most `depth` deep read natively.
+fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Classified<'a>> {
     if let Some(plain) = exact_plain(key) {
         return Ok(plain);
+    }
+    if let Ok(tuple) = key.cast_exact::<PyTuple>() {
+        return tuple_key(tuple, depth);
     }
     let py = key.py();
     // Not an exact plain type: Python decides what it equals, as a dict would.
@@ -157,6 +181,14 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
     let equals = |plain: &Bound<'_, PyAny>| -> PyResult<bool> {
         Ok(plain.hash()? == hash && key.eq(plain)?)
     };
+    // A tuple subclass (a namedtuple) is asked, as a str subclass is, whether it equals the
+    // plain tuple of its own items.
+    if let Ok(tuple) = key.cast::<PyTuple>() {
+        if equals(PyTuple::new(py, tuple)?.as_any())? {
+            return tuple_key(tuple, depth);
+        }
+        return Ok(Classified::Object);
+    }
     if let Ok(text) = key.cast::<PyString>() {
         if let Ok(value) = text.to_str() {
             if equals(&PyString::new(py, value))? {
@@ -204,6 +236,77 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
         }
     }
     Ok(Classified::Object)
+}
+
+/// A tuple whose every item is, or equals, a plain key (a tuple of them, down to `depth`
+/// levels) as one plain key, else an object for the registry. Two tuples equal as dict keys
+/// have equal items, each read as the same plain key, so they encode alike: one key, hashed
+/// with the table's seed.
+fn tuple_key<'a>(tuple: &Bound<'_, PyTuple>, depth: usize) -> PyResult<Classified<'a>> {
+    let Some(depth) = depth.checked_sub(1) else {
+        return Ok(Classified::Object);
+    };
+    let mut items = Vec::new();
+    for item in tuple {
+        match classify_within(&item, depth)? {
+            Classified::Plain(plain) => encode(plain, &mut items),
+            Classified::Tuple(inner) => encode(KeyRef::Tuple(&inner), &mut items),
+            Classified::Object => return Ok(Classified::Object),
+        }
+    }
+    Ok(Classified::Tuple(items))
+}
+
+/// Append a tuple's item to its encoding: a tag (its kind), a word (little endian: the value,
+/// or a length), then for a `Big` its high half and for a `str`, `bytes` or tuple as many
+/// bytes as the word says. No two keys encode alike, so tuples are equal exactly when their
+/// encodings are. (An object number is encoded too, though a tuple never holds one: a tuple
+/// with an object item is the registry's, whole.)
+fn encode(key: KeyRef<'_>, out: &mut Vec<u8>) {
+    let high;
+    #[allow(clippy::cast_sign_loss)] // the bits, not the value
+    let (tag, word, tail): (u8, u64, &[u8]) = match key {
+        KeyRef::Int(value) => (0, value as u64, &[]),
+        KeyRef::Wide(value) => (1, value, &[]),
+        KeyRef::Big(low, high_half) => {
+            high = high_half.to_le_bytes();
+            (2, low, &high)
+        }
+        KeyRef::Float(bits) => (3, bits, &[]),
+        KeyRef::Str(text) => (4, text.len() as u64, text.as_bytes()),
+        KeyRef::Bytes(bytes) => (5, bytes.len() as u64, bytes),
+        KeyRef::Tuple(items) => (6, items.len() as u64, items),
+        KeyRef::Object(number) => (7, number, &[]),
+    };
+    out.push(tag);
+    out.extend_from_slice(&word.to_le_bytes());
+    out.extend_from_slice(tail);
+}
+
+/// The first item of a tuple's encoding and the encoding of the rest; `None` once none is
+/// left.
+fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
+    let (&tag, rest) = items.split_first()?;
+    let (word, rest) = rest.split_first_chunk::<8>()?;
+    let word = u64::from_le_bytes(*word);
+    let length = match tag {
+        2 => 8,
+        4..=6 => usize::try_from(word).ok()?,
+        _ => 0,
+    };
+    let (tail, rest) = rest.split_at_checked(length)?;
+    #[allow(clippy::cast_possible_wrap)] // the bits, not the value
+    let key = match tag {
+        0 => KeyRef::Int(word as i64),
+        1 => KeyRef::Wide(word),
+        2 => KeyRef::Big(word, u64::from_le_bytes(tail.try_into().ok()?)),
+        3 => KeyRef::Float(word),
+        4 => KeyRef::Str(std::str::from_utf8(tail).ok()?),
+        5 => KeyRef::Bytes(tail),
+        6 => KeyRef::Tuple(tail),
+        _ => KeyRef::Object(word),
+    };
+    Some((key, rest))
 }
 
 /// A conversion's result (`int(key)`, `float(key)`), or `None` if the key cannot be converted
@@ -578,7 +681,7 @@ impl Registry {
     }
 }
 
-/// A stored key back as a Python object.
+/// A stored key back as a Python object (a tuple as the plain tuple of its items' values).
 pub fn key_object<'py>(
     py: Python<'py>,
     key: &Key,
@@ -595,6 +698,17 @@ pub fn key_object<'py>(
         Key::Float(bits) => f64::from_bits(*bits).into_pyobject(py)?.into_any(),
         Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
+        Key::Tuple(items) => {
+            let (mut items, mut objects) = (&items[..], Vec::new());
+            while let Some((item, rest)) = first_item(items) {
+                let Some(object) = key_object(py, &Key::from(&item), registry)? else {
+                    return Ok(None);
+                };
+                objects.push(object);
+                items = rest;
+            }
+            PyTuple::new(py, objects)?.into_any()
+        }
         Key::Object(number) => return Ok(registry.object(py, *number)),
     }))
 }
