@@ -2,7 +2,7 @@
 
 Run from the repository root after installing the package::
 
-    python3 bench/bench_keyed.py [--rounds 15]
+    python3 bench/bench_keyed.py [--rounds 15] [--only TEXT]
 
 Rows, in one run (medians of interleaved rounds; read the ratios, not the times):
 
@@ -17,6 +17,11 @@ Rows, in one run (medians of interleaved rounds; read the ratios, not the times)
   Python's hash (a dict), each new colliding key is compared with every earlier one.
 
 Every limiter is configured so that no request is ever denied during a run.
+
+Between two runs of one case the others run, and push its table out of the caches: read the
+trace rows against ``cargo bench --bench keyed_floor``'s row with the caches emptied. With
+``--only try_acquire_many`` (only the cases whose name holds that text) the trace is decided
+back to back, with the table in the caches, as that bench's first row.
 """
 
 from __future__ import annotations
@@ -149,9 +154,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=20_000)
+    parser.add_argument("--only", default="", help="time only the cases whose name holds this")
     options = parser.parse_args()
 
-    medians = median_ns(CASES, options.rounds, options.number)
+    cases = {name: case for name, case in CASES.items() if options.only in name}
+    medians = median_ns(cases, options.rounds, options.number)
     print(f"median of {options.rounds} rounds, ns per call or per decision")
     for name, ns in medians.items():
         print(f"{name:44} {ns:8.1f}")

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
+use crate::core::exact::key::{plain_int, Key, KeyRef};
 use crate::core::exact::keyed::{
     off_the_clock, Answer, KeyedDecision, KeyedLimiter, KeyedReservation, RestoreError, Stats,
     MAX_CLOCK_GAP_NS,
@@ -23,7 +24,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
-use crate::python::keys::{classify, key_object, plain_int, Classified, Key, KeyRef, Registry};
+use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
     restore_attributes, sleep_answering_signals, specs_from, with_attributes, Decision, Written,

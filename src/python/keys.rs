@@ -26,117 +26,17 @@
 //!   of their hash.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hashbrown::Equivalent;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
+use crate::core::exact::key::{encode_item, first_item, plain_int, Key, KeyRef};
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
-
-/// A key as the table stores it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Key {
-    Int(i64),
-    /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
-    Wide(u64),
-    /// Any other int within `i128`, as its low and high halves.
-    Big(u64, u64),
-    /// A float that is not an integer (an infinity included), by its bits (never a NaN).
-    Float(u64),
-    Str(Box<str>),
-    Bytes(Box<[u8]>),
-    /// A tuple of plain keys (nested tuples included), its items encoded one after another
-    /// (see [`encode`]).
-    Tuple(Box<[u8]>),
-    /// A key object's number in the [`Registry`].
-    Object(u64),
-}
-
-/// A key as a call looks it up: borrowed from the Python object, so a lookup allocates nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyRef<'a> {
-    Int(i64),
-    Wide(u64),
-    Big(u64, u64),
-    Float(u64),
-    Str(&'a str),
-    Bytes(&'a [u8]),
-    Tuple(&'a [u8]),
-    Object(u64),
-}
-
-impl Key {
-    fn as_ref(&self) -> KeyRef<'_> {
-        match self {
-            Self::Int(value) => KeyRef::Int(*value),
-            Self::Wide(value) => KeyRef::Wide(*value),
-            Self::Big(low, high) => KeyRef::Big(*low, *high),
-            Self::Float(bits) => KeyRef::Float(*bits),
-            Self::Str(text) => KeyRef::Str(text),
-            Self::Bytes(bytes) => KeyRef::Bytes(bytes),
-            Self::Tuple(items) => KeyRef::Tuple(items),
-            Self::Object(id) => KeyRef::Object(*id),
-        }
-    }
-
-    /// Whether the table should say when it forgets this key (the registry must let go of it).
-    pub fn is_registered(&self) -> bool {
-        matches!(self, Self::Object(_))
-    }
-}
-
-/// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_ref().hash(state);
-    }
-}
-
-/// One write to the hasher per key (two for a `Big` one), none for its kind: keys of different
-/// kinds may share a hash (an int and an object number), which equality sorts out, and the hot
-/// path hashes on every call.
-impl Hash for KeyRef<'_> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        match *self {
-            #[allow(clippy::cast_sign_loss)] // the bits, not the value
-            Self::Int(value) => state.write_u64(value as u64),
-            Self::Wide(value) | Self::Float(value) | Self::Object(value) => state.write_u64(value),
-            Self::Big(low, high) => {
-                state.write_u64(low);
-                state.write_u64(high);
-            }
-            Self::Str(text) => text.hash(state),
-            Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
-        }
-    }
-}
-
-impl Equivalent<Key> for KeyRef<'_> {
-    fn equivalent(&self, key: &Key) -> bool {
-        *self == key.as_ref()
-    }
-}
-
-impl From<&KeyRef<'_>> for Key {
-    fn from(key: &KeyRef<'_>) -> Self {
-        match *key {
-            KeyRef::Int(value) => Self::Int(value),
-            KeyRef::Wide(value) => Self::Wide(value),
-            KeyRef::Big(low, high) => Self::Big(low, high),
-            KeyRef::Float(bits) => Self::Float(bits),
-            KeyRef::Str(text) => Self::Str(text.into()),
-            KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
-            KeyRef::Tuple(items) => Self::Tuple(items.into()),
-            KeyRef::Object(id) => Self::Object(id),
-        }
-    }
-}
 
 /// What a Python key turned out to be.
 pub enum Classified<'a> {
@@ -249,64 +149,12 @@ fn tuple_key<'a>(tuple: &Bound<'_, PyTuple>, depth: usize) -> PyResult<Classifie
     let mut items = Vec::new();
     for item in tuple {
         match classify_within(&item, depth)? {
-            Classified::Plain(plain) => encode(plain, &mut items),
-            Classified::Tuple(inner) => encode(KeyRef::Tuple(&inner), &mut items),
+            Classified::Plain(plain) => encode_item(plain, &mut items),
+            Classified::Tuple(inner) => encode_item(KeyRef::Tuple(&inner), &mut items),
             Classified::Object => return Ok(Classified::Object),
         }
     }
     Ok(Classified::Tuple(items))
-}
-
-/// Append a tuple's item to its encoding: a tag (its kind), a word (little endian: the value,
-/// or a length), then for a `Big` its high half and for a `str`, `bytes` or tuple as many
-/// bytes as the word says. No two keys encode alike, so tuples are equal exactly when their
-/// encodings are. (An object number is encoded too, though a tuple never holds one: a tuple
-/// with an object item is the registry's, whole.)
-fn encode(key: KeyRef<'_>, out: &mut Vec<u8>) {
-    let high;
-    #[allow(clippy::cast_sign_loss)] // the bits, not the value
-    let (tag, word, tail): (u8, u64, &[u8]) = match key {
-        KeyRef::Int(value) => (0, value as u64, &[]),
-        KeyRef::Wide(value) => (1, value, &[]),
-        KeyRef::Big(low, high_half) => {
-            high = high_half.to_le_bytes();
-            (2, low, &high)
-        }
-        KeyRef::Float(bits) => (3, bits, &[]),
-        KeyRef::Str(text) => (4, text.len() as u64, text.as_bytes()),
-        KeyRef::Bytes(bytes) => (5, bytes.len() as u64, bytes),
-        KeyRef::Tuple(items) => (6, items.len() as u64, items),
-        KeyRef::Object(number) => (7, number, &[]),
-    };
-    out.push(tag);
-    out.extend_from_slice(&word.to_le_bytes());
-    out.extend_from_slice(tail);
-}
-
-/// The first item of a tuple's encoding and the encoding of the rest; `None` once none is
-/// left.
-fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
-    let (&tag, rest) = items.split_first()?;
-    let (word, rest) = rest.split_first_chunk::<8>()?;
-    let word = u64::from_le_bytes(*word);
-    let length = match tag {
-        2 => 8,
-        4..=6 => usize::try_from(word).ok()?,
-        _ => 0,
-    };
-    let (tail, rest) = rest.split_at_checked(length)?;
-    #[allow(clippy::cast_possible_wrap)] // the bits, not the value
-    let key = match tag {
-        0 => KeyRef::Int(word as i64),
-        1 => KeyRef::Wide(word),
-        2 => KeyRef::Big(word, u64::from_le_bytes(tail.try_into().ok()?)),
-        3 => KeyRef::Float(word),
-        4 => KeyRef::Str(std::str::from_utf8(tail).ok()?),
-        5 => KeyRef::Bytes(tail),
-        6 => KeyRef::Tuple(tail),
-        _ => KeyRef::Object(word),
-    };
-    Some((key, rest))
 }
 
 /// A conversion's result (`int(key)`, `float(key)`), or `None` if the key cannot be converted
@@ -378,23 +226,6 @@ fn float_key(value: f64) -> Option<KeyRef<'static>> {
     (-TWO_TO_127..TWO_TO_127)
         .contains(&value)
         .then(|| plain_int(value as i128))
-}
-
-/// An int within `i128` as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`, `Big`
-/// beyond.
-pub fn plain_int(value: i128) -> KeyRef<'static> {
-    i64::try_from(value).map_or_else(
-        |_| {
-            u64::try_from(value).map_or_else(
-                |_| {
-                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // halves
-                    KeyRef::Big(value as u64, (value >> 64) as u64)
-                },
-                KeyRef::Wide,
-            )
-        },
-        KeyRef::Int,
-    )
 }
 
 /// Whether `key` is a number as `PyNumber_Check` has it: its type converts it with

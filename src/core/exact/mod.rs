@@ -16,7 +16,9 @@
 //! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
+//! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
+pub mod key;
 pub mod keyed;
 pub mod limiter;
 pub mod quota;

@@ -82,15 +82,34 @@ impl<M: Meter> TraceMarker<M> {
         colors: Option<&[Color]>,
         out: &mut [Color],
     ) -> Result<(), TraceError> {
-        assert!(sizes.len() == times.len() && out.len() == sizes.len());
-        for (i, (&size, &time)) in sizes.iter().zip(times).enumerate() {
+        assert!(
+            sizes.len() == times.len()
+                && out.len() == sizes.len()
+                && colors.is_none_or(|c| c.len() == sizes.len())
+        );
+        // A loop each for colour-blind and colour-aware traces: a colour-blind packet is not
+        // asked for a colour it has not got.
+        match colors {
+            None => self.mark_each(sizes, times, out, |_| None),
+            Some(colors) => self.mark_each(sizes, times, out, |i| Some(colors[i])),
+        }
+    }
+
+    fn mark_each(
+        &mut self,
+        sizes: &[u64],
+        times: &[i64],
+        out: &mut [Color],
+        arrived: impl Fn(usize) -> Option<Color>,
+    ) -> Result<(), TraceError> {
+        for (i, ((&size, &time), out)) in sizes.iter().zip(times).zip(out).enumerate() {
             if self.last_time.is_some_and(|last| time < last) {
                 return Err(TraceError::Backwards {
                     index: self.marked + i,
                 });
             }
             self.last_time = Some(time);
-            out[i] = self.meter.mark(size, time, colors.map(|c| c[i]));
+            *out = self.meter.mark(size, time, arrived(i));
         }
         self.marked += sizes.len();
         Ok(())

@@ -1,0 +1,252 @@
+//! Keys of mixed kinds for a keyed table: ints, floats, text, bytes, tuples of these, and
+//! numbered objects.
+//!
+//! [`KeyedLimiter`](super::keyed::KeyedLimiter) takes any key type; this is the one the Python
+//! glue stores, so that `1`, `"a"` and `b"a"` can be keys of one table, each hashed by the
+//! table's seeded hash with no Python code. It lives in the core, with no Python in it, so that
+//! `cargo bench --bench keyed_floor` times the table the glue really uses. What each Python
+//! value becomes is the glue's business (`src/python/keys.rs`).
+
+use std::hash::{Hash, Hasher};
+
+use hashbrown::Equivalent;
+
+/// A key as the table stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    Int(i64),
+    /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
+    Wide(u64),
+    /// Any other int within `i128`, as its low and high halves.
+    Big(u64, u64),
+    /// A float that is not an integer (an infinity included), by its bits (never a NaN).
+    Float(u64),
+    Str(Box<str>),
+    Bytes(Box<[u8]>),
+    /// A tuple of keys (nested tuples included), its items encoded one after another (see
+    /// [`encode_item`]).
+    Tuple(Box<[u8]>),
+    /// A number the table's owner gave an object key of its own (the Python glue's registry
+    /// numbers every key that is none of the above).
+    Object(u64),
+}
+
+/// A key as a call looks it up: borrowed from the caller's value, so a lookup allocates
+/// nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRef<'a> {
+    Int(i64),
+    Wide(u64),
+    Big(u64, u64),
+    Float(u64),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Tuple(&'a [u8]),
+    Object(u64),
+}
+
+impl Key {
+    fn as_ref(&self) -> KeyRef<'_> {
+        match self {
+            Self::Int(value) => KeyRef::Int(*value),
+            Self::Wide(value) => KeyRef::Wide(*value),
+            Self::Big(low, high) => KeyRef::Big(*low, *high),
+            Self::Float(bits) => KeyRef::Float(*bits),
+            Self::Str(text) => KeyRef::Str(text),
+            Self::Bytes(bytes) => KeyRef::Bytes(bytes),
+            Self::Tuple(items) => KeyRef::Tuple(items),
+            Self::Object(id) => KeyRef::Object(*id),
+        }
+    }
+
+    /// Whether the table should say when it forgets this key (its owner keeps the object the
+    /// number stands for, and must let go of it).
+    #[must_use]
+    pub fn is_registered(&self) -> bool {
+        matches!(self, Self::Object(_))
+    }
+}
+
+/// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_ref().hash(state);
+    }
+}
+
+/// One write to the hasher per key (two for a `Big` one), none for its kind: keys of different
+/// kinds may share a hash (an int and an object number), which equality sorts out, and the hot
+/// path hashes on every call.
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match *self {
+            #[allow(clippy::cast_sign_loss)] // the bits, not the value
+            Self::Int(value) => state.write_u64(value as u64),
+            Self::Wide(value) | Self::Float(value) | Self::Object(value) => state.write_u64(value),
+            Self::Big(low, high) => {
+                state.write_u64(low);
+                state.write_u64(high);
+            }
+            Self::Str(text) => text.hash(state),
+            Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
+        }
+    }
+}
+
+impl Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        *self == key.as_ref()
+    }
+}
+
+impl From<&KeyRef<'_>> for Key {
+    fn from(key: &KeyRef<'_>) -> Self {
+        match *key {
+            KeyRef::Int(value) => Self::Int(value),
+            KeyRef::Wide(value) => Self::Wide(value),
+            KeyRef::Big(low, high) => Self::Big(low, high),
+            KeyRef::Float(bits) => Self::Float(bits),
+            KeyRef::Str(text) => Self::Str(text.into()),
+            KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
+            KeyRef::Tuple(items) => Self::Tuple(items.into()),
+            KeyRef::Object(id) => Self::Object(id),
+        }
+    }
+}
+
+/// An int within `i128` as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`, `Big`
+/// beyond.
+#[must_use]
+pub fn plain_int(value: i128) -> KeyRef<'static> {
+    i64::try_from(value).map_or_else(
+        |_| {
+            u64::try_from(value).map_or_else(
+                |_| {
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // halves
+                    KeyRef::Big(value as u64, (value >> 64) as u64)
+                },
+                KeyRef::Wide,
+            )
+        },
+        KeyRef::Int,
+    )
+}
+
+/// Append a tuple's item to the tuple's encoding: a tag (its kind), a word (little endian: the
+/// value, or a length), then for a `Big` its high half and for a `Str`, `Bytes` or `Tuple` as
+/// many bytes as the word says. No two keys encode alike, so two tuples are equal exactly when
+/// their encodings are, and the encoding can be hashed as the tuple.
+pub fn encode_item(key: KeyRef<'_>, out: &mut Vec<u8>) {
+    let high;
+    #[allow(clippy::cast_sign_loss)] // the bits, not the value
+    let (tag, word, tail): (u8, u64, &[u8]) = match key {
+        KeyRef::Int(value) => (0, value as u64, &[]),
+        KeyRef::Wide(value) => (1, value, &[]),
+        KeyRef::Big(low, high_half) => {
+            high = high_half.to_le_bytes();
+            (2, low, &high)
+        }
+        KeyRef::Float(bits) => (3, bits, &[]),
+        KeyRef::Str(text) => (4, text.len() as u64, text.as_bytes()),
+        KeyRef::Bytes(bytes) => (5, bytes.len() as u64, bytes),
+        KeyRef::Tuple(items) => (6, items.len() as u64, items),
+        KeyRef::Object(number) => (7, number, &[]),
+    };
+    out.push(tag);
+    out.extend_from_slice(&word.to_le_bytes());
+    out.extend_from_slice(tail);
+}
+
+/// The first item of a tuple's encoding and the encoding of the rest; `None` once none is
+/// left.
+#[must_use]
+pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
+    let (&tag, rest) = items.split_first()?;
+    let (word, rest) = rest.split_first_chunk::<8>()?;
+    let word = u64::from_le_bytes(*word);
+    let length = match tag {
+        2 => 8,
+        4..=6 => usize::try_from(word).ok()?,
+        _ => 0,
+    };
+    let (tail, rest) = rest.split_at_checked(length)?;
+    #[allow(clippy::cast_possible_wrap)] // the bits, not the value
+    let key = match tag {
+        0 => KeyRef::Int(word as i64),
+        1 => KeyRef::Wide(word),
+        2 => KeyRef::Big(word, u64::from_le_bytes(tail.try_into().ok()?)),
+        3 => KeyRef::Float(word),
+        4 => KeyRef::Str(std::str::from_utf8(tail).ok()?),
+        5 => KeyRef::Bytes(tail),
+        6 => KeyRef::Tuple(tail),
+        _ => KeyRef::Object(word),
+    };
+    Some((key, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{encode_item, first_item, plain_int, KeyRef};
+
+    fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for item in items {
+            encode_item(*item, &mut out);
+        }
+        out
+    }
+
+    fn decoded(mut items: &[u8]) -> Vec<KeyRef<'_>> {
+        let mut keys = Vec::new();
+        while let Some((key, rest)) = first_item(items) {
+            keys.push(key);
+            items = rest;
+        }
+        keys
+    }
+
+    #[test]
+    fn a_tuple_encoding_reads_back_item_by_item() {
+        let inner = encoded(&[KeyRef::Str("é"), KeyRef::Int(-1)]);
+        let items = [
+            plain_int(-(1 << 100)),
+            KeyRef::Wide(u64::MAX),
+            KeyRef::Float(0.5_f64.to_bits()),
+            KeyRef::Bytes(b""),
+            KeyRef::Tuple(&inner),
+            KeyRef::Object(7),
+        ];
+        assert_eq!(decoded(&encoded(&items)), items);
+        assert_eq!(decoded(&inner), [KeyRef::Str("é"), KeyRef::Int(-1)]);
+    }
+
+    #[test]
+    fn different_tuples_never_encode_alike() {
+        // The length words keep item boundaries apart, the tags keep kinds apart.
+        let pairs = [
+            (
+                encoded(&[KeyRef::Str("ab")]),
+                encoded(&[KeyRef::Str("a"), KeyRef::Str("b")]),
+            ),
+            (
+                encoded(&[KeyRef::Str("a")]),
+                encoded(&[KeyRef::Bytes(b"a")]),
+            ),
+            (encoded(&[KeyRef::Int(1)]), encoded(&[KeyRef::Object(1)])),
+            (encoded(&[]), encoded(&[KeyRef::Tuple(&[])])),
+        ];
+        for (a, b) in pairs {
+            assert_ne!(a, b);
+        }
+    }
+
+    #[test]
+    fn ints_take_the_narrowest_kind() {
+        assert_eq!(plain_int(-5), KeyRef::Int(-5));
+        assert_eq!(plain_int(1 << 63), KeyRef::Wide(1 << 63));
+        assert_eq!(
+            plain_int(-(1 << 63) - 1),
+            KeyRef::Big(u64::MAX >> 1, u64::MAX)
+        );
+    }
+}
