@@ -535,3 +535,31 @@ KINDS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 kind_values = st.sampled_from(sorted(KINDS)).map(KINDS.__getitem__)
+
+
+def assert_one_key(group: list[Any], make: Callable[[int], Any]) -> None:
+    """Every value of ``group`` is one client of a keyed limiter, as they are one dict key.
+
+    ``make(burst)`` builds an empty keyed limiter with one shard and rate 1 per second; each
+    value of the group takes a token of the first one's bucket, whichever came first.
+    """
+    assert len(dict.fromkeys(group)) == 1
+    for first in group:
+        limiter = make(len(group) + 1)
+        assert limiter.try_acquire(first, now_ns=0)
+        for other in group:
+            assert other in limiter, f"{other!r} is not the same key as {first!r}"
+            assert limiter.try_acquire(other, now_ns=0), (first, other)
+        assert len(limiter) == 1, list(limiter)
+        assert limiter.try_acquire(first, now_ns=0) is False, "the one bucket is empty now"
+
+
+def assert_two_keys(a: Any, b: Any, limiter: Any) -> None:
+    """``a`` and ``b`` are two clients of ``limiter`` (empty, burst 1), as two dict keys."""
+    assert len(dict.fromkeys([a, b])) == 2
+    assert limiter.try_acquire(a, now_ns=0)
+    assert b not in limiter
+    assert limiter.try_acquire(b, now_ns=0), f"{b!r} was treated as {a!r}"
+    assert len(limiter) == 2
+    assert limiter.try_acquire(a, now_ns=0) is False
+    assert limiter.try_acquire(b, now_ns=0) is False
