@@ -29,6 +29,8 @@ import gc
 import pickle
 import threading
 import typing
+import warnings
+from collections import UserString
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -413,3 +415,57 @@ def test_a_saved_state_with_a_tuple_twice_is_refused() -> None:
         with pytest.raises(ValueError, match="twice"):
             fresh.__setstate__(((seed, doubled, latest, counts, origin), attributes))
         assert len(fresh) == 0
+
+
+# Numbers that are costly or noisy to convert, alone and inside tuples.
+
+
+@pytest.mark.parametrize(
+    "huge",
+    [Decimal("1E+999999999999"), Decimal("-1E+1000000"), Decimal("3.5E+400")],
+    ids=repr,
+)
+@pytest.mark.parametrize("in_tuple", [False, True], ids=["bare", "in a tuple"])
+def test_a_number_too_big_for_any_plain_key_is_a_key_of_its_own(huge: Any, in_tuple: bool) -> None:
+    # int() of the first would need a trillion digits (MemoryError); a dict only hashes it.
+    key = ("route", huge) if in_tuple else huge
+    limiter = table()
+    assert limiter.try_acquire(key, now_ns=0)
+    assert key in limiter and limiter.try_acquire(key, now_ns=0) is False
+    assert float("inf") not in limiter and ("route", float("inf")) not in limiter
+
+
+def test_an_infinite_decimal_is_the_float_infinity() -> None:
+    qos_support.assert_one_key(
+        [Decimal("Infinity"), float("inf")],
+        lambda burst: KeyedRateLimiter(1, burst=burst, max_keys=100, shards=1),
+    )
+    qos_support.assert_two_keys(Decimal("1E+400"), float("inf"), table())
+
+
+def test_a_complex_key_is_read_without_converting_it() -> None:
+    np = pytest.importorskip("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # int() or float() of a numpy complex warns
+        qos_support.assert_one_key(
+            [("route", np.complex128(1)), ("route", 1), ("route", complex(1, 0))],
+            lambda burst: KeyedRateLimiter(1, burst=burst, max_keys=100, shards=1),
+        )
+        qos_support.assert_two_keys(("route", np.complex128(1j)), ("route", 0), table())
+
+
+@pytest.mark.parametrize(
+    ("other", "plain"),
+    [(UserString("a"), "a"), (memoryview(b"x"), b"x")],
+    ids=["UserString", "memoryview"],
+)
+def test_an_object_of_another_type_equal_to_a_str_or_bytes_is_a_key_of_its_own(
+    other: Any, plain: Any
+) -> None:
+    # The documented exception: only numbers are asked which plain value they equal.
+    assert {plain: 1}[other] == 1
+    limiter = table()
+    assert limiter.try_acquire(plain, now_ns=0)
+    assert other not in limiter
+    assert limiter.try_acquire(other, now_ns=0)
+    assert len(limiter) == 2

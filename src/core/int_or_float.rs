@@ -178,6 +178,37 @@ mod tests {
     }
 
     #[test]
+    fn comparisons_are_strict_for_ints_and_floats_alike() {
+        for (low, high) in [
+            (Int(1), Int(2)),
+            (Float(1.0), Float(2.0)),
+            (Int(1), Float(1.5)),
+        ] {
+            assert_eq!(low.less_than(&high), Ok(true));
+            assert_eq!(high.less_than(&low), Ok(false));
+            assert_eq!(low.less_than(&low), Ok(false));
+            assert_eq!(high.greater_than(&low), Ok(true));
+            assert_eq!(low.greater_than(&high), Ok(false));
+            assert_eq!(high.greater_than(&high), Ok(false));
+        }
+    }
+
+    #[test]
+    fn the_sign_tests_put_zero_on_the_right_side() {
+        for (value, at_most, below) in [
+            (Int(-3), true, true),
+            (Int(0), true, false),
+            (Int(3), false, false),
+            (Float(-0.5), true, true),
+            (Float(0.0), true, false),
+            (Float(0.5), false, false),
+        ] {
+            assert_eq!(value.at_most_zero(), Ok(at_most), "{value:?} <= 0");
+            assert_eq!(value.below_zero(), Ok(below), "0 > {value:?}");
+        }
+    }
+
+    #[test]
     fn zero_is_the_int_zero_and_any_size_compares_with_it() {
         assert_eq!(Float(2.5).zero(), Int(0));
         assert_eq!(Int(i64::MIN).below_zero(), Ok(true));

@@ -15,9 +15,12 @@
 //!   per call; a tuple's items are read the same way, one by one, so `(1.0, "a")` is the key
 //!   `(1, "a")`. (A `str`, `bytes` or tuple subclass is only compared with its own value: one
 //!   whose `__eq__` says it equals a *different* plain value, a case-insensitive string say,
-//!   is a key of its own.) So a client cannot pick such keys to collide, as it could with
-//!   Python's unseeded int hash (`n mod 2**61 - 1`), which a tuple's hash is made of, and a
-//!   dict.
+//!   is a key of its own; so is an object of another type that equals a `str` or `bytes`, a
+//!   `UserString` or a `memoryview`: only numbers are asked which plain value they equal.) So
+//!   a client cannot pick such keys to collide, as it could with Python's unseeded int hash
+//!   (`n mod 2**61 - 1`), which a tuple's hash is made of, and a dict. A number is asked with
+//!   `float(key)` first, and with `int(key)` only below 2**128, so a huge `Decimal` costs no
+//!   more than a small one.
 //! * anything else (an object of the program's own class, a bigger int, a `Fraction` equal to
 //!   no float, a NaN, a tuple holding any of these) gets a number from the [`Registry`], which
 //!   compares it with the registered objects of the same Python hash by `__eq__`, with no lock
@@ -110,32 +113,52 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
     if !is_number(key)? {
         return Ok(Classified::Object);
     }
-    if let Some(int) = conversion(py, py.get_type::<PyInt>().call1((key,)))? {
-        if equals(&int)? {
-            return Ok(int
-                .extract::<i128>()
-                .ok()
-                .map_or(Classified::Object, |value| {
-                    Classified::Plain(plain_int(value))
-                }));
+    // A complex equals a plain key only through its real part, and only with no imaginary part.
+    // It is asked first: converting a complex to an int or a float fails, or warns (numpy).
+    if let Ok(complex) = key.cast::<PyComplex>() {
+        if complex.imag() != 0.0 {
+            return Ok(Classified::Object);
         }
+        return float_equal(&PyFloat::new(py, complex.real()), equals);
     }
-    // A complex number has no float(), but one with no imaginary part equals its real part.
-    let float = match key.cast::<PyComplex>() {
-        Ok(complex) if complex.imag() == 0.0 => Some(PyFloat::new(py, complex.real()).into_any()),
-        Ok(_) => None,
-        Err(_) => conversion(py, py.get_type::<PyFloat>().call1((key,)))?,
-    };
-    if let Some(float) = float {
-        if let Ok(value) = float.cast_exact::<PyFloat>().map(PyFloatMethods::value) {
-            if let Some(plain) = float_key(value) {
-                if equals(&float)? {
-                    return Ok(Classified::Plain(plain));
-                }
+    // float(key) first, as a bound on the key's size: int(key) is only asked of a key below
+    // 2**128 in magnitude, since it can cost without limit (int(Decimal("1E+1000000")) makes a
+    // million digits), and a bigger key equals no int the table reads natively anyway.
+    let float = conversion(py, py.get_type::<PyFloat>().call1((key,)))?;
+    let size = float
+        .as_ref()
+        .and_then(|float| float.cast_exact::<PyFloat>().ok())
+        .map(|float| float.value().abs());
+    if size.is_none_or(|size| size < TWO_TO_128) {
+        if let Some(int) = conversion(py, py.get_type::<PyInt>().call1((key,)))? {
+            if equals(&int)? {
+                return Ok(int
+                    .extract::<i128>()
+                    .ok()
+                    .map_or(Classified::Object, |value| {
+                        Classified::Plain(plain_int(value))
+                    }));
             }
         }
     }
-    Ok(Classified::Object)
+    match float
+        .as_ref()
+        .and_then(|float| float.cast_exact::<PyFloat>().ok())
+    {
+        Some(float) => float_equal(float, equals),
+        None => Ok(Classified::Object),
+    }
+}
+
+/// The plain key of `float`, if it has one and the key being classified equals it (`equals`).
+fn float_equal<'a>(
+    float: &Bound<'_, PyFloat>,
+    equals: impl Fn(&Bound<'_, PyAny>) -> PyResult<bool>,
+) -> PyResult<Classified<'a>> {
+    match float_key(float.value()) {
+        Some(plain) if equals(float.as_any())? => Ok(Classified::Plain(plain)),
+        _ => Ok(Classified::Object),
+    }
 }
 
 /// A tuple whose every item is, or equals, a plain key (a tuple of them, down to `depth`
@@ -179,6 +202,9 @@ fn conversion<'py>(
 
 /// 2**127, the first float beyond the ints read natively.
 const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+
+/// 2**128: a number this big or bigger is asked no `int(key)` (see `classify_within`).
+const TWO_TO_128: f64 = 2.0 * TWO_TO_127;
 
 /// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python.
 /// `None` for other types; `Some(Object)` for values of these types that no plain key equals.

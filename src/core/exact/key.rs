@@ -241,6 +241,41 @@ mod tests {
     }
 
     #[test]
+    fn a_borrowed_key_finds_the_stored_key_it_equals_and_no_other() {
+        use super::Key;
+        use hashbrown::Equivalent;
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+        let stored = [
+            Key::Int(1),
+            Key::Int(2),
+            Key::Str("a".into()),
+            Key::Bytes(b"a"[..].into()),
+            Key::Tuple(encoded(&[KeyRef::Int(1)]).into()),
+            Key::Object(1),
+        ];
+        for (i, key) in stored.iter().enumerate() {
+            let borrowed = key.as_ref();
+            assert_eq!(Key::from(&borrowed), *key);
+            assert!(borrowed.equivalent(key));
+            assert_eq!(hasher.hash_one(key), hasher.hash_one(borrowed));
+            for other in &stored[i + 1..] {
+                assert!(!borrowed.equivalent(other), "{key:?} found {other:?}");
+            }
+        }
+        assert_ne!(hasher.hash_one(&stored[0]), hasher.hash_one(&stored[1]));
+        assert_ne!(hasher.hash_one(&stored[2]), hasher.hash_one(&stored[3]));
+    }
+
+    #[test]
+    fn only_object_numbers_are_registered() {
+        use super::Key;
+        assert!(Key::Object(1).is_registered());
+        assert!(!Key::Int(1).is_registered());
+        assert!(!Key::Tuple(Box::default()).is_registered());
+    }
+
+    #[test]
     fn ints_take_the_narrowest_kind() {
         assert_eq!(plain_int(-5), KeyRef::Int(-5));
         assert_eq!(plain_int(1 << 63), KeyRef::Wide(1 << 63));

@@ -126,6 +126,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn errors_say_what_to_give() {
+        assert_eq!(RateError::Zero.to_string(), "rate must be positive");
+        assert_eq!(
+            RateError::ZeroBurst.to_string(),
+            "burst must be an int from 1 to 2**64 - 1"
+        );
+        assert!(RateError::TooFine
+            .to_string()
+            .starts_with("burst times the rate's"));
+    }
+
+    #[test]
     fn rates_are_kept_in_lowest_terms() {
         assert_eq!(
             Rate::new(10, 4),
