@@ -110,9 +110,9 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
     // Only a number (something with __index__, __int__ or __float__, as `PyNumber_Check` has
     // it) is asked which int or float it equals: a plain object is not, and asking would cost
     // calls each.
-    if !is_number(key)? {
+    let Some(number) = number_kind(key)? else {
         return Ok(Classified::Object);
-    }
+    };
     // A complex equals a plain key only through its real part, and only with no imaginary part.
     // It is asked first: converting a complex to an int or a float fails, or warns (numpy).
     if let Ok(complex) = key.cast::<PyComplex>() {
@@ -121,10 +121,15 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
         }
         return float_equal(&PyFloat::new(py, complex.real()), equals);
     }
-    // float(key) first, as a bound on the key's size: int(key) is only asked of a key below
-    // 2**128 in magnitude, since it can cost without limit (int(Decimal("1E+1000000")) makes a
-    // million digits), and a bigger key equals no int the table reads natively anyway.
-    let float = conversion(py, py.get_type::<PyFloat>().call1((key,)))?;
+    // An integer is asked int(key) at once: it costs what the integer's own size does. Any other
+    // number is asked float(key) first, as a bound on its size: int(key) is only asked of one
+    // below 2**128 in magnitude, since it can cost without limit (int(Decimal("1E+1000000"))
+    // makes a million digits), and a bigger number equals no int the table reads natively.
+    let float_of = || conversion(py, py.get_type::<PyFloat>().call1((key,)));
+    let mut float = None;
+    if number == Number::Other {
+        float = float_of()?;
+    }
     let size = float
         .as_ref()
         .and_then(|float| float.cast_exact::<PyFloat>().ok())
@@ -140,6 +145,9 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
                     }));
             }
         }
+    }
+    if number == Number::Integer {
+        float = float_of()?;
     }
     match float
         .as_ref()
@@ -254,15 +262,27 @@ fn float_key(value: f64) -> Option<KeyRef<'static>> {
         .then(|| plain_int(value as i128))
 }
 
-/// Whether `key` is a number as `PyNumber_Check` has it: its type converts it with
-/// `__index__`, `__int__` or `__float__`, or it is a complex.
-fn is_number(key: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// What kind of number a key is, for asking it which plain key it equals.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Number {
+    /// Its type has `__index__`: an int subclass, an `IntEnum`, a numpy integer.
+    Integer,
+    /// Any other number: a `Decimal`, a `Fraction`, a numpy float, a complex.
+    Other,
+}
+
+/// The kind of number `key` is, or `None` if it is no number as `PyNumber_Check` has it (its
+/// type converts it with none of `__index__`, `__int__` and `__float__`, and it is no complex).
+fn number_kind(key: &Bound<'_, PyAny>) -> PyResult<Option<Number>> {
     let py = key.py();
     let class = key.get_type();
-    Ok(key.is_instance_of::<PyComplex>()
-        || class.hasattr(intern!(py, "__index__"))?
+    if class.hasattr(intern!(py, "__index__"))? {
+        return Ok(Some(Number::Integer));
+    }
+    let number = key.is_instance_of::<PyComplex>()
         || class.hasattr(intern!(py, "__int__"))?
-        || class.hasattr(intern!(py, "__float__"))?)
+        || class.hasattr(intern!(py, "__float__"))?;
+    Ok(number.then_some(Number::Other))
 }
 
 /// The numbers of key objects that are not plain keys, and the lock that orders every use of
