@@ -415,3 +415,25 @@ def test_an_asyncio_cluster_client_through_a_killed_master(replicated_cluster: C
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_batch_after_a_promotion_asks_the_promoted_replica(replicated_cluster: Cluster) -> None:
+    """The first batch after a promotion, from a client that still maps the dead master's
+    slots to it: the first of those slots fails (and the client re-reads the layout), and the
+    batch's other slots go to the promoted replica, which answers them. The node found
+    unreachable is the one the call went to, not the slot's owner read after the failure."""
+    cluster = replicated_cluster
+    client = quick_client(cluster)
+    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="batch:", on_error="deny")
+    victim = cluster.masters()[0]
+    replica = cluster.replica_of(victim)
+    on_victim = [key for key in KEYS if owner_of(client, limiter, key) == victim.port]
+    assert all(limiter.try_acquire_many(KEYS))
+    victim.kill()
+    wait_until(lambda: promoted(cluster, replica), FAILOVER_SECONDS, "the replica promoted")
+    wait_until(lambda: serving(cluster, replica), 10, "every node sees the promotion")
+    answers = dict(zip(KEYS, limiter.try_acquire_many(KEYS), strict=True))
+    denied = [key for key in KEYS if not answers[key]]
+    assert denied and set(denied) <= set(on_victim)
+    assert len({client.keyslot(limiter.redis_key(key)) for key in denied}) == 1
+    client.close()
