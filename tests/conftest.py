@@ -127,3 +127,26 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_se
         raise
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _replicated_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[redis_servers.Cluster]:
+    _redis_tests_apply()
+    cluster = redis_servers.Cluster(tmp_path_factory.mktemp("replicated"), replicas=1)
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def replicated_cluster(_replicated_cluster: redis_servers.Cluster) -> redis_servers.Cluster:
+    """Three masters with one replica each and a 1 s node timeout, for the session; a test may
+    kill, restart and fail over its nodes, and the next one gets it healed: every node up,
+    every replica in sync (which node is a master changes from test to test)."""
+    return _replicated_cluster.heal()

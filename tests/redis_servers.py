@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,17 @@ def free_port(with_bus: bool = False) -> int:
 class Server:
     """One redis-server on loopback, persisting nothing, in its own folder."""
 
-    def __init__(self, folder: Path, port: int | None = None, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        port: int | None = None,
+        cluster: bool = False,
+        options: tuple[str, ...] = (),
+    ) -> None:
         self.folder = folder
         self.port = port if port is not None else free_port(with_bus=cluster)
         self.cluster = cluster
+        self.options = options  # more redis-server arguments, as ("--cluster-node-timeout", "1000")
         self.process: subprocess.Popen[bytes] | None = None
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -72,6 +80,7 @@ class Server:
         args += ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        args += self.options
         log = open(self.folder / "server.log", "ab")  # the child keeps its own copy
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -130,11 +139,40 @@ class Server:
             self.process = None
 
 
-class Cluster:
-    """Three masters, no replicas, made with ``redis-cli --cluster create``."""
+def wait_until(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    """Poll ``predicate`` every 50 ms until it holds; a RuntimeError naming ``what`` after
+    ``seconds``. A node that does not answer yet counts as "not yet"."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except subprocess.SubprocessError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"not within {seconds} s: {what}")
 
-    def __init__(self, folder: Path) -> None:
-        self.nodes = [Server(folder / f"node{i}", cluster=True) for i in range(3)]
+
+class Cluster:
+    """Three masters made with ``redis-cli --cluster create``, and ``replicas`` replicas each.
+
+    With replicas, ``node_timeout_ms`` is the ``cluster-node-timeout`` (Redis's default is 15 s;
+    1 s here makes a killed master fail over within a few seconds), and any replica may be
+    promoted however long its link has been down (``cluster-replica-validity-factor 0``), so a
+    failover never waits on a replica judged too stale.
+    """
+
+    def __init__(self, folder: Path, replicas: int = 0, node_timeout_ms: int = 1000) -> None:
+        self.replicas = replicas
+        options: tuple[str, ...] = ()
+        if replicas:
+            options = ("--repl-diskless-sync-delay", "0")  # a replica syncs at once, not in 5 s
+            options += ("--cluster-node-timeout", str(node_timeout_ms))
+            options += ("--cluster-replica-validity-factor", "0")
+        count = 3 * (1 + replicas)
+        self.nodes = [
+            Server(folder / f"node{i}", cluster=True, options=options) for i in range(count)
+        ]
 
     def start(self) -> Cluster:
         for node in self.nodes:
@@ -142,17 +180,74 @@ class Cluster:
         addresses = [f"{HOST}:{node.port}" for node in self.nodes]
         create = ["redis-cli", "--cluster", "create", *addresses]
         subprocess.run(
-            [*create, "--cluster-replicas", "0", "--cluster-yes"],
+            [*create, "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True,
             timeout=60,
             check=True,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in self.nodes):
-                return self
-            time.sleep(0.1)
-        raise RuntimeError("the three-master cluster did not reach cluster_state:ok")
+        wait_until(self.settled, 30, f"a cluster of {len(self.nodes)} nodes settled")
+        return self
+
+    def table(self, node: Server) -> list[dict[str, Any]]:
+        """``node``'s view of the cluster (``CLUSTER NODES``): each node's port, flags (such as
+        ``master``, ``slave``, ``fail``, ``fail?``), its master's port for a replica, and
+        whether its link is connected."""
+        ids: dict[str, int] = {}
+        rows = []
+        for line in node.cli("CLUSTER", "NODES").splitlines():
+            fields = line.split()
+            port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+            ids[fields[0]] = port
+            rows.append((port, set(fields[2].split(",")), fields[3], fields[7] == "connected"))
+        return [
+            {"port": port, "flags": flags, "master": ids.get(master), "connected": connected}
+            for port, flags, master, connected in rows
+        ]
+
+    def settled(self) -> bool:
+        """Every live node says ``cluster_state:ok`` and sees three masters, each with its
+        replicas, and no node failing; every live replica's link to its master is up."""
+        live = [node for node in self.nodes if node.process is not None]
+        for node in live:
+            if "cluster_state:ok" not in node.cli("CLUSTER", "INFO"):
+                return False
+            table = self.table(node)
+            if any({"fail", "fail?"} & row["flags"] or not row["connected"] for row in table):
+                return False
+            masters = [row["port"] for row in table if "master" in row["flags"]]
+            replicas = [row["master"] for row in table if "slave" in row["flags"]]
+            if len(masters) != 3 or sorted(replicas) != sorted(masters * self.replicas):
+                return False
+            if "role:slave" in (info := node.cli("INFO", "replication")):
+                if "master_link_status:up" not in info:
+                    return False
+        return True
+
+    def heal(self, seconds: float = 30) -> Cluster:
+        """Restart every node that was killed (it rejoins with its ``nodes.conf``: a former
+        master comes back as a replica of its promoted replica), then wait until settled."""
+        for node in self.nodes:
+            if node.process is None:
+                node.start()
+        wait_until(self.settled, seconds, f"a cluster of {len(self.nodes)} nodes settled")
+        return self
+
+    def node(self, port: int) -> Server:
+        return next(node for node in self.nodes if node.port == port)
+
+    def masters(self) -> list[Server]:
+        """The masters, as a live node sees them."""
+        viewer = next(node for node in self.nodes if node.process is not None)
+        return [self.node(row["port"]) for row in self.table(viewer) if "master" in row["flags"]]
+
+    def replica_of(self, master: Server) -> Server:
+        """A replica of ``master``, as ``master`` itself sees them."""
+        rows = self.table(master)
+        return self.node(next(row["port"] for row in rows if row["master"] == master.port))
+
+    def role(self, node: Server) -> str:
+        """``master`` or ``slave``, as ``node`` itself says (``ROLE``)."""
+        return node.cli("ROLE").split("\n", 1)[0].strip()
 
     def client(self, **options: Any) -> Any:
         from redis.cluster import RedisCluster

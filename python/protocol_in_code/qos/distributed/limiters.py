@@ -508,15 +508,17 @@ class RedisKeyedRateLimiter:
         server = self._core.server
         unreachable: dict[Any, BaseException] = {}  # node -> its error, within this batch
         for group in server.slot_groups(names):
-            node = server.node_of(names[group[0]]) if unreachable else None
+            # The node asked, read before the call: after a failure the client may re-read the
+            # cluster's layout, and the slot's owner is then another node (after a failover,
+            # the promoted replica), which must not be taken for the unreachable one.
+            node = server.node_of(names[group[0]]) if server.is_cluster else None
             try:
                 if node is not None and node in unreachable:
                     raise unreachable[node]
                 reply = self._run([names[i] for i in group], args)
             except self._unavailable as error:
-                failed = server.node_of(names[group[0]])
-                if failed is not None:
-                    unreachable[failed] = error
+                if node is not None:
+                    unreachable[node] = error
                 for i in group:
                     answers[i] = bool(
                         self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
@@ -701,15 +703,15 @@ class AsyncRedisKeyedRateLimiter:
         server = self._core.server
         unreachable: dict[Any, BaseException] = {}
         for group in server.slot_groups(names):
-            node = server.node_of(names[group[0]]) if unreachable else None
+            # The node asked, read before the call, as in the sync form.
+            node = server.node_of(names[group[0]]) if server.is_cluster else None
             try:
                 if node is not None and node in unreachable:
                     raise unreachable[node]
                 reply = await self._run([names[i] for i in group], args)
             except self._unavailable as error:
-                failed = server.node_of(names[group[0]])
-                if failed is not None:
-                    unreachable[failed] = error
+                if node is not None:
+                    unreachable[node] = error
                 for i in group:
                     answers[i] = bool(
                         self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
