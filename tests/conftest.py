@@ -115,11 +115,8 @@ def own_redis_server(tmp_path: Path) -> Iterator[redis_servers.Server]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_servers.Cluster]:
-    """A three-master cluster for the session, made with redis-cli --cluster create."""
-    _redis_tests_apply()
-    cluster = redis_servers.Cluster(tmp_path_factory.mktemp("cluster"))
+def _running(cluster: redis_servers.Cluster) -> Iterator[redis_servers.Cluster]:
+    """Start ``cluster``, hand it over, and stop it after (also when it fails to start)."""
     try:
         cluster.start()
     except BaseException:
@@ -127,6 +124,13 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_se
         raise
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_servers.Cluster]:
+    """A three-master cluster for the session, made with redis-cli --cluster create."""
+    _redis_tests_apply()
+    yield from _running(redis_servers.Cluster(tmp_path_factory.mktemp("cluster")))
 
 
 @pytest.fixture(scope="session")
@@ -134,14 +138,7 @@ def _replicated_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[redis_servers.Cluster]:
     _redis_tests_apply()
-    cluster = redis_servers.Cluster(tmp_path_factory.mktemp("replicated"), replicas=1)
-    try:
-        cluster.start()
-    except BaseException:
-        cluster.stop()
-        raise
-    yield cluster
-    cluster.stop()
+    yield from _running(redis_servers.Cluster(tmp_path_factory.mktemp("replicated"), replicas=1))
 
 
 @pytest.fixture
