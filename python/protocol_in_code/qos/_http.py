@@ -17,9 +17,9 @@ write a response:
   ever do) is ``429`` *without* ``Retry-After``, since there is no time to give. REFUSED (a
   keyed table is full of clients still being limited) is ``503 Service Unavailable`` with
   ``Retry-After``: the server, not this client, is out of room.
-* **What fields?** The RateLimit fields of draft-ietf-httpapi-ratelimit-headers (revision 11),
-  one policy per band; see :class:`Policy` for what ``q``, ``w``, ``r`` and ``t`` mean for a
-  token bucket.
+* **What fields?** The RateLimit fields of draft-ietf-httpapi-ratelimit-headers (as its
+  revisions 08 and 09 define them), one policy per band; see :class:`Policy` for what ``q``,
+  ``w``, ``r`` and ``t`` mean for a token bucket.
 """
 
 from __future__ import annotations
