@@ -3,7 +3,9 @@
 Every public call is: check the arguments exactly as in-process (before any round trip), one
 script call, and a :class:`Decision` (or ``bool``, ``int``, ``None``) built from its four
 integers. A call the server cannot answer goes to the ``on_error`` policy. The synchronous and
-asyncio classes differ only in awaiting the round trip; :class:`_Core` holds everything else.
+asyncio classes differ only in awaiting the round trip: :class:`_Core` (configuration, checks,
+``on_error``), :class:`_OneKey` and :class:`_ManyKeys` (what a limiter of each kind holds) and
+:class:`_Batch` (a batch by hash slot) hold everything else.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import inspect
 import operator
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeAlias, TypeVar
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
@@ -256,7 +258,149 @@ async def _awaited_acquire(ask: Callable[[], Awaitable[Decision]], n: Any, timeo
         await asyncio.sleep(delay)
 
 
-class RedisRateLimiter:
+#: The questions about one key: the script's operation for each method, and how its reply is
+#: read.
+_QUESTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
+    "try_acquire": (TAKE, decision),  # the asyncio forms' (the others have a quicker path)
+    "check": (TAKE, decision),
+    "peek": (PEEK, decision),
+    "refund": (REFUND, lambda reply: None),
+    "available": (AVAILABLE, remaining),
+}
+
+
+class _Batch:
+    """One ``try_acquire_many``: the keys grouped by hash slot, their answers, and the nodes
+    found unreachable, for a caller that runs each group's script call, blocking or awaited.
+
+    On a cluster, a node found unreachable is not asked again within the batch: its other slots
+    go straight to ``on_error``, so a batch waits for at most one timeout per unreachable node,
+    not one per slot.
+    """
+
+    def __init__(self, core: _Core, keys: Iterable[str | bytes], n: Any, now_ns: Any) -> None:
+        self.keys = list(keys)
+        self.names = [redis_key(core.prefix, key) for key in self.keys]
+        self.args = core.args(MANY, n, now_ns)
+        if self.keys:
+            core.refuse_never(n)
+        self.answers = [False] * len(self.keys)
+        self._core, self._n, self._now_ns = core, n, now_ns
+        self._unreachable: dict[Any, BaseException] = {}  # node -> its error
+
+    def groups(self) -> Iterator[tuple[list[int], Any]]:
+        """Each slot's keys (their positions) and the node asked for them, read before the
+        call: after a failure the client may re-read the cluster's layout, and the slot's owner
+        is then another node (after a failover, the promoted replica), which must not be taken
+        for the unreachable one."""
+        server = self._core.server
+        for group in server.slot_groups(self.names):
+            yield group, server.node_of(self.names[group[0]]) if server.is_cluster else None
+
+    def names_of(self, group: list[int], node: Any) -> list[bytes]:
+        """The Redis keys of ``group``; raises the error of its node if that is unreachable."""
+        if node is not None and node in self._unreachable:
+            raise self._unreachable[node]
+        return [self.names[i] for i in group]
+
+    def answered(self, group: list[int], reply: Any) -> None:
+        for i, answer in zip(group, allowed_digits(reply), strict=True):
+            self.answers[i] = answer
+
+    def failed(self, group: list[int], node: Any, error: BaseException) -> None:
+        if node is not None:
+            self._unreachable[node] = error
+        for i in group:
+            self.answers[i] = bool(
+                self._core.unavailable(error, "try_acquire", self.keys[i], self._n, self._now_ns)
+            )
+
+
+class _OneKey:
+    """What :class:`RedisRateLimiter` and :class:`AsyncRedisRateLimiter` share: everything but
+    running the script."""
+
+    def __init__(
+        self,
+        client: Any,
+        key: str | bytes,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        initial: int | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
+        )
+        self.key = key
+        self._keys = [redis_key(core.prefix, key)]
+        self._unavailable = core.server.unavailable
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        """Each band's ``(tokens per second, burst)``, as in-process."""
+        return self._core.validator.bands
+
+    @property
+    def redis_key(self) -> bytes:
+        """The hash on the server that holds this limit."""
+        return self._keys[0]
+
+    def _fall_back(self, error: BaseException, method: str, n: Any, now_ns: Any) -> Any:
+        """The ``on_error`` answer to ``method`` asked with these arguments."""
+        args = (now_ns,) if method == "available" else (n, now_ns)
+        return self._core.unavailable(error, method, *args)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
+
+
+class _ManyKeys:
+    """What :class:`RedisKeyedRateLimiter` and :class:`AsyncRedisKeyedRateLimiter` share:
+    everything but running the script."""
+
+    def __init__(
+        self,
+        client: Any,
+        rate: Any = None,
+        burst: int | None = None,
+        *,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self._core = core = _Core(
+            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
+        )
+        self._unavailable = core.server.unavailable
+        self._prefix = core.prefix
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]:
+        """Each band's ``(tokens per second, burst)``, as in-process."""
+        return self._core.validator.bands
+
+    def redis_key(self, key: str | bytes) -> bytes:
+        """The hash on the server that holds ``key``'s limit."""
+        return redis_key(self._prefix, key)
+
+    def _fall_back(self, error: BaseException, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+        """The ``on_error`` answer to ``method`` asked with these arguments."""
+        args = (key, now_ns) if method == "available" else (key, n, now_ns)
+        return self._core.unavailable(error, method, *args)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"
+
+
+class RedisRateLimiter(_OneKey):
     """One limit shared by every process, on every host, that uses ``key`` on one Redis.
 
     Takes the arguments of :class:`~protocol_in_code.qos.limiter.RateLimiter` (read by it: the
@@ -285,37 +429,14 @@ class RedisRateLimiter:
             return AsyncRedisRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
         return super().__new__(cls)
 
-    def __init__(
-        self,
-        client: Any,
-        key: str | bytes,
-        rate: Any = None,
-        burst: int | None = None,
-        *,
-        per: Any = None,
-        bands: Iterable[Any] | None = None,
-        initial: int | None = None,
-        on_error: OnError = "raise",
-        min_ttl_ms: int = 0,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        self._core = core = _Core(
-            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
-        )
-        self.key = key
-        self._keys = [redis_key(core.prefix, key)]
-        self._run = core.server.run
-        self._unavailable = core.server.unavailable
-
-    @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        """Each band's ``(tokens per second, burst)``, as in-process."""
-        return self._core.validator.bands
-
-    @property
-    def redis_key(self) -> bytes:
-        """The hash on the server that holds this limit."""
-        return self._keys[0]
+    def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
+        op, read = _QUESTIONS[method]
+        args = self._core.args(op, n, now_ns)
+        try:
+            reply = self._core.server.run(self._keys, args)
+        except self._unavailable as error:
+            return self._fall_back(error, method, n, now_ns)
+        return read(reply)
 
     def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
         """Take ``n`` tokens if every band holds them: True if taken."""
@@ -325,42 +446,26 @@ class RedisRateLimiter:
         else:
             args = core.args(TAKE, n, now_ns)
         try:
-            reply = self._run(self._keys, args)
+            reply = core.server.run(self._keys, args)
         except self._unavailable as error:
-            return bool(core.unavailable(error, "try_acquire", n, now_ns))
+            return bool(self._fall_back(error, "try_acquire", n, now_ns))
         return taken(reply, n)
 
     def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        args = self._core.args(TAKE, n, now_ns)
-        try:
-            return decision(self._run(self._keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "check", n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("check", n, now_ns)  # type: ignore[no-any-return]
 
     def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
-        args = self._core.args(PEEK, n, now_ns)
-        try:
-            return decision(self._run(self._keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "peek", n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
 
     def refund(self, n: int = 1, now_ns: int | None = None) -> None:
         """Give ``n`` tokens back to every band, each capped at its burst."""
-        args = self._core.args(REFUND, n, now_ns)
-        try:
-            self._run(self._keys, args)
-        except self._unavailable as error:
-            self._core.unavailable(error, "refund", n, now_ns)
+        self._ask("refund", n, now_ns)
 
     def available(self, now_ns: int | None = None) -> int:
         """Whole tokens every band holds now."""
-        args = self._core.args(AVAILABLE, 0, now_ns)
-        try:
-            return remaining(self._run(self._keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "available", now_ns)  # type: ignore[no-any-return]
+        return self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
 
     def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens are taken (True), or ``timeout`` seconds pass (False)."""
@@ -390,11 +495,8 @@ class RedisRateLimiter:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
 
-
-class RedisKeyedRateLimiter:
+class RedisKeyedRateLimiter(_ManyKeys):
     """One shared limit per key: :class:`RedisRateLimiter` for every key at once.
 
     The arguments and answers of :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a
@@ -412,33 +514,15 @@ class RedisKeyedRateLimiter:
             return AsyncRedisKeyedRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
         return super().__new__(cls)
 
-    def __init__(
-        self,
-        client: Any,
-        rate: Any = None,
-        burst: int | None = None,
-        *,
-        per: Any = None,
-        bands: Iterable[Any] | None = None,
-        on_error: OnError = "raise",
-        min_ttl_ms: int = 0,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        self._core = core = _Core(
-            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
-        )
-        self._run = core.server.run
-        self._unavailable = core.server.unavailable
-        self._prefix = core.prefix
-
-    @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        """Each band's ``(tokens per second, burst)``, as in-process."""
-        return self._core.validator.bands
-
-    def redis_key(self, key: str | bytes) -> bytes:
-        """The hash on the server that holds ``key``'s limit."""
-        return redis_key(self._prefix, key)
+    def _ask(self, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+        op, read = _QUESTIONS[method]
+        keys = [redis_key(self._prefix, key)]
+        args = self._core.args(op, n, now_ns)
+        try:
+            reply = self._core.server.run(keys, args)
+        except self._unavailable as error:
+            return self._fall_back(error, method, key, n, now_ns)
+        return read(reply)
 
     def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
         """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
@@ -449,46 +533,26 @@ class RedisKeyedRateLimiter:
         else:
             args = core.args(TAKE, n, now_ns)
         try:
-            reply = self._run(keys, args)
+            reply = core.server.run(keys, args)
         except self._unavailable as error:
-            return bool(core.unavailable(error, "try_acquire", key, n, now_ns))
+            return bool(self._fall_back(error, "try_acquire", key, n, now_ns))
         return taken(reply, n)
 
     def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(TAKE, n, now_ns)
-        try:
-            return decision(self._run(keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "check", key, n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("check", key, n, now_ns)  # type: ignore[no-any-return]
 
     def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(PEEK, n, now_ns)
-        try:
-            return decision(self._run(keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "peek", key, n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("peek", key, n, now_ns)  # type: ignore[no-any-return]
 
     def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
         """Give ``n`` tokens back to every band of ``key``, each capped at its burst."""
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(REFUND, n, now_ns)
-        try:
-            self._run(keys, args)
-        except self._unavailable as error:
-            self._core.unavailable(error, "refund", key, n, now_ns)
+        self._ask("refund", key, n, now_ns)
 
     def available(self, key: str | bytes, now_ns: int | None = None) -> int:
         """Whole tokens every band of ``key`` holds now."""
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(AVAILABLE, 0, now_ns)
-        try:
-            return remaining(self._run(keys, args))
-        except self._unavailable as error:
-            return self._core.unavailable(error, "available", key, now_ns)  # type: ignore[no-any-return]
+        return self._ask("available", key, 0, now_ns)  # type: ignore[no-any-return]
 
     def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
@@ -499,34 +563,15 @@ class RedisKeyedRateLimiter:
         On a cluster, a node found unreachable is not asked again within the batch: its other
         slots go straight to ``on_error``, so a batch waits for at most one timeout per
         unreachable node, not one per slot."""
-        keys = list(keys)
-        names = [redis_key(self._prefix, key) for key in keys]
-        args = self._core.args(MANY, n, now_ns)
-        if keys:
-            self._core.refuse_never(n)
-        answers = [False] * len(keys)
-        server = self._core.server
-        unreachable: dict[Any, BaseException] = {}  # node -> its error, within this batch
-        for group in server.slot_groups(names):
-            # The node asked, read before the call: after a failure the client may re-read the
-            # cluster's layout, and the slot's owner is then another node (after a failover,
-            # the promoted replica), which must not be taken for the unreachable one.
-            node = server.node_of(names[group[0]]) if server.is_cluster else None
+        batch = _Batch(self._core, keys, n, now_ns)
+        for group, node in batch.groups():
             try:
-                if node is not None and node in unreachable:
-                    raise unreachable[node]
-                reply = self._run([names[i] for i in group], args)
+                reply = self._core.server.run(batch.names_of(group, node), batch.args)
             except self._unavailable as error:
-                if node is not None:
-                    unreachable[node] = error
-                for i in group:
-                    answers[i] = bool(
-                        self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
-                    )
-                continue
-            for i, answer in zip(group, allowed_digits(reply), strict=True):
-                answers[i] = answer
-        return answers
+                batch.failed(group, node, error)
+            else:
+                batch.answered(group, reply)
+        return batch.answers
 
     def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
@@ -542,72 +587,36 @@ class RedisKeyedRateLimiter:
         self._core.args(TAKE, n, None)
         return await _awaited_acquire(lambda: asyncio.to_thread(self.check, key, n), n, timeout)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"
 
-
-class AsyncRedisRateLimiter:
+class AsyncRedisRateLimiter(_OneKey):
     """:class:`RedisRateLimiter` on an asyncio client: every call is awaited, and none blocks
     the event loop. Same arguments, same answers; ``acquire`` and ``acquire_async`` are the
     same coroutine, and the decorator takes ``async def`` functions."""
 
-    def __init__(
-        self,
-        client: Any,
-        key: str | bytes,
-        rate: Any = None,
-        burst: int | None = None,
-        *,
-        per: Any = None,
-        bands: Iterable[Any] | None = None,
-        initial: int | None = None,
-        on_error: OnError = "raise",
-        min_ttl_ms: int = 0,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        self._core = core = _Core(
-            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
-        )
-        self.key = key
-        self._keys = [redis_key(core.prefix, key)]
-        self._run = core.server.run_async
-        self._unavailable = core.server.unavailable
-
-    @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        return self._core.validator.bands
-
-    @property
-    def redis_key(self) -> bytes:
-        return self._keys[0]
-
-    async def _ask(self, op: int, method: str, n: Any, now_ns: Any) -> Any:
+    async def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
+        op, read = _QUESTIONS[method]
         args = self._core.args(op, n, now_ns)
         try:
-            reply = await self._run(self._keys, args)
+            reply = await self._core.server.run_async(self._keys, args)
         except self._unavailable as error:
-            fallback = (now_ns,) if op == AVAILABLE else (n, now_ns)
-            return self._core.unavailable(error, method, *fallback)
-        if op == AVAILABLE:
-            return remaining(reply)
-        return None if op == REFUND else decision(reply)
+            return self._fall_back(error, method, n, now_ns)
+        return read(reply)
 
     async def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
-        answer = await self._ask(TAKE, "try_acquire", n, now_ns)
+        answer = await self._ask("try_acquire", n, now_ns)
         return answer if isinstance(answer, bool) else allowed(answer, n)
 
     async def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        answer = await self._ask(TAKE, "check", n, now_ns)
-        return answer  # type: ignore[no-any-return]
+        return await self._ask("check", n, now_ns)  # type: ignore[no-any-return]
 
     async def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask(PEEK, "peek", n, now_ns)  # type: ignore[no-any-return]
+        return await self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
 
     async def refund(self, n: int = 1, now_ns: int | None = None) -> None:
-        await self._ask(REFUND, "refund", n, now_ns)
+        await self._ask("refund", n, now_ns)
 
     async def available(self, now_ns: int | None = None) -> int:
-        return await self._ask(AVAILABLE, "available", 0, now_ns)  # type: ignore[no-any-return]
+        return await self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
 
     async def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
         self._core.args(TAKE, n, None)
@@ -627,66 +636,35 @@ class AsyncRedisRateLimiter:
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
 
-
-class AsyncRedisKeyedRateLimiter:
+class AsyncRedisKeyedRateLimiter(_ManyKeys):
     """:class:`RedisKeyedRateLimiter` on an asyncio client: every call is awaited."""
 
-    def __init__(
-        self,
-        client: Any,
-        rate: Any = None,
-        burst: int | None = None,
-        *,
-        per: Any = None,
-        bands: Iterable[Any] | None = None,
-        on_error: OnError = "raise",
-        min_ttl_ms: int = 0,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        self._core = core = _Core(
-            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
-        )
-        self._run = core.server.run_async
-        self._unavailable = core.server.unavailable
-        self._prefix = core.prefix
-
-    @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        return self._core.validator.bands
-
-    def redis_key(self, key: str | bytes) -> bytes:
-        return redis_key(self._prefix, key)
-
-    async def _ask(self, op: int, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+        op, read = _QUESTIONS[method]
         keys = [redis_key(self._prefix, key)]
         args = self._core.args(op, n, now_ns)
         try:
-            reply = await self._run(keys, args)
+            reply = await self._core.server.run_async(keys, args)
         except self._unavailable as error:
-            fallback = (key, now_ns) if op == AVAILABLE else (key, n, now_ns)
-            return self._core.unavailable(error, method, *fallback)
-        if op == AVAILABLE:
-            return remaining(reply)
-        return None if op == REFUND else decision(reply)
+            return self._fall_back(error, method, key, n, now_ns)
+        return read(reply)
 
     async def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
-        answer = await self._ask(TAKE, "try_acquire", key, n, now_ns)
+        answer = await self._ask("try_acquire", key, n, now_ns)
         return answer if isinstance(answer, bool) else allowed(answer, n)
 
     async def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask(TAKE, "check", key, n, now_ns)  # type: ignore[no-any-return]
+        return await self._ask("check", key, n, now_ns)  # type: ignore[no-any-return]
 
     async def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask(PEEK, "peek", key, n, now_ns)  # type: ignore[no-any-return]
+        return await self._ask("peek", key, n, now_ns)  # type: ignore[no-any-return]
 
     async def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
-        await self._ask(REFUND, "refund", key, n, now_ns)
+        await self._ask("refund", key, n, now_ns)
 
     async def available(self, key: str | bytes, now_ns: int | None = None) -> int:
-        return await self._ask(AVAILABLE, "available", key, 0, now_ns)  # type: ignore[no-any-return]
+        return await self._ask("available", key, 0, now_ns)  # type: ignore[no-any-return]
 
     async def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
@@ -694,32 +672,15 @@ class AsyncRedisKeyedRateLimiter:
         """One round trip per hash slot, awaited in turn (redis-py's asyncio cluster client
         raced connecting when the slots' trips were gathered at once); a node found
         unreachable is not asked again within the batch."""
-        keys = list(keys)
-        names = [redis_key(self._prefix, key) for key in keys]
-        args = self._core.args(MANY, n, now_ns)
-        if keys:
-            self._core.refuse_never(n)
-        answers = [False] * len(keys)
-        server = self._core.server
-        unreachable: dict[Any, BaseException] = {}
-        for group in server.slot_groups(names):
-            # The node asked, read before the call, as in the sync form.
-            node = server.node_of(names[group[0]]) if server.is_cluster else None
+        batch = _Batch(self._core, keys, n, now_ns)
+        for group, node in batch.groups():
             try:
-                if node is not None and node in unreachable:
-                    raise unreachable[node]
-                reply = await self._run([names[i] for i in group], args)
+                reply = await self._core.server.run_async(batch.names_of(group, node), batch.args)
             except self._unavailable as error:
-                if node is not None:
-                    unreachable[node] = error
-                for i in group:
-                    answers[i] = bool(
-                        self._core.unavailable(error, "try_acquire", keys[i], n, now_ns)
-                    )
-                continue
-            for i, answer in zip(group, allowed_digits(reply), strict=True):
-                answers[i] = answer
-        return answers
+                batch.failed(group, node, error)
+            else:
+                batch.answered(group, reply)
+        return batch.answers
 
     async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
         redis_key(self._prefix, key)
@@ -727,6 +688,3 @@ class AsyncRedisKeyedRateLimiter:
         return await _awaited_acquire(lambda: self.check(key, n), n, timeout)
 
     acquire_async = acquire
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"
