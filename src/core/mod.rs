@@ -16,6 +16,9 @@
 //!   for a real rate limiter.
 //! * [`meter`]: the three-colour meters of RFC 2697, 2698 and 4115 on that exact settlement.
 
+// No `unsafe` anywhere in the core.
+#![forbid(unsafe_code)]
+
 pub mod classes;
 pub mod exact;
 pub mod int_or_float;

@@ -127,18 +127,11 @@ pub fn shifted(time: Option<i64>, by: i64) -> Option<i64> {
 /// The monotonic clock behind `time.monotonic_ns`, read without calling Python where the
 /// platform allows.
 #[cfg(target_os = "linux")]
+#[allow(clippy::unnecessary_wraps)] // the same signature as the other platforms' form
 pub fn monotonic_ns(_py: Python<'_>) -> PyResult<i64> {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Plain Rust has no safe form of this: `std::time::Instant` reads the same clock but never
-    // shows its value, and asking Python for `time.monotonic_ns()` costs a call per decision.
-    // SAFETY: a valid clock id and a pointer to a timespec we own.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
-    if status != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
+    // `std::time::Instant` reads the same clock but never shows its value, and asking Python
+    // for `time.monotonic_ns()` would cost a call per decision.
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     Ok(now.tv_sec * 1_000_000_000 + now.tv_nsec)
 }
 

@@ -16,6 +16,10 @@
 //! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 
+// The glue has no `unsafe` of its own: every entry point, conversion and clock read goes through
+// PyO3 or a safe crate. (What PyO3's macros expand to is PyO3's to answer for.)
+#![deny(unsafe_code)]
+
 mod args;
 mod buffers;
 mod classes;

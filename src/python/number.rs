@@ -48,16 +48,10 @@ pub fn new_object(py: Python<'_>, value: IntOrFloat) -> Bound<'_, PyAny> {
     .expect("converting an i64 or f64 to a Python object cannot fail")
 }
 
-/// The value of an `int` (or `bool`), if it fits in an `i64`.
-///
-/// Read on every scalar input of the hot calls; `extract::<i64>()` cost `compute_refill` about
-/// 12 ns of 85 (five inputs), and raises and clears an `OverflowError` for a big int.
+/// The value of an `int` (or `bool`), if it fits in an `i64`. A bigger int makes PyO3 raise an
+/// `OverflowError`, dropped here: such an int takes the slow path, where that costs little.
 pub fn exact_i64(int: &Bound<'_, PyInt>) -> Option<i64> {
-    let mut overflow = 0;
-    // SAFETY: `int` is a live `int`; given an overflow flag to report into, the call cannot
-    // fail or set a Python error.
-    let value = unsafe { pyo3::ffi::PyLong_AsLongLongAndOverflow(int.as_ptr(), &raw mut overflow) };
-    (overflow == 0).then_some(value)
+    int.extract::<i64>().ok()
 }
 
 /// An [`IntOrFloat`] and which of an operation's inputs it is: the input's position, or none for a
