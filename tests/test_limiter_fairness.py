@@ -8,8 +8,9 @@ already made, so:
 * waiters are served in the order they reserved, with threads and with asyncio;
 * a large request is never overtaken by a stream of small ones;
 * a waiter that would wait longer than its ``timeout`` returns False at once, taking nothing;
-* a waiter that is cancelled or interrupted gives its turn back: nobody gets those tokens
-  before their turn, and none is lost.
+* a waiter that is cancelled or interrupted, with nobody queued behind it, gives its turn
+  back: nobody gets those tokens before their turn, and none is lost (with others behind it,
+  its turn is forfeited: see test_waiters_giving_up.py).
 
 Threads here wait on a clock the test moves (the limiter's clock decides when a reservation
 is due), so the order of service is checked exactly, with no timing assertion.

@@ -305,10 +305,10 @@ impl KeyedRateLimiter {
             let left = match self.until(py, at) {
                 Ok(0) => return Ok(true),
                 Ok(left) => nanos(left),
-                Err(err) => return Err(self.give_back(py, key, n, now, err)),
+                Err(err) => return Err(self.give_back(py, key, n, (now, at), err)),
             };
             if let Err(interrupted) = sleep_answering_signals(py, left) {
-                return Err(self.give_back(py, key, n, now, interrupted));
+                return Err(self.give_back(py, key, n, (now, at), interrupted));
             }
         }
     }
@@ -337,20 +337,21 @@ impl KeyedRateLimiter {
         })
     }
 
-    /// Give back `n` tokens reserved for `key` by `_reserve` and not used (a cancelled
-    /// waiter): they go back as the time they take to accrue, so nobody gets them before
-    /// their turn.
-    #[pyo3(signature = (key, n = None))]
+    /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were not
+    /// used (a cancelled waiter): undone if no waiter on the key queued behind them, else
+    /// forfeited, so nobody is ever let in before a turn already promised (see
+    /// `KeyedLimiter::give_back`).
     fn _give_back(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
+        n: &Bound<'_, PyAny>,
+        at_ns: i64,
     ) -> PyResult<()> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let n = count(n, "n")?;
         let now = self.clock.now(py, None)?;
         let now = self.on_the_clock(now, None)?;
-        self.with_key(key, false, |key| self.table.give_back(key, n, now))
+        self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns))
     }
 
     /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
@@ -645,20 +646,20 @@ impl KeyedRateLimiter {
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved for `key` at `reserved_ns` (see `KeyedLimiter::give_back`), then
-    /// lets `error` go on.
+    /// tokens it reserved for `key` at `reserved_ns` for `at_ns` (see
+    /// `KeyedLimiter::give_back`), then lets `error` go on.
     fn give_back(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: u64,
-        reserved_ns: i64,
+        (reserved_ns, at_ns): (i64, i64),
         error: PyErr,
     ) -> PyErr {
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
         let now = self.on_the_clock(now, None).unwrap_or(reserved_ns);
         // A key that cannot be read again keeps its reservation: the error still goes on.
-        let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now));
+        let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns));
         error
     }
 

@@ -217,11 +217,17 @@ impl RateLimiter {
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved at `reserved_ns` (see `Limiter::give_back`), then lets `error` go
-    /// on.
-    fn give_back(&self, py: Python<'_>, n: u64, reserved_ns: i64, error: PyErr) -> PyErr {
+    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`), then lets
+    /// `error` go on.
+    fn give_back(
+        &self,
+        py: Python<'_>,
+        n: u64,
+        (reserved_ns, at_ns): (i64, i64),
+        error: PyErr,
+    ) -> PyErr {
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
-        self.lock().give_back(n, now);
+        self.lock().give_back(n, now, at_ns);
         error
     }
 }
@@ -357,10 +363,10 @@ impl RateLimiter {
             let left = match self.until(py, at) {
                 Ok(0) => return Ok(true),
                 Ok(left) => Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)),
-                Err(err) => return Err(self.give_back(py, n, now, err)),
+                Err(err) => return Err(self.give_back(py, n, (now, at), err)),
             };
             if let Err(interrupted) = sleep_answering_signals(py, left) {
-                return Err(self.give_back(py, n, now, interrupted));
+                return Err(self.give_back(py, n, (now, at), interrupted));
             }
         }
     }
@@ -381,13 +387,13 @@ impl RateLimiter {
         Ok(self.reserve(py, n, timeout)?.map(|(_, at)| at))
     }
 
-    /// Give back `n` tokens reserved by `_reserve` and not used (a cancelled waiter): they go
-    /// back as the time they take to accrue, so nobody gets them before their turn.
-    #[pyo3(signature = (n = None))]
-    fn _give_back(&self, py: Python<'_>, n: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+    /// Give back `n` tokens that `_reserve` booked for `at_ns` and that were not used (a
+    /// cancelled waiter): undone if no waiter queued behind them, else forfeited, so nobody
+    /// is ever let in before a turn already promised (see `Limiter::give_back`).
+    fn _give_back(&self, py: Python<'_>, n: &Bound<'_, PyAny>, at_ns: i64) -> PyResult<()> {
+        let n = count(n, "n")?;
         let now = self.clock.now(py, None)?;
-        self.lock().give_back(n, now);
+        self.lock().give_back(n, now, at_ns);
         Ok(())
     }
 

@@ -24,13 +24,13 @@ class _Blocking(Protocol):
 class _Reserving(Protocol):
     def _reserve(self, n: int, timeout: float | None) -> int | None: ...
     def _until(self, at_ns: int) -> int: ...
-    def _give_back(self, n: int) -> None: ...
+    def _give_back(self, n: int, at_ns: int) -> None: ...
 
 
 class _ReservingPerKey(Protocol):
     def _reserve(self, key: Any, n: int, timeout: float | None) -> tuple[bool, int] | None: ...
     def _until(self, at_ns: int) -> int: ...
-    def _give_back(self, key: Any, n: int) -> None: ...
+    def _give_back(self, key: Any, n: int, at_ns: int) -> None: ...
 
 
 async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> bool:
@@ -38,12 +38,13 @@ async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> 
     moment they arrive, so waiters are served in the order they reserved.
 
     False, taking nothing, if that moment is more than ``timeout`` seconds away; ValueError if
-    ``n`` is more than a band's burst. A waiter cancelled while it sleeps gives its tokens back.
+    ``n`` is more than a band's burst. A waiter cancelled while it sleeps hands its turn back
+    if nobody queued behind it, and otherwise forfeits it (see ``Limiter::give_back``).
     """
     at_ns = limiter._reserve(n, timeout)
     if at_ns is None:
         return False
-    await _sleep_until(limiter._until, at_ns, lambda: limiter._give_back(n))
+    await _sleep_until(limiter._until, at_ns, functools.partial(limiter._give_back, n, at_ns))
     return True
 
 
@@ -67,7 +68,8 @@ async def await_reserved_for(
             return False
         taken, ns = reserved
         if taken:
-            await _sleep_until(limiter._until, ns, lambda: limiter._give_back(key, n))
+            give_back = functools.partial(limiter._give_back, key, n, ns)
+            await _sleep_until(limiter._until, ns, give_back)
             return True
         delay = ns / 1e9
         if deadline is not None:

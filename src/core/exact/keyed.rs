@@ -776,14 +776,17 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     }
 
     /// A waiter that stops waiting hands back the `n` tokens it reserved for `key` with
-    /// [`KeyedLimiter::reserve`], as time (see [`Balances::give_back`]): nobody gets them
-    /// before their turn would have come. A key not remembered is full: nothing to give back.
-    pub fn give_back<Q>(&self, key: &Q, n: u64, now_ns: i64)
+    /// [`KeyedLimiter::reserve`], booked for `reserved_at` on the table's clock (the caller's
+    /// time plus the wait it was told). As [`Balances::give_back`] does: undone as time if it
+    /// was the key's last reservation, so nobody gets them before their turn would have come;
+    /// forfeited if other waiters queue behind it. A key not remembered is full: nothing to
+    /// give back.
+    pub fn give_back<Q>(&self, key: &Q, n: u64, now_ns: i64, reserved_at: i64)
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
         self.hand_back(key, now_ns, |limiter, specs, now| {
-            limiter.give_back(specs, n, now);
+            limiter.give_back(specs, n, now, reserved_at);
         });
     }
 
@@ -1902,16 +1905,28 @@ mod reservations {
         let before = limiter.entries();
         assert_eq!(limiter.reserve("a", 2, 0, u128::MAX), taken(2 * NS));
         assert_eq!(limiter.acquire("a", 1, 0), wait(3 * NS));
-        limiter.give_back("a", 2, 0);
+        limiter.give_back("a", 2, 0, 2 * SECOND);
         assert_eq!(limiter.entries(), before);
         assert_eq!(limiter.acquire("a", 1, SECOND), ALLOWED);
         // A new key's reservation is taken at once; given back, the key is full and forgotten.
         assert_eq!(limiter.reserve("b", 1, SECOND, u128::MAX), taken(0));
         assert!(limiter.contains("b"));
-        limiter.give_back("b", 1, SECOND);
+        limiter.give_back("b", 1, SECOND, SECOND);
         assert!(!limiter.contains("b"));
-        limiter.give_back("nobody", 1, SECOND);
+        limiter.give_back("nobody", 1, SECOND, SECOND);
         assert!(!limiter.contains("nobody"));
+    }
+
+    #[test]
+    fn a_key_s_reservation_given_back_with_others_behind_it_is_forfeited() {
+        // Burst 1, the token spent: A is booked at 1 s, B at 2 s, and A gives up. Its second
+        // is not handed out again while B keeps its turn: C is booked behind B.
+        let limiter = table(4, 1);
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        assert_eq!(limiter.reserve("a", 1, 0, u128::MAX), taken(NS));
+        assert_eq!(limiter.reserve("a", 1, 0, u128::MAX), taken(2 * NS));
+        limiter.give_back("a", 1, 0, SECOND);
+        assert_eq!(limiter.reserve("a", 1, 0, u128::MAX), taken(3 * NS));
     }
 
     #[test]

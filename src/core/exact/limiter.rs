@@ -76,13 +76,24 @@ impl Band {
         i64::try_from(i128::from(settled_at).saturating_add_unsigned(refill)).unwrap_or(i64::MAX)
     }
 
-    /// Give back `n` tokens reserved ahead of `now_ns` (see [`Balances::reserve`]): as time,
-    /// not as tokens. The settlement point moves back by the time `n` tokens take to accrue
-    /// (never before `now_ns`), so the tokens are nobody's before their turn would have come.
-    /// Added as tokens at a settlement point still ahead of the clock, they could be spent at
-    /// once, and a burst could be exceeded. Giving back the last reservation made restores
-    /// the band exactly as it was before it.
-    fn give_back(&mut self, n: u64, now_ns: i64) {
+    /// Give back `n` tokens that a waiter reserved for `reserved_at` (see
+    /// [`Balances::reserve`]) and will not use. Three cases, by where the settlement point
+    /// stands:
+    ///
+    /// * **At `reserved_at`, still ahead of the clock: this was the last reservation.** Nobody
+    ///   queues behind it, so it is undone as time, not as tokens: the settlement point moves
+    ///   back by the time `n` tokens take to accrue (never before `now_ns`). The tokens are
+    ///   nobody's before their turn would have come, and giving back the last reservation
+    ///   made restores the band exactly as it was before it.
+    /// * **Beyond `reserved_at`: others reserved after it.** Their turns were booked from this
+    ///   one's end. Moving the settlement point back would hand the same stretch of time out
+    ///   twice: a newcomer would be booked into it while those waiters are still admitted at
+    ///   their own turns, and together they would exceed the burst. So the tokens are
+    ///   forfeited: the waiters behind keep their turns, and nobody is let through early.
+    ///   Never over-admitting is worth more than giving back exactly.
+    /// * **At or before `now_ns`: the turn has come.** The tokens are plain tokens again,
+    ///   capped at the burst, as if their holder had taken them and refunded them.
+    fn give_back(&mut self, n: u64, now_ns: i64, reserved_at: i64) {
         let returned = u128::from(n) * self.spec.rate.units_per_token();
         let per_ns = self.spec.rate.units_per_ns();
         let Some(settled_at) = self.balance.settled_at.filter(|&at| at > now_ns) else {
@@ -91,6 +102,10 @@ impl Band {
             self.balance.units = (self.balance.units + returned).min(self.spec.capacity_units());
             return;
         };
+        if settled_at != reserved_at {
+            // Others queue behind this reservation: forfeited (see above).
+            return;
+        }
         let ahead = settled_at.abs_diff(now_ns);
         let whole_ns = returned / per_ns;
         let (settled_at, units) = if whole_ns < u128::from(ahead) {
@@ -307,10 +322,11 @@ impl Balances {
         }
     }
 
-    /// A waiter that stops waiting hands back the `n` tokens it reserved: see
-    /// [`Band::give_back`].
-    pub fn give_back(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) {
-        self.update(specs, |band| band.give_back(n, now_ns));
+    /// A waiter that stops waiting hands back the `n` tokens it reserved for `reserved_at`
+    /// (the moment [`Balances::reserve`] booked them at): undone if it was the last
+    /// reservation, forfeited if others queue behind it; see [`Band::give_back`].
+    pub fn give_back(&mut self, specs: &[BandSpec], n: u64, now_ns: i64, reserved_at: i64) {
+        self.update(specs, |band| band.give_back(n, now_ns, reserved_at));
     }
 
     /// What [`Balances::acquire`] would answer at `now_ns`, taking nothing. Like every call,
@@ -449,8 +465,8 @@ impl Limiter {
     }
 
     /// See [`Balances::give_back`].
-    pub fn give_back(&mut self, n: u64, now_ns: i64) {
-        self.balances.give_back(&self.specs, n, now_ns);
+    pub fn give_back(&mut self, n: u64, now_ns: i64, reserved_at: i64) {
+        self.balances.give_back(&self.specs, n, now_ns, reserved_at);
     }
 
     /// See [`Balances::peek`].
@@ -484,6 +500,12 @@ mod tests {
 
     fn band(per_second: u64, burst: u64) -> BandSpec {
         BandSpec::new(Rate::new(per_second, 1).unwrap(), burst).unwrap()
+    }
+
+    fn taken_after(ns: i64) -> Reservation {
+        Reservation::Taken {
+            after_ns: ns.unsigned_abs().into(),
+        }
     }
 
     #[test]
@@ -554,11 +576,10 @@ mod tests {
             let mut limiter = Limiter::new(&[band(1, 5)], Some(initial), Some(0));
             limiter.acquire(0, SECOND);
             let before = limiter.clone();
-            assert!(matches!(
-                limiter.reserve(5, SECOND, u128::MAX),
-                Reservation::Taken { .. }
-            ));
-            limiter.give_back(5, SECOND);
+            let Reservation::Taken { after_ns } = limiter.reserve(5, SECOND, u128::MAX) else {
+                panic!("a wait of at most 5 s is taken");
+            };
+            limiter.give_back(5, SECOND, SECOND + i64::try_from(after_ns).unwrap());
             assert_eq!(limiter, before, "initial {initial}");
         }
     }
@@ -574,7 +595,7 @@ mod tests {
                 after_ns: 1_000_000_000
             }
         );
-        limiter.give_back(3, SECOND / 2);
+        limiter.give_back(3, SECOND / 2, SECOND);
         assert_eq!(limiter.available_at(SECOND / 2), 1);
         // Half a token more comes in a sixth of a second, rounded up to the nanosecond.
         assert_eq!(limiter.acquire(2, SECOND / 2), Decision::Wait(166_666_667));
@@ -592,7 +613,7 @@ mod tests {
                 after_ns: 5 * 1_000_000_000
             }
         );
-        limiter.give_back(5, 0);
+        limiter.give_back(5, 0, 5 * SECOND);
         for t in 0..=20 {
             let now = t * SECOND / 2;
             let (mut got, mut want) = (limiter.clone(), before.clone());
@@ -604,29 +625,42 @@ mod tests {
     }
 
     #[test]
-    fn a_reservation_given_back_behind_another_loses_no_token_and_lends_none_early() {
+    fn a_reservation_given_back_with_others_behind_it_is_forfeited() {
+        // 2 tokens a second, burst 1, the token spent: A is booked at 0.5 s, B at 1 s. A gives
+        // up. Were its half second handed back, C would be booked at 0.5 s while B still passes
+        // at 1 s, and so on down the queue: two admissions in half a second where one is the
+        // most a burst of 1 allows. A's turn is forfeited instead: C queues behind B.
+        let mut limiter = Limiter::new(&[band(2, 1)], Some(0), Some(0));
+        let half = SECOND / 2;
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(half));
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND));
+        limiter.give_back(1, 0, half);
+        assert_eq!(
+            limiter.acquire(1, 0),
+            Decision::Wait(3 * u128::from(half.unsigned_abs()))
+        );
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(3 * half));
+    }
+
+    #[test]
+    fn reservations_given_back_last_first_undo_each_other() {
         let mut limiter = Limiter::new(&[band(1, 5)], Some(0), Some(0));
-        assert_eq!(
-            limiter.reserve(2, 0, u128::MAX),
-            Reservation::Taken {
-                after_ns: 2 * 1_000_000_000
-            }
-        );
-        assert_eq!(
-            limiter.reserve(1, 0, u128::MAX),
-            Reservation::Taken {
-                after_ns: 3 * 1_000_000_000
-            }
-        );
-        limiter.give_back(2, 0);
-        // Only the second reservation's token is spoken for: nobody gets a token before 1 s,
-        // and from then on the tokens come as if the first had never reserved.
-        assert_eq!(limiter.acquire(1, 0), Decision::Wait(2 * 1_000_000_000));
-        assert_eq!(limiter.acquire(2, 3 * SECOND), Decision::Allowed);
-        assert_eq!(
-            limiter.acquire(1, 3 * SECOND),
-            Decision::Wait(1_000_000_000)
-        );
+        let before = limiter.clone();
+        assert_eq!(limiter.reserve(2, 0, u128::MAX), taken_after(2 * SECOND));
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(3 * SECOND));
+        limiter.give_back(1, 0, 3 * SECOND);
+        limiter.give_back(2, 0, 2 * SECOND);
+        assert_eq!(limiter, before);
+    }
+
+    #[test]
+    fn a_reservation_given_back_after_its_turn_is_plain_tokens_again() {
+        let mut limiter = Limiter::new(&[band(1, 5)], Some(0), Some(0));
+        assert_eq!(limiter.reserve(2, 0, u128::MAX), taken_after(2 * SECOND));
+        // Its holder is woken at 3 s and gives up there: the 2 tokens, and the one that
+        // accrued since, are there for whoever asks.
+        limiter.give_back(2, 3 * SECOND, 2 * SECOND);
+        assert_eq!(limiter.acquire(3, 3 * SECOND), Decision::Allowed);
     }
 
     #[test]
