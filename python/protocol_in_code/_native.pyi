@@ -35,6 +35,7 @@ __all__ = [
     "TwoRateMeter",
     "ValidationOutcome",
     "ValidationResult",
+    "_timeout_seconds",
     "borrowable",
     "compute_refill",
     "leak",
@@ -226,6 +227,8 @@ class Decision:
     def __bool__(self) -> bool: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+
+def _timeout_seconds(timeout: Any) -> float: ...
 
 @disjoint_base
 class RateLimiter:

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt};
@@ -120,7 +120,19 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
             "{name} must be a number of seconds, not bool ({value})"
         )));
     }
-    let secs: f64 = value.extract().map_err(|err| {
+    let forever = if name == "timeout" {
+        " (None waits for ever)"
+    } else {
+        ""
+    };
+    let secs: f64 = value.extract().map_err(|err: PyErr| {
+        if err.is_instance_of::<PyOverflowError>(value.py()) {
+            // An int beyond any float (10**400): a number, but not one a wait can be.
+            return PyValueError::new_err(format!(
+                "{name} must be a finite number of seconds >= 0{forever}, not a number too \
+                 large for a float"
+            ));
+        }
         if !is_type_or_value_error(value.py(), &err) {
             return err;
         }
@@ -133,15 +145,18 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
         return Ok(Duration::MAX);
     }
     Duration::try_from_secs_f64(secs).map_err(|_| {
-        let forever = if name == "timeout" {
-            " (None waits for ever)"
-        } else {
-            ""
-        };
         PyValueError::new_err(format!(
             "{name} must be a finite number of seconds >= 0{forever}, not {secs}"
         ))
     })
+}
+
+/// `timeout` as every acquire form reads it, for the waits written in Python: seconds as a
+/// float, or the error the native forms raise for the same value.
+#[pyfunction]
+#[pyo3(name = "_timeout_seconds")]
+pub fn timeout_seconds(timeout: &Bound<'_, PyAny>) -> PyResult<f64> {
+    seconds(timeout, "timeout").map(|wait| wait.as_secs_f64())
 }
 
 /// A rate that may be zero, as `(numerator, denominator)` in lowest terms: exact as for

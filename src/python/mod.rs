@@ -98,6 +98,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
     module.add_class::<limiter::RateLimiter>()?;
+    module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;

@@ -15,6 +15,8 @@ import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any, Protocol
 
+from protocol_in_code._native import _timeout_seconds
+
 
 class _Blocking(Protocol):
     def acquire(self) -> bool: ...
@@ -96,19 +98,9 @@ async def _sleep_until(
 
 
 def seconds(timeout: float) -> float:
-    """A timeout as ``acquire`` accepts it: a number of seconds, finite and >= 0."""
-    if isinstance(timeout, (bool, str, bytes)):
-        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    try:
-        value = float(timeout)
-    except (TypeError, ValueError):
-        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}") from None
-    if not 0 <= value < float("inf"):
-        raise ValueError(
-            f"timeout must be a finite number of seconds >= 0 (None waits for ever), "
-            f"not {timeout!r}"
-        )
-    return value
+    """A timeout as every ``acquire`` form accepts it: a number of seconds, finite and >= 0,
+    read by the same native check as the native forms, so that each raises the same error."""
+    return _timeout_seconds(timeout)
 
 
 def decorate(limiter: _Blocking, function: Callable[..., Any]) -> Callable[..., Any]:
