@@ -25,6 +25,8 @@ The rules, as the model applies them:
   until the clock is back at the settlement point).
 * ``remaining`` (and ``available``) is the whole tokens every band holds after the decision:
   ``floor(min(balances))``.
+* Every call at a time more than ten years (of 365.25 days) from the latest time a call used
+  (or ``start_ns``) raises ``ValueError`` and changes nothing: it was read on another clock.
 * ``peek`` and ``available`` take nothing and leave the balances and settlement time alone
   (beyond anchoring a limiter that was never anchored); ``refund`` settles, then gives ``n``
   back to every band, each capped at its burst.
@@ -41,6 +43,8 @@ from fractions import Fraction
 from typing import Any
 
 NS_PER_SECOND = 10**9
+#: How far a call's time may be from the limiter's clock, either way: ten years of 365.25 days.
+MAX_CLOCK_GAP_NS = 10 * 31_557_600 * NS_PER_SECOND
 ALLOWED, DENIED, NEVER = "Allowed", "Denied", "Never"
 
 
@@ -138,8 +142,16 @@ class ModelLimiter:
         if initial is not None and any(initial > band.burst for band in self.bands):
             raise ValueError("initial above a burst")
         self.settled_at: int | None = start_ns
+        self.latest: int | None = start_ns
 
     # -- the rules ----------------------------------------------------------------------------
+
+    def _on_the_clock(self, now: int) -> None:
+        """A time more than ten years (of 365.25 days) from the latest one a call used (or
+        ``start_ns``) is refused, changing nothing: it was read on another clock."""
+        if self.latest is not None and abs(now - self.latest) > MAX_CLOCK_GAP_NS:
+            raise ValueError(f"now_ns={now} is more than ten years from {self.latest}")
+        self.latest = now if self.latest is None else max(self.latest, now)
 
     def _settle(self, now: int) -> None:
         if self.settled_at is None:
@@ -171,6 +183,7 @@ class ModelLimiter:
         twin = ModelLimiter.__new__(ModelLimiter)
         twin.bands = [ModelBand(band.rate, band.burst, band.balance) for band in self.bands]
         twin.settled_at = self.settled_at
+        twin.latest = self.latest
         return twin
 
     def _settled_copy(self, now: int) -> ModelLimiter:
@@ -183,6 +196,7 @@ class ModelLimiter:
     # -- the API ------------------------------------------------------------------------------
 
     def check(self, n: int, now: int) -> ModelDecision:
+        self._on_the_clock(now)
         self._settle(now)
         outcome, wait = self._decide(n, now)
         if outcome == ALLOWED:
@@ -197,14 +211,17 @@ class ModelLimiter:
         return decision.allowed
 
     def peek(self, n: int, now: int) -> ModelDecision:
+        self._on_the_clock(now)
         twin = self._settled_copy(now)
         outcome, wait = twin._decide(n, now)
         return ModelDecision(outcome, wait, twin._whole())
 
     def available(self, now: int) -> int:
+        self._on_the_clock(now)
         return self._settled_copy(now)._whole()
 
     def refund(self, n: int, now: int) -> None:
+        self._on_the_clock(now)
         self._settle(now)
         for band in self.bands:
             band.balance = min(band.balance + n, Fraction(band.burst))

@@ -16,14 +16,13 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::key::{plain_int, Key, KeyRef};
 use crate::core::exact::keyed::{
     off_the_clock, Answer, KeyedDecision, KeyedLimiter, KeyedReservation, RestoreError, Stats,
-    MAX_CLOCK_GAP_NS,
 };
 use crate::core::exact::limiter::{Balances, Decision as CoreDecision, Reservation};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
-use crate::python::clock::{shifted, Clock};
+use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
@@ -129,7 +128,7 @@ impl KeyedRateLimiter {
                 } else {
                     "the clock's reading"
                 };
-                Err(clock_error(name, now, gap))
+                Err(clock_error(OfClock::Table, name, now, gap))
             }
         }
     }
@@ -402,7 +401,12 @@ impl KeyedRateLimiter {
         let mut clock = self.table.latest();
         for (index, &now) in times.iter().enumerate() {
             if let Some(gap) = clock.and_then(|latest| off_the_clock(latest, now)) {
-                return Err(clock_error(&format!("now_ns[{index}]"), now, gap));
+                return Err(clock_error(
+                    OfClock::Table,
+                    &format!("now_ns[{index}]"),
+                    now,
+                    gap,
+                ));
             }
             clock = Some(clock.map_or(now, |latest| latest.max(now)));
         }
@@ -802,28 +806,6 @@ impl Counts<Vec<u64>> {
             Self::Items(items) => items[index],
         }
     }
-}
-
-/// The error for a time `gap` nanoseconds from the table's clock, more than
-/// `MAX_CLOCK_GAP_NS`: `what` names where the time came from.
-fn clock_error(what: &str, now: i64, gap: i128) -> PyErr {
-    const YEAR_NS: f64 = 31_557_600e9;
-    #[allow(clippy::cast_precision_loss)] // a number of years, to one decimal
-    let years = gap.unsigned_abs() as f64 / YEAR_NS;
-    #[allow(clippy::cast_precision_loss)]
-    let bound = MAX_CLOCK_GAP_NS as f64 / YEAR_NS;
-    let latest = i128::from(now) - gap;
-    let (side, harm) = if gap > 0 {
-        ("ahead of", "give every throttled key its whole burst back")
-    } else {
-        ("behind", "make it wait as many years")
-    };
-    PyValueError::new_err(format!(
-        "{what}={now} is {years:.1} years {side} this table's clock ({latest}), more than the \
-         {bound:.0} years a call's time may be from it: it was read on another clock (say \
-         time.time_ns() given to a table on time.monotonic_ns()). A keyed table keeps one \
-         clock; deciding at this time would {harm}"
-    ))
 }
 
 /// The Python answer for a table's answer.

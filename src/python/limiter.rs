@@ -22,7 +22,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::{
     count, exact_fraction, fraction_class, nanoseconds, rational_object, seconds,
 };
-use crate::python::clock::{shifted, Clock};
+use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::enums::StrEnum;
 use crate::python::record::frozen_record;
 
@@ -158,6 +158,22 @@ impl RateLimiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The limiter, locked, for a call at `now`, checked against its clock (see
+    /// `Limiter::on_the_clock`); `now_ns` is what the caller gave, if anything.
+    fn at(&self, now: i64, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<MutexGuard<'_, Limiter>> {
+        let mut limiter = self.lock();
+        limiter.on_the_clock(now).map_err(|gap| {
+            let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+            let what = if given {
+                "now_ns"
+            } else {
+                "the clock's reading"
+            };
+            clock_error(OfClock::Limiter, what, now, gap)
+        })?;
+        Ok(limiter)
+    }
+
     /// Set the balances `__reduce__` saved, after checking them all.
     fn restore(
         &self,
@@ -199,7 +215,7 @@ impl RateLimiter {
     ) -> PyResult<Option<(i64, i64)>> {
         let max_wait = max_wait_ns(timeout)?;
         let now = self.clock.now(py, None)?;
-        let reservation = self.lock().reserve(n, now, max_wait);
+        let reservation = self.at(now, None)?.reserve(n, now, max_wait);
         match reservation {
             Reservation::Never => Err(never(n)),
             Reservation::TooLate(_) => Ok(None),
@@ -276,7 +292,7 @@ impl RateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        match self.lock().acquire(n, now) {
+        match self.at(now, now_ns)?.acquire(n, now) {
             CoreDecision::Allowed => Ok(true),
             CoreDecision::Wait(_) => Ok(false),
             // No wait would ever be enough: a loop retrying on False would spin for ever.
@@ -296,7 +312,7 @@ impl RateLimiter {
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
-            let mut limiter = self.lock();
+            let mut limiter = self.at(now, now_ns)?;
             let decision = limiter.acquire(n, now);
             (decision, limiter.available())
         };
@@ -313,7 +329,7 @@ impl RateLimiter {
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
-            let mut limiter = self.lock();
+            let mut limiter = self.at(now, now_ns)?;
             (limiter.peek(n, now), limiter.available_at(now))
         };
         Decision::new(py, decision, remaining)
@@ -328,7 +344,7 @@ impl RateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        self.lock().refund(n, now);
+        self.at(now, now_ns)?.refund(n, now);
         Ok(())
     }
 
@@ -336,7 +352,7 @@ impl RateLimiter {
     #[pyo3(signature = (now_ns = None))]
     fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
-        Ok(self.lock().available_at(now))
+        Ok(self.at(now, now_ns)?.available_at(now))
     }
 
     /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds

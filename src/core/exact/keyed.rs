@@ -55,28 +55,7 @@ use siphasher::sip::SipHasher13;
 use crate::core::exact::limiter::{Balances, Decision, Reservation};
 use crate::core::exact::rate::BandSpec;
 
-/// How far from the table's clock a call's time may be, either way: ten years (of 365.25 days,
-/// 31,557,600 s each), in nanoseconds.
-///
-/// A table has one clock, and every key is settled against it. A time read on another clock
-/// spoils every key at once: `time.time_ns()` (nanoseconds since 1970) given to a table on
-/// `time.monotonic_ns()` (since boot) is about 55 years ahead, the table's clock would jump
-/// there, and every throttled key would be full again, a whole table of clients let off by one
-/// call; the calls after it, decided at that time, would each get one burst and then wait
-/// decades. No two calls on one clock are anywhere near ten years apart (a monotonic clock
-/// counts from boot, and a process waits for nothing that long), while two clocks differ by
-/// decades, so a time farther than this is refused before it changes anything
-/// ([`KeyedLimiter::off_the_clock`] measures it). Behind the clock by as much is refused too:
-/// that is the same mistake, seen from the other side.
-pub const MAX_CLOCK_GAP_NS: i64 = 10 * 31_557_600 * 1_000_000_000;
-
-/// How far `now_ns` is from a table clock reading `latest` (positive when ahead), if farther
-/// than [`MAX_CLOCK_GAP_NS`] either way.
-#[must_use]
-pub fn off_the_clock(latest: i64, now_ns: i64) -> Option<i128> {
-    let gap = i128::from(now_ns) - i128::from(latest);
-    (gap.abs() > i128::from(MAX_CLOCK_GAP_NS)).then_some(gap)
-}
+pub use crate::core::exact::clock_gap::{off_the_clock, MAX_CLOCK_GAP_NS};
 
 /// What a keyed limiter answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

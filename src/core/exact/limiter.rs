@@ -14,6 +14,7 @@
 //! * [`Limiter::reserve`] is how a caller that will wait gets its turn: the tokens are taken at
 //!   the moment they will be there, so later callers queue behind it.
 
+use crate::core::exact::clock_gap::off_the_clock;
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::{settle, Balance};
 
@@ -338,6 +339,13 @@ impl Balances {
         settled.decide(specs, n, now_ns)
     }
 
+    /// Move every settlement point by `by` nanoseconds (within the clock's range).
+    fn shift(&mut self, by: i64) {
+        for balance in self.iter_mut() {
+            balance.settled_at = balance.settled_at.map(|at| at.saturating_add(by));
+        }
+    }
+
     /// Start counting time at `now_ns`, if nothing has been counted yet.
     fn anchor(&mut self, now_ns: i64) {
         for balance in self.iter_mut() {
@@ -413,11 +421,16 @@ impl Balances {
     }
 }
 
-/// Bands consumed all-or-nothing: their specs, and their [`Balances`].
+/// Bands consumed all-or-nothing: their specs, their [`Balances`], and the limiter's clock.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limiter {
     specs: Box<[BandSpec]>,
     balances: Balances,
+    /// The limiter's clock: the latest time a call has used ([`Limiter::on_the_clock`]); before
+    /// the first, `start_ns`, or a restored limiter's latest saved settlement.
+    latest: Option<i64>,
+    /// Restored from saved bands and not called since: its first call may re-anchor it.
+    restored: bool,
 }
 
 impl Limiter {
@@ -432,10 +445,14 @@ impl Limiter {
         Self {
             specs: specs.into(),
             balances: Balances::new(specs, initial, start_ns),
+            latest: start_ns,
+            restored: false,
         }
     }
 
-    /// A limiter with these exact bands and balances (to restore a saved one).
+    /// A limiter with these exact bands and balances (to restore a saved one). Its clock is
+    /// its latest settlement until its first call, which may re-anchor it (see
+    /// [`Limiter::on_the_clock`]).
     #[must_use]
     pub fn from_bands(bands: &[Band]) -> Self {
         Self {
@@ -445,7 +462,41 @@ impl Limiter {
                 .map(|band| band.balance)
                 .collect::<Vec<_>>()
                 .into(),
+            latest: bands
+                .iter()
+                .filter_map(|band| band.balance.settled_at)
+                .max(),
+            restored: true,
         }
+    }
+
+    /// Every call's time goes through here first, under the same lock as the call.
+    ///
+    /// * **A restored limiter's first call, earlier than its saved settlement, re-anchors
+    ///   it.** Its times were read on a clock that is not this one (a limiter saved while
+    ///   driven by `now_ns=10**15`, then asked at `now_ns=5`): every settlement point moves
+    ///   back to this call's time, so the saved balances take up refilling from now. Taken as a
+    ///   clock that ran backwards, they would wait until the old clock's time came round.
+    /// * **A time more than [`MAX_CLOCK_GAP_NS`](super::clock_gap::MAX_CLOCK_GAP_NS) from the
+    ///   clock, either way, is refused**: `Err` with how far it is (positive when ahead), and
+    ///   nothing changes. It was read on another clock; see [`super::clock_gap`].
+    /// * Otherwise the clock moves up to this time, if it is later.
+    ///
+    /// # Errors
+    ///
+    /// The gap, when `now_ns` is too far from the clock.
+    pub fn on_the_clock(&mut self, now_ns: i64) -> Result<(), i128> {
+        if std::mem::take(&mut self.restored) {
+            if let Some(latest) = self.latest.filter(|&latest| now_ns < latest) {
+                self.balances.shift(now_ns.saturating_sub(latest));
+                self.latest = Some(now_ns);
+            }
+        }
+        if let Some(gap) = self.latest.and_then(|latest| off_the_clock(latest, now_ns)) {
+            return Err(gap);
+        }
+        self.latest = Some(self.latest.map_or(now_ns, |latest| latest.max(now_ns)));
+        Ok(())
     }
 
     /// The bands, in order, each with its balance.
@@ -787,7 +838,50 @@ mod tests {
             bands.iter().map(|b| b.balance.units).collect::<Vec<_>>(),
             [1_000_000_000_u128, 1_000_000_000]
         );
-        assert_eq!(Limiter::from_bands(&bands), limiter);
+        assert_eq!(Limiter::from_bands(&bands).bands(), limiter.bands());
+    }
+
+    #[test]
+    fn a_time_ten_years_from_the_clock_is_refused_and_changes_nothing() {
+        use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
+        let mut limiter = Limiter::new(&[band(1, 1)], Some(0), Some(0));
+        assert_eq!(limiter.on_the_clock(MAX_CLOCK_GAP_NS), Ok(()));
+        let before = limiter.clone();
+        assert_eq!(
+            limiter.on_the_clock(-1),
+            Err(-i128::from(MAX_CLOCK_GAP_NS) - 1)
+        );
+        assert_eq!(
+            limiter.on_the_clock(2 * MAX_CLOCK_GAP_NS + 1),
+            Err(i128::from(MAX_CLOCK_GAP_NS) + 1)
+        );
+        assert_eq!(limiter, before);
+        // start_ns is the clock before the first call: time.time_ns() against a monotonic one.
+        let mut limiter = Limiter::new(&[band(1, 1)], None, Some(1_780_000_000 * SECOND));
+        assert!(limiter.on_the_clock(1_000 * SECOND).is_err());
+    }
+
+    #[test]
+    fn a_restored_limiter_first_asked_before_its_settlement_takes_up_refilling_from_then() {
+        let mut saved = Limiter::new(&[band(1, 5)], Some(5), Some(1_000_000 * SECOND));
+        assert_eq!(saved.acquire(4, 1_000_000 * SECOND), Decision::Allowed);
+        let mut restored = Limiter::from_bands(&saved.bands());
+        assert_eq!(restored.on_the_clock(5), Ok(()));
+        assert_eq!(restored.acquire(1, 5), Decision::Allowed);
+        assert_eq!(restored.acquire(1, 5), Decision::Wait(1_000_000_000));
+        // Only the first call re-anchors: later ones behind the clock are a clock going back.
+        assert_eq!(restored.on_the_clock(4), Ok(()));
+        assert_eq!(restored.acquire(1, 4), Decision::Wait(1_000_000_001));
+    }
+
+    #[test]
+    fn a_restored_limiter_first_asked_after_its_settlement_refills_as_usual() {
+        let mut saved = Limiter::new(&[band(1, 5)], Some(0), Some(0));
+        let mut restored = Limiter::from_bands(&saved.bands());
+        assert_eq!(restored.on_the_clock(3 * SECOND), Ok(()));
+        assert_eq!(restored.acquire(3, 3 * SECOND), Decision::Allowed);
+        assert_eq!(saved.acquire(3, 3 * SECOND), Decision::Allowed);
+        assert_eq!(restored.bands(), saved.bands());
     }
 
     #[test]

@@ -14,10 +14,13 @@
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
 //! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
+//! * [`clock_gap`]: a call's time more than ten years from a limiter's clock was read on
+//!   another clock, and is refused.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
+pub mod clock_gap;
 pub mod key;
 pub mod keyed;
 pub mod limiter;
