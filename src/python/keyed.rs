@@ -23,6 +23,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
@@ -97,6 +98,7 @@ pub struct KeyedRateLimiter {
     registry: Registry,
     clock: Clock,
     written: Vec<Written>,
+    lineage: Lineage,
 }
 
 impl KeyedRateLimiter {
@@ -118,7 +120,14 @@ impl KeyedRateLimiter {
 
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
     /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
-    fn on_the_clock(&self, now: i64, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    /// The first call in a child process of the one that made the table warns (see `Lineage`).
+    fn on_the_clock(
+        &self,
+        py: Python<'_>,
+        now: i64,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        self.lineage.check(py, "KeyedRateLimiter")?;
         match self.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
@@ -180,6 +189,7 @@ impl KeyedRateLimiter {
             registry: Registry::new(),
             clock: Clock::checked(py, clock)?,
             written,
+            lineage: Lineage::new(),
         })
     }
 
@@ -195,7 +205,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
         let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
         match decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
@@ -217,7 +227,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
         let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
         decision(py, answer)
     }
@@ -232,7 +242,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
         let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
         decision(py, answer)
     }
@@ -248,7 +258,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
         self.with_key(key, false, |key| self.table.refund(key, n, now))
     }
 
@@ -261,7 +271,7 @@ impl KeyedRateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
-        let now = self.on_the_clock(now, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
         self.with_key(key, false, |key| self.table.available(key, now))
     }
 
@@ -349,7 +359,7 @@ impl KeyedRateLimiter {
     ) -> PyResult<()> {
         let n = count(n, "n")?;
         let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(now, None)?;
+        let now = self.on_the_clock(py, now, None)?;
         self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns))
     }
 
@@ -417,7 +427,7 @@ impl KeyedRateLimiter {
             }
         };
         let mut codes = Vec::with_capacity(length);
-        py.detach(|| {
+        fork::detach(py, || {
             let requests = (0..length).map(|i| {
                 let key = plain_int(keys[i]);
                 (key, counts.at(i), times[i])
@@ -629,7 +639,7 @@ impl KeyedRateLimiter {
         max_wait: u128,
     ) -> PyResult<Reserved> {
         let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(now, None)?;
+        let now = self.on_the_clock(py, now, None)?;
         let reservation =
             self.with_key(key, true, |key| self.table.reserve(key, n, now, max_wait))?;
         match reservation {
@@ -661,7 +671,7 @@ impl KeyedRateLimiter {
         error: PyErr,
     ) -> PyErr {
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
-        let now = self.on_the_clock(now, None).unwrap_or(reserved_ns);
+        let now = self.on_the_clock(py, now, None).unwrap_or(reserved_ns);
         // A key that cannot be read again keeps its reservation: the error still goes on.
         let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns));
         error

@@ -24,6 +24,7 @@ use crate::python::args::{
 };
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::enums::StrEnum;
+use crate::python::fork::Lineage;
 use crate::python::record::frozen_record;
 
 /// The outcomes of a limiter's decision.
@@ -149,6 +150,7 @@ pub struct RateLimiter {
     state: Mutex<Limiter>,
     clock: Clock,
     written: Vec<Written>,
+    lineage: Lineage,
 }
 
 impl RateLimiter {
@@ -159,8 +161,15 @@ impl RateLimiter {
     }
 
     /// The limiter, locked, for a call at `now`, checked against its clock (see
-    /// `Limiter::on_the_clock`); `now_ns` is what the caller gave, if anything.
-    fn at(&self, now: i64, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<MutexGuard<'_, Limiter>> {
+    /// `Limiter::on_the_clock`); `now_ns` is what the caller gave, if anything. The first call
+    /// in a child process of the one that made the limiter warns (see `Lineage`).
+    fn at(
+        &self,
+        py: Python<'_>,
+        now: i64,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<MutexGuard<'_, Limiter>> {
+        self.lineage.check(py, "RateLimiter")?;
         let mut limiter = self.lock();
         limiter.on_the_clock(now).map_err(|gap| {
             let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
@@ -215,7 +224,7 @@ impl RateLimiter {
     ) -> PyResult<Option<(i64, i64)>> {
         let max_wait = max_wait_ns(timeout)?;
         let now = self.clock.now(py, None)?;
-        let reservation = self.at(now, None)?.reserve(n, now, max_wait);
+        let reservation = self.at(py, now, None)?.reserve(n, now, max_wait);
         match reservation {
             Reservation::Never => Err(never(n)),
             Reservation::TooLate(_) => Ok(None),
@@ -279,6 +288,7 @@ impl RateLimiter {
             state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
             clock,
             written,
+            lineage: Lineage::new(),
         })
     }
 
@@ -292,7 +302,7 @@ impl RateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        match self.at(now, now_ns)?.acquire(n, now) {
+        match self.at(py, now, now_ns)?.acquire(n, now) {
             CoreDecision::Allowed => Ok(true),
             CoreDecision::Wait(_) => Ok(false),
             // No wait would ever be enough: a loop retrying on False would spin for ever.
@@ -312,7 +322,7 @@ impl RateLimiter {
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
-            let mut limiter = self.at(now, now_ns)?;
+            let mut limiter = self.at(py, now, now_ns)?;
             let decision = limiter.acquire(n, now);
             (decision, limiter.available())
         };
@@ -329,7 +339,7 @@ impl RateLimiter {
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
-            let mut limiter = self.at(now, now_ns)?;
+            let mut limiter = self.at(py, now, now_ns)?;
             (limiter.peek(n, now), limiter.available_at(now))
         };
         Decision::new(py, decision, remaining)
@@ -344,7 +354,7 @@ impl RateLimiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        self.at(now, now_ns)?.refund(n, now);
+        self.at(py, now, now_ns)?.refund(n, now);
         Ok(())
     }
 
@@ -352,7 +362,7 @@ impl RateLimiter {
     #[pyo3(signature = (now_ns = None))]
     fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
-        Ok(self.at(now, now_ns)?.available_at(now))
+        Ok(self.at(py, now, now_ns)?.available_at(now))
     }
 
     /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds

@@ -6,11 +6,10 @@
 //! the buffers, then marks them with the interpreter released, holding the meter for the whole
 //! trace so that single marks from other threads queue behind it instead of starving it.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::core::exact::settle::Balance;
@@ -24,6 +23,7 @@ use crate::python::args::{count, fraction_class, nanoseconds, rational, rational
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
+use crate::python::fork;
 
 /// The colours, in the order of their codes in `mark_many`'s arrays (0, 1, 2).
 pub static COLOR: StrEnum = StrEnum::new(
@@ -94,11 +94,10 @@ impl MeterState for Rfc4115 {
 
 /// A core meter shared between threads, with its clock.
 ///
-/// `mark_many` holds the meter's lock for the whole trace (so a stream of single marks from
-/// other threads cannot starve it) while it reads the caller's buffers with the interpreter
-/// held. Every other waiter therefore waits for the lock with the interpreter *released*;
-/// otherwise it would hold the interpreter that the trace needs to finish, and both would wait
-/// forever.
+/// The meter's lock is taken with the interpreter held, or inside a detached section that a
+/// fork waits for (see `fork`), never in between: a fork from another thread then never copies
+/// it held. `mark_many` reads the caller's buffers first, with the interpreter held, and then
+/// takes the lock and marks the whole trace in one detached section.
 struct Shared<M> {
     meter: Mutex<M>,
     clock: Clock,
@@ -114,10 +113,15 @@ impl<M: MeterState> Shared<M> {
 
     fn lock(&self, py: Python<'_>) -> MutexGuard<'_, M> {
         // A mark either completes or does not start, so a poisoned lock guards a whole meter.
-        // `lock_py_attached` waits with the interpreter released.
-        self.meter
-            .lock_py_attached(py)
-            .unwrap_or_else(PoisonError::into_inner)
+        loop {
+            match self.meter.try_lock() {
+                Ok(meter) => return meter,
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                // Busy (a trace is being marked): wait until it is free with the interpreter
+                // released, then take it with the interpreter held.
+                Err(TryLockError::WouldBlock) => fork::detach(py, || drop(self.meter.lock())),
+            }
+        }
     }
 
     fn mark<'py>(
@@ -156,11 +160,14 @@ impl<M: MeterState> Shared<M> {
             }));
         }
         let mut marked = vec![Color::Green; n];
-        let mut meter = self.lock(py);
-        // On a working copy: a bad packet anywhere leaves the meter as it was.
-        let working = meter.clone();
-        *meter = mark_buffers(py, working, &sizes, &times, colors.as_ref(), &mut marked)?;
-        drop(meter);
+        let trace = Trace::read(&sizes, &times, colors.as_ref())?;
+        fork::detach(py, || {
+            let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
+            // On a working copy: a bad packet anywhere leaves the meter as it was.
+            *meter = trace.mark(meter.clone(), &mut marked)?;
+            Ok(())
+        })
+        .map_err(trace_error)?;
         code_array(py, marked.iter().map(|&color| code(color)))
     }
 
@@ -214,40 +221,49 @@ impl<M: MeterState> Shared<M> {
     }
 }
 
-/// Mark a trace read from buffers on `meter` (a working copy). The buffers are copied once,
-/// with the interpreter held (so no Python code changes them while they are read), and then
-/// marked in one go with it released: taking the interpreter back part-way would make the trace
-/// wait behind any other busy Python thread.
-fn mark_buffers<M: MeterState>(
-    py: Python<'_>,
-    meter: M,
-    sizes: &IntBuffer,
-    times: &IntBuffer,
-    colors: Option<&IntBuffer>,
-    marked: &mut [Color],
-) -> PyResult<M> {
-    let sizes: Vec<u64> = sizes.narrowed("sizes", "be between 0 and 2**64 - 1")?;
-    let colors = colors
-        .map(|colors| {
-            colors
-                .narrowed::<usize>("colors", "be 0 (green), 1 (yellow) or 2 (red)")?
-                .into_iter()
-                .enumerate()
-                .map(|(i, code)| {
-                    COLORS.get(code).copied().ok_or_else(|| {
-                        PyValueError::new_err(format!(
-                            "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
-                        ))
+/// A trace read from the caller's buffers. They are copied once, with the interpreter held (so
+/// no Python code changes them while they are read), and then marked in one go with it
+/// released: taking the interpreter back part-way would make the trace wait behind any other
+/// busy Python thread.
+struct Trace {
+    sizes: Vec<u64>,
+    times: Vec<i64>,
+    colors: Option<Vec<Color>>,
+}
+
+impl Trace {
+    fn read(sizes: &IntBuffer, times: &IntBuffer, colors: Option<&IntBuffer>) -> PyResult<Self> {
+        let sizes: Vec<u64> = sizes.narrowed("sizes", "be between 0 and 2**64 - 1")?;
+        let colors = colors
+            .map(|colors| {
+                colors
+                    .narrowed::<usize>("colors", "be 0 (green), 1 (yellow) or 2 (red)")?
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, code)| {
+                        COLORS.get(code).copied().ok_or_else(|| {
+                            PyValueError::new_err(format!(
+                                "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
+                            ))
+                        })
                     })
-                })
-                .collect::<PyResult<Vec<Color>>>()
+                    .collect::<PyResult<Vec<Color>>>()
+            })
+            .transpose()?;
+        let times: Vec<i64> = times.narrowed("times_ns", "fit in 64 bits")?;
+        Ok(Self {
+            sizes,
+            times,
+            colors,
         })
-        .transpose()?;
-    let raw: Vec<i64> = times.narrowed("times_ns", "fit in 64 bits")?;
-    let mut trace = TraceMarker::new(meter);
-    py.detach(|| trace.mark(&sizes, &raw, colors.as_deref(), marked))
-        .map_err(trace_error)?;
-    Ok(trace.finish())
+    }
+
+    /// Mark the trace on `meter` (a working copy), returning it as the trace leaves it.
+    fn mark<M: MeterState>(&self, meter: M, marked: &mut [Color]) -> Result<M, TraceError> {
+        let mut trace = TraceMarker::new(meter);
+        trace.mark(&self.sizes, &self.times, self.colors.as_deref(), marked)?;
+        Ok(trace.finish())
+    }
 }
 
 fn trace_error(error: TraceError) -> PyErr {

@@ -25,6 +25,7 @@ mod buffers;
 mod classes;
 mod clock;
 mod enums;
+mod fork;
 mod keyed;
 mod keys;
 mod leaky_bucket;
@@ -41,6 +42,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
+    fork::register(module)?;
     // refill
     module.add_class::<refill::RefillResult>()?;
     add_function(

@@ -1,0 +1,150 @@
+//! What a fork does to limiters.
+//!
+//! `os.fork()` copies the whole process, but only the thread that called it. A lock that another
+//! thread held at that instant is copied held, and no thread in the child will ever release
+//! it: the child's first call that needs it waits for ever. Most of a limiter's locks are held
+//! only while a thread holds the interpreter too, and the thread that forks holds the
+//! interpreter, so no such section can be half done at a fork. The exceptions are the sections
+//! that run with the interpreter released: a keyed table's `try_acquire_many` (every shard held
+//! for a stretch of the batch) and a meter's `mark_many`. They run through [`detach`], which
+//! counts them: `os.register_at_fork` makes the forking thread keep new ones out and wait,
+//! before the fork, until every running one has finished, and lets them start again once the
+//! fork is done, in the parent and in the child.
+//!
+//! A child also gets a *copy* of every limiter: from then on the parent and the child each
+//! enforce the limit on their own, and together they admit up to twice it. That is rarely what
+//! was meant, so the first call on an inherited limiter warns once ([`Lineage`]).
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use pyo3::exceptions::PyRuntimeWarning;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// Set by a thread about to fork: no new detached section starts until the fork is done.
+static FORKING: AtomicBool = AtomicBool::new(false);
+
+/// How many detached sections are running.
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many forks this process descends through: a child's count is its parent's plus one.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// How long a waiting thread sleeps between looks at the other side.
+const POLL: Duration = Duration::from_micros(100);
+
+/// A detached section running: counted in [`INSIDE`] until it ends, even by a panic.
+struct Inside;
+
+impl Inside {
+    /// Wait while a fork is under way, then count this section in. Counted first and checked
+    /// after: a section that slips in while a fork begins either sees the flag and steps back,
+    /// or is seen by the forking thread and waited for.
+    fn enter() -> Self {
+        loop {
+            while FORKING.load(SeqCst) {
+                std::thread::sleep(POLL);
+            }
+            INSIDE.fetch_add(1, SeqCst);
+            if !FORKING.load(SeqCst) {
+                return Self;
+            }
+            INSIDE.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Run `work` with the interpreter released, as one step that a fork never splits.
+pub fn detach<T, F>(py: Python<'_>, work: F) -> T
+where
+    F: Send + FnOnce() -> T,
+    T: Send,
+{
+    py.detach(|| {
+        let _inside = Inside::enter();
+        work()
+    })
+}
+
+/// Before a fork: keep new detached sections out, and wait for the running ones to finish,
+/// with the interpreter released so that their threads can.
+#[pyfunction]
+fn before_fork(py: Python<'_>) {
+    FORKING.store(true, SeqCst);
+    while INSIDE.load(SeqCst) != 0 {
+        py.detach(|| std::thread::sleep(POLL));
+    }
+}
+
+/// After a fork, in the parent: let detached sections start again.
+#[pyfunction]
+fn after_fork_in_parent() {
+    FORKING.store(false, SeqCst);
+}
+
+/// After a fork, in the child: count the fork. No section runs in the child (its only thread
+/// is this one), whatever the parent's threads had counted.
+#[pyfunction]
+fn after_fork_in_child() {
+    FORKS.fetch_add(1, SeqCst);
+    INSIDE.store(0, SeqCst);
+    FORKING.store(false, SeqCst);
+}
+
+/// Register the fork hooks, where the platform forks.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    let os = py.import("os")?;
+    if !os.hasattr("register_at_fork")? {
+        return Ok(());
+    }
+    let hooks = PyDict::new(py);
+    hooks.set_item("before", wrap_pyfunction!(before_fork, module)?)?;
+    hooks.set_item(
+        "after_in_parent",
+        wrap_pyfunction!(after_fork_in_parent, module)?,
+    )?;
+    hooks.set_item(
+        "after_in_child",
+        wrap_pyfunction!(after_fork_in_child, module)?,
+    )?;
+    os.call_method("register_at_fork", (), Some(&hooks))?;
+    Ok(())
+}
+
+/// Which process a limiter was made in, as the number of forks behind it: a limiter used where
+/// that number has grown was inherited across a fork, and says so once.
+pub struct Lineage(AtomicU64);
+
+impl Lineage {
+    pub fn new() -> Self {
+        Self(AtomicU64::new(FORKS.load(SeqCst)))
+    }
+
+    /// Warn (a `RuntimeWarning`) the first time `limiter` is used in a child of the process
+    /// that made it, or of the one that last warned.
+    pub fn check(&self, py: Python<'_>, limiter: &str) -> PyResult<()> {
+        let forks = FORKS.load(SeqCst);
+        if self.0.load(SeqCst) == forks || self.0.swap(forks, SeqCst) == forks {
+            return Ok(());
+        }
+        let message = format!(
+            "this {limiter} was made before os.fork() and is used in the child process \
+             {pid}: the child has a copy of its state, no longer shared with the parent, so \
+             each process enforces the limit on its own. Make limiters after the fork, one per \
+             process, or share one limit between processes through a Redis server \
+             (protocol_in_code.qos.distributed)",
+            pid = std::process::id()
+        );
+        let message = CString::new(message).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)
+    }
+}
