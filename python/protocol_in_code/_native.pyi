@@ -35,6 +35,7 @@ __all__ = [
     "TwoRateMeter",
     "ValidationOutcome",
     "ValidationResult",
+    "_refuse_in_event_loop",
     "_timeout_seconds",
     "borrowable",
     "compute_refill",
@@ -229,6 +230,7 @@ class Decision:
     def __hash__(self) -> int: ...
 
 def _timeout_seconds(timeout: Any) -> float: ...
+def _refuse_in_event_loop(limiter: str) -> None: ...
 
 @disjoint_base
 class RateLimiter:

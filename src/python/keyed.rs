@@ -27,7 +27,8 @@ use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
-    restore_attributes, sleep_answering_signals, specs_from, with_attributes, Decision, Written,
+    refuse_in_event_loop, restore_attributes, sleep_answering_signals, specs_from, with_attributes,
+    Decision, Written,
 };
 use crate::python::record::frozen_record;
 
@@ -296,6 +297,9 @@ impl KeyedRateLimiter {
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
         let max_wait = max_wait_ns(timeout)?;
+        if max_wait != 0 {
+            refuse_in_event_loop(py, "KeyedRateLimiter")?;
+        }
         let started = Instant::now();
         // The key is read at each attempt: its registered form is looked up each time.
         let (now, at) = loop {

@@ -92,6 +92,35 @@ impl Decision {
     }
 }
 
+/// A blocking acquire (`acquire()` with a timeout other than 0, `with limiter:`, a decorated
+/// `def`) called on a thread that is running an asyncio event loop: refused with a
+/// `RuntimeError`, whether or not this call would have had to wait. Sleeping there stalls every
+/// task of the loop for the whole wait, silently, and only under load, when tokens run out:
+/// refused every time, the mistake shows in the first test rather than in production.
+/// `acquire(timeout=0)` never sleeps, and is let through.
+pub fn refuse_in_event_loop(py: Python<'_>, limiter: &str) -> PyResult<()> {
+    static RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let running_loop = RUNNING_LOOP.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("asyncio")?.getattr("_get_running_loop")?.unbind())
+    })?;
+    if running_loop.bind(py).call0()?.is_none() {
+        return Ok(());
+    }
+    Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+        "a blocking {limiter}.acquire() (also `with limiter:` and a decorated def) would stall \
+         this thread's running event loop for as long as it waits: in async code, use `await \
+         limiter.acquire_async()`, `async with limiter:`, or decorate the async def itself \
+         (try_acquire() never waits)"
+    )))
+}
+
+/// [`refuse_in_event_loop`] for the blocking waits written in Python (the Redis limiters').
+#[pyfunction]
+#[pyo3(name = "_refuse_in_event_loop")]
+pub fn refuse_in_event_loop_py(py: Python<'_>, limiter: &str) -> PyResult<()> {
+    refuse_in_event_loop(py, limiter)
+}
+
 /// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
 /// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
@@ -382,6 +411,9 @@ impl RateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        if max_wait_ns(timeout)? != 0 {
+            refuse_in_event_loop(py, "RateLimiter")?;
+        }
         let Some((now, at)) = self.reserve(py, n, timeout)? else {
             return Ok(false);
         };

@@ -101,6 +101,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<limiter::Decision>()?;
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
+    module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;

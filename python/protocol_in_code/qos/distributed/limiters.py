@@ -17,7 +17,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeAlias, TypeVar
 
-from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code._native import (
+    Decision,
+    KeyedRateLimiter,
+    LimitOutcome,
+    RateLimiter,
+    _refuse_in_event_loop,
+)
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos.distributed import _bands
 from protocol_in_code.qos.distributed._server import Server
@@ -219,9 +225,12 @@ def _never(n: Any) -> ValueError:
     return ValueError(f"n={n} is more than a band's burst: it can never be acquired")
 
 
-def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any) -> bool:
-    """Ask until allowed, sleeping for each wait; False once ``timeout`` seconds pass."""
+def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any, limiter: str) -> bool:
+    """Ask until allowed, sleeping for each wait; False once ``timeout`` seconds pass. Refused
+    on a thread running an event loop, as the in-process limiters refuse it."""
     limit = _check_timeout(timeout)
+    if limit != 0:
+        _refuse_in_event_loop(limiter)
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         answer = ask()
@@ -470,7 +479,7 @@ class RedisRateLimiter(_OneKey):
     def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens are taken (True), or ``timeout`` seconds pass (False)."""
         self._core.args(TAKE, n, None)
-        return _blocking_acquire(lambda: self.check(n), n, timeout)
+        return _blocking_acquire(lambda: self.check(n), n, timeout, type(self).__name__)
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio; each round trip runs in a worker thread."""
@@ -577,7 +586,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
         redis_key(self._prefix, key)
         self._core.args(TAKE, n, None)
-        return _blocking_acquire(lambda: self.check(key, n), n, timeout)
+        return _blocking_acquire(lambda: self.check(key, n), n, timeout, type(self).__name__)
 
     async def acquire_async(
         self, key: str | bytes, n: int = 1, timeout: float | None = None
