@@ -170,7 +170,7 @@ def test_the_constructor_signature() -> None:
     params = inspect.signature(KeyedRateLimiter).parameters
     assert [(p.name, p.kind, p.default) for p in params.values()] == [
         ("rate", inspect.Parameter.POSITIONAL_OR_KEYWORD, None),
-        ("burst", inspect.Parameter.POSITIONAL_OR_KEYWORD, None),
+        ("burst", inspect.Parameter.KEYWORD_ONLY, None),
         ("per", inspect.Parameter.KEYWORD_ONLY, None),
         ("bands", inspect.Parameter.KEYWORD_ONLY, None),
         ("max_keys", inspect.Parameter.KEYWORD_ONLY, 100_000),

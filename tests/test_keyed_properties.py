@@ -510,7 +510,7 @@ def test_a_refusal_hints_when_the_first_key_could_be_forgotten(w: Workload, max_
 def test_a_refusal_hint_follows_the_latest_take() -> None:
     """rate 1/s, burst 2, one key of room: key 0 takes 1 (full again in 1 s), then 1 more
     (full again in 2 s): the first moment it could be forgotten is 2 s away, not 1 s."""
-    table = KeyedRateLimiter(1, 2, max_keys=1, shards=1)
+    table = KeyedRateLimiter(1, burst=2, max_keys=1, shards=1)
     assert table.check(0, 1, now_ns=0).allowed
     assert table.check(1, 1, now_ns=0) == Decision(REFUSED_, SECOND, 0)
     assert table.check(0, 1, now_ns=0).allowed
@@ -821,7 +821,7 @@ def test_uint64_keys_beyond_i64() -> None:
     """A trace's keys are "buffers of integers" (numpy arrays of any int dtype): a uint64 key
     above 2**63 - 1 is the int key of that value, as ``check`` takes it."""
     keys = [U64_MAX, 2**63, U64_MAX, 2**63 - 1]
-    batch, single = KeyedRateLimiter(1, 1), KeyedRateLimiter(1, 1)
+    batch, single = KeyedRateLimiter(1, burst=1), KeyedRateLimiter(1, burst=1)
     got = batch.try_acquire_many(array.array("Q", keys), array.array("q", [0, 0, 1, 2]))
     want = [
         outcome_code(single.check(k, now_ns=t)) for k, t in zip(keys, [0, 0, 1, 2], strict=True)

@@ -237,8 +237,8 @@ class RateLimiter:
     def __new__(
         cls,
         rate: Any = None,
-        burst: int | None = None,
         *,
+        burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
         initial: int | None = None,
@@ -286,8 +286,8 @@ class KeyedRateLimiter:
     def __new__(
         cls,
         rate: Any = None,
-        burst: int | None = None,
         *,
+        burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
         max_keys: int = 100000,

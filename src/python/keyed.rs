@@ -26,9 +26,9 @@ use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
-    band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
-    refuse_in_event_loop, restore_attributes, sleep_answering_signals, specs_from, with_attributes,
-    Decision, Written,
+    band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never,
+    only_the_rate_by_position, rebuilder, refuse_in_event_loop, restore_attributes,
+    sleep_answering_signals, specs_from, with_attributes, Decision, Written,
 };
 use crate::python::record::frozen_record;
 
@@ -68,7 +68,7 @@ const DEFAULT_SHARDS: u64 = 16;
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
-/// KeyedRateLimiter(rate, burst=None, *, per=1, bands=None, max_keys=100_000, shards=None,
+/// KeyedRateLimiter(rate, *, burst=None, per=1, bands=None, max_keys=100_000, shards=None,
 /// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
 /// starts full. The table is split into shards locks (default min(16, max_keys)), which share
 /// one count of keys: a new key is refused only when the table holds max_keys keys and none
@@ -148,13 +148,14 @@ impl KeyedRateLimiter {
 impl KeyedRateLimiter {
     #[new]
     #[pyo3(
-        signature = (rate = None, burst = None, *, per = None, bands = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
-        text_signature = "(rate=None, burst=None, *, per=None, bands=None, max_keys=100000, shards=None, clock=None)"
+        signature = (rate = None, *more, burst = None, per = None, bands = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
+        text_signature = "(rate=None, *, burst=None, per=None, bands=None, max_keys=100000, shards=None, clock=None)"
     )]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
     fn __new__(
         py: Python<'_>,
         rate: Option<&Bound<'_, PyAny>>,
+        more: &Bound<'_, PyTuple>,
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
         bands: Option<&Bound<'_, PyAny>>,
@@ -162,6 +163,7 @@ impl KeyedRateLimiter {
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
         let (specs, written) = specs_from(py, rate, burst, per, bands)?;
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {

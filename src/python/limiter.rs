@@ -154,7 +154,7 @@ pub fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
 
 /// An exact rate limiter of one or more bands.
 ///
-/// RateLimiter(rate, burst=None, *, per=1, bands=None, initial=None, start_ns=None,
+/// RateLimiter(rate, *, burst=None, per=1, bands=None, initial=None, start_ns=None,
 /// clock=None): either one band from rate/burst/per, or bands, a list of Band (or (rate,
 /// burst) / (rate, burst, per) tuples). initial is the starting number of tokens (default:
 /// full); clock a callable returning int nanoseconds (default: time.monotonic_ns).
@@ -289,11 +289,15 @@ impl RateLimiter {
 #[pymethods]
 impl RateLimiter {
     #[new]
-    #[pyo3(signature = (rate = None, burst = None, *, per = None, bands = None, initial = None, start_ns = None, clock = None))]
+    #[pyo3(
+        signature = (rate = None, *more, burst = None, per = None, bands = None, initial = None, start_ns = None, clock = None),
+        text_signature = "(rate=None, *, burst=None, per=None, bands=None, initial=None, start_ns=None, clock=None)"
+    )]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
     fn __new__(
         py: Python<'_>,
         rate: Option<&Bound<'_, PyAny>>,
+        more: &Bound<'_, PyTuple>,
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
         bands: Option<&Bound<'_, PyAny>>,
@@ -301,6 +305,7 @@ impl RateLimiter {
         start_ns: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        only_the_rate_by_position("RateLimiter", rate, more)?;
         let (specs, written) = specs_from(py, rate, burst, per, bands)?;
         let initial = initial.map(|n| count(n, "initial")).transpose()?;
         if let Some(tokens) = initial {
@@ -876,6 +881,32 @@ fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {
 
 fn config_error(error: RateError) -> PyErr {
     PyValueError::new_err(error.to_string())
+}
+
+/// A limiter takes its rate alone by position: `RateLimiter(100, 60)` reads as "100 per 60
+/// seconds" to some and as "100 a second, a burst of 60" to others, so the rest are keywords,
+/// and a second positional argument is refused saying how to write either.
+pub fn only_the_rate_by_position(
+    class: &str,
+    rate: Option<&Bound<'_, PyAny>>,
+    more: &Bound<'_, PyTuple>,
+) -> PyResult<()> {
+    let Ok(second) = more.get_item(0) else {
+        return Ok(());
+    };
+    let rate = rate.map_or_else(|| "None".to_owned(), |rate| repr_or_placeholder(rate));
+    let second = repr_or_placeholder(&second);
+    Err(PyTypeError::new_err(format!(
+        "{class}() takes the rate alone by position, and {} were given: write \
+         {class}({rate}, burst={second}) for a burst of {second}, or {class}({rate}, \
+         per={second}) for {rate} per {second} seconds (also written as a quota, such as \
+         \"100/minute\")",
+        more.len() + 1
+    )))
+}
+
+fn repr_or_placeholder(value: &Bound<'_, PyAny>) -> String {
+    value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
 }
 
 pub fn never(n: u64) -> PyErr {

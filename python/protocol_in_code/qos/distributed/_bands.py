@@ -56,7 +56,7 @@ def parse(
     Raises the in-process ``ValueError``/``TypeError`` for bad configuration, and a
     ``ValueError`` naming the bound for a band the script could not keep exact.
     """
-    limiter = RateLimiter(rate, burst, per=per, bands=bands, initial=initial)
+    limiter = RateLimiter(rate, burst=burst, per=per, bands=bands, initial=initial)
     parsed = []
     for index, (tokens_per_second, band_burst) in enumerate(limiter.bands):
         exact = Fraction(tokens_per_second)
