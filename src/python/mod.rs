@@ -1,8 +1,8 @@
 //! The PyO3 glue: the `protocol_in_code._native` extension module.
 //!
-//! Each file adapts one core module to Python and holds no algorithm of its own; the Python
-//! package in `python/protocol_in_code/qos/` re-exports these objects under the course's module
-//! names.
+//! Each file adapts one core module to Python; every decision is the core's, and no file here
+//! holds limiting arithmetic of its own. The Python package in `python/protocol_in_code/qos/`
+//! re-exports these objects under the course's module names.
 //!
 //! * [`number`]: Python numbers as a core `Quantity`, with Python's arithmetic.
 //! * [`record`]: dataclass behaviour (repr, ==, hash, frozenness, pickle) for native classes, and
@@ -15,6 +15,7 @@
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
 //! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
+//! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
 
 // The glue has no `unsafe` of its own: every entry point, conversion and clock read goes through
 // PyO3 or a safe crate. (What PyO3's macros expand to is PyO3's to answer for.)
@@ -39,7 +40,10 @@ mod token_bucket;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+// The module needs the interpreter's lock: the fork hooks (`fork`) count on a thread that holds
+// it not being interrupted between two Rust statements, which only a build with that lock
+// promises. Nothing here has been made or tested for a free-threaded build.
+#[pymodule(gil_used = true)]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     fork::register(module)?;
