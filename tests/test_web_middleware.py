@@ -1,16 +1,18 @@
-"""The middleware in process: configuration errors, proxies, scopes passed through, Redis.
+"""The middleware in process: configuration errors, keys, proxies, scopes passed through, Redis.
 
 The behaviours users see are tested in real servers (``test_web_servers.py``); here are the
-parts a server cannot reach: bad arguments raise at construction naming the parameter, the
-``Forwarded`` chain is walked as ``X-Forwarded-For`` is, WebSocket and lifespan scopes go
-through untouched, 1,000 concurrent requests admit exactly the burst, and the Redis limiters
-(asyncio under ASGI, synchronous under WSGI) say what the in-process ones say.
+parts a server cannot reach: bad arguments raise at construction naming the parameter, a key
+or cost the limiter cannot take raises before anything is spent, the ``Forwarded`` chain is
+walked as ``X-Forwarded-For`` is, WebSocket and lifespan scopes go through untouched, 1,000
+concurrent requests admit exactly the burst, and the Redis limiters (asyncio under ASGI,
+synchronous under WSGI) say what the in-process ones say.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import re
 from typing import Any
 
 import pytest
@@ -42,13 +44,13 @@ def _ok_wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     return [b"ok"]
 
 
-async def _call(app: Any, path: str = "/", client: str = "192.0.2.1", **extra: Any) -> Any:
+async def _call(app: Any, path: str = "/", client: str | None = "192.0.2.1", **extra: Any) -> Any:
     scope = {
         "type": "http",
         "method": extra.pop("method", "GET"),
         "path": path,
         "headers": extra.pop("headers", []),
-        "client": (client, 1234),
+        "client": None if client is None else (client, 1234),
         **extra,
     }
     sent: list[dict[str, Any]] = []
@@ -62,6 +64,53 @@ async def _call(app: Any, path: str = "/", client: str = "192.0.2.1", **extra: A
     await app(scope, receive, send)
     start = sent[0]
     return start["status"], {k.decode(): v.decode() for k, v in start.get("headers", [])}
+
+
+def _request(
+    app: Any,
+    path: str = "/",
+    method: str = "GET",
+    client: str | None = "192.0.2.1",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str]]:
+    """One request through either middleware, in process, as its server would make it: the
+    status and the response's header fields (names in lower case).
+
+    ``path`` is the path as ASGI gives it; under WSGI it becomes ``PATH_INFO`` as PEP 3333 has
+    servers write it (its UTF-8 bytes read as latin-1). ``client=None`` is a peer on a Unix
+    socket: no ``client`` in the scope, no ``REMOTE_ADDR`` in the environ.
+    """
+    headers = headers or {}
+    if isinstance(app, ASGIMiddleware):
+        raw = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in headers.items()
+        ]
+        return asyncio.run(_call(app, path, client, method=method, headers=raw))
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path.encode("utf-8").decode("latin-1"),
+        "wsgi.input": io.BytesIO(),
+    }
+    if client is not None:
+        environ["REMOTE_ADDR"] = client
+    for name, value in headers.items():
+        environ["HTTP_" + name.upper().replace("-", "_")] = value
+    got: dict[str, Any] = {}
+
+    def start_response(status: str, fields: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        got["status"], got["fields"] = int(status.split()[0]), fields
+
+    b"".join(app.__call__(environ, start_response))
+    return got["status"], {name.lower(): value for name, value in got["fields"]}
+
+
+def _around(middleware: Any, limiter: Any = None, **options: Any) -> Any:
+    """``middleware`` (the ASGI or the WSGI class) around an application answering 200."""
+    return middleware(_ok_asgi if middleware is ASGIMiddleware else _ok_wsgi, limiter, **options)
+
+
+BOTH = pytest.mark.parametrize("middleware", [ASGIMiddleware, WSGIMiddleware], ids=["asgi", "wsgi"])
 
 
 @pytest.mark.parametrize("middleware", [ASGIMiddleware, WSGIMiddleware])
@@ -91,6 +140,58 @@ def test_bad_configuration_raises_at_construction_naming_the_parameter(
     app = _ok_asgi if middleware is ASGIMiddleware else _ok_wsgi
     with pytest.raises(error, match=parameter.replace("[", r"\[").replace("]", r"\]")):
         middleware(app, **arguments)
+
+
+@BOTH
+@pytest.mark.parametrize("headers_on_allowed", [True, False])
+@pytest.mark.parametrize("key", [("user", 42), 42])
+def test_a_tuple_or_an_int_key_is_limited_as_an_address_is(middleware, headers_on_allowed, key):
+    limiter = KeyedRateLimiter(1, burst=2, clock=lambda: 0)
+    app = _around(middleware, limiter, key=lambda info: key, headers_on_allowed=headers_on_allowed)
+    answers = [_request(app) for _ in range(3)]
+    assert [status for status, _ in answers] == [200, 200, 429]
+    assert limiter.available(key) == 0  # two tokens spent, one per request allowed
+    assert answers[2][1]["ratelimit"].startswith('"default";r=0;t=2;pk=:')
+
+
+@BOTH
+@pytest.mark.parametrize("key", [[1], ("user", [1]), {"a": 1}])
+def test_a_key_the_limiter_cannot_take_raises_before_anything_is_spent(middleware, key):
+    limiter = KeyedRateLimiter(1, burst=2, clock=lambda: 0)
+    app = _around(middleware, limiter, key=lambda info: key)
+    with pytest.raises(TypeError, match=re.escape(f"key= returned {key!r}, which")):
+        _request(app)
+    assert len(limiter) == 0
+
+
+def test_a_redis_limiter_s_key_must_be_text_and_is_checked_before_the_server_is_asked():
+    import redis
+    import redis.asyncio
+    from protocol_in_code.qos.distributed import AsyncRedisKeyedRateLimiter, RedisKeyedRateLimiter
+    from redis_servers import free_port
+
+    # Nobody listens on these ports: a request that reached the server would fail otherwise.
+    wsgi = WSGIMiddleware(
+        _ok_wsgi, RedisKeyedRateLimiter(redis.Redis(port=free_port()), "3/hour"), key=lambda i: 42
+    )
+    asgi = ASGIMiddleware(
+        _ok_asgi,
+        AsyncRedisKeyedRateLimiter(redis.asyncio.Redis(port=free_port()), "3/hour"),
+        key=lambda info: ("user", 42),
+    )
+    with pytest.raises(TypeError, match=r"key= returned 42, which a Redis limiter cannot take"):
+        _request(wsgi)
+    with pytest.raises(TypeError, match=r"key= returned \('user', 42\), which a Redis limiter"):
+        _request(asgi)
+
+
+@BOTH
+def test_a_cost_no_limiter_takes_raises_naming_it_before_anything_is_spent(middleware):
+    limiter = KeyedRateLimiter(1, burst=2, clock=lambda: 0)
+    app = _around(middleware, limiter, cost=lambda info: 2**64)
+    with pytest.raises(ValueError, match=r"cost= returned 18446744073709551616, which"):
+        _request(app)
+    assert len(limiter) == 0
 
 
 def test_forwarded_and_x_forwarded_for_are_walked_from_the_right_past_trusted_hops():

@@ -29,7 +29,8 @@ import hashlib
 import hmac
 import ipaddress
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import reprlib
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, TypeAlias
@@ -68,7 +69,7 @@ class RequestInfo:
     headers: Mapping[str, str]
 
 
-KeyFunction: TypeAlias = Callable[[RequestInfo], "str | bytes"]
+KeyFunction: TypeAlias = Callable[[RequestInfo], Hashable]
 CostFunction: TypeAlias = Callable[[RequestInfo], int]
 
 
@@ -159,8 +160,11 @@ def client_address(
 # ---------------------------------------------------------------------------------------------
 
 
-def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool]:
-    """(keyed, awaited) for one of our limiters, or TypeError naming ``parameter``."""
+def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
+    """(keyed, awaited, Redis) for one of our limiters, or TypeError naming ``parameter``.
+
+    A Redis limiter is told apart because it takes only ``str`` and ``bytes`` keys.
+    """
     from protocol_in_code.qos.distributed import (
         AsyncRedisKeyedRateLimiter,
         AsyncRedisRateLimiter,
@@ -168,14 +172,18 @@ def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool]:
         RedisRateLimiter,
     )
 
-    if isinstance(limiter, (KeyedRateLimiter, RedisKeyedRateLimiter)):
-        return True, False
-    if isinstance(limiter, (RateLimiter, RedisRateLimiter)):
-        return False, False
+    if isinstance(limiter, KeyedRateLimiter):
+        return True, False, False
+    if isinstance(limiter, RateLimiter):
+        return False, False, False
+    if isinstance(limiter, RedisKeyedRateLimiter):
+        return True, False, True
+    if isinstance(limiter, RedisRateLimiter):
+        return False, False, True
     if isinstance(limiter, AsyncRedisKeyedRateLimiter):
-        return True, True
+        return True, True, True
     if isinstance(limiter, AsyncRedisRateLimiter):
-        return False, True
+        return False, True, True
     raise TypeError(
         f"{parameter} must be a RateLimiter, KeyedRateLimiter or one of the Redis limiters, "
         f"not {type(limiter).__name__}"
@@ -264,6 +272,7 @@ class Rule:
     names: tuple[str, ...]
     prefix: str = ""
     methods: frozenset[str] | None = None
+    redis: bool = False
     policy_items: tuple[str, ...] = field(init=False)
     policy_text: str = field(init=False)
 
@@ -294,7 +303,7 @@ def _rule(
     prefix: str = "",
     methods: frozenset[str] | None = None,
 ) -> Rule:
-    keyed, awaited = _limiter_kind(limiter, parameter)
+    keyed, awaited, redis = _limiter_kind(limiter, parameter)
     if awaited and not allow_async:
         raise TypeError(
             f"{parameter}: an asyncio Redis limiter cannot serve WSGI; give it a "
@@ -311,7 +320,7 @@ def _rule(
     )
     if cost is not None and not callable(cost):
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
-    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods)
+    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods, redis)
 
 
 class Rules:
@@ -401,7 +410,7 @@ class Rules:
         elif not isinstance(partition_secret, bytes) or len(partition_secret) < 16:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
-        self._partition_keys: dict[str | bytes, str] = {}
+        self._partition_keys: dict[bytes, str] = {}
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The first rule for this request; ``None`` if it is exempt or no rule matches."""
@@ -413,20 +422,35 @@ class Rules:
                 return rule if rule.limiter is not None else None
         return None
 
-    def partition_key(self, key: str | bytes) -> str:
+    def partition_key(self, key: Hashable) -> str:
         """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it."""
-        cached = self._partition_keys.get(key)
+        data = key_bytes(key)
+        cached = self._partition_keys.get(data)
         if cached is not None:
             return cached
-        data = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else key
         digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
         pk = ":" + base64.b64encode(digest).decode("ascii") + ":"
         # Recent keys' hashes are remembered, in bounded memory: a flood of new keys only
         # empties the memo, it never grows past PARTITION_KEYS_KEPT.
         if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
             self._partition_keys.clear()
-        self._partition_keys[key] = pk
+        self._partition_keys[data] = pk
         return pk
+
+
+def key_bytes(key: Hashable) -> bytes:
+    """What a key's ``pk`` is the hash of: its text.
+
+    A ``str`` is its UTF-8 (lone surrogates kept), ``bytes`` are themselves, and any other key
+    (``42``, ``("user", 42)``) is its ``repr()``, which for numbers, strings and tuples of them
+    is the same in every process, so every worker gives a client the same ``pk``. A key of the
+    application's own class needs a ``__repr__`` that says its value for that to hold.
+    """
+    if isinstance(key, str):
+        return key.encode("utf-8", "surrogatepass")
+    if isinstance(key, bytes):
+        return key
+    return repr(key).encode("utf-8", "surrogatepass")
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:
@@ -443,9 +467,13 @@ def _methods(route: Route, i: int) -> frozenset[str] | None:
 
 
 def answer(
-    rules: Rules, rule: Rule, decision: Decision, key: str | bytes | None
+    rules: Rules, rule: Rule, decision: Decision, pk: str | None
 ) -> tuple[int, list[tuple[str, str]]]:
-    """The status (0 to pass the request on) and the header fields for ``decision``."""
+    """The status (0 to pass the request on) and the header fields for ``decision``.
+
+    ``pk`` is the key's partition key (``None`` for a limiter without keys), made before the
+    limiter was asked: nothing here can fail, so a request that spent a token is answered.
+    """
     outcome = decision.outcome
     remaining = decision.remaining
     wait_ns = decision.wait_ns
@@ -469,16 +497,16 @@ def answer(
         # only the policies are stated.
         fields.append(("RateLimit-Policy", rule.policy_text))
         return status, fields
-    pk = "" if key is None else ";pk=" + rules.partition_key(key)
+    pk_parameter = "" if pk is None else ";pk=" + pk
     items = []
     for name, policy in zip(rule.names, rule.policies, strict=True):
         t = max(policy.reset_seconds(remaining), retry)
-        items.append(f"{name};r={min(remaining, policy.burst)};t={t}{pk}")
-    if pk:
+        items.append(f"{name};r={min(remaining, policy.burst)};t={t}{pk_parameter}")
+    if pk_parameter:
         fields.append(
             (
                 "RateLimit-Policy",
-                ", ".join(f"{item}{pk}" for item in rule.policy_items),
+                ", ".join(f"{item}{pk_parameter}" for item in rule.policy_items),
             )
         )
     else:
@@ -496,19 +524,47 @@ def refusal_body(status: int) -> bytes:
     return f"{REASONS.get(status, 'Refused')}\n".encode("ascii")
 
 
+#: The largest cost every limiter takes: ``n`` is an unsigned 64-bit count.
+COST_MAX = 2**64 - 1
+
+
 def cost_of(rules: Rules, rule: Rule, info: RequestInfo) -> int:
-    """Tokens this request takes: the route's cost function, the middleware's, or 1."""
+    """Tokens this request takes: the route's cost function, the middleware's, or 1.
+
+    A cost no limiter takes raises here, naming it, before the limiter is asked.
+    """
     function = rule.cost or rules.cost
     if function is None:
         return 1
     n = function(info)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"cost must return an int >= 0, not {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= COST_MAX:
+        raise ValueError(
+            f"cost= returned {reprlib.repr(n)}, which is not an int from 0 to 2**64 - 1"
+        )
     return n
 
 
-def key_of(rules: Rules, info: RequestInfo) -> str | bytes:
-    """The key of a keyed limiter: the key function's, or the client's address."""
-    if rules.key is not None:
-        return rules.key(info)
-    return info.client if info.client is not None else "unknown"
+def key_of(rules: Rules, rule: Rule, info: RequestInfo) -> Hashable:
+    """The key of a keyed limiter: the key function's, or the client's address.
+
+    A key the limiter cannot take raises ``TypeError`` here, naming it, before the limiter is
+    asked: the middleware never fails after a token is spent.
+    """
+    if rules.key is None:
+        return info.client if info.client is not None else "unknown"
+    key = rules.key(info)
+    if rule.redis:
+        if not isinstance(key, (str, bytes)):
+            raise TypeError(
+                f"key= returned {reprlib.repr(key)}, which a Redis limiter cannot take: "
+                "its keys are str or bytes"
+            )
+        return key
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(
+            f"key= returned {reprlib.repr(key)}, which a KeyedRateLimiter cannot take: "
+            "its keys are hashable, as dict keys are (str, bytes, int, tuples of them...)"
+        ) from None
+    return key

@@ -59,7 +59,10 @@ class RateLimitMiddleware:
 
     * ``key(info)``: a keyed limiter's key, by default the client's address: the peer, or,
       when the peer is one of ``trusted_proxies``, the address it forwarded in
-      ``forwarded_header`` (``"X-Forwarded-For"`` or ``"Forwarded"``).
+      ``forwarded_header`` (``"X-Forwarded-For"`` or ``"Forwarded"``). Any key the limiter
+      takes will do (an API key, ``("user", 42)``, an int); a Redis limiter takes ``str`` or
+      ``bytes``. A key the limiter cannot take raises ``TypeError`` naming it, before
+      anything is spent.
     * ``cost(info)``: tokens the request takes (1 by default).
     * ``exempt``: path prefixes, or a function of the request, never limited.
     * ``name``: the policy name in the RateLimit fields (bands are ``name-1``, ``name-2``...
@@ -135,16 +138,19 @@ class RateLimitMiddleware:
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
+        # Whatever can fail is done before the limiter is asked, so a request that spent a
+        # token is always answered.
         n = cost_of(rules, rule, info)
-        key = None
+        pk = None
         if rule.keyed:
-            key = key_of(rules, info)
+            key = key_of(rules, rule, info)
+            pk = rules.partition_key(key)
             decision = rule.limiter.check(key, n)
         else:
             decision = rule.limiter.check(n)
         if rule.awaited:
             decision = await decision
-        status, fields = answer(rules, rule, decision, key)
+        status, fields = answer(rules, rule, decision, pk)
         if status:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})

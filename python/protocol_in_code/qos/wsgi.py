@@ -119,14 +119,17 @@ class RateLimitMiddleware:
         )
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
+        # Whatever can fail is done before the limiter is asked, so a request that spent a
+        # token is always answered.
         n = cost_of(rules, rule, info)
-        key = None
+        pk = None
         if rule.keyed:
-            key = key_of(rules, info)
+            key = key_of(rules, rule, info)
+            pk = rules.partition_key(key)
             decision = rule.limiter.check(key, n)
         else:
             decision = rule.limiter.check(n)
-        status, fields = answer(rules, rule, decision, key)
+        status, fields = answer(rules, rule, decision, pk)
         if status:
             body = refusal_body(status)
             fields.append(("Content-Type", "text/plain; charset=utf-8"))
