@@ -283,6 +283,18 @@ def test_routes_methods_costs_and_exemptions():
     asyncio.run(run())
 
 
+@BOTH
+def test_a_route_for_get_limits_head_too(middleware):
+    api = KeyedRateLimiter(1, burst=2, clock=lambda: 0)
+    app = _around(middleware, routes=[Route("/api", api, methods={"GET"}, name="api")])
+    # HEAD runs the GET handler: it spends the route's tokens, and is refused with GET.
+    assert _request(app, "/api/items", "HEAD")[0] == 200
+    assert _request(app, "/api/items", "GET")[0] == 200
+    status, headers = _request(app, "/api/items", "HEAD")
+    assert status == 429 and headers["ratelimit"].startswith('"api";r=0;')
+    assert _request(app, "/api/items", "POST")[0] == 200  # not the route's, and no default
+
+
 def test_a_thousand_concurrent_requests_admit_exactly_the_burst():
     limiter = RateLimiter(1, burst=100, clock=lambda: 0)
     app = ASGIMiddleware(_ok_asgi, limiter)

@@ -248,9 +248,10 @@ class Route:
 
     ``prefix`` matches whole path segments (``"/api"`` matches ``/api`` and ``/api/users``,
     not ``/apiary``). ``methods`` (say ``{"POST"}``) restricts the route to those methods;
-    ``None`` is every method. ``cost`` overrides the middleware's cost function for this route;
-    ``name`` is the policy name the RateLimit fields give (the prefix, by default). ``limiter``
-    ``None`` exempts the route.
+    ``None`` is every method. GET brings HEAD with it: frameworks answer HEAD with the GET
+    handler, so ``{"GET"}`` limits (or exempts) both. ``cost`` overrides the middleware's cost
+    function for this route; ``name`` is the policy name the RateLimit fields give (the
+    prefix, by default). ``limiter`` ``None`` exempts the route.
     """
 
     prefix: str
@@ -454,11 +455,19 @@ def key_bytes(key: Hashable) -> bytes:
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:
+    """The route's methods in upper case, and HEAD wherever GET is.
+
+    Frameworks answer HEAD by running the GET handler and dropping the body, so a limit on
+    GET that let HEAD through would let anyone run the handler unlimited.
+    """
     if route.methods is None:
         return None
     if isinstance(route.methods, str):
         raise TypeError(f"routes[{i}].methods must be a set of methods, not {route.methods!r}")
-    return frozenset(m.upper() for m in route.methods)
+    methods = frozenset(m.upper() for m in route.methods)
+    if "GET" in methods:
+        methods |= {"HEAD"}
+    return methods
 
 
 # ---------------------------------------------------------------------------------------------
