@@ -295,6 +295,19 @@ def test_a_route_for_get_limits_head_too(middleware):
     assert _request(app, "/api/items", "POST")[0] == 200  # not the route's, and no default
 
 
+def test_a_wsgi_path_is_read_as_utf8_with_u_fffd_for_a_byte_that_is_not():
+    paths: list[str] = []
+    app = WSGIMiddleware(_ok_wsgi, KeyedRateLimiter(1), key=lambda info: paths.append(info.path))
+    for path_info in (
+        "/caf\xc3\xa9",  # /café as PEP 3333 has servers give it: its UTF-8 bytes as latin-1
+        "/caf\xe9",  # the latin-1 byte E9 alone, which is not UTF-8
+        "/€",  # a server that decoded it already, against PEP 3333 (€ is no latin-1): as it is
+    ):
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path_info, "REMOTE_ADDR": "192.0.2.1"}
+        b"".join(app(environ, lambda status, headers, exc_info=None: None))
+    assert paths == ["/café", "/caf\ufffd", "/€"]
+
+
 def test_a_thousand_concurrent_requests_admit_exactly_the_burst():
     limiter = RateLimiter(1, burst=100, clock=lambda: 0)
     app = ASGIMiddleware(_ok_asgi, limiter)

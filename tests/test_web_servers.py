@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO_ROOT / "examples" / "web"))
 
 import fastapi_app  # noqa: E402
 import flask_app  # noqa: E402
+from protocol_in_code.qos.asgi import Route  # noqa: E402
 from protocol_in_code.qos.keyed import KeyedRateLimiter  # noqa: E402
 from protocol_in_code.qos.limiter import Band, RateLimiter  # noqa: E402
 
@@ -226,3 +227,25 @@ def test_exempt_paths_and_headers_off_on_allowed(serve, clients):
     health = [client.get(url + "/health") for _ in range(3)]
     assert [r.status_code for r in health] == [200] * 3
     assert all("RateLimit" not in r.headers for r in health)
+
+
+def test_routes_and_exempt_prefixes_match_the_path_the_client_sent(serve, clients):
+    clock = Clock()
+    url = serve(
+        KeyedRateLimiter(1, burst=1, clock=clock),
+        routes=[Route("/café", KeyedRateLimiter(1, burst=2, clock=clock))],
+        exempt=["/übersicht"],
+    )
+    client = clients[0]
+    # httpx sends /caf%C3%A9; the route's burst of 2 applies, not the default's 1.
+    cafe = [client.get(url + "/café/menu") for _ in range(3)]
+    assert [r.status_code for r in cafe] == [404, 404, 429]  # the example has no such page
+    assert list(items(cafe[0], "RateLimit-Policy")) == ["/caf%C3%A9"]
+    overview = [client.get(url + "/übersicht") for _ in range(3)]
+    assert [r.status_code for r in overview] == [404] * 3
+    assert all("RateLimit" not in r.headers for r in overview)
+    # Not UTF-8 (é as the single latin-1 byte E9): read as /caf\ufffd, as the application
+    # reads it, so it is not the route's but the default limit's, and nothing fails.
+    not_utf8 = [client.get(url + "/caf%E9") for _ in range(2)]
+    assert [r.status_code for r in not_utf8] == [404, 429]
+    assert list(items(not_utf8[0], "RateLimit-Policy")) == ["default"]

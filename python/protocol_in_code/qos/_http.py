@@ -30,6 +30,7 @@ import hmac
 import ipaddress
 import os
 import reprlib
+import urllib.parse
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -251,7 +252,9 @@ class Route:
     ``None`` is every method. GET brings HEAD with it: frameworks answer HEAD with the GET
     handler, so ``{"GET"}`` limits (or exempts) both. ``cost`` overrides the middleware's cost
     function for this route; ``name`` is the policy name the RateLimit fields give (the
-    prefix, by default). ``limiter`` ``None`` exempts the route.
+    prefix, by default, percent-encoded where it is not ASCII). ``limiter`` ``None`` exempts
+    the route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as
+    under ASGI.
     """
 
     prefix: str
@@ -363,7 +366,7 @@ class Rules:
             rules.append(
                 _rule(
                     route.limiter,
-                    route.name if route.name is not None else route.prefix,
+                    _route_name(route),
                     f"routes[{i}].limiter",
                     allow_async,
                     route.cost,
@@ -452,6 +455,16 @@ def key_bytes(key: Hashable) -> bytes:
     if isinstance(key, bytes):
         return key
     return repr(key).encode("utf-8", "surrogatepass")
+
+
+def _route_name(route: Route) -> str:
+    """The route's policy name: ``name``, or else the prefix, percent-encoded as in a URL when
+    it is not ASCII (``/café`` is ``/caf%C3%A9``), since the name is an ASCII String."""
+    if route.name is not None:
+        return route.name
+    if route.prefix.isascii():
+        return route.prefix
+    return urllib.parse.quote(route.prefix)
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:
