@@ -195,25 +195,108 @@ def test_a_cost_no_limiter_takes_raises_naming_it_before_anything_is_spent(middl
 
 
 def test_forwarded_and_x_forwarded_for_are_walked_from_the_right_past_trusted_hops():
-    networks = _http.trusted_networks(["10.0.0.0/8", "2001:db8::/32"])
+    proxies = _http.TrustedProxies.parse(["10.0.0.0/8", "2001:db8::/32"])
     xff = {"x-forwarded-for": "198.51.100.1, 203.0.113.5, 10.1.1.1"}
-    assert _http.client_address("10.0.0.2", xff, networks, "x-forwarded-for") == "203.0.113.5"
+    assert _http.client_address("10.0.0.2", xff, proxies, "x-forwarded-for") == "203.0.113.5"
     # From an untrusted peer, the header is ignored.
-    assert _http.client_address("192.0.2.9", xff, networks, "x-forwarded-for") == "192.0.2.9"
+    assert _http.client_address("192.0.2.9", xff, proxies, "x-forwarded-for") == "192.0.2.9"
     forwarded = {
         "forwarded": 'for=198.51.100.1;proto=https, for="[2001:db8::7]:4711", for=10.2.2.2:80'
     }
     # 2001:db8::7 is trusted too, so the client is the hop before it.
-    assert _http.client_address("10.0.0.2", forwarded, networks, "forwarded") == "198.51.100.1"
+    assert _http.client_address("10.0.0.2", forwarded, proxies, "forwarded") == "198.51.100.1"
     # Only trusted hops: the leftmost. Garbage where an address should be: the peer.
     assert (
         _http.client_address(
-            "10.0.0.2", {"x-forwarded-for": "10.3.3.3"}, networks, "x-forwarded-for"
+            "10.0.0.2", {"x-forwarded-for": "10.3.3.3"}, proxies, "x-forwarded-for"
         )
         == "10.3.3.3"
     )
     garbage = {"x-forwarded-for": "unknown, 10.3.3.3"}
-    assert _http.client_address("10.0.0.2", garbage, networks, "x-forwarded-for") == "10.0.0.2"
+    assert _http.client_address("10.0.0.2", garbage, proxies, "x-forwarded-for") == "10.0.0.2"
+
+
+def _key_of_request(middleware: Any, peer: str | None, headers: Any = None, **options: Any) -> Any:
+    """The key a keyed limiter behind ``middleware`` is asked for on a request from ``peer``."""
+    limiter = KeyedRateLimiter(1, clock=lambda: 0)
+    _request(_around(middleware, limiter, **options), client=peer, headers=headers)
+    (key,) = limiter
+    return key
+
+
+@BOTH
+@pytest.mark.parametrize(
+    ("header", "value", "client"),
+    [
+        ("X-Forwarded-For", "203.0.113.5:5678", "203.0.113.5"),
+        ("X-Forwarded-For", "[2001:DB8::1]:443", "2001:db8::1"),
+        ("X-Forwarded-For", "[2001:db8:0:0:0:0:0:1]", "2001:db8::1"),
+        ("X-Forwarded-For", "::ffff:203.0.113.5", "203.0.113.5"),
+        ("Forwarded", 'for="[2001:DB8::1]:443"', "2001:db8::1"),
+        ("Forwarded", "for=203.0.113.5:5678", "203.0.113.5"),
+        ("Forwarded", 'for="203.0.113.5:_hidden"', "203.0.113.5"),
+        # Garbage where the client should be: the peer, as ever.
+        ("X-Forwarded-For", "203.0.113.5:http", "10.0.0.2"),
+        ("X-Forwarded-For", "[2001:db8::1]443", "10.0.0.2"),
+        ("X-Forwarded-For", "[2001:db8::1", "10.0.0.2"),
+        ("X-Forwarded-For", "203.0.113.5" + "0" * 100, "10.0.0.2"),
+        ("X-Forwarded-For", "unix:", "10.0.0.2"),
+        ("Forwarded", "for=_hidden", "10.0.0.2"),
+        ("Forwarded", "for=unknown", "10.0.0.2"),
+    ],
+)
+def test_a_hop_with_a_port_is_its_address_normalised_and_garbage_leaves_the_peer(
+    middleware, header, value, client
+):
+    key = _key_of_request(
+        middleware,
+        "10.0.0.2",
+        {header: value},
+        trusted_proxies=["10.0.0.0/8"],
+        forwarded_header=header,
+    )
+    assert key == client
+
+
+@BOTH
+def test_one_client_has_one_key_however_its_address_is_spelled(middleware):
+    for spelling in ("2001:DB8::1", "2001:db8:0:0:0:0:0:1", "2001:0db8::0001"):
+        assert _key_of_request(middleware, spelling) == "2001:db8::1"
+    assert _key_of_request(middleware, "::ffff:192.0.2.1") == "192.0.2.1"
+    # A peer that is no address (a test client's name) is kept as it is, and never a proxy.
+    assert _key_of_request(middleware, "testclient", trusted_proxies=["0.0.0.0/0"]) == "testclient"
+
+
+@BOTH
+@pytest.mark.parametrize("trusted", ["127.0.0.0/8", "127.0.0.1", "::ffff:127.0.0.0/104"])
+@pytest.mark.parametrize("peer", ["::ffff:127.0.0.1", "127.0.0.1"])
+def test_an_ipv4_mapped_peer_is_in_the_ipv4_network_it_maps_to(middleware, trusted, peer):
+    xff = {"X-Forwarded-For": "203.0.113.5"}
+    assert _key_of_request(middleware, peer, xff, trusted_proxies=[trusted]) == "203.0.113.5"
+
+
+@BOTH
+def test_a_unix_socket_peer_is_a_proxy_only_when_unix_is_trusted(middleware):
+    xff = {"X-Forwarded-For": "203.0.113.5"}
+    assert _key_of_request(middleware, None, xff, trusted_proxies=["unix"]) == "203.0.113.5"
+    # No field, or garbage in it: the peer, which has no address.
+    assert _key_of_request(middleware, None, trusted_proxies=["unix"]) == "unknown"
+    garbage = {"X-Forwarded-For": "?"}
+    assert _key_of_request(middleware, None, garbage, trusted_proxies=["unix"]) == "unknown"
+    # "unix" trusts no TCP peer, and no network trusts a Unix socket.
+    assert _key_of_request(middleware, "192.0.2.9", xff, trusted_proxies=["unix"]) == "192.0.2.9"
+    assert _key_of_request(middleware, None, xff, trusted_proxies=["0.0.0.0/0"]) == "unknown"
+
+
+@pytest.mark.parametrize("remote_addr", ["", "localhost", None])
+def test_wsgi_tells_a_unix_socket_peer_by_an_empty_missing_or_waitress_remote_addr(remote_addr):
+    limiter = KeyedRateLimiter(1, burst=1, clock=lambda: 0)
+    app = WSGIMiddleware(_ok_wsgi, limiter, trusted_proxies=["unix"])
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "HTTP_X_FORWARDED_FOR": "203.0.113.1"}
+    if remote_addr is not None:
+        environ["REMOTE_ADDR"] = remote_addr
+    b"".join(app(environ, lambda status, headers, exc_info=None: None))
+    assert list(limiter) == ["203.0.113.1"]
 
 
 def test_policy_quota_and_window_from_a_band():

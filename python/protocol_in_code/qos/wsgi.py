@@ -55,6 +55,23 @@ def _headers(environ: Environ) -> dict[str, str]:
     return headers
 
 
+#: What waitress writes in ``REMOTE_ADDR`` for a peer on a Unix socket (its documentation
+#: names that peer ``trusted_proxy="localhost"``); a TCP peer's is always an address.
+WAITRESS_UNIX_PEER = "localhost"
+
+
+def _peer(environ: Environ) -> str | None:
+    """The peer's address, ``REMOTE_ADDR``; ``None`` for a peer on a Unix socket.
+
+    Such a peer has no address, and servers say so with a missing or empty ``REMOTE_ADDR``
+    (the name the socket gives the peer is empty) or, waitress, with ``"localhost"``.
+    """
+    peer: str | None = environ.get("REMOTE_ADDR")
+    if not peer or peer == WAITRESS_UNIX_PEER:
+        return None
+    return peer
+
+
 def _path(environ: Environ) -> str:
     """The request's path as ASGI gives it: the characters the client's UTF-8 bytes spell.
 
@@ -82,7 +99,8 @@ class RateLimitMiddleware:
     ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
     ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers`` and
     ``partition_secret`` mean what they mean for
-    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``. The
+    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
+    Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
     path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
     ``PATH_INFO`` read as UTF-8 (see :func:`_path`).
     """
@@ -132,12 +150,7 @@ class RateLimitMiddleware:
         info = RequestInfo(
             method,
             path,
-            client_address(
-                environ.get("REMOTE_ADDR") or None,
-                headers,
-                rules.networks,
-                rules.forwarded_header,
-            ),
+            client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
             headers,
         )
         if rules.exempt is not None and rules.exempt(info):
