@@ -11,8 +11,11 @@ synchronous under WSGI) say what the in-process ones say.
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import re
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -389,6 +392,45 @@ def test_a_wsgi_path_is_read_as_utf8_with_u_fffd_for_a_byte_that_is_not():
         environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path_info, "REMOTE_ADDR": "192.0.2.1"}
         b"".join(app(environ, lambda status, headers, exc_info=None: None))
     assert paths == ["/café", "/caf\ufffd", "/€"]
+
+
+def _bytes_allocated_in(folder: Path) -> int:
+    """Bytes allocated by code in ``folder``'s files and still alive, as tracemalloc sees."""
+    gc.collect()
+    snapshot = tracemalloc.take_snapshot()
+    ours = snapshot.filter_traces([tracemalloc.Filter(True, str(folder / "*"))])
+    return sum(stat.size for stat in ours.statistics("filename"))
+
+
+def test_long_keys_leave_the_middleware_s_own_memory_bounded():
+    # 4,000 distinct API keys of 60 KB each (240 MB in all) as the key. Each key refills a
+    # second after its request and the clock moves a second per request, so the table may
+    # forget it: what stays is what the middleware itself keeps (its code is in qos/).
+    now = [0]
+
+    def clock() -> int:
+        now[0] += 1_000_000_000
+        return now[0]
+
+    limiter = KeyedRateLimiter(1, burst=1, max_keys=64, clock=clock)
+    app = ASGIMiddleware(_ok_asgi, limiter, key=lambda info: info.headers["x-api-key"])
+
+    async def requests() -> list[int]:
+        statuses = []
+        for i in range(4_000):
+            api_key = b"%05d" % i + b"k" * 60_000
+            statuses.append((await _call(app, headers=[(b"x-api-key", api_key)]))[0])
+        return statuses
+
+    tracemalloc.start()
+    try:
+        before = _bytes_allocated_in(Path(_http.__file__).parent)
+        statuses = asyncio.run(requests())
+        grown = _bytes_allocated_in(Path(_http.__file__).parent) - before
+    finally:
+        tracemalloc.stop()
+    assert statuses == [200] * 4_000
+    assert grown < 1_000_000, f"the middleware kept {grown:,} bytes"
 
 
 def test_a_thousand_concurrent_requests_admit_exactly_the_burst():

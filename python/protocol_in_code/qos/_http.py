@@ -43,7 +43,10 @@ _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 NS_PER_SECOND = 1_000_000_000
+#: The memo of partition keys holds at most this many keys, of at most this many bytes each:
+#: at most a few MB, however long the keys a key function returns (a 60 KB API key...).
 PARTITION_KEYS_KEPT = 10_000
+PARTITION_KEY_BYTES_KEPT = 256
 
 #: The status of each refusal, and whether it carries ``Retry-After``.
 DENIED_STATUS = 429
@@ -534,19 +537,28 @@ class Rules:
         return None
 
     def partition_key(self, key: Hashable) -> str:
-        """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it."""
+        """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it.
+
+        Recent keys' ``pk`` are remembered, in memory bounded in keys and in bytes: a flood of
+        new keys only empties the memo, and a key longer than ``PARTITION_KEY_BYTES_KEPT`` is
+        never kept. Its ``pk`` is made anew each time, which costs what the digest of it that a
+        memo would need costs, and what the limiter spends reading the key anyway.
+        """
         data = key_bytes(key)
-        cached = self._partition_keys.get(data)
-        if cached is not None:
-            return cached
-        digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
-        pk = ":" + base64.b64encode(digest).decode("ascii") + ":"
-        # Recent keys' hashes are remembered, in bounded memory: a flood of new keys only
-        # empties the memo, it never grows past PARTITION_KEYS_KEPT.
-        if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
-            self._partition_keys.clear()
-        self._partition_keys[data] = pk
+        if len(data) > PARTITION_KEY_BYTES_KEPT:
+            return self._keyed_hash(data)
+        pk = self._partition_keys.get(data)
+        if pk is None:
+            pk = self._keyed_hash(data)
+            if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
+                self._partition_keys.clear()
+            self._partition_keys[data] = pk
         return pk
+
+    def _keyed_hash(self, data: bytes) -> str:
+        """``data`` under HMAC-SHA256 with the partition secret, 12 bytes, as a Byte Sequence."""
+        digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
+        return ":" + base64.b64encode(digest).decode("ascii") + ":"
 
 
 def key_bytes(key: Hashable) -> bytes:
