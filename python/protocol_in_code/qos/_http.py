@@ -85,8 +85,8 @@ CostFunction: TypeAlias = Callable[[RequestInfo], int]
 
 #: The entry of ``trusted_proxies`` that trusts a peer on a Unix socket, which has no address.
 UNIX = "unix"
-#: Text longer than this is no address (the longest, an IPv6 address with an IPv4 tail, a zone
-#: and a port in brackets, is well under it): it is neither parsed nor remembered.
+#: Text longer than this is no address (the longest, an IPv6 address with an IPv4 tail, has 45
+#: characters; a zone, ``%eth0``, adds a few): it is neither parsed nor remembered.
 ADDRESS_TEXT_MAX = 64
 #: How many parsed addresses are remembered.
 ADDRESSES_KEPT = 4096
@@ -177,7 +177,7 @@ class TrustedProxies:
         return cls(tuple(networks), unix)
 
     def trust(self, address: _Address) -> bool:
-        """Whether ``address`` is one of the trusted proxies' networks."""
+        """Whether ``address`` is in one of the trusted networks."""
         for network in self.networks:
             if address in network:
                 return True
@@ -567,7 +567,8 @@ def key_bytes(key: Hashable) -> bytes:
     A ``str`` is its UTF-8 (lone surrogates kept), ``bytes`` are themselves, and any other key
     (``42``, ``("user", 42)``) is its ``repr()``, which for numbers, strings and tuples of them
     is the same in every process, so every worker gives a client the same ``pk``. A key of the
-    application's own class needs a ``__repr__`` that says its value for that to hold.
+    application's own class needs a ``__repr__`` that says its value for that to hold. Keys
+    the limiter holds as one but spelled apart (``1`` and ``1.0``) have two ``pk``.
     """
     if isinstance(key, str):
         return key.encode("utf-8", "surrogatepass")
