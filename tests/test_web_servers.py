@@ -9,6 +9,7 @@ there is no timing assertion here. Two clients are two loopback addresses (127.0
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,12 +26,13 @@ pytest.importorskip("waitress")
 http_sf = pytest.importorskip("http_sf")
 import httpx  # noqa: E402
 from qos_support import REPO_ROOT  # noqa: E402
-from web_servers import Uvicorn, Waitress  # noqa: E402
+from web_servers import Uvicorn, Waitress, dual_stack_listener, unix_listener  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT / "examples" / "web"))
 
 import fastapi_app  # noqa: E402
 import flask_app  # noqa: E402
+from protocol_in_code.qos.asgi import Route  # noqa: E402
 from protocol_in_code.qos.keyed import KeyedRateLimiter  # noqa: E402
 from protocol_in_code.qos.limiter import Band, RateLimiter  # noqa: E402
 
@@ -53,14 +55,15 @@ Serve = Callable[..., str]
 
 @pytest.fixture(params=["fastapi+uvicorn", "flask+waitress"])
 def serve(request: pytest.FixtureRequest) -> Iterator[Serve]:
-    """``serve(limiter, **options)``: the example app around ``limiter``, served; its URL."""
+    """``serve(limiter, listener=None, **options)``: the example app around ``limiter``, served
+    on ``listener`` (a free port of 127.0.0.1 by default); its URL."""
     started: list[Any] = []
 
-    def start(limiter: Any, **options: Any) -> str:
+    def start(limiter: Any, listener: socket.socket | None = None, **options: Any) -> str:
         if request.param.startswith("fastapi"):
-            server: Any = Uvicorn(fastapi_app.create_app(limiter, **options))
+            server: Any = Uvicorn(fastapi_app.create_app(limiter, **options), listener)
         else:
-            server = Waitress(flask_app.create_app(limiter, **options))
+            server = Waitress(flask_app.create_app(limiter, **options), listener)
         started.append(server.start())
         return str(server.url)
 
@@ -226,3 +229,67 @@ def test_exempt_paths_and_headers_off_on_allowed(serve, clients):
     health = [client.get(url + "/health") for _ in range(3)]
     assert [r.status_code for r in health] == [200] * 3
     assert all("RateLimit" not in r.headers for r in health)
+
+
+def test_routes_and_exempt_prefixes_match_the_path_the_client_sent(serve, clients):
+    clock = Clock()
+    url = serve(
+        KeyedRateLimiter(1, burst=1, clock=clock),
+        routes=[Route("/café", KeyedRateLimiter(1, burst=2, clock=clock))],
+        exempt=["/übersicht"],
+    )
+    client = clients[0]
+    # httpx sends /caf%C3%A9; the route's burst of 2 applies, not the default's 1.
+    cafe = [client.get(url + "/café/menu") for _ in range(3)]
+    assert [r.status_code for r in cafe] == [404, 404, 429]  # the example has no such page
+    assert list(items(cafe[0], "RateLimit-Policy")) == ["/caf%C3%A9"]
+    overview = [client.get(url + "/übersicht") for _ in range(3)]
+    assert [r.status_code for r in overview] == [404] * 3
+    assert all("RateLimit" not in r.headers for r in overview)
+    # Not UTF-8 (é as the single latin-1 byte E9): read as /caf\ufffd, as the application
+    # reads it, so it is not the route's but the default limit's, and nothing fails.
+    not_utf8 = [client.get(url + "/caf%E9") for _ in range(2)]
+    assert [r.status_code for r in not_utf8] == [404, 429]
+    assert list(items(not_utf8[0], "RateLimit-Policy")) == ["default"]
+
+
+def test_clients_behind_a_trusted_proxy_on_a_unix_socket_are_told_apart(serve, tmp_path):
+    # As behind nginx proxying to a Unix socket: the server gives the peer no address.
+    clock = Clock()
+    trusting = str(tmp_path / "trusting.sock")
+    serve(
+        KeyedRateLimiter(2, burst=5, clock=clock), unix_listener(trusting), trusted_proxies=["unix"]
+    )
+    not_trusting = str(tmp_path / "not-trusting.sock")
+    serve(KeyedRateLimiter(2, burst=5, clock=clock), unix_listener(not_trusting))
+
+    def codes(path: str, forwarded_for: str) -> list[int]:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=10) as proxy:
+            headers = {"X-Forwarded-For": forwarded_for}
+            return [proxy.get("http://localhost/", headers=headers).status_code for _ in range(6)]
+
+    # Trusted: each forwarded client has its own bucket.
+    assert codes(trusting, "203.0.113.1") == [200] * 5 + [429]
+    assert codes(trusting, "203.0.113.2:5678") == [200] * 5 + [429]
+    # Not trusted: the header is ignored, and everyone behind the socket is one client.
+    assert codes(not_trusting, "203.0.113.1") == [200] * 5 + [429]
+    assert codes(not_trusting, "203.0.113.2") == [429] * 6
+
+
+def test_on_a_dual_stack_listener_an_ipv4_peer_is_its_ipv4_address(serve, clients):
+    # The server tells of 127.0.0.1 as ::ffff:127.0.0.1; it matches the trusted 127.0.0.1, and
+    # the other client's key is 127.0.0.2, as on an IPv4 listener.
+    clock = Clock()
+    seen: list[str | None] = []
+    url = serve(
+        KeyedRateLimiter(2, burst=5, clock=clock),
+        dual_stack_listener(),
+        trusted_proxies=["127.0.0.1"],
+        exempt=lambda info: seen.append(info.client),
+    )
+    proxy, other = clients
+    for address in ("203.0.113.1", "203.0.113.2"):
+        responses = [proxy.get(url + "/", headers={"X-Forwarded-For": address}) for _ in range(6)]
+        assert [r.status_code for r in responses] == [200] * 5 + [429]
+    assert other.get(url + "/").status_code == 200
+    assert seen == ["203.0.113.1"] * 6 + ["203.0.113.2"] * 6 + ["127.0.0.2"]

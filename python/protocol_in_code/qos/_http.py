@@ -29,10 +29,13 @@ import hashlib
 import hmac
 import ipaddress
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+import reprlib
+import urllib.parse
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
 
@@ -40,7 +43,10 @@ _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 NS_PER_SECOND = 1_000_000_000
+#: The memo of partition keys holds at most this many keys, of at most this many bytes each:
+#: at most a few MB, however long the keys a key function returns (a 60 KB API key...).
 PARTITION_KEYS_KEPT = 10_000
+PARTITION_KEY_BYTES_KEPT = 256
 
 #: The status of each refusal, and whether it carries ``Retry-After``.
 DENIED_STATUS = 429
@@ -68,7 +74,7 @@ class RequestInfo:
     headers: Mapping[str, str]
 
 
-KeyFunction: TypeAlias = Callable[[RequestInfo], "str | bytes"]
+KeyFunction: TypeAlias = Callable[[RequestInfo], Hashable]
 CostFunction: TypeAlias = Callable[[RequestInfo], int]
 
 
@@ -77,81 +83,187 @@ CostFunction: TypeAlias = Callable[[RequestInfo], int]
 # ---------------------------------------------------------------------------------------------
 
 
-def trusted_networks(trusted_proxies: Iterable[str]) -> tuple[_Network, ...]:
-    """``trusted_proxies`` (addresses or networks, ``"10.0.0.0/8"``) parsed once."""
-    if isinstance(trusted_proxies, (str, bytes)):
-        raise TypeError(
-            "trusted_proxies must be a list of addresses or networks, "
-            f"not the single string {trusted_proxies!r}"
-        )
-    networks = []
-    for entry in trusted_proxies:
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"trusted_proxies: {entry!r} is not an IP address or network"
-            ) from None
-    return tuple(networks)
+#: The entry of ``trusted_proxies`` that trusts a peer on a Unix socket, which has no address.
+UNIX = "unix"
+#: Text longer than this is no address (the longest, an IPv6 address with an IPv4 tail, has 45
+#: characters; a zone, ``%eth0``, adds a few): it is neither parsed nor remembered.
+ADDRESS_TEXT_MAX = 64
+#: How many parsed addresses are remembered.
+ADDRESSES_KEPT = 4096
+#: A hop's port: digits, or the obfuscated ``_name`` RFC 7239 allows.
+_PORT = re.compile(r"[0-9]{1,5}|_[A-Za-z0-9._-]+")
 
 
-def _address(text: str) -> _Address | None:
+class Host(NamedTuple):
+    """An address parsed once: the object networks are tested with, and its normal text."""
+
+    address: _Address
+    text: str
+
+
+def _parsed(text: str) -> Host | None:
+    """``text`` as an address, or ``None``; an IPv4-mapped IPv6 address (``::ffff:192.0.2.1``,
+    as a dual-stack listener gives an IPv4 peer) is the IPv4 address it maps."""
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return Host(address, str(address))
 
 
-def _is_trusted(address: str, networks: Sequence[_Network]) -> bool:
-    parsed = _address(address)
-    return parsed is not None and any(parsed in network for network in networks)
+#: Texts parsed recently, and what they were: see :func:`_host`.
+_hosts: dict[str, Host | None] = {}
+
+
+def _host(text: str) -> Host | None:
+    """:func:`_parsed`, remembered: parsing is microseconds of pure Python, a good part of the
+    middleware's time, and the same peers come back.
+
+    The memo is bounded as the partition keys' is: in texts (a flood of new ones only empties
+    it) and in bytes (text longer than any address is none, and is not kept).
+    """
+    if len(text) > ADDRESS_TEXT_MAX:
+        return None
+    try:
+        return _hosts[text]  # one lookup: another thread may empty the memo at any time
+    except KeyError:
+        pass
+    host = _parsed(text)
+    if len(_hosts) >= ADDRESSES_KEPT:
+        _hosts.clear()
+    _hosts[text] = host
+    return host
+
+
+def _unmapped(network: _Network) -> _Network:
+    """An IPv6 network of IPv4-mapped addresses (``::ffff:10.0.0.0/104``) as the IPv4 network
+    it maps, since mapped peers are read as IPv4 addresses."""
+    mapped = network.network_address
+    if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+        if network.prefixlen >= 96:
+            return ipaddress.IPv4Network((mapped.ipv4_mapped, network.prefixlen - 96))
+    return network
+
+
+@dataclass(frozen=True)
+class TrustedProxies:
+    """``trusted_proxies`` parsed once: networks, and whether a Unix-socket peer is trusted."""
+
+    networks: tuple[_Network, ...] = ()
+    unix: bool = False
+
+    @classmethod
+    def parse(cls, trusted_proxies: Iterable[str]) -> TrustedProxies:
+        """Addresses, networks (``"10.0.0.0/8"``) and ``"unix"``, checked and parsed."""
+        if isinstance(trusted_proxies, (str, bytes)):
+            raise TypeError(
+                "trusted_proxies must be a list of addresses or networks, "
+                f"not the single string {trusted_proxies!r}"
+            )
+        networks = []
+        unix = False
+        for entry in trusted_proxies:
+            if entry == UNIX:
+                unix = True
+                continue
+            try:
+                networks.append(_unmapped(ipaddress.ip_network(entry, strict=False)))
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"trusted_proxies: {entry!r} is not an IP address or network, nor 'unix'"
+                ) from None
+        return cls(tuple(networks), unix)
+
+    def trust(self, address: _Address) -> bool:
+        """Whether ``address`` is in one of the trusted networks."""
+        for network in self.networks:
+            if address in network:
+                return True
+        return False
 
 
 def _forwarded_for(value: str) -> list[str]:
-    """The ``for=`` nodes of a ``Forwarded`` field (RFC 7239), brackets and ports removed."""
+    """The ``for=`` nodes of a ``Forwarded`` field (RFC 7239), quotes removed."""
     nodes = []
     for element in value.split(","):
         for pair in element.split(";"):
             name, _, node = pair.strip().partition("=")
-            if name.strip().lower() != "for":
-                continue
-            node = node.strip().strip('"')
-            if node.startswith("["):  # "[2001:db8::1]:4711"
-                node = node[1 : node.find("]")] if "]" in node else node[1:]
-            elif node.count(":") == 1:  # "192.0.2.43:47011"
-                node = node.partition(":")[0]
-            nodes.append(node)
+            if name.strip().lower() == "for":
+                nodes.append(node.strip().strip('"'))
     return nodes
+
+
+def _hop(text: str) -> Host | None:
+    """The address in one hop of a forwarded chain, its port dropped.
+
+    A hop is ``192.0.2.1``, ``192.0.2.1:8080``, ``2001:db8::1``, ``[2001:db8::1]`` or
+    ``[2001:db8::1]:443``; anything else (``unknown``, an obfuscated ``_name``, a port that is
+    no port, garbage) is ``None``.
+    """
+    text = text.strip()
+    if text.startswith("["):
+        inside, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:]))):
+            return None
+        return _host(inside)
+    if text.count(":") == 1:
+        text, _, port = text.partition(":")
+        if not _PORT.fullmatch(port):
+            return None
+    return _host(text)
+
+
+def _forwarded_client(value: str | None, header: str, proxies: TrustedProxies) -> str | None:
+    """The client a trusted proxy forwarded in ``value``, a ``header`` field.
+
+    The chain is read from the right, each hop appended by the proxy before it: the first
+    address that is not a trusted proxy is the client; if every hop is trusted, the leftmost
+    is. ``None`` when there is no field, or a hop that is no address stands where the client
+    is looked for.
+    """
+    if not value:
+        return None
+    chain = _forwarded_for(value) if header == "forwarded" else value.split(",")
+    host = None
+    for hop in reversed(chain):
+        host = _hop(hop)
+        if host is None:
+            return None
+        if not proxies.trust(host.address):
+            return host.text
+    return None if host is None else host.text
 
 
 def client_address(
     peer: str | None,
     headers: Mapping[str, str],
-    networks: Sequence[_Network],
+    proxies: TrustedProxies,
     header: str,
 ) -> str | None:
-    """The client's address: ``peer``, unless ``peer`` is a trusted proxy.
+    """The client's address, in its normal text: the peer's, unless the peer is a trusted proxy.
 
-    Then the ``header`` chain (``x-forwarded-for`` or ``forwarded``) is read from the right,
-    each hop appended by the proxy before it: the first address that is not a trusted proxy is
-    the client. If every hop is trusted, the leftmost is. A header that is missing, or has
-    anything but addresses where an address must be, leaves the peer as the client.
+    ``peer`` ``None`` is a peer on a Unix socket, trusted only if ``"unix"`` is; a peer that
+    is no address (a test client's made-up name) is trusted never, and is the client as it is.
+    A trusted proxy's ``header`` field (``x-forwarded-for`` or ``forwarded``) names the client
+    (see :func:`_forwarded_client`); with no field, or garbage where the client should be, the
+    peer is the client.
+
+    Addresses are normalised, so that one client is one key however it is spelled:
+    ``2001:DB8::1`` is ``2001:db8::1``, and ``::ffff:192.0.2.1`` is ``192.0.2.1``.
     """
-    if peer is None or not networks or not _is_trusted(peer, networks):
-        return peer
-    value = headers.get(header)
-    if not value:
-        return peer
-    if header == "forwarded":
-        chain = _forwarded_for(value)
+    if peer is None:
+        own, trusted = None, proxies.unix
     else:
-        chain = [hop.strip() for hop in value.split(",")]
-    for hop in reversed(chain):
-        if _address(hop) is None:
+        host = _host(peer)
+        if host is None:
             return peer
-        if not _is_trusted(hop, networks):
-            return hop
-    return chain[0] if chain else peer
+        own, trusted = host.text, proxies.trust(host.address)
+    if not trusted:
+        return own
+    forwarded = _forwarded_client(headers.get(header), header, proxies)
+    return own if forwarded is None else forwarded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,8 +271,11 @@ def client_address(
 # ---------------------------------------------------------------------------------------------
 
 
-def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool]:
-    """(keyed, awaited) for one of our limiters, or TypeError naming ``parameter``."""
+def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
+    """(keyed, awaited, Redis) for one of our limiters, or TypeError naming ``parameter``.
+
+    A Redis limiter is told apart because it takes only ``str`` and ``bytes`` keys.
+    """
     from protocol_in_code.qos.distributed import (
         AsyncRedisKeyedRateLimiter,
         AsyncRedisRateLimiter,
@@ -168,14 +283,18 @@ def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool]:
         RedisRateLimiter,
     )
 
-    if isinstance(limiter, (KeyedRateLimiter, RedisKeyedRateLimiter)):
-        return True, False
-    if isinstance(limiter, (RateLimiter, RedisRateLimiter)):
-        return False, False
+    if isinstance(limiter, KeyedRateLimiter):
+        return True, False, False
+    if isinstance(limiter, RateLimiter):
+        return False, False, False
+    if isinstance(limiter, RedisKeyedRateLimiter):
+        return True, False, True
+    if isinstance(limiter, RedisRateLimiter):
+        return False, False, True
     if isinstance(limiter, AsyncRedisKeyedRateLimiter):
-        return True, True
+        return True, True, True
     if isinstance(limiter, AsyncRedisRateLimiter):
-        return False, True
+        return False, True, True
     raise TypeError(
         f"{parameter} must be a RateLimiter, KeyedRateLimiter or one of the Redis limiters, "
         f"not {type(limiter).__name__}"
@@ -240,9 +359,12 @@ class Route:
 
     ``prefix`` matches whole path segments (``"/api"`` matches ``/api`` and ``/api/users``,
     not ``/apiary``). ``methods`` (say ``{"POST"}``) restricts the route to those methods;
-    ``None`` is every method. ``cost`` overrides the middleware's cost function for this route;
-    ``name`` is the policy name the RateLimit fields give (the prefix, by default). ``limiter``
-    ``None`` exempts the route.
+    ``None`` is every method. GET brings HEAD with it: frameworks answer HEAD with the GET
+    handler, so ``{"GET"}`` limits (or exempts) both. ``cost`` overrides the middleware's cost
+    function for this route; ``name`` is the policy name the RateLimit fields give (the
+    prefix, by default, percent-encoded where it is not ASCII). ``limiter`` ``None`` exempts
+    the route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as
+    under ASGI.
     """
 
     prefix: str
@@ -264,6 +386,7 @@ class Rule:
     names: tuple[str, ...]
     prefix: str = ""
     methods: frozenset[str] | None = None
+    redis: bool = False
     policy_items: tuple[str, ...] = field(init=False)
     policy_text: str = field(init=False)
 
@@ -294,7 +417,7 @@ def _rule(
     prefix: str = "",
     methods: frozenset[str] | None = None,
 ) -> Rule:
-    keyed, awaited = _limiter_kind(limiter, parameter)
+    keyed, awaited, redis = _limiter_kind(limiter, parameter)
     if awaited and not allow_async:
         raise TypeError(
             f"{parameter}: an asyncio Redis limiter cannot serve WSGI; give it a "
@@ -311,7 +434,7 @@ def _rule(
     )
     if cost is not None and not callable(cost):
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
-    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods)
+    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods, redis)
 
 
 class Rules:
@@ -353,7 +476,7 @@ class Rules:
             rules.append(
                 _rule(
                     route.limiter,
-                    route.name if route.name is not None else route.prefix,
+                    _route_name(route),
                     f"routes[{i}].limiter",
                     allow_async,
                     route.cost,
@@ -386,7 +509,7 @@ class Rules:
                 if not isinstance(p, str) or not p.startswith("/"):
                     raise ValueError(f"exempt: {p!r} is not a path starting with '/'")
             self.exempt_prefixes = prefixes
-        self.networks = trusted_networks(trusted_proxies)
+        self.proxies = TrustedProxies.parse(trusted_proxies)
         header = forwarded_header.lower() if isinstance(forwarded_header, str) else None
         if header not in ("x-forwarded-for", "forwarded"):
             raise ValueError(
@@ -401,7 +524,7 @@ class Rules:
         elif not isinstance(partition_secret, bytes) or len(partition_secret) < 16:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
-        self._partition_keys: dict[str | bytes, str] = {}
+        self._partition_keys: dict[bytes, str] = {}
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The first rule for this request; ``None`` if it is exempt or no rule matches."""
@@ -413,28 +536,71 @@ class Rules:
                 return rule if rule.limiter is not None else None
         return None
 
-    def partition_key(self, key: str | bytes) -> str:
-        """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it."""
-        cached = self._partition_keys.get(key)
-        if cached is not None:
-            return cached
-        data = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else key
-        digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
-        pk = ":" + base64.b64encode(digest).decode("ascii") + ":"
-        # Recent keys' hashes are remembered, in bounded memory: a flood of new keys only
-        # empties the memo, it never grows past PARTITION_KEYS_KEPT.
-        if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
-            self._partition_keys.clear()
-        self._partition_keys[key] = pk
+    def partition_key(self, key: Hashable) -> str:
+        """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it.
+
+        Recent keys' ``pk`` are remembered, in memory bounded in keys and in bytes: a flood of
+        new keys only empties the memo, and a key longer than ``PARTITION_KEY_BYTES_KEPT`` is
+        never kept. Its ``pk`` is made anew each time, which costs what the digest of it that a
+        memo would need costs, and what the limiter spends reading the key anyway.
+        """
+        data = key_bytes(key)
+        if len(data) > PARTITION_KEY_BYTES_KEPT:
+            return self._keyed_hash(data)
+        pk = self._partition_keys.get(data)
+        if pk is None:
+            pk = self._keyed_hash(data)
+            if len(self._partition_keys) >= PARTITION_KEYS_KEPT:
+                self._partition_keys.clear()
+            self._partition_keys[data] = pk
         return pk
+
+    def _keyed_hash(self, data: bytes) -> str:
+        """``data`` under HMAC-SHA256 with the partition secret, 12 bytes, as a Byte Sequence."""
+        digest = hmac.new(self.secret, data, hashlib.sha256).digest()[:12]
+        return ":" + base64.b64encode(digest).decode("ascii") + ":"
+
+
+def key_bytes(key: Hashable) -> bytes:
+    """What a key's ``pk`` is the hash of: its text.
+
+    A ``str`` is its UTF-8 (lone surrogates kept), ``bytes`` are themselves, and any other key
+    (``42``, ``("user", 42)``) is its ``repr()``, which for numbers, strings and tuples of them
+    is the same in every process, so every worker gives a client the same ``pk``. A key of the
+    application's own class needs a ``__repr__`` that says its value for that to hold. Keys
+    the limiter holds as one but spelled apart (``1`` and ``1.0``) have two ``pk``.
+    """
+    if isinstance(key, str):
+        return key.encode("utf-8", "surrogatepass")
+    if isinstance(key, bytes):
+        return key
+    return repr(key).encode("utf-8", "surrogatepass")
+
+
+def _route_name(route: Route) -> str:
+    """The route's policy name: ``name``, or else the prefix, percent-encoded as in a URL when
+    it is not ASCII (``/café`` is ``/caf%C3%A9``), since the name is an ASCII String."""
+    if route.name is not None:
+        return route.name
+    if route.prefix.isascii():
+        return route.prefix
+    return urllib.parse.quote(route.prefix)
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:
+    """The route's methods in upper case, and HEAD wherever GET is.
+
+    Frameworks answer HEAD by running the GET handler and dropping the body, so a limit on
+    GET that let HEAD through would let anyone run the handler unlimited.
+    """
     if route.methods is None:
         return None
     if isinstance(route.methods, str):
         raise TypeError(f"routes[{i}].methods must be a set of methods, not {route.methods!r}")
-    return frozenset(m.upper() for m in route.methods)
+    methods = frozenset(m.upper() for m in route.methods)
+    if "GET" in methods:
+        methods |= {"HEAD"}
+    return methods
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,9 +609,13 @@ def _methods(route: Route, i: int) -> frozenset[str] | None:
 
 
 def answer(
-    rules: Rules, rule: Rule, decision: Decision, key: str | bytes | None
+    rules: Rules, rule: Rule, decision: Decision, pk: str | None
 ) -> tuple[int, list[tuple[str, str]]]:
-    """The status (0 to pass the request on) and the header fields for ``decision``."""
+    """The status (0 to pass the request on) and the header fields for ``decision``.
+
+    ``pk`` is the key's partition key (``None`` for a limiter without keys), made before the
+    limiter was asked: nothing here can fail, so a request that spent a token is answered.
+    """
     outcome = decision.outcome
     remaining = decision.remaining
     wait_ns = decision.wait_ns
@@ -469,16 +639,16 @@ def answer(
         # only the policies are stated.
         fields.append(("RateLimit-Policy", rule.policy_text))
         return status, fields
-    pk = "" if key is None else ";pk=" + rules.partition_key(key)
+    pk_parameter = "" if pk is None else ";pk=" + pk
     items = []
     for name, policy in zip(rule.names, rule.policies, strict=True):
         t = max(policy.reset_seconds(remaining), retry)
-        items.append(f"{name};r={min(remaining, policy.burst)};t={t}{pk}")
-    if pk:
+        items.append(f"{name};r={min(remaining, policy.burst)};t={t}{pk_parameter}")
+    if pk_parameter:
         fields.append(
             (
                 "RateLimit-Policy",
-                ", ".join(f"{item}{pk}" for item in rule.policy_items),
+                ", ".join(f"{item}{pk_parameter}" for item in rule.policy_items),
             )
         )
     else:
@@ -496,19 +666,47 @@ def refusal_body(status: int) -> bytes:
     return f"{REASONS.get(status, 'Refused')}\n".encode("ascii")
 
 
+#: The largest cost every limiter takes: ``n`` is an unsigned 64-bit count.
+COST_MAX = 2**64 - 1
+
+
 def cost_of(rules: Rules, rule: Rule, info: RequestInfo) -> int:
-    """Tokens this request takes: the route's cost function, the middleware's, or 1."""
+    """Tokens this request takes: the route's cost function, the middleware's, or 1.
+
+    A cost no limiter takes raises here, naming it, before the limiter is asked.
+    """
     function = rule.cost or rules.cost
     if function is None:
         return 1
     n = function(info)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"cost must return an int >= 0, not {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= COST_MAX:
+        raise ValueError(
+            f"cost= returned {reprlib.repr(n)}, which is not an int from 0 to 2**64 - 1"
+        )
     return n
 
 
-def key_of(rules: Rules, info: RequestInfo) -> str | bytes:
-    """The key of a keyed limiter: the key function's, or the client's address."""
-    if rules.key is not None:
-        return rules.key(info)
-    return info.client if info.client is not None else "unknown"
+def key_of(rules: Rules, rule: Rule, info: RequestInfo) -> Hashable:
+    """The key of a keyed limiter: the key function's, or the client's address.
+
+    A key the limiter cannot take raises ``TypeError`` here, naming it, before the limiter is
+    asked: the middleware never fails after a token is spent.
+    """
+    if rules.key is None:
+        return info.client if info.client is not None else "unknown"
+    key = rules.key(info)
+    if rule.redis:
+        if not isinstance(key, (str, bytes)):
+            raise TypeError(
+                f"key= returned {reprlib.repr(key)}, which a Redis limiter cannot take: "
+                "its keys are str or bytes"
+            )
+        return key
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(
+            f"key= returned {reprlib.repr(key)}, which a KeyedRateLimiter cannot take: "
+            "its keys are hashable, as dict keys are (str, bytes, int, tuples of them...)"
+        ) from None
+    return key

@@ -49,6 +49,13 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def _peer(scope: Scope) -> str | None:
+    """The peer's address; ``None`` for a peer on a Unix socket, to which servers give no
+    ``client`` (uvicorn ``--uds``) or, some, an empty host."""
+    client = scope.get("client")
+    return (client[0] or None) if client else None
+
+
 class RateLimitMiddleware:
     """Limit the requests that reach ``app``; see the module's help for the whole picture.
 
@@ -58,8 +65,13 @@ class RateLimitMiddleware:
     :class:`Route` wins; ``limiter`` covers the rest, and may be ``None``).
 
     * ``key(info)``: a keyed limiter's key, by default the client's address: the peer, or,
-      when the peer is one of ``trusted_proxies``, the address it forwarded in
-      ``forwarded_header`` (``"X-Forwarded-For"`` or ``"Forwarded"``).
+      when the peer is one of ``trusted_proxies`` (addresses, networks, and ``"unix"`` for a
+      peer on a Unix socket), the address it forwarded in ``forwarded_header``
+      (``"X-Forwarded-For"`` or ``"Forwarded"``), normalised (``::ffff:192.0.2.1`` is
+      ``192.0.2.1``, ``2001:DB8::1`` is ``2001:db8::1``, a port is dropped). Any key the limiter
+      takes will do (an API key, ``("user", 42)``, an int); a Redis limiter takes ``str`` or
+      ``bytes``. A key the limiter cannot take raises ``TypeError`` naming it, before
+      anything is spent.
     * ``cost(info)``: tokens the request takes (1 by default).
     * ``exempt``: path prefixes, or a function of the request, never limited.
     * ``name``: the policy name in the RateLimit fields (bands are ``name-1``, ``name-2``...
@@ -124,27 +136,28 @@ class RateLimitMiddleware:
                 headers[text] += ", " + value.decode("latin-1")
             else:
                 headers[text] = value.decode("latin-1")
-        client = scope.get("client")
-        peer = client[0] if client else None
         info = RequestInfo(
             method,
             scope["path"],
-            client_address(peer, headers, rules.networks, rules.forwarded_header),
+            client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
             headers,
         )
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
+        # Whatever can fail is done before the limiter is asked, so a request that spent a
+        # token is always answered.
         n = cost_of(rules, rule, info)
-        key = None
+        pk = None
         if rule.keyed:
-            key = key_of(rules, info)
+            key = key_of(rules, rule, info)
+            pk = rules.partition_key(key)
             decision = rule.limiter.check(key, n)
         else:
             decision = rule.limiter.check(n)
         if rule.awaited:
             decision = await decision
-        status, fields = answer(rules, rule, decision, key)
+        status, fields = answer(rules, rule, decision, pk)
         if status:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})

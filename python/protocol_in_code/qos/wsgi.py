@@ -55,13 +55,54 @@ def _headers(environ: Environ) -> dict[str, str]:
     return headers
 
 
+#: What waitress writes in ``REMOTE_ADDR`` for a peer on a Unix socket (its documentation
+#: names that peer ``trusted_proxy="localhost"``); a TCP peer's is always an address.
+WAITRESS_UNIX_PEER = "localhost"
+
+
+def _peer(environ: Environ) -> str | None:
+    """The peer's address, ``REMOTE_ADDR``; ``None`` for a peer on a Unix socket.
+
+    Such a peer has no address, and servers say so with a missing or empty ``REMOTE_ADDR``
+    (the name the socket gives the peer is empty) or, waitress, with ``"localhost"``.
+    """
+    peer: str | None = environ.get("REMOTE_ADDR")
+    if not peer or peer == WAITRESS_UNIX_PEER:
+        return None
+    return peer
+
+
+def _path(environ: Environ) -> str:
+    """The request's path as ASGI gives it: the characters the client's UTF-8 bytes spell.
+
+    PEP 3333 has the server decode the path's bytes as latin-1, one character per byte, so
+    ``/café`` arrives as ``/cafÃ©``; turned back into those bytes, it is read as UTF-8 here,
+    so that routes and exempt prefixes match the real path. A byte sequence that is not UTF-8
+    is read with U+FFFD in place of each bad sequence, as uvicorn and Werkzeug (Flask) read
+    it: such a path matches no prefix spelled with the characters meant, and the application
+    does not route it there either. A ``PATH_INFO`` that latin-1 cannot encode was not
+    decoded as PEP 3333 says, and is taken as it is.
+    """
+    path: str = environ.get("PATH_INFO", "") or "/"
+    if path.isascii():
+        return path
+    try:
+        raw = path.encode("latin-1")
+    except UnicodeEncodeError:
+        return path
+    return raw.decode("utf-8", "replace")
+
+
 class RateLimitMiddleware:
     """Limit the requests that reach ``app``: the parameters are the ASGI middleware's.
 
     ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
     ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers`` and
     ``partition_secret`` mean what they mean for
-    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``.
+    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
+    Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
+    path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
+    ``PATH_INFO`` read as UTF-8 (see :func:`_path`).
     """
 
     def __init__(
@@ -101,7 +142,7 @@ class RateLimitMiddleware:
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         rules = self.rules
         method = environ.get("REQUEST_METHOD", "GET")
-        path = environ.get("PATH_INFO", "") or "/"
+        path = _path(environ)
         rule = rules.rule_for(method, path)
         if rule is None:
             return self.app(environ, start_response)
@@ -109,24 +150,22 @@ class RateLimitMiddleware:
         info = RequestInfo(
             method,
             path,
-            client_address(
-                environ.get("REMOTE_ADDR") or None,
-                headers,
-                rules.networks,
-                rules.forwarded_header,
-            ),
+            client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
             headers,
         )
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
+        # Whatever can fail is done before the limiter is asked, so a request that spent a
+        # token is always answered.
         n = cost_of(rules, rule, info)
-        key = None
+        pk = None
         if rule.keyed:
-            key = key_of(rules, info)
+            key = key_of(rules, rule, info)
+            pk = rules.partition_key(key)
             decision = rule.limiter.check(key, n)
         else:
             decision = rule.limiter.check(n)
-        status, fields = answer(rules, rule, decision, key)
+        status, fields = answer(rules, rule, decision, pk)
         if status:
             body = refusal_body(status)
             fields.append(("Content-Type", "text/plain; charset=utf-8"))
