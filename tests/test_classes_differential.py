@@ -11,6 +11,12 @@ over-subscribed and valid trees, and now and then a dict key that differs from t
 ``name`` (the passes use both, exactly as the course's code does). ``borrowable`` is only called
 on trees without a cycle: the reference walks a cycle forever.
 
+Deep chains (up to 400 classes, with up to three faults, listed root first, leaf first or
+shuffled) are compared the same way, and chains deeper than Python's recursion limit, worked by
+hand, pin which problem is reported when several apply: an unknown parent anywhere, then the
+first class (in dict order) whose walk up either finds a cycle or starts from a name that is no
+key, then a sum that fails, then the first over-subscribed parent in the order first named.
+
 The native build's deliberate differences (class names must be ``str``; ``borrowable`` raises
 ``ValueError`` on a cycle, where the course's walk never ends) are tested in
 ``test_deliberate_differences.py``.
@@ -19,6 +25,7 @@ The native build's deliberate differences (class names must be ``str``; ``borrow
 from __future__ import annotations
 
 import inspect
+import sys
 from decimal import Decimal
 from fractions import Fraction
 
@@ -144,6 +151,140 @@ def test_validate_tree_with_any_rates_matches_reference(impl, ref, entries):
 @given(entries=kind_values.flatmap(tree_entries))
 def test_validate_tree_with_one_kind_of_rate_matches_reference(impl, ref, entries):
     check_validate(impl, ref, entries)
+
+
+# --------------------------------------------------------------------------------------------
+# Deep chains, with faults
+# --------------------------------------------------------------------------------------------
+
+FAULTS = ["root's parent", "parent pointing down", "unknown parent", "name", "rate"]
+
+
+@st.composite
+def deep_tree_entries(draw, rates: st.SearchStrategy):
+    """[(key, name, rate recipe, parent)]: a chain ``c0 <- c1 <- ...`` up to 400 deep, with a
+    few siblings ``s*`` hanging off it, and up to three faults.
+
+    Valid as built (each chain class guaranteed ``1``, each sibling ``0``). The faults: the
+    root given a parent down the chain (a cycle, maybe through the root itself), some class
+    given a parent further down (a cycle higher up), a parent that is no class, a class
+    named for another key or for none, and a rate drawn from ``rates`` (an over-subscribed
+    parent, or a sum or comparison that fails). Listed root first, leaf first or shuffled,
+    since the cycle pass reports the first name reached twice from the first class listed.
+    """
+    depth = draw(st.integers(1, 400))
+    keys = [f"c{i}" for i in range(depth)]
+    entries = [[key, key, 1, keys[i - 1] if i else None] for i, key in enumerate(keys)]
+    for i in range(draw(st.integers(0, 4))):
+        entries.append([f"s{i}", f"s{i}", 0, draw(st.sampled_from(keys))])
+    for fault in draw(st.lists(st.sampled_from(FAULTS), max_size=3)):
+        if fault == "root's parent":
+            entries[0][3] = draw(st.sampled_from(keys))
+            continue
+        at = draw(st.integers(0, len(entries) - 1))
+        if fault == "parent pointing down":
+            entries[at][3] = draw(st.sampled_from(keys[min(at, depth - 1) :]))
+        elif fault == "unknown parent":
+            entries[at][3] = GHOST
+        elif fault == "name":
+            entries[at][1] = draw(st.sampled_from([GHOST, *keys[:3], *keys[-3:]]))
+        else:
+            entries[at][2] = draw(rates)
+    order = draw(st.sampled_from(["root first", "leaf first", "shuffled"]))
+    if order == "leaf first":
+        entries.reverse()
+    elif order == "shuffled":
+        draw(st.randoms(use_true_random=False)).shuffle(entries)
+    return [tuple(entry) for entry in entries]
+
+
+@given(entries=deep_tree_entries(small_rates))
+def test_validate_deep_trees_matches_reference(impl, ref, entries):
+    check_validate(impl, ref, entries)
+
+
+@given(entries=deep_tree_entries(mixed_rates))
+def test_validate_deep_trees_with_any_rates_matches_reference(impl, ref, entries):
+    check_validate(impl, ref, entries)
+
+
+DEPTH = 1_500
+
+
+def chain_entries(depth=DEPTH, *, leaf_first=False, root_parent=None, **changes):
+    """A valid chain ``c0 <- ... <- c(depth-1)`` as entries, ``root_parent`` given to ``c0``,
+    ``changes`` mapping a key to ``(name, rate, parent)``; a key not in the chain is added at
+    the end (before reversing, for ``leaf_first``)."""
+    entries = {f"c{i}": (f"c{i}", 1, f"c{i - 1}" if i else root_parent) for i in range(depth)}
+    entries.update(changes)
+    listed = [(key, *fields) for key, fields in entries.items()]
+    return listed[::-1] if leaf_first else listed
+
+
+LAST = f"c{DEPTH - 1}"
+MIDDLE = f"c{DEPTH // 2}"
+
+# (what, entries, outcome member name or exception type, detail or KeyError key)
+DEEP_CASES = [
+    ("valid, root first", chain_entries(), "VALID", ""),
+    ("valid, leaf first", chain_entries(leaf_first=True), "VALID", ""),
+    ("the root's parent is the leaf, root first",
+     chain_entries(root_parent=LAST), "CYCLE", "cycle reached at c0"),
+    ("the root's parent is the leaf, leaf first",
+     chain_entries(root_parent=LAST, leaf_first=True), "CYCLE", f"cycle reached at {LAST}"),
+    ("the root's parent is the middle, root first",
+     chain_entries(root_parent=MIDDLE), "CYCLE", "cycle reached at c0"),
+    ("the root's parent is the middle, leaf first: the walk enters the loop there",
+     chain_entries(root_parent=MIDDLE, leaf_first=True), "CYCLE", f"cycle reached at {MIDDLE}"),
+    ("a self-parent at the leaf, root first: every walk before it reached the root",
+     chain_entries(**{LAST: (LAST, 1, LAST)}), "CYCLE", f"cycle reached at {LAST}"),
+    ("an unknown parent at the leaf beats a cycle at the root",
+     chain_entries(root_parent=LAST, **{LAST: (LAST, 1, GHOST)}), "UNKNOWN_PARENT",
+     f"{LAST} -> {GHOST}"),
+    ("an unknown parent beats a name that is not a key listed before it",
+     chain_entries(c1=("nobody", 1, "c0"), **{LAST: (LAST, 1, GHOST)}), "UNKNOWN_PARENT",
+     f"{LAST} -> {GHOST}"),
+    ("a cycle beats an over-subscribed parent",
+     chain_entries(root_parent=LAST, extra=("extra", 5, "c0")), "CYCLE", "cycle reached at c0"),
+    ("a cycle beats a rate that cannot be added",
+     chain_entries(root_parent=LAST, extra=("extra", "5", "c0")), "CYCLE",
+     "cycle reached at c0"),
+    ("a name that is not a key, listed before a cycle",
+     chain_entries(root_parent=LAST, leaf_first=True, **{LAST: ("nobody", 1, f"c{DEPTH - 2}")}),
+     KeyError, "nobody"),
+    ("a cycle found before a name that is not a key",
+     chain_entries(root_parent=LAST, **{LAST: ("nobody", 1, f"c{DEPTH - 2}")}), "CYCLE",
+     "cycle reached at c0"),
+    ("a name that is another key starts that class's walk",
+     chain_entries(c0=(LAST, 1, None)), "VALID", ""),
+    ("over-subscribed at the root, named last", chain_entries(extra=("extra", 5, "c0")),
+     "OVER_SUBSCRIBED", "c0: children claim 6 > guaranteed 1"),
+    ("the parent named first is reported, leaf first",
+     chain_entries(leaf_first=True, x=("x", 5, "c0"), y=("y", 5, LAST)),
+     "OVER_SUBSCRIBED", f"{LAST}: children claim 5 > guaranteed 1"),
+    ("a sum that fails beats an over-subscribed parent named before it",
+     chain_entries(x=("x", 5, "c0"), y=("y", "5", LAST)), TypeError, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("entries", "outcome", "detail"),
+    [c[1:] for c in DEEP_CASES],
+    ids=[c[0] for c in DEEP_CASES],
+)
+def test_deep_chains_like_the_reference(impl, ref, entries, outcome, detail):
+    """Chains deeper than Python's recursion limit: the course's walks are loops, so it answers
+    at any depth (no RecursionError), and so does the native build, with the same answer."""
+    assert DEPTH > sys.getrecursionlimit()
+    check_validate(impl, ref, entries)
+    got = run(impl.validate_tree, build(impl, entries, []))
+    if isinstance(outcome, type):
+        assert type(got.exc) is outcome
+        if outcome is KeyError:
+            assert got.exc.args == (detail,)
+        return
+    assert got.value.outcome is impl.ValidationOutcome[outcome]
+    assert got.value.detail == detail
 
 
 def check_borrowable(impl, ref, entries, class_name) -> None:
@@ -309,6 +450,28 @@ def test_a_name_that_is_not_a_key_fails_the_cycle_walk_like_the_reference(impl, 
         with pytest.raises(KeyError) as info:
             qos.validate_tree(tree)
         assert info.value.args == ("video",)
+
+
+ODD_NAMES = ["vidéo", "视频", "\ud800x", "a\udc80", "\ud83d\ude00", ""]
+
+
+@pytest.mark.parametrize(
+    "classes",
+    [
+        [(ODD_NAMES[0], 10), (ODD_NAMES[2], 6, ODD_NAMES[0]), (ODD_NAMES[3], 6, ODD_NAMES[0])],
+        [(ODD_NAMES[2], 1, ODD_NAMES[3]), (ODD_NAMES[3], 1, ODD_NAMES[2])],
+        [(ODD_NAMES[5], 5), (ODD_NAMES[4], 1, ODD_NAMES[5]), (ODD_NAMES[1], 1, "\udfff")],
+        [(name, 1, ODD_NAMES[i - 1] if i else None) for i, name in enumerate(ODD_NAMES)],
+    ],
+    ids=["over-subscribed", "cycle", "unknown parent", "valid chain"],
+)
+def test_names_with_lone_surrogates_and_non_ascii_text(impl, ref, classes):
+    """Names are compared and printed exactly as Python's strs, lone surrogates included."""
+    entries = [(c[0], c[0], c[1], c[2] if len(c) > 2 else None) for c in classes]
+    check_validate(impl, ref, entries)
+    if run(ref.validate_tree, build(ref, entries, [])).value.outcome.value == "Valid":
+        for name in ODD_NAMES:
+            check_borrowable(impl, ref, entries, name)
 
 
 def test_summing_order_and_operations(impl, ref):

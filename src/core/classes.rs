@@ -7,10 +7,16 @@
 //!
 //! 1. **Unknown parent**: every parent must be a class in the map, or the walks below would fall
 //!    off the tree.
-//! 2. **Cycle**: walking up from any class must reach a root. A fresh visited set per start
-//!    class finds the first name seen twice.
+//! 2. **Cycle**: walking up from any class must reach a root. The course walks up from each
+//!    class with a fresh visited set and reports the first name seen twice; here no class is
+//!    walked through twice, and the same name is reported.
 //! 3. **Over-subscription**: the direct children of a parent may not be guaranteed more, in
 //!    total, than the parent itself.
+//!
+//! Each pass visits every class a bounded number of times, so validating a chain thousands of
+//! classes deep costs about what validating as many siblings does: time linear in the number
+//! of classes, where the course's walks are quadratic on a chain. The walks are loops, not
+//! recursion, at any depth.
 //!
 //! Children are never searched for. One pass over the classes adds each class's rate to its
 //! parent's tally, under the parent's name as the child writes it ([`Claims`]); the tallies
@@ -22,7 +28,9 @@
 //! Names are any type with equality and hashing (strings, in the course); rates are any
 //! [`Quantity`], added and compared in the order the course's Python does it.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
 use std::hash::Hash;
 
 use crate::core::quantity::{python_max_with_zero, Quantity};
@@ -44,9 +52,14 @@ struct InsertionOrdered<K, V> {
 
 impl<K: Eq + Hash + Clone, V> InsertionOrdered<K, V> {
     fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// Room for `capacity` keys before the index has to grow (and hash every key again).
+    fn with_capacity(capacity: usize) -> Self {
         Self {
-            entries: Vec::new(),
-            index: HashMap::new(),
+            entries: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity(capacity),
         }
     }
 
@@ -54,13 +67,15 @@ impl<K: Eq + Hash + Clone, V> InsertionOrdered<K, V> {
         self.index.get(key).map(|&i| &self.entries[i].1)
     }
 
-    /// `map[key] = value`: a new key goes last, a known one keeps its place.
+    /// `map[key] = value`: a new key goes last, a known one keeps its place. The key is hashed
+    /// once.
     fn set(&mut self, key: K, value: V) {
-        if let Some(&i) = self.index.get(&key) {
-            self.entries[i].1 = value;
-        } else {
-            self.index.insert(key.clone(), self.entries.len());
-            self.entries.push((key, value));
+        match self.index.entry(key) {
+            Entry::Occupied(known) => self.entries[*known.get()].1 = value,
+            Entry::Vacant(new) => {
+                self.entries.push((new.key().clone(), value));
+                new.insert(self.entries.len() - 1);
+            }
         }
     }
 
@@ -80,17 +95,44 @@ impl<K, N> ClassTree<K, N> {
     pub fn classes(&self) -> impl Iterator<Item = &TrafficClass<K, N>> {
         self.classes.entries.iter().map(|(_, class)| class)
     }
+
+    /// The key at `position` in insertion order.
+    fn key(&self, position: usize) -> &K {
+        &self.classes.entries[position].0
+    }
+
+    /// The class at `position` in insertion order.
+    fn class_at(&self, position: usize) -> &TrafficClass<K, N> {
+        &self.classes.entries[position].1
+    }
 }
 
 impl<K: Eq + Hash + Clone, N> ClassTree<K, N> {
     /// A tree from `(key, class)` entries, as a dict is built: a repeated key keeps its first
     /// position and its last class.
     pub fn new(entries: impl IntoIterator<Item = (K, TrafficClass<K, N>)>) -> Self {
-        let mut classes = InsertionOrdered::new();
-        for (key, class) in entries {
+        match Self::try_new(entries.into_iter().map(Ok::<_, Infallible>)) {
+            Ok(tree) => tree,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`ClassTree::new`] from entries each made by something that can fail: the first
+    /// failure, if any. The entries are stored as they come, with no list of them made first.
+    ///
+    /// # Errors
+    ///
+    /// The first entry that is an `Err`.
+    pub fn try_new<E>(
+        entries: impl IntoIterator<Item = Result<(K, TrafficClass<K, N>), E>>,
+    ) -> Result<Self, E> {
+        let entries = entries.into_iter();
+        let mut classes = InsertionOrdered::with_capacity(entries.size_hint().0);
+        for entry in entries {
+            let (key, class) = entry?;
             classes.set(key, class);
         }
-        Self { classes }
+        Ok(Self { classes })
     }
 
     /// The class stored under `key`.
@@ -100,6 +142,11 @@ impl<K: Eq + Hash + Clone, N> ClassTree<K, N> {
 
     fn class(&self, key: &K) -> Result<&TrafficClass<K, N>, MissingClass<K>> {
         self.get(key).ok_or_else(|| MissingClass(key.clone()))
+    }
+
+    /// Where `key` is in insertion order, if it is a key.
+    fn position(&self, key: &K) -> Option<usize> {
+        self.classes.index.get(key).copied()
     }
 }
 
@@ -191,10 +238,19 @@ pub enum Validation<K, N> {
 /// Check the tree in three passes (unknown parents, then cycles, then over-subscription) and
 /// report the first problem found.
 ///
-/// Pass 3 tallies every parent's children first ([`Claims::of`]), then compares each tally
-/// with its parent's guarantee, parents in the order the classes first named them. So with
-/// `b1` (under `b`) listed before `a1` (under `a`), an over-subscribed `b` is reported even if
-/// `a` is over-subscribed too.
+/// Each pass is linear in the number of classes, so the whole check is too:
+///
+/// 1. Pass 1 looks every parent up once, in class order, and keeps where it found it
+///    ([`parent_positions`]). The first parent that is not found is reported; nothing else
+///    is looked at, as in the course.
+/// 2. Pass 2 walks up from each class in class order, as the course does, but never walks the
+///    same class twice ([`first_cycle`]); it reports the name the course's walk would report.
+/// 3. Pass 3 tallies every parent's children first, then compares each tally with its parent's
+///    guarantee, parents in the order the classes first named them. So with `b1` (under `b`)
+///    listed before `a1` (under `a`), an over-subscribed `b` is reported even if `a` is
+///    over-subscribed too. The tallies are kept by the positions pass 1 found (each named
+///    parent is a class by then), so the sums and comparisons are exactly [`Claims::of`]'s,
+///    in the same order, without looking any name up again.
 ///
 /// # Errors
 ///
@@ -206,32 +262,178 @@ where
     K: Eq + Hash + Clone,
     N: Quantity,
 {
-    for class in tree.classes() {
-        if let Some(parent) = &class.parent {
-            if tree.get(parent).is_none() {
-                return Ok(Validation::UnknownParent {
-                    class: class.name.clone(),
-                    parent: parent.clone(),
-                });
+    let up = match parent_positions(tree) {
+        Ok(up) => up,
+        Err(UnknownParent { class, parent }) => {
+            return Ok(Validation::UnknownParent {
+                class: class.clone(),
+                parent: parent.clone(),
+            })
+        }
+    };
+    if let Some(at) = first_cycle(tree, &up)?.at {
+        return Ok(Validation::Cycle { at });
+    }
+    over_subscribed(tree, &up).map_err(TreeError::Number)
+}
+
+/// The first class, in tree order, whose parent is not a key of the tree.
+struct UnknownParent<'t, K> {
+    class: &'t K,
+    parent: &'t K,
+}
+
+/// Pass 1: where each class's parent sits in the tree (by position, in tree order), or the
+/// first class whose parent is not there.
+///
+/// One lookup per class. The later passes follow these positions and never look a parent's
+/// name up again.
+fn parent_positions<K, N>(
+    tree: &ClassTree<K, N>,
+) -> Result<Vec<Option<usize>>, UnknownParent<'_, K>>
+where
+    K: Eq + Hash + Clone,
+{
+    tree.classes()
+        .map(|class| match &class.parent {
+            None => Ok(None),
+            Some(parent) => tree.position(parent).map(Some).ok_or(UnknownParent {
+                class: &class.name,
+                parent,
+            }),
+        })
+        .collect()
+}
+
+/// What pass 2 found: where the first cycle was reached, if anywhere, and how many classes the
+/// walks stepped through to find out (at most one step per class in the tree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FirstCycle<K> {
+    at: Option<K>,
+    steps: usize,
+}
+
+/// What the walks of pass 2 know about a class so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// No walk has reached it yet.
+    Not,
+    /// The walk under way has passed it: reaching it again closes a cycle.
+    OnThisWalk,
+    /// An earlier walk passed it and then reached a root: so does any walk from it.
+    ReachesRoot,
+}
+
+/// Pass 2: walk up from each class in tree order; the first name some walk reaches twice.
+///
+/// The course walks up from every class with a fresh visited set, all the way to a root, so a
+/// chain of `d` classes costs `1 + 2 + ... + d` steps: quadratic. This walk keeps one mark per
+/// class for the whole pass instead ([`Seen`]):
+///
+/// * A walk stops as soon as it reaches a class an earlier walk marked
+///   [`Seen::ReachesRoot`]; when a walk reaches a root, every class it passed gets that mark.
+/// * A walk that reaches a class it has already passed ([`Seen::OnThisWalk`]) has found a
+///   cycle, and the pass ends there.
+///
+/// So each class is stepped through at most once in the whole pass: linear.
+///
+/// It reports what the course reports. Classes are started from in the course's order, and the
+/// start is looked up by the class's own name, as the course does, so a name that is not a key
+/// is the same [`TreeError::MissingClass`] at the same point. For each start:
+///
+/// * A walk marks its classes `ReachesRoot` only once it has reached a root or a marked class,
+///   so every class above a marked class is marked too, and walking up from a marked class
+///   reaches a root. A walk stopped at a marked class would, in the course, go on through
+///   marked classes only, none of them passed by this walk (those were unmarked when it
+///   passed them): no repeat, so the course's walk from this start reaches a root too, and
+///   the pass goes on.
+/// * A walk that meets a class it passed has met no marked class before (it would have stopped
+///   there), so up to that step it is exactly the course's walk, and the class it meets is the
+///   first name that walk sees twice: the course's `cycle reached at` name.
+///
+/// `up` holds each class's parent position from pass 1.
+///
+/// # Errors
+///
+/// [`TreeError::MissingClass`] for the first start class, in tree order, whose name is not a
+/// key, unless a cycle was found from an earlier one.
+fn first_cycle<K, N, E>(
+    tree: &ClassTree<K, N>,
+    up: &[Option<usize>],
+) -> Result<FirstCycle<K>, TreeError<K, E>>
+where
+    K: Eq + Hash + Clone,
+{
+    let mut seen = vec![Seen::Not; up.len()];
+    let mut walk = Vec::new();
+    let mut steps = 0;
+    for (position, class) in tree.classes().enumerate() {
+        // A class is usually filed under its own name: then the walk starts where it is, with
+        // no lookup (each key appears once, so no other position holds that name).
+        let start = if class.name == *tree.key(position) {
+            position
+        } else {
+            tree.position(&class.name)
+                .ok_or_else(|| MissingClass(class.name.clone()))?
+        };
+        let mut at = Some(start);
+        while let Some(i) = at {
+            match seen[i] {
+                Seen::ReachesRoot => break,
+                Seen::OnThisWalk => {
+                    return Ok(FirstCycle {
+                        at: Some(tree.key(i).clone()),
+                        steps,
+                    })
+                }
+                Seen::Not => {
+                    seen[i] = Seen::OnThisWalk;
+                    walk.push(i);
+                    steps += 1;
+                    at = up[i];
+                }
             }
         }
-    }
-    for class in tree.classes() {
-        if let Some(at) = first_repeat_walking_up(tree, &class.name)? {
-            return Ok(Validation::Cycle { at });
+        for i in walk.drain(..) {
+            seen[i] = Seen::ReachesRoot;
         }
     }
-    let claims = Claims::of(tree).map_err(TreeError::Number)?;
-    for (parent, claimed) in claims.iter() {
-        // Pass 1 found every parent in the tree, so this lookup cannot miss.
-        let guaranteed = &tree.class(parent)?.guaranteed_rate;
-        if claimed
-            .greater_than(guaranteed)
-            .map_err(TreeError::Number)?
-        {
+    Ok(FirstCycle { at: None, steps })
+}
+
+/// Pass 3: the children's rates summed per parent, in tree order, then each parent, in the
+/// order first named, checked against its own guarantee; the first over-subscribed one.
+///
+/// The tallies are [`Claims::of`]'s (the first child's rate added to `0`, each next one added
+/// to the tally), kept by the parent positions pass 1 found instead of by name.
+fn over_subscribed<K, N>(
+    tree: &ClassTree<K, N>,
+    up: &[Option<usize>],
+) -> Result<Validation<K, N>, N::Error>
+where
+    K: Clone,
+    N: Quantity,
+{
+    // Where each parent's tally is in `tallies` (kept in the order parents are first named).
+    let mut tally_of: Vec<Option<usize>> = vec![None; up.len()];
+    let mut tallies: Vec<(usize, N)> = Vec::new();
+    for (class, &parent) in tree.classes().zip(up) {
+        let Some(p) = parent else { continue };
+        let rate = &class.guaranteed_rate;
+        if let Some(t) = tally_of[p] {
+            tallies[t].1 = tallies[t].1.plus(rate)?;
+        } else {
+            let first = rate.zero().plus(rate)?;
+            tally_of[p] = Some(tallies.len());
+            tallies.push((p, first));
+        }
+    }
+    for (p, claimed) in tallies {
+        let guaranteed = &tree.class_at(p).guaranteed_rate;
+        if claimed.greater_than(guaranteed)? {
             return Ok(Validation::OverSubscribed {
-                parent: parent.clone(),
-                claimed: claimed.clone(),
+                parent: tree.key(p).clone(),
+                claimed,
                 guaranteed: guaranteed.clone(),
             });
         }
@@ -273,26 +475,6 @@ where
         name.clone_from(&class.parent);
     }
     Ok(total)
-}
-
-/// Walk up from `start` with a fresh visited set; the first name reached twice, if any.
-fn first_repeat_walking_up<K, N, E>(
-    tree: &ClassTree<K, N>,
-    start: &K,
-) -> Result<Option<K>, TreeError<K, E>>
-where
-    K: Eq + Hash + Clone,
-{
-    let mut visited = HashSet::new();
-    let mut name = Some(start.clone());
-    while let Some(current) = name.take() {
-        if visited.contains(&current) {
-            return Ok(Some(current));
-        }
-        name.clone_from(&tree.class(&current)?.parent);
-        visited.insert(current);
-    }
-    Ok(None)
 }
 
 #[cfg(test)]
@@ -440,5 +622,353 @@ mod tests {
     fn a_walk_up_from_a_name_that_is_not_a_key_is_a_missing_class() {
         let t = keyed_tree(&[("a", "ghost", 1, None)]);
         assert_eq!(validate_tree(&t), Err(TreeError::MissingClass("ghost")));
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The linear passes against the course's own algorithm
+    // ----------------------------------------------------------------------------------------
+
+    /// The course's `validate_tree`, transcribed line for line: pass 2 walks up from every
+    /// class with a fresh visited set, all the way to a root (quadratic on a chain), and pass 3
+    /// looks each tallied parent up by name.
+    fn course_validate<K, N>(
+        tree: &ClassTree<K, N>,
+    ) -> Result<Validation<K, N>, TreeError<K, N::Error>>
+    where
+        K: Eq + Hash + Clone,
+        N: Quantity,
+    {
+        for class in tree.classes() {
+            if let Some(parent) = &class.parent {
+                if tree.get(parent).is_none() {
+                    return Ok(Validation::UnknownParent {
+                        class: class.name.clone(),
+                        parent: parent.clone(),
+                    });
+                }
+            }
+        }
+        for class in tree.classes() {
+            let mut visited = HashSet::new();
+            let mut name = Some(class.name.clone());
+            while let Some(current) = name.take() {
+                if visited.contains(&current) {
+                    return Ok(Validation::Cycle { at: current });
+                }
+                name.clone_from(&tree.class(&current)?.parent);
+                visited.insert(current);
+            }
+        }
+        let claims = Claims::of(tree).map_err(TreeError::Number)?;
+        for (parent, claimed) in claims.iter() {
+            let guaranteed = &tree.class(parent)?.guaranteed_rate;
+            if claimed
+                .greater_than(guaranteed)
+                .map_err(TreeError::Number)?
+            {
+                return Ok(Validation::OverSubscribed {
+                    parent: parent.clone(),
+                    claimed: claimed.clone(),
+                    guaranteed: guaranteed.clone(),
+                });
+            }
+        }
+        Ok(Validation::Valid)
+    }
+
+    /// A tree of owned names from `(key, name, rate, parent)` entries.
+    fn owned_tree(entries: Vec<(String, String, i64, Option<String>)>) -> ClassTree<String, i64> {
+        ClassTree::new(
+            entries
+                .into_iter()
+                .map(|(key, name, guaranteed_rate, parent)| {
+                    (
+                        key,
+                        TrafficClass {
+                            name,
+                            guaranteed_rate,
+                            parent,
+                        },
+                    )
+                }),
+        )
+    }
+
+    /// Pass 2 alone on a tree that passes pass 1.
+    fn cycle_search<K: Eq + Hash + Clone, N>(
+        tree: &ClassTree<K, N>,
+    ) -> Result<FirstCycle<K>, TreeError<K, ()>> {
+        let Ok(up) = parent_positions(tree) else {
+            panic!("pass 1 found an unknown parent")
+        };
+        first_cycle(tree, &up)
+    }
+
+    /// `c0` at the root, `c(i)` under `c(i-1)`; listed root first, or leaf first.
+    fn chain(depth: usize, root_first: bool) -> ClassTree<String, i64> {
+        let mut entries: Vec<_> = (0..depth)
+            .map(|i| {
+                let parent = i.checked_sub(1).map(|p| format!("c{p}"));
+                (format!("c{i}"), format!("c{i}"), 1, parent)
+            })
+            .collect();
+        if !root_first {
+            entries.reverse();
+        }
+        owned_tree(entries)
+    }
+
+    /// Every tree of up to five classes `a`..`e` with every choice of parents (none, any class,
+    /// itself included, or the unknown `ghost`), each also with one class's own name changed to
+    /// another key or to `ghost`: the linear validation answers exactly as the course's.
+    #[test]
+    fn every_small_tree_is_validated_as_the_course_does() {
+        const KEYS: [&str; 5] = ["a", "b", "c", "d", "e"];
+        const RATES: [i64; 5] = [3, 1, 2, 4, 1];
+        let mut checked = 0;
+        for n in 0..=KEYS.len() {
+            let keys = &KEYS[..n];
+            // A parent choice per class: 0 for none, 1..=n for a key, n + 1 for "ghost".
+            let choices = n + 2;
+            for code in 0..choices.pow(u32::try_from(n).unwrap()) {
+                let mut parents = Vec::with_capacity(n);
+                let mut rest = code;
+                for _ in 0..n {
+                    parents.push(match rest % choices {
+                        0 => None,
+                        c if c <= n => Some(keys[c - 1]),
+                        _ => Some("ghost"),
+                    });
+                    rest /= choices;
+                }
+                // Variant 0: names are keys; then one class at a time takes another name.
+                for variant in 0..=2 * n {
+                    let entries: Vec<Entry> = (0..n)
+                        .map(|i| {
+                            let name = match variant {
+                                v if v == i + 1 => "ghost",
+                                v if v == n + i + 1 => keys[(i + 1) % n],
+                                _ => keys[i],
+                            };
+                            (keys[i], name, RATES[i], parents[i])
+                        })
+                        .collect();
+                    let t = keyed_tree(&entries);
+                    assert_eq!(validate_tree(&t), course_validate(&t), "{entries:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(
+            checked,
+            1 + 3 * 3 + 5 * 16 + 7 * 125 + 9 * 1296 + 11 * 16807
+        );
+    }
+
+    /// Bigger trees from a fixed pseudo-random sequence: forests listed in any order, with now
+    /// and then a parent pointing down (which may close a cycle) or a name that is not a key.
+    #[test]
+    fn pseudo_random_trees_are_validated_as_the_course_does() {
+        let mut state: u64 = 7;
+        let mut next = |bound: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            usize::try_from(state >> 33).unwrap() % bound
+        };
+        let mut outcomes = [0; 4];
+        for _ in 0..400 {
+            let n = 1 + next(300);
+            // Class i's parent is usually an earlier class (a forest), shuffled below.
+            let mut entries: Vec<_> = (0..n)
+                .map(|i| {
+                    let parent = match next(100) {
+                        0 => Some(next(n)),
+                        1..=9 => None,
+                        _ if i == 0 => None,
+                        _ => Some(next(i)),
+                    };
+                    let name = if next(500) == 0 { n + 1 } else { i };
+                    let rate = i64::try_from(1 + next(4)).unwrap();
+                    (
+                        format!("k{i}"),
+                        format!("k{name}"),
+                        rate,
+                        parent.map(|p| format!("k{p}")),
+                    )
+                })
+                .collect();
+            for i in (1..n).rev() {
+                entries.swap(i, next(i + 1));
+            }
+            let t = owned_tree(entries);
+            let got = validate_tree(&t);
+            assert_eq!(got, course_validate(&t));
+            outcomes[match got {
+                Ok(Validation::Valid) => 0,
+                Ok(Validation::Cycle { .. }) => 1,
+                Ok(Validation::OverSubscribed { .. }) => 2,
+                _ => 3,
+            }] += 1;
+        }
+        // The sequence makes every kind of answer, each more than once.
+        assert!(outcomes.iter().all(|&count| count > 1), "{outcomes:?}");
+    }
+
+    #[test]
+    fn a_cycle_is_reported_where_the_first_walk_that_finds_it_enters_it() {
+        // From "leaf": leaf, x, y, z, x: the walk enters the cycle at x.
+        let t = tree(&[
+            ("leaf", 1, Some("x")),
+            ("x", 1, Some("y")),
+            ("y", 1, Some("z")),
+            ("z", 1, Some("x")),
+        ]);
+        assert_eq!(validate_tree(&t), Ok(Validation::Cycle { at: "x" }));
+        // Listed from "z", the first walk enters at z itself.
+        let t = tree(&[
+            ("z", 1, Some("x")),
+            ("x", 1, Some("y")),
+            ("y", 1, Some("z")),
+            ("leaf", 1, Some("x")),
+        ]);
+        assert_eq!(validate_tree(&t), Ok(Validation::Cycle { at: "z" }));
+        // Walks that reached the root first do not hide a later cycle, and a walk that joins
+        // an earlier one's path stops there.
+        let t = tree(&[
+            ("r", 1, None),
+            ("a", 1, Some("r")),
+            ("b", 1, Some("a")),
+            ("p", 1, Some("q")),
+            ("q", 1, Some("p")),
+        ]);
+        assert_eq!(validate_tree(&t), Ok(Validation::Cycle { at: "p" }));
+    }
+
+    #[test]
+    fn a_missing_start_name_is_reported_unless_an_earlier_class_found_a_cycle() {
+        let t = keyed_tree(&[("a", "a", 1, Some("a")), ("b", "ghost", 1, None)]);
+        assert_eq!(validate_tree(&t), Ok(Validation::Cycle { at: "a" }));
+        let t = keyed_tree(&[("b", "ghost", 1, None), ("a", "a", 1, Some("a"))]);
+        assert_eq!(validate_tree(&t), Err(TreeError::MissingClass("ghost")));
+        // A name that is another class's key starts the walk from that class.
+        let t = keyed_tree(&[
+            ("a", "b", 1, None),
+            ("b", "b", 1, Some("c")),
+            ("c", "c", 1, None),
+        ]);
+        assert_eq!(validate_tree(&t), Ok(Validation::Valid));
+    }
+
+    /// Pass 2 steps through each class at most once in all: `d` steps for a chain of depth
+    /// `d`, listed either way round, where the course's walks take `d * (d + 1) / 2`.
+    #[test]
+    fn pass_two_steps_through_each_class_once() {
+        for depth in [0, 1, 2, 10, 1_000, 10_000] {
+            for root_first in [true, false] {
+                let t = chain(depth, root_first);
+                assert_eq!(
+                    cycle_search(&t),
+                    Ok(FirstCycle {
+                        at: None,
+                        steps: depth
+                    }),
+                    "depth {depth}, root first: {root_first}"
+                );
+            }
+        }
+        // A bushy tree: one root, 100 children, each with 100 children of its own.
+        let mut entries = vec![("r".to_owned(), "r".to_owned(), 1, None)];
+        for i in 0..100 {
+            entries.push((format!("m{i}"), format!("m{i}"), 1, Some("r".to_owned())));
+            for j in 0..100 {
+                let leaf = format!("l{i}.{j}");
+                entries.push((leaf.clone(), leaf, 1, Some(format!("m{i}"))));
+            }
+        }
+        entries.reverse();
+        let t = owned_tree(entries);
+        assert_eq!(cycle_search(&t).map(|found| found.steps), Ok(10_101));
+    }
+
+    /// A chain whose root points back into it: the walk from the first class goes down the
+    /// whole chain once and stops at the first class it passes twice.
+    #[test]
+    fn a_cycle_at_the_top_of_a_deep_chain_costs_one_walk() {
+        let depth = 10_000;
+        let mut entries: Vec<_> = (0..depth)
+            .map(|i| {
+                let parent = if i == 0 { 5_000 } else { i - 1 };
+                (
+                    format!("c{i}"),
+                    format!("c{i}"),
+                    1,
+                    Some(format!("c{parent}")),
+                )
+            })
+            .collect();
+        entries.reverse();
+        let t = owned_tree(entries);
+        assert_eq!(
+            cycle_search(&t),
+            Ok(FirstCycle {
+                at: Some("c5000".to_owned()),
+                steps: depth
+            })
+        );
+    }
+
+    /// Deep chains take no stack: every walk is a loop.
+    #[test]
+    fn a_chain_a_hundred_thousand_classes_deep_is_validated() {
+        let depth = 100_000;
+        assert_eq!(validate_tree(&chain(depth, false)), Ok(Validation::Valid));
+        let mut t = chain(depth, true);
+        t = owned_tree(
+            t.classes()
+                .map(|class| {
+                    let parent = class.parent.clone().or(Some(format!("c{}", depth - 1)));
+                    (class.name.clone(), class.name.clone(), 1, parent)
+                })
+                .collect(),
+        );
+        assert_eq!(
+            validate_tree(&t),
+            Ok(Validation::Cycle {
+                at: "c0".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn over_subscription_tallies_follow_the_positions_pass_one_found() {
+        // The sums and comparisons are the course's, in its order: b is named first.
+        let t = tree(&[
+            ("a", 10, None),
+            ("b", 10, None),
+            ("b1", 4, Some("b")),
+            ("a1", 11, Some("a")),
+            ("b2", 7, Some("b")),
+        ]);
+        assert_eq!(
+            validate_tree(&t),
+            Ok(Validation::OverSubscribed {
+                parent: "b",
+                claimed: 11,
+                guaranteed: 10
+            })
+        );
+        // An overflowing sum fails the check, even when an earlier parent is over-subscribed.
+        let t = tree(&[
+            ("a", 1, None),
+            ("big", 1, None),
+            ("a1", 5, Some("a")),
+            ("x", i64::MAX, Some("big")),
+            ("y", 1, Some("big")),
+        ]);
+        assert_eq!(
+            validate_tree(&t),
+            Err(TreeError::Number(crate::core::quantity::Overflow))
+        );
     }
 }

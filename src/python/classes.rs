@@ -71,7 +71,8 @@ frozen_record! {
 #[pyfunction]
 pub fn validate_tree(tree: &Bound<'_, PyAny>) -> PyResult<ValidationResult> {
     let py = tree.py();
-    let found = core::validate_tree(&read_tree(tree)?).map_err(|e| tree_error(py, e))?;
+    let read = read_classes(tree)?;
+    let found = core::validate_tree(&core_tree(&read)?).map_err(|e| tree_error(py, e))?;
     // Each detail is the course's f-string, built by `str.format` (which formats each value
     // as `format(value, "")`, in order, as the f-string does), with names as exact strs.
     let (index, detail) = match found {
@@ -122,7 +123,8 @@ pub fn borrowable<'py>(
     class_name: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = tree.py();
-    let classes = read_tree(tree)?;
+    let read = read_classes(tree)?;
+    let classes = core_tree(&read)?;
     if class_name.is_none() || class_name.cast::<PyString>().is_err() {
         // The course tallies the whole tree's claims before its walk looks at the name.
         core::Claims::of(&classes)?;
@@ -135,56 +137,103 @@ pub fn borrowable<'py>(
         class_name.hash()?;
         return Err(PyKeyError::new_err((class_name.clone().unbind(),)));
     }
-    let total = core::borrowable(&classes, &self::class_name(class_name)?)
-        .map_err(|e| tree_error(py, e))?;
+    let class_name = Text::of(class_name)?;
+    let total = core::borrowable(&classes, &class_name.bytes()?).map_err(|e| tree_error(py, e))?;
     Ok(total.into_object())
 }
 
-/// `tree.classes` as the core's map: keys, names and parents as strings, rates as numbers.
-fn read_tree<'py>(tree: &Bound<'py, PyAny>) -> PyResult<core::ClassTree<Name, Num<'py>>> {
-    let items = tree.getattr("classes")?.call_method0("items")?;
-    let mut entries = Vec::new();
+/// One entry of `tree.classes`, its fields read and its names checked to be strs.
+struct ReadClass<'py> {
+    key: Text<'py>,
+    name: Text<'py>,
+    guaranteed_rate: Num<'py>,
+    parent: Option<Text<'py>>,
+}
+
+/// `tree.classes.items()`, each class's fields read (`parent`, `name`, `guaranteed_rate`, in
+/// that order) and its names checked (the name, the parent, then the key).
+fn read_classes<'py>(tree: &Bound<'py, PyAny>) -> PyResult<Vec<ReadClass<'py>>> {
+    let py = tree.py();
+    let items = tree
+        .getattr(intern!(py, "classes"))?
+        .call_method0(intern!(py, "items"))?;
+    let mut read = Vec::new();
     for item in items.try_iter()? {
         let (key, class) = item?.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?;
-        let parent = class.getattr("parent")?;
-        let entry = core::TrafficClass {
-            name: class_name(&class.getattr("name")?)?,
-            guaranteed_rate: Num::new(&class.getattr("guaranteed_rate")?),
-            parent: if parent.is_none() {
-                None
-            } else {
-                Some(class_name(&parent)?)
-            },
+        let parent = class.getattr(intern!(py, "parent"))?;
+        let name = Text::of(&class.getattr(intern!(py, "name"))?)?;
+        let guaranteed_rate = Num::new(&class.getattr(intern!(py, "guaranteed_rate"))?);
+        let parent = if parent.is_none() {
+            None
+        } else {
+            Some(Text::of(&parent)?)
         };
-        entries.push((class_name(&key)?, entry));
+        read.push(ReadClass {
+            key: Text::of(&key)?,
+            name,
+            guaranteed_rate,
+            parent,
+        });
     }
-    Ok(core::ClassTree::new(entries))
+    Ok(read)
+}
+
+/// The classes read as the core's map, in dict order, stored as they are made: names as
+/// their bytes ([`Text::bytes`], borrowed from `read`), rates as numbers.
+fn core_tree<'a, 'py>(read: &'a [ReadClass<'py>]) -> PyResult<core::ClassTree<Name<'a>, Num<'py>>> {
+    core::ClassTree::try_new(read.iter().map(|class| {
+        let entry = core::TrafficClass {
+            name: class.name.bytes()?,
+            guaranteed_rate: class.guaranteed_rate.clone(),
+            parent: class.parent.as_ref().map(Text::bytes).transpose()?,
+        };
+        Ok((class.key.bytes()?, entry))
+    }))
 }
 
 /// A class name as the core compares it: the str's UTF-8 bytes, lone surrogates included
 /// (`surrogatepass`), so two names are equal exactly when Python says so.
-type Name = Vec<u8>;
+type Name<'a> = &'a [u8];
 
-/// `str.encode(name, "utf-8", "surrogatepass")`: str's own codec, called through the `str`
-/// type so that a subclass's `encode` is not used (a subclass is read as its text).
-fn class_name(name: &Bound<'_, PyAny>) -> PyResult<Name> {
-    let py = name.py();
-    if !name.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "class names must be str, not {}: {}",
-            name.get_type().name()?,
-            name.repr()?
-        )));
+/// A class name checked to be a str, held so that its bytes ([`Name`]) can be borrowed: the
+/// str itself, whose UTF-8 Python keeps (or makes once, and keeps), or for a str holding a
+/// lone surrogate, which has no UTF-8, `str.encode(name, "utf-8", "surrogatepass")`. Both
+/// give the bytes `surrogatepass` gives, so any two names compare as Python compares the strs.
+struct Text<'py>(Bound<'py, PyAny>);
+
+impl<'py> Text<'py> {
+    /// `name`'s text, if it is a str. `encode` is called through the `str` type, so that a
+    /// subclass's own is not used: a subclass is read as its text.
+    fn of(name: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let py = name.py();
+        let Ok(text) = name.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "class names must be str, not {}: {}",
+                name.get_type().name()?,
+                name.repr()?
+            )));
+        };
+        if text.to_str().is_ok() {
+            return Ok(Self(name.clone()));
+        }
+        let encoded = py.get_type::<PyString>().call_method1(
+            intern!(py, "encode"),
+            (name, intern!(py, "utf-8"), intern!(py, "surrogatepass")),
+        )?;
+        Ok(Self(encoded))
     }
-    let encoded = py.get_type::<PyString>().call_method1(
-        intern!(py, "encode"),
-        (name, intern!(py, "utf-8"), intern!(py, "surrogatepass")),
-    )?;
-    Ok(encoded.cast_into::<PyBytes>()?.as_bytes().to_vec())
+
+    /// The bytes the core compares: the str's UTF-8, or the bytes encoded for it.
+    fn bytes(&self) -> PyResult<Name<'_>> {
+        match self.0.cast::<PyBytes>() {
+            Ok(encoded) => Ok(encoded.as_bytes()),
+            Err(_) => Ok(self.0.cast::<PyString>()?.to_str()?.as_bytes()),
+        }
+    }
 }
 
 /// The exact str a core name came from: `bytes.decode(name, "utf-8", "surrogatepass")`.
-fn name_str<'py>(py: Python<'py>, name: &Name) -> PyResult<Bound<'py, PyAny>> {
+fn name_str<'py>(py: Python<'py>, name: &Name<'_>) -> PyResult<Bound<'py, PyAny>> {
     PyBytes::new(py, name).call_method1(
         intern!(py, "decode"),
         (intern!(py, "utf-8"), intern!(py, "surrogatepass")),
@@ -202,7 +251,7 @@ fn format<'py>(
         .cast_into::<PyString>()?)
 }
 
-fn tree_error(py: Python<'_>, error: TreeError<Name, PyErr>) -> PyErr {
+fn tree_error(py: Python<'_>, error: TreeError<Name<'_>, PyErr>) -> PyErr {
     match error {
         TreeError::MissingClass(name) => match name_str(py, &name) {
             Ok(name) => PyKeyError::new_err((name.unbind(),)),
