@@ -16,7 +16,8 @@ back, and a mix of check/try_acquire/peek/refund/available.
 * ``test_equal_tuple_keys_are_one_key``: the same with tuple keys (nested,
   ``namedtuple`` and ``typing.NamedTuple`` too) each spelled several ways by equal items, mixed
   with plain keys and with tuples holding items no plain key equals (a ``Fraction`` equal to
-  no float, an int beyond 128 bits, a NaN, a ``frozenset``): the model is keyed by a dict.
+  no float, a ``Decimal`` beyond the floats, a NaN, a ``frozenset``): the model is keyed by a
+  dict.
 * ``test_native_matches_the_bounded_model``: ``shards=1, max_keys=M`` (M in 1..4) against the
   bounded model: every answer including REFUSED (its ``wait_ns`` an int >= 1), the
   allowed/denied/refused counts; ``len``, membership and ``forgotten`` within what the contract
@@ -152,12 +153,13 @@ ITEM_GROUPS: tuple[tuple[Hashable, ...], ...] = (
     (2, 2.0, Fraction(2), Level.TWO),
     (2**70, float(2**70), Fraction(2**70)),
     (-(2**127), float(-(2**127))),
+    (2**200, float(2**200), Decimal(2**200)),
     (1.5, Fraction(3, 2), Decimal("1.5")),
     ("a", Name("a")),
     ("", Name("")),
     (b"a",),
     (Fraction(1, 3), Fraction(2, 6)),
-    (2**200, float(2**200)),
+    (Decimal("1E+400"), Decimal("1.0E+400")),
     (NAN,),
     (frozenset({1}), frozenset({1.0})),
 )

@@ -24,7 +24,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
-use crate::python::keys::{classify, key_object, Classified, Registry};
+use crate::python::keys::{classify, key_object, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
     restore_attributes, sleep_answering_signals, specs_from, with_attributes, Decision, Written,
@@ -108,12 +108,10 @@ impl KeyedRateLimiter {
         stores: bool,
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
-        match classify(key)? {
-            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
-            Classified::Tuple(items) => {
-                Ok(self.registry.with_plain(|| decide(&KeyRef::Tuple(&items))))
-            }
-            Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
+        let classified = classify(key)?;
+        match classified.as_key() {
+            Some(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
+            None => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
 

@@ -1,5 +1,5 @@
-//! Keys of mixed kinds for a keyed table: ints, floats, text, bytes, tuples of these, and
-//! numbered objects.
+//! Keys of mixed kinds for a keyed table: ints of any size, floats, text, bytes, tuples of
+//! these, and numbered objects.
 //!
 //! [`KeyedLimiter`](super::keyed::KeyedLimiter) takes any key type; this is the one the Python
 //! glue stores, so that `1`, `"a"` and `b"a"` can be keys of one table, each hashed by the
@@ -19,6 +19,10 @@ pub enum Key {
     Wide(u64),
     /// Any other int within `i128`, as its low and high halves.
     Big(u64, u64),
+    /// An int beyond `i128`, as its two's complement bytes, little endian, `bit_length / 8 + 1`
+    /// of them (the bit length of its magnitude): one byte string per int, so equal bytes are
+    /// equal ints (see [`huge_float_bytes`]).
+    Huge(Box<[u8]>),
     /// A float that is not an integer (an infinity included), by its bits (never a NaN).
     Float(u64),
     Str(Box<str>),
@@ -38,6 +42,7 @@ pub enum KeyRef<'a> {
     Int(i64),
     Wide(u64),
     Big(u64, u64),
+    Huge(&'a [u8]),
     Float(u64),
     Str(&'a str),
     Bytes(&'a [u8]),
@@ -51,6 +56,7 @@ impl Key {
             Self::Int(value) => KeyRef::Int(*value),
             Self::Wide(value) => KeyRef::Wide(*value),
             Self::Big(low, high) => KeyRef::Big(*low, *high),
+            Self::Huge(bytes) => KeyRef::Huge(bytes),
             Self::Float(bits) => KeyRef::Float(*bits),
             Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
@@ -88,7 +94,7 @@ impl Hash for KeyRef<'_> {
                 state.write_u64(high);
             }
             Self::Str(text) => text.hash(state),
-            Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
+            Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
     }
 }
@@ -105,6 +111,7 @@ impl From<&KeyRef<'_>> for Key {
             KeyRef::Int(value) => Self::Int(value),
             KeyRef::Wide(value) => Self::Wide(value),
             KeyRef::Big(low, high) => Self::Big(low, high),
+            KeyRef::Huge(bytes) => Self::Huge(bytes.into()),
             KeyRef::Float(bits) => Self::Float(bits),
             KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
@@ -132,10 +139,54 @@ pub fn plain_int(value: i128) -> KeyRef<'static> {
     )
 }
 
+/// The [`Key::Huge`] bytes of an integral float: the bytes the glue reads an int of the same
+/// value as, so that a float and the int it equals are one key. The table needs them beyond
+/// `i128` (every float beyond 2**53 is integral, up to 2**1024); `None` for a float with a
+/// fraction, an infinity or a NaN.
+#[must_use]
+pub fn huge_float_bytes(value: f64) -> Option<Vec<u8>> {
+    if !value.is_finite() || value.fract() != 0.0 {
+        return None;
+    }
+    // The magnitude is `mantissa * 2**shift`, with an integer `mantissa` below 2**53.
+    let bits = value.to_bits();
+    let biased = i32::try_from((bits >> 52) & 0x7ff).ok()?;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mut mantissa, mut shift) = match biased {
+        0 => (fraction, -1074),
+        _ => (fraction | (1 << 52), biased - 1075),
+    };
+    if shift < 0 {
+        // Integral, so the bits shifted out are zeros.
+        mantissa >>= shift.unsigned_abs().min(63);
+        shift = 0;
+    }
+    let shift = usize::try_from(shift).ok()?;
+    let bit_length = match mantissa {
+        0 => 0,
+        _ => 64 - mantissa.leading_zeros() as usize + shift,
+    };
+    let mut out = vec![0_u8; bit_length / 8 + 1];
+    let placed = (mantissa << (shift % 8)).to_le_bytes();
+    for (byte, &value) in out.iter_mut().skip(shift / 8).zip(&placed) {
+        *byte = value;
+    }
+    if value < 0.0 {
+        // Two's complement: every bit flipped, then one added.
+        let mut carry = true;
+        for byte in &mut out {
+            let (sum, overflow) = (!*byte).overflowing_add(u8::from(carry));
+            *byte = sum;
+            carry = overflow;
+        }
+    }
+    Some(out)
+}
+
 /// Append a tuple's item to the tuple's encoding: a tag (its kind), a word (little endian: the
-/// value, or a length), then for a `Big` its high half and for a `Str`, `Bytes` or `Tuple` as
-/// many bytes as the word says. No two keys encode alike, so two tuples are equal exactly when
-/// their encodings are, and the encoding can be hashed as the tuple.
+/// value, or a length), then for a `Big` its high half and for a `Huge`, `Str`, `Bytes` or
+/// `Tuple` as many bytes as the word says. No two keys encode alike, so two tuples are equal
+/// exactly when their encodings are, and the encoding can be hashed as the tuple.
 pub fn encode_item(key: KeyRef<'_>, out: &mut Vec<u8>) {
     let high;
     #[allow(clippy::cast_sign_loss)] // the bits, not the value
@@ -151,6 +202,7 @@ pub fn encode_item(key: KeyRef<'_>, out: &mut Vec<u8>) {
         KeyRef::Bytes(bytes) => (5, bytes.len() as u64, bytes),
         KeyRef::Tuple(items) => (6, items.len() as u64, items),
         KeyRef::Object(number) => (7, number, &[]),
+        KeyRef::Huge(bytes) => (8, bytes.len() as u64, bytes),
     };
     out.push(tag);
     out.extend_from_slice(&word.to_le_bytes());
@@ -166,7 +218,7 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
     let word = u64::from_le_bytes(*word);
     let length = match tag {
         2 => 8,
-        4..=6 => usize::try_from(word).ok()?,
+        4..=6 | 8 => usize::try_from(word).ok()?,
         _ => 0,
     };
     let (tail, rest) = rest.split_at_checked(length)?;
@@ -179,6 +231,7 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
         4 => KeyRef::Str(std::str::from_utf8(tail).ok()?),
         5 => KeyRef::Bytes(tail),
         6 => KeyRef::Tuple(tail),
+        8 => KeyRef::Huge(tail),
         _ => KeyRef::Object(word),
     };
     Some((key, rest))
@@ -186,7 +239,7 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
 
 #[cfg(test)]
 mod tests {
-    use super::{encode_item, first_item, plain_int, KeyRef};
+    use super::{encode_item, first_item, huge_float_bytes, plain_int, Key, KeyRef};
 
     fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -208,6 +261,7 @@ mod tests {
     #[test]
     fn a_tuple_encoding_reads_back_item_by_item() {
         let inner = encoded(&[KeyRef::Str("é"), KeyRef::Int(-1)]);
+        let huge = [0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         let items = [
             plain_int(-(1 << 100)),
             KeyRef::Wide(u64::MAX),
@@ -215,6 +269,7 @@ mod tests {
             KeyRef::Bytes(b""),
             KeyRef::Tuple(&inner),
             KeyRef::Object(7),
+            KeyRef::Huge(&huge),
         ];
         assert_eq!(decoded(&encoded(&items)), items);
         assert_eq!(decoded(&inner), [KeyRef::Str("é"), KeyRef::Int(-1)]);
@@ -234,6 +289,10 @@ mod tests {
             ),
             (encoded(&[KeyRef::Int(1)]), encoded(&[KeyRef::Object(1)])),
             (encoded(&[]), encoded(&[KeyRef::Tuple(&[])])),
+            (
+                encoded(&[KeyRef::Huge(&[1; 17])]),
+                encoded(&[KeyRef::Bytes(&[1; 17])]),
+            ),
         ];
         for (a, b) in pairs {
             assert_ne!(a, b);
@@ -242,7 +301,6 @@ mod tests {
 
     #[test]
     fn a_borrowed_key_finds_the_stored_key_it_equals_and_no_other() {
-        use super::Key;
         use hashbrown::Equivalent;
         use std::hash::{BuildHasher, BuildHasherDefault};
         let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
@@ -252,6 +310,7 @@ mod tests {
             Key::Str("a".into()),
             Key::Bytes(b"a"[..].into()),
             Key::Tuple(encoded(&[KeyRef::Int(1)]).into()),
+            Key::Huge(b"a"[..].into()),
             Key::Object(1),
         ];
         for (i, key) in stored.iter().enumerate() {
@@ -269,7 +328,6 @@ mod tests {
 
     #[test]
     fn only_object_numbers_are_registered() {
-        use super::Key;
         assert!(Key::Object(1).is_registered());
         assert!(!Key::Int(1).is_registered());
         assert!(!Key::Tuple(Box::default()).is_registered());
@@ -283,5 +341,58 @@ mod tests {
             plain_int(-(1 << 63) - 1),
             KeyRef::Big(u64::MAX >> 1, u64::MAX)
         );
+    }
+
+    /// The bytes Python's `int.to_bytes(v.bit_length() // 8 + 1, "little", signed=True)` gives,
+    /// for an int within `i128`.
+    fn python_bytes(value: i128) -> Vec<u8> {
+        let bit_length = 128 - value.unsigned_abs().leading_zeros() as usize;
+        value.to_le_bytes()[..=bit_length / 8].to_vec()
+    }
+
+    #[test]
+    fn an_integral_float_has_the_bytes_of_the_int_it_equals() {
+        for value in [
+            1_i128 << 100,
+            -(1 << 100),
+            3 << 70,
+            -(3 << 70),
+            (1 << 53) - 1,
+            1 << 63,
+            -(1 << 63),
+            (1 << 64) - (1 << 11),
+            -(1 << 126),
+            255 << 60,
+            -(255 << 60),
+            -(1 << 60) - (1 << 59),
+            1,
+            -1,
+            0,
+        ] {
+            #[allow(clippy::cast_precision_loss)] // each is exact in a float
+            let float = value as f64;
+            assert_eq!(
+                huge_float_bytes(float),
+                Some(python_bytes(value)),
+                "{value}"
+            );
+        }
+        // 2**200 and -(2**200): 201 bits, so 26 bytes.
+        let mut expected = vec![0; 26];
+        expected[25] = 1;
+        assert_eq!(huge_float_bytes(2_f64.powi(200)), Some(expected.clone()));
+        expected[25] = 0xff;
+        assert_eq!(huge_float_bytes(-(2_f64.powi(200))), Some(expected));
+        assert_eq!(huge_float_bytes(f64::MAX).map(|b| b.len()), Some(129));
+        for value in [
+            0.5,
+            -1.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            1e-300,
+        ] {
+            assert_eq!(huge_float_bytes(value), None, "{value}");
+        }
     }
 }
