@@ -74,7 +74,7 @@ if qos_support.reference_mode():
 import keyed_model as km
 import limiter_model as lm
 from keyed_model import ALLOWED, REFUSED
-from protocol_in_code.qos.keyed import Band, Decision, KeyedRateLimiter, LimitOutcome
+from protocol_in_code.qos.keyed import Band, Decision, KeyDigest, KeyedRateLimiter, LimitOutcome
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 U64_MAX = 2**64 - 1
@@ -103,7 +103,7 @@ class Name(str):
 
 
 INT_KEYS = (0, 1, 2, 3, -1, 7, 2**31, I64_MAX, I64_MIN)
-STR_KEYS = ("a", "b", "", "ключ", "a" * 40)
+STR_KEYS = ("a", "b", "", "ключ", "a" * 40, "ключ" * 20)  # the last kept as its digest
 plain_keys = st.sampled_from(INT_KEYS + STR_KEYS)
 
 # Groups of objects equal as dict keys (one client each); different groups are different keys.
@@ -121,6 +121,9 @@ KEY_GROUPS: tuple[tuple[Hashable, ...], ...] = (
     (2**53 + 1,),  # not equal to float(2**53): a lossy float conversion would merge them
     (float(2**53), 2**53),
     (I64_MIN, float(I64_MIN)),
+    ("é" * 100, Name("é" * 100)),  # 200 bytes: kept as its digest
+    (b"x" * 200,),
+    (2**1100, Fraction(2**1100)),  # 138 bytes, beyond the floats
     (frozenset({1, 2}),),
 )
 
@@ -406,15 +409,23 @@ def check_table(
     assert len(set(remembered)) == len(remembered), f"{context}: a key twice in {remembered}"
     if model.max_keys is not None:
         assert len(native) <= model.max_keys, f"{context}: {len(native)} keys remembered"
+    # A key longer than 128 bytes (a tuple of big ints, say) comes back as its digest, which
+    # stands for it: `in` finds the key, iteration gives the digest.
+    digests = [key for key in remembered if type(key) is KeyDigest]
+    assert all(key in native for key in digests), f"{context}: a digest not found: {digests}"
     if plain:  # an int comes back as an int, a str as a str
         for key in remembered:
-            assert any(type(key) is type(k) and key == k for k in pool), (
+            assert type(key) is KeyDigest or any(type(key) is type(k) and key == k for k in pool), (
                 f"{context}: iter gave {key!r} ({type(key).__name__}), keys used: {pool}"
             )
     throttled = model.not_fresh_keys()
+    digested = 0
     for key in [spelling(k, 0) for k in pool]:
         inside = key in native
-        assert inside == (key in set(remembered)), f"{context}: `{key!r} in` says {inside}"
+        if inside and key not in set(remembered):
+            digested += 1
+        else:
+            assert inside == (key in set(remembered)), f"{context}: `{key!r} in` says {inside}"
         if key in throttled:
             assert inside, f"{context}: key {key!r} is throttled but was forgotten"
         if key not in model.maybe_remembered:
@@ -422,6 +433,7 @@ def check_table(
                 f"{context}: key {key!r} is remembered, but its last check/try_acquire/refund "
                 "left it fresh (or it never needed remembering): it should have been forgotten"
             )
+    assert digested <= len(digests), f"{context}: {digested} keys found, {digests} given back"
     inserted = len(native) + got.forgotten
     assert model.min_inserts <= inserted <= model.max_inserts, (
         f"{context}: len {len(native)} + forgotten {got.forgotten} = {inserted} keys inserted, "

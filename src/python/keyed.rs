@@ -110,7 +110,11 @@ impl KeyedRateLimiter {
     ) -> PyResult<R> {
         let classified = classify(key)?;
         match classified.as_key() {
-            Some(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
+            // A long key is digested under the gate: a restore may not re-seed the table
+            // between its digest and its lookup.
+            Some(plain) => Ok(self
+                .registry
+                .with_plain(|| decide(&plain.kept(|| self.table.seed())))),
             None => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
@@ -470,7 +474,7 @@ impl KeyedRateLimiter {
         self.with_key(key, false, |key| self.table.contains(key))
     }
 
-    /// The keys remembered now (a snapshot).
+    /// The keys remembered now (a snapshot); a key longer than 128 bytes as its `KeyDigest`.
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let keys = self.registry.reading(|| self.table.keys());
         let keys = keys
@@ -697,7 +701,8 @@ impl KeyedRateLimiter {
                 .map(|(units, at)| (units, shifted(at, by)))
                 .collect();
             let limiter = saved_limiter(specs, balances, latest)?;
-            match (classify(&key)?.into_key(), number) {
+            // Read as the saved table read it: a long key as its digest under the saved seed.
+            match (classify(&key)?.into_key(seed), number) {
                 // A number saved with a key now read natively (by an older version) is not
                 // needed.
                 (Some(plain), _) => entries.push((plain, limiter)),

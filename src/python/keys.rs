@@ -27,6 +27,10 @@
 //!   of these) gets a number from the [`Registry`], which compares it with the registered
 //!   objects of the same Python hash by `__eq__`, with no lock held, then checks under its lock
 //!   that nothing changed meanwhile. Such keys are the program's own choice, not a client's.
+//!
+//! A plain key longer than `LONGEST_KEPT` bytes is stored as its digest (see
+//! [`KeyRef::kept`]): iteration and pickling give such a key back as a [`KeyDigest`], which
+//! every call takes in its place.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,9 +41,12 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
-use crate::core::exact::key::{encode_item, first_item, huge_float_bytes, plain_int, Key, KeyRef};
+use crate::core::exact::key::{
+    encode_item, first_item, huge_float_bytes, plain_int, Digested, Key, KeyRef,
+};
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
+use crate::python::record::frozen_record;
 
 /// What a Python key turned out to be.
 pub enum Classified<'a> {
@@ -63,9 +70,68 @@ impl Classified<'_> {
         }
     }
 
-    /// The table key, owned.
-    pub fn into_key(self) -> Option<Key> {
-        self.as_key().map(|plain| Key::from(&plain))
+    /// The table key, owned, as a table seeded with `seed` stores it (see [`KeyRef::kept`]).
+    pub fn into_key(self, seed: (u64, u64)) -> Option<Key> {
+        self.as_key().map(|plain| Key::from(&plain.kept(|| seed)))
+    }
+}
+
+frozen_record! {
+    /// A key that a keyed limiter keeps only as its digest, given back in its place.
+    ///
+    /// A key longer than 128 bytes (a str's UTF-8, bytes, an int's bytes, a tuple's items
+    /// encoded one after another) is stored as a 128-bit digest, seeded per table, so that
+    /// `max_keys` bounds the table's bytes too. The key itself is gone: iterating the table
+    /// and pickling it give back a KeyDigest(kind, digest) instead, kind being "int", "str",
+    /// "bytes" or "tuple" and digest 16 bytes. Every call that takes a key takes the
+    /// KeyDigest too, for the key it stands for, in the table it came from and in that
+    /// table's copies (pickled or copied, a table keeps its seed); in any other table it is a
+    /// key of its own.
+    pub struct KeyDigest as "KeyDigest" in "protocol_in_code.qos.keyed" {
+        kind,
+        digest,
+    }
+}
+
+/// A [`KeyDigest`]'s kinds, by name.
+const DIGESTED: [(&str, Digested); 4] = [
+    ("int", Digested::Int),
+    ("str", Digested::Str),
+    ("bytes", Digested::Bytes),
+    ("tuple", Digested::Tuple),
+];
+
+impl KeyDigest {
+    /// The key this record stands for, if it is one that iteration could have given back (a
+    /// known kind, a digest of 16 bytes); any other is a key of its own.
+    fn key(&self, py: Python<'_>) -> Option<KeyRef<'static>> {
+        let kind = self.kind.bind(py).cast_exact::<PyString>().ok()?;
+        let kind = kind.to_str().ok()?;
+        let (_, kind) = DIGESTED.iter().find(|(name, _)| *name == kind)?;
+        let digest = self.digest.bind(py).cast_exact::<PyBytes>().ok()?;
+        let (low, high) = digest.as_bytes().split_first_chunk::<8>()?;
+        let high: &[u8; 8] = high.try_into().ok()?;
+        Some(KeyRef::Digest(
+            *kind,
+            u64::from_le_bytes(*low),
+            u64::from_le_bytes(*high),
+        ))
+    }
+
+    /// The record standing for a stored digest.
+    fn of(py: Python<'_>, kind: Digested, low: u64, high: u64) -> PyResult<Bound<'_, Self>> {
+        let (name, _) = DIGESTED
+            .iter()
+            .find(|(_, known)| *known == kind)
+            .expect("every kind has a name");
+        let mut digest = [0; 16];
+        digest[..8].copy_from_slice(&low.to_le_bytes());
+        digest[8..].copy_from_slice(&high.to_le_bytes());
+        Self::make(
+            py,
+            PyString::new(py, name).into_any(),
+            PyBytes::new(py, &digest).into_any(),
+        )
     }
 }
 
@@ -87,6 +153,12 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
         return tuple_key(tuple, depth);
     }
     let py = key.py();
+    if let Ok(digest) = key.cast_exact::<KeyDigest>() {
+        return Ok(digest
+            .get()
+            .key(py)
+            .map_or(Classified::Object, Classified::Plain));
+    }
     // Not an exact plain type: Python decides what it equals, as a dict would.
     let hash = key.hash()?;
     let equals = |plain: &Bound<'_, PyAny>| -> PyResult<bool> {
@@ -582,7 +654,8 @@ impl Registry {
     }
 }
 
-/// A stored key back as a Python object (a tuple as the plain tuple of its items' values).
+/// A stored key back as a Python object (a tuple as the plain tuple of its items' values, a
+/// digest as a [`KeyDigest`]).
 pub fn key_object<'py>(
     py: Python<'py>,
     key: &Key,
@@ -605,6 +678,7 @@ pub fn key_object<'py>(
                 Some(&signed),
             )?
         }
+        Key::Digest(kind, low, high) => KeyDigest::of(py, *kind, *low, *high)?.into_any(),
         Key::Float(bits) => f64::from_bits(*bits).into_pyobject(py)?.into_any(),
         Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
