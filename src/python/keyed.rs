@@ -24,7 +24,7 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
-use crate::python::keys::{classify, key_object, Registry};
+use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
     band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never, rebuilder,
     restore_attributes, sleep_answering_signals, specs_from, with_attributes, Decision, Written,
@@ -108,14 +108,18 @@ impl KeyedRateLimiter {
         stores: bool,
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
-        let classified = classify(key)?;
-        match classified.as_key() {
-            // A long key is digested under the gate: a restore may not re-seed the table
-            // between its digest and its lookup.
-            Some(plain) => Ok(self
+        // A long key is digested under the gate: a restore may not re-seed the table between
+        // its digest and its lookup.
+        let seed = || self.table.seed();
+        match classify(key)? {
+            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain.kept(seed)))),
+            Classified::Tuple(items) => Ok(self
                 .registry
-                .with_plain(|| decide(&plain.kept(|| self.table.seed())))),
-            None => self.registry.with_object(key, &self.table, stores, decide),
+                .with_plain(|| decide(&KeyRef::Tuple(&items).kept(seed)))),
+            Classified::Huge(bytes) => Ok(self
+                .registry
+                .with_plain(|| decide(&KeyRef::Huge(&bytes).kept(seed)))),
+            Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
 

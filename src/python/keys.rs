@@ -147,10 +147,14 @@ pub fn classify<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Classified<'a>> {
 /// `classify`, with tuples nested at most `depth` deep read natively.
 fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Classified<'a>> {
     if let Some(plain) = exact_plain(key) {
-        return plain;
+        return Ok(plain);
     }
     if let Ok(tuple) = key.cast_exact::<PyTuple>() {
         return tuple_key(tuple, depth);
+    }
+    if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<PyBool>() {
+        // Beyond 64 bits: its size, then its bytes, are Python's to give.
+        return int_key(key.cast::<PyInt>()?);
     }
     let py = key.py();
     if let Ok(digest) = key.cast_exact::<KeyDigest>() {
@@ -315,28 +319,25 @@ fn conversion<'py>(
 /// 2**127, the first float beyond `i128`.
 const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
 
-/// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python
-/// (but for an int beyond `i128`, whose bytes Python gives). `None` for other types; `Object`
-/// for values of these types that no plain key equals.
-fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<PyResult<Classified<'a>>> {
+/// The fast path: exact `str`, `bytes`, `int` and `bool` within 64 bits, and `float`, read
+/// without calling Python. `None` for other types and bigger ints; `Object` for values of
+/// these types that no plain key equals.
+fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     if let Ok(text) = key.cast_exact::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
-        return Some(Ok(text.to_str().map_or(Classified::Object, |value| {
+        return Some(text.to_str().map_or(Classified::Object, |value| {
             Classified::Plain(KeyRef::Str(value))
-        })));
+        }));
     }
     if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<PyBool>() {
         let int = key.cast::<PyInt>().ok()?;
-        if let Some(value) = exact_i64(int) {
-            return Some(Ok(Classified::Plain(KeyRef::Int(value))));
-        }
-        return Some(int_key(int));
+        return exact_i64(int).map(|value| Classified::Plain(KeyRef::Int(value)));
     }
     if let Ok(bytes) = key.cast_exact::<PyBytes>() {
-        return Some(Ok(Classified::Plain(KeyRef::Bytes(bytes.as_bytes()))));
+        return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
     }
     if let Ok(float) = key.cast_exact::<PyFloat>() {
-        return Some(Ok(float_key(float.value()).unwrap_or(Classified::Object)));
+        return Some(float_key(float.value()).unwrap_or(Classified::Object));
     }
     None
 }

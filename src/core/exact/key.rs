@@ -142,7 +142,24 @@ impl KeyRef<'_> {
     /// unpickled one) digests every key as the table it was saved from did, so a saved digest
     /// still stands for its key there.
     #[must_use]
+    #[inline]
     pub fn kept(self, seed: impl FnOnce() -> (u64, u64)) -> Self {
+        let length = match self {
+            Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.len(),
+            Self::Str(text) => text.len(),
+            _ => 0,
+        };
+        if length <= LONGEST_KEPT {
+            return self;
+        }
+        self.digested(seed())
+    }
+
+    /// This key's digest under a table seeded with `seed` (see [`KeyRef::kept`]). Never
+    /// inlined: the common call, on a short key, stays as small as it was.
+    #[cold]
+    #[inline(never)]
+    fn digested(self, seed: (u64, u64)) -> Self {
         let (kind, bytes) = match self {
             Self::Huge(bytes) => (Digested::Int, bytes),
             Self::Str(text) => (Digested::Str, text.as_bytes()),
@@ -150,10 +167,7 @@ impl KeyRef<'_> {
             Self::Tuple(items) => (Digested::Tuple, items),
             _ => return self,
         };
-        if bytes.len() <= LONGEST_KEPT {
-            return self;
-        }
-        let (k0, k1) = digest_key(seed());
+        let (k0, k1) = digest_key(seed);
         let (low, high) = SipHasher13::new_with_keys(k0, k1).hash(bytes).as_u64();
         Self::Digest(kind, low, high)
     }
