@@ -14,7 +14,12 @@ Rows, in one run (medians of interleaved rounds; read the ratios, not the times)
 * the cost per new key of filling a table with 4,000 tuple keys ``(k * (2**61 - 1), 0)``, whose
   Python hashes all collide (CPython hashes an int as ``n mod 2**61 - 1``, and a tuple by its
   items' hashes, with no seed), against 4,000 tuple keys whose Python hashes differ. Keyed by
-  Python's hash (a dict), each new colliding key is compared with every earlier one.
+  Python's hash (a dict), each new colliding key is compared with every earlier one;
+* the same for 20,000 int keys beyond 2**127 (``(2**130 + k) * (2**61 - 1)``, all of one Python
+  hash, against ``... + k``, all different): the cost per new key of filling a table, then per
+  call on a table that holds them all (``--only "beyond 2**127"`` times just these);
+* ``try_acquire(key)`` with one 4 KiB str key, which the table keeps as its digest (every call
+  hashes the whole key, as for any str key), against the 11-character one above.
 
 Every limiter is configured so that no request is ever denied during a run.
 
@@ -40,6 +45,8 @@ TRACE = 100_000  # requests in the trace rows
 CLIENTS = 10_000
 MODULUS = 2**61 - 1  # CPython hashes an int n as n mod MODULUS
 TUPLE_KEYS = 4_000
+BIG_INT_KEYS = 20_000
+BEYOND = 2**130  # beyond what an i128 holds
 
 
 def empty(key: object) -> None:
@@ -127,6 +134,32 @@ def spread_tuples() -> tuple[str, dict[str, object], int]:
     return "fill(keys)", {"fill": fill, "keys": keys}, TUPLE_KEYS
 
 
+def colliding_ints() -> list[int]:
+    keys = [(BEYOND + k) * MODULUS for k in range(1, BIG_INT_KEYS + 1)]
+    assert len({hash(key) for key in keys}) == 1
+    return keys
+
+
+def spread_ints() -> list[int]:
+    return [(BEYOND + k) * MODULUS + k for k in range(1, BIG_INT_KEYS + 1)]
+
+
+def new_big_ints(keys: list[int]) -> tuple[str, dict[str, object], int]:
+    return "fill(keys)", {"fill": fill, "keys": keys}, len(keys)
+
+
+def known_big_ints(keys: list[int]) -> tuple[str, dict[str, object], int]:
+    limiter = KeyedRateLimiter(HUGE, max_keys=len(keys) + 1)
+    for key in keys:
+        limiter.try_acquire(key)
+    stmt = "for key in keys: limiter.try_acquire(key)"
+    return stmt, {"limiter": limiter, "keys": keys}, len(keys)
+
+
+def long_str_key() -> tuple[str, dict[str, object], int]:
+    return "limiter.try_acquire(key)", {"limiter": keyed(), "key": "client-42" * 455}, 1
+
+
 CASES: dict[str, Case] = {
     "try_acquire(key), one str key (native)": native_one_key,
     "empty def f(key)": empty_one_key,
@@ -138,6 +171,11 @@ CASES: dict[str, Case] = {
     "trace: try_acquire_many": trace_many,
     "4k new tuple keys, Python hashes collide": colliding_tuples,
     "4k new tuple keys, Python hashes spread": spread_tuples,
+    "20k new ints beyond 2**127, Python hashes collide": lambda: new_big_ints(colliding_ints()),
+    "20k new ints beyond 2**127, Python hashes spread": lambda: new_big_ints(spread_ints()),
+    "20k known ints beyond 2**127, hashes collide": lambda: known_big_ints(colliding_ints()),
+    "20k known ints beyond 2**127, hashes spread": lambda: known_big_ints(spread_ints()),
+    "try_acquire(key), one 4 KiB str key": long_str_key,
 }
 
 RATIOS = [
@@ -147,6 +185,12 @@ RATIOS = [
     ("token-bucket consume, 10k keys", "try_acquire(key), 10k str keys (native)"),
     ("trace: try_acquire in a loop", "trace: try_acquire_many"),
     ("4k new tuple keys, Python hashes collide", "4k new tuple keys, Python hashes spread"),
+    (
+        "20k new ints beyond 2**127, Python hashes collide",
+        "20k new ints beyond 2**127, Python hashes spread",
+    ),
+    ("20k known ints beyond 2**127, hashes collide", "20k known ints beyond 2**127, hashes spread"),
+    ("try_acquire(key), one 4 KiB str key", "try_acquire(key), one str key (native)"),
 ]
 
 
@@ -161,11 +205,11 @@ def main() -> None:
     medians = median_ns(cases, options.rounds, options.number)
     print(f"median of {options.rounds} rounds, ns per call or per decision")
     for name, ns in medians.items():
-        print(f"{name:44} {ns:8.1f}")
+        print(f"{name:50} {ns:9.1f}")
     print("ratios")
     for slow, fast in RATIOS:
         if slow in medians and fast in medians:
-            print(f"{slow:44} / {fast}: {medians[slow] / medians[fast]:.2f}x")
+            print(f"{slow:50} / {fast}: {medians[slow] / medians[fast]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ back, and a mix of check/try_acquire/peek/refund/available.
 * ``test_equal_tuple_keys_are_one_key``: the same with tuple keys (nested,
   ``namedtuple`` and ``typing.NamedTuple`` too) each spelled several ways by equal items, mixed
   with plain keys and with tuples holding items no plain key equals (a ``Fraction`` equal to
-  no float, an int beyond 128 bits, a NaN, a ``frozenset``): the model is keyed by a dict.
+  no float, a ``Decimal`` beyond the floats, a NaN, a ``frozenset``): the model is keyed by a
+  dict.
 * ``test_native_matches_the_bounded_model``: ``shards=1, max_keys=M`` (M in 1..4) against the
   bounded model: every answer including REFUSED (its ``wait_ns`` an int >= 1), the
   allowed/denied/refused counts; ``len``, membership and ``forgotten`` within what the contract
@@ -73,7 +74,7 @@ if qos_support.reference_mode():
 import keyed_model as km
 import limiter_model as lm
 from keyed_model import ALLOWED, REFUSED
-from protocol_in_code.qos.keyed import Band, Decision, KeyedRateLimiter, LimitOutcome
+from protocol_in_code.qos.keyed import Band, Decision, KeyDigest, KeyedRateLimiter, LimitOutcome
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 U64_MAX = 2**64 - 1
@@ -102,7 +103,7 @@ class Name(str):
 
 
 INT_KEYS = (0, 1, 2, 3, -1, 7, 2**31, I64_MAX, I64_MIN)
-STR_KEYS = ("a", "b", "", "ключ", "a" * 40)
+STR_KEYS = ("a", "b", "", "ключ", "a" * 40, "ключ" * 20)  # the last kept as its digest
 plain_keys = st.sampled_from(INT_KEYS + STR_KEYS)
 
 # Groups of objects equal as dict keys (one client each); different groups are different keys.
@@ -120,6 +121,9 @@ KEY_GROUPS: tuple[tuple[Hashable, ...], ...] = (
     (2**53 + 1,),  # not equal to float(2**53): a lossy float conversion would merge them
     (float(2**53), 2**53),
     (I64_MIN, float(I64_MIN)),
+    ("é" * 100, Name("é" * 100)),  # 200 bytes: kept as its digest
+    (b"x" * 200,),
+    (2**1100, Fraction(2**1100)),  # 138 bytes, beyond the floats
     (frozenset({1, 2}),),
 )
 
@@ -152,12 +156,13 @@ ITEM_GROUPS: tuple[tuple[Hashable, ...], ...] = (
     (2, 2.0, Fraction(2), Level.TWO),
     (2**70, float(2**70), Fraction(2**70)),
     (-(2**127), float(-(2**127))),
+    (2**200, float(2**200), Decimal(2**200)),
     (1.5, Fraction(3, 2), Decimal("1.5")),
     ("a", Name("a")),
     ("", Name("")),
     (b"a",),
     (Fraction(1, 3), Fraction(2, 6)),
-    (2**200, float(2**200)),
+    (Decimal("1E+400"), Decimal("1.0E+400")),
     (NAN,),
     (frozenset({1}), frozenset({1.0})),
 )
@@ -404,15 +409,23 @@ def check_table(
     assert len(set(remembered)) == len(remembered), f"{context}: a key twice in {remembered}"
     if model.max_keys is not None:
         assert len(native) <= model.max_keys, f"{context}: {len(native)} keys remembered"
+    # A key longer than 128 bytes (a tuple of big ints, say) comes back as its digest, which
+    # stands for it: `in` finds the key, iteration gives the digest.
+    digests = [key for key in remembered if type(key) is KeyDigest]
+    assert all(key in native for key in digests), f"{context}: a digest not found: {digests}"
     if plain:  # an int comes back as an int, a str as a str
         for key in remembered:
-            assert any(type(key) is type(k) and key == k for k in pool), (
+            assert type(key) is KeyDigest or any(type(key) is type(k) and key == k for k in pool), (
                 f"{context}: iter gave {key!r} ({type(key).__name__}), keys used: {pool}"
             )
     throttled = model.not_fresh_keys()
+    digested = 0
     for key in [spelling(k, 0) for k in pool]:
         inside = key in native
-        assert inside == (key in set(remembered)), f"{context}: `{key!r} in` says {inside}"
+        if inside and key not in set(remembered):
+            digested += 1
+        else:
+            assert inside == (key in set(remembered)), f"{context}: `{key!r} in` says {inside}"
         if key in throttled:
             assert inside, f"{context}: key {key!r} is throttled but was forgotten"
         if key not in model.maybe_remembered:
@@ -420,6 +433,7 @@ def check_table(
                 f"{context}: key {key!r} is remembered, but its last check/try_acquire/refund "
                 "left it fresh (or it never needed remembering): it should have been forgotten"
             )
+    assert digested <= len(digests), f"{context}: {digested} keys found, {digests} given back"
     inserted = len(native) + got.forgotten
     assert model.min_inserts <= inserted <= model.max_inserts, (
         f"{context}: len {len(native)} + forgotten {got.forgotten} = {inserted} keys inserted, "

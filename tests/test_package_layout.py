@@ -49,6 +49,7 @@ SERVICE_EXPORTS = {
     "RateLimiter": "limiter",
     "KeyedRateLimiter": "keyed",
     "KeyedStats": "keyed",
+    "KeyDigest": "keyed",
     "Color": "meter",
     "SingleRateMeter": "meter",
     "TwoRateMeter": "meter",

@@ -110,11 +110,17 @@ impl KeyedRateLimiter {
         stores: bool,
         decide: impl FnOnce(&KeyRef<'_>) -> R,
     ) -> PyResult<R> {
+        // A long key is digested under the gate: a restore may not re-seed the table between
+        // its digest and its lookup.
+        let seed = || self.table.seed();
         match classify(key)? {
-            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain))),
-            Classified::Tuple(items) => {
-                Ok(self.registry.with_plain(|| decide(&KeyRef::Tuple(&items))))
-            }
+            Classified::Plain(plain) => Ok(self.registry.with_plain(|| decide(&plain.kept(seed)))),
+            Classified::Tuple(items) => Ok(self
+                .registry
+                .with_plain(|| decide(&KeyRef::Tuple(&items).kept(seed)))),
+            Classified::Huge(bytes) => Ok(self
+                .registry
+                .with_plain(|| decide(&KeyRef::Huge(&bytes).kept(seed)))),
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
@@ -493,7 +499,7 @@ impl KeyedRateLimiter {
         self.with_key(key, false, |key| self.table.contains(key))
     }
 
-    /// The keys remembered now (a snapshot).
+    /// The keys remembered now (a snapshot); a key longer than 128 bytes as its `KeyDigest`.
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let keys = self.registry.reading(|| self.table.keys());
         let keys = keys
@@ -720,7 +726,8 @@ impl KeyedRateLimiter {
                 .map(|(units, at)| (units, shifted(at, by)))
                 .collect();
             let limiter = saved_limiter(specs, balances, latest)?;
-            match (classify(&key)?.into_key(), number) {
+            // Read as the saved table read it: a long key as its digest under the saved seed.
+            match (classify(&key)?.into_key(seed), number) {
                 // A number saved with a key now read natively (by an older version) is not
                 // needed.
                 (Some(plain), _) => entries.push((plain, limiter)),

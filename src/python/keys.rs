@@ -8,25 +8,29 @@
 //! any lock is taken:
 //!
 //! * the values a client can choose are read natively, and hashed by the table's seeded hash:
-//!   `str`, `bytes`, ints from -2**127 to 2**127 - 1, floats, and tuples of these (nested up to
-//!   32 deep), so `(ip, route)` and `(user_id, endpoint)` are too. A value of another type that
-//!   equals one of them (a `str` subclass, an `IntEnum` member, a `Decimal`, a `Fraction`, a
-//!   numpy number, a namedtuple) is found by asking Python which plain value it equals, once
-//!   per call; a tuple's items are read the same way, one by one, so `(1.0, "a")` is the key
+//!   `str`, `bytes`, ints of any size, floats, and tuples of these (nested up to 32 deep), so
+//!   `(ip, route)` and `(user_id, endpoint)` are too. A value of another type that equals one
+//!   of them (a `str` subclass, an `IntEnum` member, a `Decimal`, a `Fraction`, a numpy
+//!   number, a namedtuple) is found by asking Python which plain value it equals, once per
+//!   call; a tuple's items are read the same way, one by one, so `(1.0, "a")` is the key
 //!   `(1, "a")`. (A `str`, `bytes` or tuple subclass is only compared with its own value: one
 //!   whose `__eq__` says it equals a *different* plain value, a case-insensitive string say,
 //!   is a key of its own; so is an object of another type that equals a `str` or `bytes`, a
 //!   `UserString` or a `memoryview`: only numbers are asked which plain value they equal.) So
 //!   a client cannot pick such keys to collide, as it could with Python's unseeded int hash
-//!   (`n mod 2**61 - 1`), which a tuple's hash is made of, and a dict. A number is asked with
-//!   `float(key)` first, and with `int(key)` only below 2**128, so a huge `Decimal` costs no
-//!   more than a small one.
-//! * anything else (an object of the program's own class, a bigger int, a `Fraction` equal to
-//!   no float, a NaN, a tuple holding any of these) gets a number from the [`Registry`], which
-//!   compares it with the registered objects of the same Python hash by `__eq__`, with no lock
-//!   held, then checks under its lock that nothing changed meanwhile. Keys whose Python hashes
-//!   collide (ints beyond 128 bits can be chosen to) still cost a comparison with each other
-//!   of their hash.
+//!   (`n mod 2**61 - 1`), which a tuple's hash is made of, and a dict. A number other than an
+//!   int is asked with `float(key)` first, and with `int(key)` only if that float is finite
+//!   (below about 2**1024) or the number has no float, so a huge `Decimal` costs no more than
+//!   a small one: `int(Decimal("1E+1000000"))` alone takes about a minute.
+//! * anything else (an object of the program's own class, a `Fraction` equal to no float, a
+//!   NaN, a number beyond the floats that `float(key)` says is infinite, a tuple holding any
+//!   of these) gets a number from the [`Registry`], which compares it with the registered
+//!   objects of the same Python hash by `__eq__`, with no lock held, then checks under its lock
+//!   that nothing changed meanwhile. Such keys are the program's own choice, not a client's.
+//!
+//! A plain key longer than `LONGEST_KEPT` bytes is stored as its digest (see
+//! [`KeyRef::kept`]): iteration and pickling give such a key back as a [`KeyDigest`], which
+//! every call takes in its place.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,27 +41,97 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
-use crate::core::exact::key::{encode_item, first_item, plain_int, Key, KeyRef};
+use crate::core::exact::key::{
+    encode_item, first_item, huge_float_bytes, plain_int, Digested, Key, KeyRef,
+};
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
+use crate::python::record::frozen_record;
 
 /// What a Python key turned out to be.
 pub enum Classified<'a> {
     Plain(KeyRef<'a>),
     /// A tuple of plain keys, its items encoded (the bytes of a [`KeyRef::Tuple`]).
     Tuple(Vec<u8>),
+    /// An int beyond `i128`, as its bytes (those of a [`KeyRef::Huge`]).
+    Huge(Vec<u8>),
     /// Neither equal to a plain key nor one: the registry numbers it.
     Object,
 }
 
 impl Classified<'_> {
-    /// The table key, owned.
-    pub fn into_key(self) -> Option<Key> {
+    /// The plain key, borrowed; `None` for an object.
+    pub fn as_key(&self) -> Option<KeyRef<'_>> {
         match self {
-            Self::Plain(plain) => Some(Key::from(&plain)),
-            Self::Tuple(items) => Some(Key::Tuple(items.into())),
+            Self::Plain(plain) => Some(*plain),
+            Self::Tuple(items) => Some(KeyRef::Tuple(items)),
+            Self::Huge(bytes) => Some(KeyRef::Huge(bytes)),
             Self::Object => None,
         }
+    }
+
+    /// The table key, owned, as a table seeded with `seed` stores it (see [`KeyRef::kept`]).
+    pub fn into_key(self, seed: (u64, u64)) -> Option<Key> {
+        self.as_key().map(|plain| Key::from(&plain.kept(|| seed)))
+    }
+}
+
+frozen_record! {
+    /// A key that a keyed limiter keeps only as its digest, given back in its place.
+    ///
+    /// A key longer than 128 bytes (a str's UTF-8, bytes, an int's bytes, a tuple's items
+    /// encoded one after another) is stored as a 128-bit digest, seeded per table, so that
+    /// `max_keys` bounds the table's bytes too. The key itself is gone: iterating the table
+    /// and pickling it give back a KeyDigest(kind, digest) instead, kind being "int", "str",
+    /// "bytes" or "tuple" and digest 16 bytes. Every call that takes a key takes the
+    /// KeyDigest too, for the key it stands for, in the table it came from and in that
+    /// table's copies (pickled or copied, a table keeps its seed); in any other table it is a
+    /// key of its own.
+    pub struct KeyDigest as "KeyDigest" in "protocol_in_code.qos.keyed" {
+        kind,
+        digest,
+    }
+}
+
+/// A [`KeyDigest`]'s kinds, by name.
+const DIGESTED: [(&str, Digested); 4] = [
+    ("int", Digested::Int),
+    ("str", Digested::Str),
+    ("bytes", Digested::Bytes),
+    ("tuple", Digested::Tuple),
+];
+
+impl KeyDigest {
+    /// The key this record stands for, if it is one that iteration could have given back (a
+    /// known kind, a digest of 16 bytes); any other is a key of its own.
+    fn key(&self, py: Python<'_>) -> Option<KeyRef<'static>> {
+        let kind = self.kind.bind(py).cast_exact::<PyString>().ok()?;
+        let kind = kind.to_str().ok()?;
+        let (_, kind) = DIGESTED.iter().find(|(name, _)| *name == kind)?;
+        let digest = self.digest.bind(py).cast_exact::<PyBytes>().ok()?;
+        let (low, high) = digest.as_bytes().split_first_chunk::<8>()?;
+        let high: &[u8; 8] = high.try_into().ok()?;
+        Some(KeyRef::Digest(
+            *kind,
+            u64::from_le_bytes(*low),
+            u64::from_le_bytes(*high),
+        ))
+    }
+
+    /// The record standing for a stored digest.
+    fn of(py: Python<'_>, kind: Digested, low: u64, high: u64) -> PyResult<Bound<'_, Self>> {
+        let (name, _) = DIGESTED
+            .iter()
+            .find(|(_, known)| *known == kind)
+            .expect("every kind has a name");
+        let mut digest = [0; 16];
+        digest[..8].copy_from_slice(&low.to_le_bytes());
+        digest[8..].copy_from_slice(&high.to_le_bytes());
+        Self::make(
+            py,
+            PyString::new(py, name).into_any(),
+            PyBytes::new(py, &digest).into_any(),
+        )
     }
 }
 
@@ -78,7 +152,17 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
     if let Ok(tuple) = key.cast_exact::<PyTuple>() {
         return tuple_key(tuple, depth);
     }
+    if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<PyBool>() {
+        // Beyond 64 bits: its size, then its bytes, are Python's to give.
+        return int_key(key.cast::<PyInt>()?);
+    }
     let py = key.py();
+    if let Ok(digest) = key.cast_exact::<KeyDigest>() {
+        return Ok(digest
+            .get()
+            .key(py)
+            .map_or(Classified::Object, Classified::Plain));
+    }
     // Not an exact plain type: Python decides what it equals, as a dict would.
     let hash = key.hash()?;
     let equals = |plain: &Bound<'_, PyAny>| -> PyResult<bool> {
@@ -123,8 +207,10 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
     }
     // An integer is asked int(key) at once: it costs what the integer's own size does. Any other
     // number is asked float(key) first, as a bound on its size: int(key) is only asked of one
-    // below 2**128 in magnitude, since it can cost without limit (int(Decimal("1E+1000000"))
-    // makes a million digits), and a bigger number equals no int the table reads natively.
+    // whose float is finite (below about 2**1024 in magnitude, at most 309 digits), or that has
+    // no float (a Fraction too big for one: its int costs its own size), since int(key) can
+    // cost without limit (int(Decimal("1E+1000000")) makes a million digits, in about a
+    // minute). A bigger number is a key of its own, even if an int equals it.
     let float_of = || conversion(py, py.get_type::<PyFloat>().call1((key,)));
     let mut float = None;
     if number == Number::Other {
@@ -134,15 +220,13 @@ fn classify_within<'a>(key: &'a Bound<'_, PyAny>, depth: usize) -> PyResult<Clas
         .as_ref()
         .and_then(|float| float.cast_exact::<PyFloat>().ok())
         .map(|float| float.value().abs());
-    if size.is_none_or(|size| size < TWO_TO_128) {
+    if size.is_none_or(f64::is_finite) {
         if let Some(int) = conversion(py, py.get_type::<PyInt>().call1((key,)))? {
             if equals(&int)? {
-                return Ok(int
-                    .extract::<i128>()
-                    .ok()
-                    .map_or(Classified::Object, |value| {
-                        Classified::Plain(plain_int(value))
-                    }));
+                return match int.cast::<PyInt>() {
+                    Ok(int) => int_key(int),
+                    Err(_) => Ok(Classified::Object),
+                };
             }
         }
     }
@@ -164,9 +248,34 @@ fn float_equal<'a>(
     equals: impl Fn(&Bound<'_, PyAny>) -> PyResult<bool>,
 ) -> PyResult<Classified<'a>> {
     match float_key(float.value()) {
-        Some(plain) if equals(float.as_any())? => Ok(Classified::Plain(plain)),
+        Some(plain) if equals(float.as_any())? => Ok(plain),
         _ => Ok(Classified::Object),
     }
+}
+
+/// An exact int as a plain key: within `i128` as [`plain_int`] has it, else by its bytes
+/// ([`Key::Huge`]: `bit_length() // 8 + 1` of them, two's complement, little endian), however
+/// big, so that no int is left to Python's unseeded hash.
+fn int_key<'a>(int: &Bound<'_, PyInt>) -> PyResult<Classified<'a>> {
+    let py = int.py();
+    // Its size first: an extraction that fails costs an exception, more than this call.
+    let bits: usize = int.call_method0(intern!(py, "bit_length"))?.extract()?;
+    if bits <= 128 {
+        // -(2**127) has 128 bits and is an i128: whatever fits one is read as one.
+        if let Ok(value) = int.extract::<i128>() {
+            return Ok(Classified::Plain(plain_int(value)));
+        }
+    }
+    let signed = PyDict::new(py);
+    signed.set_item(intern!(py, "signed"), true)?;
+    let bytes = int.call_method(
+        intern!(py, "to_bytes"),
+        (bits / 8 + 1, intern!(py, "little")),
+        Some(&signed),
+    )?;
+    Ok(Classified::Huge(
+        bytes.cast::<PyBytes>()?.as_bytes().to_vec(),
+    ))
 }
 
 /// A tuple whose every item is, or equals, a plain key (a tuple of them, down to `depth`
@@ -179,10 +288,9 @@ fn tuple_key<'a>(tuple: &Bound<'_, PyTuple>, depth: usize) -> PyResult<Classifie
     };
     let mut items = Vec::new();
     for item in tuple {
-        match classify_within(&item, depth)? {
-            Classified::Plain(plain) => encode_item(plain, &mut items),
-            Classified::Tuple(inner) => encode_item(KeyRef::Tuple(&inner), &mut items),
-            Classified::Object => return Ok(Classified::Object),
+        match classify_within(&item, depth)?.as_key() {
+            Some(plain) => encode_item(plain, &mut items),
+            None => return Ok(Classified::Object),
         }
     }
     Ok(Classified::Tuple(items))
@@ -208,14 +316,12 @@ fn conversion<'py>(
     }
 }
 
-/// 2**127, the first float beyond the ints read natively.
+/// 2**127, the first float beyond `i128`.
 const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
 
-/// 2**128: a number this big or bigger is asked no `int(key)` (see `classify_within`).
-const TWO_TO_128: f64 = 2.0 * TWO_TO_127;
-
-/// The fast path: exact `str`, `bytes`, `int`, `bool` and `float`, read without calling Python.
-/// `None` for other types; `Some(Object)` for values of these types that no plain key equals.
+/// The fast path: exact `str`, `bytes`, `int` and `bool` within 64 bits, and `float`, read
+/// without calling Python. `None` for other types and bigger ints; `Object` for values of
+/// these types that no plain key equals.
 fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     if let Ok(text) = key.cast_exact::<PyString>() {
         // A str with lone surrogates has no UTF-8 form: the registry takes it.
@@ -225,41 +331,32 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     }
     if key.is_exact_instance_of::<PyInt>() || key.is_exact_instance_of::<PyBool>() {
         let int = key.cast::<PyInt>().ok()?;
-        if let Some(value) = exact_i64(int) {
-            return Some(Classified::Plain(KeyRef::Int(value)));
-        }
-        // Beyond 128 bits an int equals no plain key (only big ints and floats, registered).
-        return Some(
-            int.extract::<i128>()
-                .ok()
-                .map_or(Classified::Object, |value| {
-                    Classified::Plain(plain_int(value))
-                }),
-        );
+        return exact_i64(int).map(|value| Classified::Plain(KeyRef::Int(value)));
     }
     if let Ok(bytes) = key.cast_exact::<PyBytes>() {
         return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
     }
     if let Ok(float) = key.cast_exact::<PyFloat>() {
-        return Some(float_key(float.value()).map_or(Classified::Object, Classified::Plain));
+        return Some(float_key(float.value()).unwrap_or(Classified::Object));
     }
     None
 }
 
-/// A float value as a plain key: an integral one as the int it equals (within 128 bits), any
-/// other by its bits (an infinity included); `None` for a NaN (equal to nothing, not even
-/// itself: a dict finds a NaN key only by identity) or an integral float beyond 128 bits.
-fn float_key(value: f64) -> Option<KeyRef<'static>> {
+/// A float value as a plain key: an integral one as the int it equals, any other by its bits
+/// (an infinity included); `None` for a NaN (equal to nothing, not even itself: a dict finds a
+/// NaN key only by identity).
+fn float_key(value: f64) -> Option<Classified<'static>> {
     if value.is_nan() {
         return None;
     }
     if value.fract() != 0.0 {
-        return Some(KeyRef::Float(value.to_bits()));
+        return Some(Classified::Plain(KeyRef::Float(value.to_bits())));
     }
-    #[allow(clippy::cast_possible_truncation)] // integral and within range
-    (-TWO_TO_127..TWO_TO_127)
-        .contains(&value)
-        .then(|| plain_int(value as i128))
+    if (-TWO_TO_127..TWO_TO_127).contains(&value) {
+        #[allow(clippy::cast_possible_truncation)] // integral and within range
+        return Some(Classified::Plain(plain_int(value as i128)));
+    }
+    huge_float_bytes(value).map(Classified::Huge)
 }
 
 /// What kind of number a key is, for asking it which plain key it equals.
@@ -558,7 +655,8 @@ impl Registry {
     }
 }
 
-/// A stored key back as a Python object (a tuple as the plain tuple of its items' values).
+/// A stored key back as a Python object (a tuple as the plain tuple of its items' values, a
+/// digest as a [`KeyDigest`]).
 pub fn key_object<'py>(
     py: Python<'py>,
     key: &Key,
@@ -572,6 +670,16 @@ pub fn key_object<'py>(
             let value = ((u128::from(*high) << 64) | u128::from(*low)) as i128;
             value.into_pyobject(py)?.into_any()
         }
+        Key::Huge(bytes) => {
+            let signed = PyDict::new(py);
+            signed.set_item(intern!(py, "signed"), true)?;
+            py.get_type::<PyInt>().call_method(
+                intern!(py, "from_bytes"),
+                (PyBytes::new(py, bytes), intern!(py, "little")),
+                Some(&signed),
+            )?
+        }
+        Key::Digest(kind, low, high) => KeyDigest::of(py, *kind, *low, *high)?.into_any(),
         Key::Float(bits) => f64::from_bits(*bits).into_pyobject(py)?.into_any(),
         Key::Str(text) => PyString::new(py, text).into_any(),
         Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),

@@ -109,6 +109,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;
+    module.add_class::<keys::KeyDigest>()?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

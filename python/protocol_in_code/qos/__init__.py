@@ -34,7 +34,7 @@ from protocol_in_code.qos.classes import (
     borrowable,
 )
 from protocol_in_code.qos.classes import validate_tree as validate_class_tree
-from protocol_in_code.qos.keyed import KeyedRateLimiter, KeyedStats
+from protocol_in_code.qos.keyed import KeyDigest, KeyedRateLimiter, KeyedStats
 from protocol_in_code.qos.leaky_bucket import LeakyBucket, OfferOutcome, OfferResult
 from protocol_in_code.qos.leaky_bucket import leak as leaky_leak
 from protocol_in_code.qos.leaky_bucket import offer as leaky_offer
@@ -54,6 +54,7 @@ __all__ = [
     "Decision",
     "EnqueueResult",
     "ExcessRateMeter",
+    "KeyDigest",
     "KeyedRateLimiter",
     "KeyedStats",
     "LeakyBucket",

@@ -19,9 +19,12 @@ throttled client is ever let off. That is the trade-off, chosen on purpose.
 
 Keys are any hashable objects, equal as dict keys are (``1``, ``1.0`` and ``True`` are one
 client; one exception: a ``str`` or ``bytes`` subclass whose ``__eq__`` equals it to a
-*different* plain value is a key of its own). ``str``, ``bytes``, ``int`` and integral
-``float`` keys never call Python's ``__hash__``/``__eq__``; other keys are looked up in a
-Python dict, one thread at a time.
+*different* plain value is a key of its own). ``str``, ``bytes``, ``int`` (of any size) and
+``float`` keys, and tuples of them, never call Python's ``__hash__``/``__eq__`` and are hashed
+with the table's own seed; other keys are found by their Python hash, then by ``==``. A key
+longer than 128 bytes is kept as a seeded 128-bit digest, so ``max_keys`` bounds the table's
+bytes too; iteration and pickling give it back as a :class:`KeyDigest`, which every call takes
+in its place.
 
 Usage, in a web-style handler::
 
@@ -38,7 +41,13 @@ integer buffer) with the GIL released, exactly as the calls one by one would.
 
 from __future__ import annotations
 
-from protocol_in_code._native import Decision, KeyedRateLimiter, KeyedStats, LimitOutcome
+from protocol_in_code._native import (
+    Decision,
+    KeyDigest,
+    KeyedRateLimiter,
+    KeyedStats,
+    LimitOutcome,
+)
 from protocol_in_code.qos.limiter import Band
 
-__all__ = ["Band", "Decision", "KeyedRateLimiter", "KeyedStats", "LimitOutcome"]
+__all__ = ["Band", "Decision", "KeyDigest", "KeyedRateLimiter", "KeyedStats", "LimitOutcome"]

@@ -1,15 +1,32 @@
-//! Keys of mixed kinds for a keyed table: ints, floats, text, bytes, tuples of these, and
-//! numbered objects.
+//! Keys of mixed kinds for a keyed table: ints of any size, floats, text, bytes, tuples of
+//! these, and numbered objects.
 //!
 //! [`KeyedLimiter`](super::keyed::KeyedLimiter) takes any key type; this is the one the Python
 //! glue stores, so that `1`, `"a"` and `b"a"` can be keys of one table, each hashed by the
 //! table's seeded hash with no Python code. It lives in the core, with no Python in it, so that
 //! `cargo bench --bench keyed_floor` times the table the glue really uses. What each Python
 //! value becomes is the glue's business (`src/python/keys.rs`).
+//!
+//! A key of variable length (an int beyond 128 bits, text, bytes, a tuple) longer than
+//! [`LONGEST_KEPT`] bytes is stored as a 128-bit digest instead (see [`KeyRef::kept`]): the
+//! table's bound is `max_keys` keys, and without this one client could fill each of them with
+//! as many bytes as it likes (4,000 API keys of 60 KB each held 235 MiB).
 
 use std::hash::{Hash, Hasher};
 
 use hashbrown::Equivalent;
+use siphasher::sip128::SipHasher13;
+
+/// The longest key, in bytes, that the table stores as it is; a longer one is stored as its
+/// digest (see [`KeyRef::kept`]).
+///
+/// What clients are told apart by stays below it, so it comes back from iteration as itself:
+/// an IPv6 address is at most 45 characters, a UUID 36, an API token rarely over 100, and a
+/// tuple `(address, route)` adds 9 bytes per item. Above it a key costs its table entry, the
+/// digest in it, whatever its length; at it, the entry and the stored copy (128 bytes and the
+/// allocator's header) cost about two and a half times an int key (measured at 100,000 keys
+/// with the table's growth slack: 230 bytes per 128-byte key, 95 per longer one, 93 per int).
+pub const LONGEST_KEPT: usize = 128;
 
 /// A key as the table stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +36,10 @@ pub enum Key {
     Wide(u64),
     /// Any other int within `i128`, as its low and high halves.
     Big(u64, u64),
+    /// An int beyond `i128`, as its two's complement bytes, little endian, `bit_length / 8 + 1`
+    /// of them (the bit length of its magnitude): one byte string per int, so equal bytes are
+    /// equal ints (see [`huge_float_bytes`]).
+    Huge(Box<[u8]>),
     /// A float that is not an integer (an infinity included), by its bits (never a NaN).
     Float(u64),
     Str(Box<str>),
@@ -26,9 +47,22 @@ pub enum Key {
     /// A tuple of keys (nested tuples included), its items encoded one after another (see
     /// [`encode_item`]).
     Tuple(Box<[u8]>),
+    /// A key longer than [`LONGEST_KEPT`] bytes: what kind it was, and the two halves of its
+    /// digest (see [`KeyRef::kept`]).
+    Digest(Digested, u64, u64),
     /// A number the table's owner gave an object key of its own (the Python glue's registry
     /// numbers every key that is none of the above).
     Object(u64),
+}
+
+/// The kind of key a [`Key::Digest`] stands for. Kept beside the digest, so that text and
+/// bytes of the same length and content stay two keys, as they are when short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Digested {
+    Int = 0,
+    Str = 1,
+    Bytes = 2,
+    Tuple = 3,
 }
 
 /// A key as a call looks it up: borrowed from the caller's value, so a lookup allocates
@@ -38,10 +72,12 @@ pub enum KeyRef<'a> {
     Int(i64),
     Wide(u64),
     Big(u64, u64),
+    Huge(&'a [u8]),
     Float(u64),
     Str(&'a str),
     Bytes(&'a [u8]),
     Tuple(&'a [u8]),
+    Digest(Digested, u64, u64),
     Object(u64),
 }
 
@@ -51,10 +87,12 @@ impl Key {
             Self::Int(value) => KeyRef::Int(*value),
             Self::Wide(value) => KeyRef::Wide(*value),
             Self::Big(low, high) => KeyRef::Big(*low, *high),
+            Self::Huge(bytes) => KeyRef::Huge(bytes),
             Self::Float(bits) => KeyRef::Float(*bits),
             Self::Str(text) => KeyRef::Str(text),
             Self::Bytes(bytes) => KeyRef::Bytes(bytes),
             Self::Tuple(items) => KeyRef::Tuple(items),
+            Self::Digest(kind, low, high) => KeyRef::Digest(*kind, *low, *high),
             Self::Object(id) => KeyRef::Object(*id),
         }
     }
@@ -74,23 +112,75 @@ impl Hash for Key {
     }
 }
 
-/// One write to the hasher per key (two for a `Big` one), none for its kind: keys of different
-/// kinds may share a hash (an int and an object number), which equality sorts out, and the hot
-/// path hashes on every call.
+/// One write to the hasher per key (two for a `Big` or `Digest` one), none for its kind: keys
+/// of different kinds may share a hash (an int and an object number), which equality sorts
+/// out, and the hot path hashes on every call.
 impl Hash for KeyRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match *self {
             #[allow(clippy::cast_sign_loss)] // the bits, not the value
             Self::Int(value) => state.write_u64(value as u64),
             Self::Wide(value) | Self::Float(value) | Self::Object(value) => state.write_u64(value),
-            Self::Big(low, high) => {
+            Self::Big(low, high) | Self::Digest(_, low, high) => {
                 state.write_u64(low);
                 state.write_u64(high);
             }
             Self::Str(text) => text.hash(state),
-            Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
+            Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
     }
+}
+
+impl KeyRef<'_> {
+    /// This key as a table seeded with `seed` stores it: itself, or if it is longer than
+    /// [`LONGEST_KEPT`] bytes, its digest. `seed` is only asked for then.
+    ///
+    /// The digest is SipHash-1-3 with 128 bits of output, keyed by a key drawn from the
+    /// table's seed (see [`digest_key`]): a client who does not know the seed cannot choose two
+    /// keys with one digest, and by chance two of a table's long keys share one with a
+    /// probability near `2**-128` per pair. A table restored with its saved seed (a copy, an
+    /// unpickled one) digests every key as the table it was saved from did, so a saved digest
+    /// still stands for its key there.
+    #[must_use]
+    #[inline]
+    pub fn kept(self, seed: impl FnOnce() -> (u64, u64)) -> Self {
+        let length = match self {
+            Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.len(),
+            Self::Str(text) => text.len(),
+            _ => 0,
+        };
+        if length <= LONGEST_KEPT {
+            return self;
+        }
+        self.digested(seed())
+    }
+
+    /// This key's digest under a table seeded with `seed` (see [`KeyRef::kept`]). Never
+    /// inlined: the common call, on a short key, stays as small as it was.
+    #[cold]
+    #[inline(never)]
+    fn digested(self, seed: (u64, u64)) -> Self {
+        let (kind, bytes) = match self {
+            Self::Huge(bytes) => (Digested::Int, bytes),
+            Self::Str(text) => (Digested::Str, text.as_bytes()),
+            Self::Bytes(bytes) => (Digested::Bytes, bytes),
+            Self::Tuple(items) => (Digested::Tuple, items),
+            _ => return self,
+        };
+        let (k0, k1) = digest_key(seed);
+        let (low, high) = SipHasher13::new_with_keys(k0, k1).hash(bytes).as_u64();
+        Self::Digest(kind, low, high)
+    }
+}
+
+/// The key a table seeded with `seed` digests long keys with: itself a SipHash-1-3 digest, of
+/// a fixed text, under the table's seed. Drawn from the seed so that restoring the seed
+/// restores it, and not the seed itself, so that the table's hash and the digests are two
+/// unrelated functions of a key.
+fn digest_key((k0, k1): (u64, u64)) -> (u64, u64) {
+    SipHasher13::new_with_keys(k0, k1)
+        .hash(b"protocol-in-code-qos: the digest key of a keyed table's long keys")
+        .as_u64()
 }
 
 impl Equivalent<Key> for KeyRef<'_> {
@@ -105,10 +195,12 @@ impl From<&KeyRef<'_>> for Key {
             KeyRef::Int(value) => Self::Int(value),
             KeyRef::Wide(value) => Self::Wide(value),
             KeyRef::Big(low, high) => Self::Big(low, high),
+            KeyRef::Huge(bytes) => Self::Huge(bytes.into()),
             KeyRef::Float(bits) => Self::Float(bits),
             KeyRef::Str(text) => Self::Str(text.into()),
             KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
             KeyRef::Tuple(items) => Self::Tuple(items.into()),
+            KeyRef::Digest(kind, low, high) => Self::Digest(kind, low, high),
             KeyRef::Object(id) => Self::Object(id),
         }
     }
@@ -132,25 +224,76 @@ pub fn plain_int(value: i128) -> KeyRef<'static> {
     )
 }
 
+/// The [`Key::Huge`] bytes of an integral float: the bytes the glue reads an int of the same
+/// value as, so that a float and the int it equals are one key. The table needs them beyond
+/// `i128` (every float beyond 2**53 is integral, up to 2**1024); `None` for a float with a
+/// fraction, an infinity or a NaN.
+#[must_use]
+pub fn huge_float_bytes(value: f64) -> Option<Vec<u8>> {
+    if !value.is_finite() || value.fract() != 0.0 {
+        return None;
+    }
+    // The magnitude is `mantissa * 2**shift`, with an integer `mantissa` below 2**53.
+    let bits = value.to_bits();
+    let biased = i32::try_from((bits >> 52) & 0x7ff).ok()?;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mut mantissa, mut shift) = match biased {
+        0 => (fraction, -1074),
+        _ => (fraction | (1 << 52), biased - 1075),
+    };
+    if shift < 0 {
+        // Integral, so the bits shifted out are zeros.
+        mantissa >>= shift.unsigned_abs().min(63);
+        shift = 0;
+    }
+    let shift = usize::try_from(shift).ok()?;
+    let bit_length = match mantissa {
+        0 => 0,
+        _ => 64 - mantissa.leading_zeros() as usize + shift,
+    };
+    let mut out = vec![0_u8; bit_length / 8 + 1];
+    let placed = (mantissa << (shift % 8)).to_le_bytes();
+    for (byte, &value) in out.iter_mut().skip(shift / 8).zip(&placed) {
+        *byte = value;
+    }
+    if value < 0.0 {
+        // Two's complement: every bit flipped, then one added.
+        let mut carry = true;
+        for byte in &mut out {
+            let (sum, overflow) = (!*byte).overflowing_add(u8::from(carry));
+            *byte = sum;
+            carry = overflow;
+        }
+    }
+    Some(out)
+}
+
 /// Append a tuple's item to the tuple's encoding: a tag (its kind), a word (little endian: the
-/// value, or a length), then for a `Big` its high half and for a `Str`, `Bytes` or `Tuple` as
-/// many bytes as the word says. No two keys encode alike, so two tuples are equal exactly when
-/// their encodings are, and the encoding can be hashed as the tuple.
+/// value, or a length), then for a `Big` its high half, for a `Digest` its high half and its
+/// kind, and for a `Huge`, `Str`, `Bytes` or `Tuple` as many bytes as the word says. No two
+/// keys encode alike, so two tuples are equal exactly when their encodings are, and the
+/// encoding can be hashed as the tuple.
 pub fn encode_item(key: KeyRef<'_>, out: &mut Vec<u8>) {
-    let high;
+    let mut high = [0; 9];
     #[allow(clippy::cast_sign_loss)] // the bits, not the value
     let (tag, word, tail): (u8, u64, &[u8]) = match key {
         KeyRef::Int(value) => (0, value as u64, &[]),
         KeyRef::Wide(value) => (1, value, &[]),
         KeyRef::Big(low, high_half) => {
-            high = high_half.to_le_bytes();
-            (2, low, &high)
+            high[..8].copy_from_slice(&high_half.to_le_bytes());
+            (2, low, &high[..8])
         }
         KeyRef::Float(bits) => (3, bits, &[]),
         KeyRef::Str(text) => (4, text.len() as u64, text.as_bytes()),
         KeyRef::Bytes(bytes) => (5, bytes.len() as u64, bytes),
         KeyRef::Tuple(items) => (6, items.len() as u64, items),
         KeyRef::Object(number) => (7, number, &[]),
+        KeyRef::Huge(bytes) => (8, bytes.len() as u64, bytes),
+        KeyRef::Digest(kind, low, high_half) => {
+            high[..8].copy_from_slice(&high_half.to_le_bytes());
+            high[8] = kind as u8;
+            (9, low, &high)
+        }
     };
     out.push(tag);
     out.extend_from_slice(&word.to_le_bytes());
@@ -166,27 +309,43 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
     let word = u64::from_le_bytes(*word);
     let length = match tag {
         2 => 8,
-        4..=6 => usize::try_from(word).ok()?,
+        9 => 9,
+        4..=6 | 8 => usize::try_from(word).ok()?,
         _ => 0,
     };
     let (tail, rest) = rest.split_at_checked(length)?;
+    let high = || Some(u64::from_le_bytes(tail.get(..8)?.try_into().ok()?));
     #[allow(clippy::cast_possible_wrap)] // the bits, not the value
     let key = match tag {
         0 => KeyRef::Int(word as i64),
         1 => KeyRef::Wide(word),
-        2 => KeyRef::Big(word, u64::from_le_bytes(tail.try_into().ok()?)),
+        2 => KeyRef::Big(word, high()?),
         3 => KeyRef::Float(word),
         4 => KeyRef::Str(std::str::from_utf8(tail).ok()?),
         5 => KeyRef::Bytes(tail),
         6 => KeyRef::Tuple(tail),
-        _ => KeyRef::Object(word),
+        7 => KeyRef::Object(word),
+        8 => KeyRef::Huge(tail),
+        9 => {
+            let kind = match tail[8] {
+                0 => Digested::Int,
+                1 => Digested::Str,
+                2 => Digested::Bytes,
+                3 => Digested::Tuple,
+                _ => return None,
+            };
+            KeyRef::Digest(kind, word, high()?)
+        }
+        _ => return None,
     };
     Some((key, rest))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{encode_item, first_item, plain_int, KeyRef};
+    use super::{
+        encode_item, first_item, huge_float_bytes, plain_int, Digested, Key, KeyRef, LONGEST_KEPT,
+    };
 
     fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
@@ -208,6 +367,7 @@ mod tests {
     #[test]
     fn a_tuple_encoding_reads_back_item_by_item() {
         let inner = encoded(&[KeyRef::Str("é"), KeyRef::Int(-1)]);
+        let huge = [0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         let items = [
             plain_int(-(1 << 100)),
             KeyRef::Wide(u64::MAX),
@@ -215,6 +375,9 @@ mod tests {
             KeyRef::Bytes(b""),
             KeyRef::Tuple(&inner),
             KeyRef::Object(7),
+            KeyRef::Huge(&huge),
+            KeyRef::Digest(Digested::Bytes, 1, u64::MAX),
+            KeyRef::Digest(Digested::Tuple, 0, 0),
         ];
         assert_eq!(decoded(&encoded(&items)), items);
         assert_eq!(decoded(&inner), [KeyRef::Str("é"), KeyRef::Int(-1)]);
@@ -234,6 +397,14 @@ mod tests {
             ),
             (encoded(&[KeyRef::Int(1)]), encoded(&[KeyRef::Object(1)])),
             (encoded(&[]), encoded(&[KeyRef::Tuple(&[])])),
+            (
+                encoded(&[KeyRef::Huge(&[1; 17])]),
+                encoded(&[KeyRef::Bytes(&[1; 17])]),
+            ),
+            (
+                encoded(&[KeyRef::Digest(Digested::Str, 1, 2)]),
+                encoded(&[KeyRef::Digest(Digested::Bytes, 1, 2)]),
+            ),
         ];
         for (a, b) in pairs {
             assert_ne!(a, b);
@@ -242,7 +413,6 @@ mod tests {
 
     #[test]
     fn a_borrowed_key_finds_the_stored_key_it_equals_and_no_other() {
-        use super::Key;
         use hashbrown::Equivalent;
         use std::hash::{BuildHasher, BuildHasherDefault};
         let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
@@ -252,6 +422,9 @@ mod tests {
             Key::Str("a".into()),
             Key::Bytes(b"a"[..].into()),
             Key::Tuple(encoded(&[KeyRef::Int(1)]).into()),
+            Key::Huge(b"a"[..].into()),
+            Key::Digest(Digested::Str, 1, 1),
+            Key::Digest(Digested::Bytes, 1, 1),
             Key::Object(1),
         ];
         for (i, key) in stored.iter().enumerate() {
@@ -268,8 +441,14 @@ mod tests {
     }
 
     #[test]
+    fn a_key_is_three_words_whatever_its_kind() {
+        // A digest lives in the entry itself, beside its kind: a long key costs no more than
+        // an int.
+        assert_eq!(std::mem::size_of::<Key>(), 24);
+    }
+
+    #[test]
     fn only_object_numbers_are_registered() {
-        use super::Key;
         assert!(Key::Object(1).is_registered());
         assert!(!Key::Int(1).is_registered());
         assert!(!Key::Tuple(Box::default()).is_registered());
@@ -282,6 +461,112 @@ mod tests {
         assert_eq!(
             plain_int(-(1 << 63) - 1),
             KeyRef::Big(u64::MAX >> 1, u64::MAX)
+        );
+    }
+
+    /// The bytes Python's `int.to_bytes(v.bit_length() // 8 + 1, "little", signed=True)` gives,
+    /// for an int within `i128`.
+    fn python_bytes(value: i128) -> Vec<u8> {
+        let bit_length = 128 - value.unsigned_abs().leading_zeros() as usize;
+        value.to_le_bytes()[..=bit_length / 8].to_vec()
+    }
+
+    #[test]
+    fn an_integral_float_has_the_bytes_of_the_int_it_equals() {
+        for value in [
+            1_i128 << 100,
+            -(1 << 100),
+            3 << 70,
+            -(3 << 70),
+            (1 << 53) - 1,
+            1 << 63,
+            -(1 << 63),
+            (1 << 64) - (1 << 11),
+            -(1 << 126),
+            255 << 60,
+            -(255 << 60),
+            -(1 << 60) - (1 << 59),
+            1,
+            -1,
+            0,
+        ] {
+            #[allow(clippy::cast_precision_loss)] // each is exact in a float
+            let float = value as f64;
+            assert_eq!(
+                huge_float_bytes(float),
+                Some(python_bytes(value)),
+                "{value}"
+            );
+        }
+        // 2**200 and -(2**200): 201 bits, so 26 bytes.
+        let mut expected = vec![0; 26];
+        expected[25] = 1;
+        assert_eq!(huge_float_bytes(2_f64.powi(200)), Some(expected.clone()));
+        expected[25] = 0xff;
+        assert_eq!(huge_float_bytes(-(2_f64.powi(200))), Some(expected));
+        assert_eq!(huge_float_bytes(f64::MAX).map(|b| b.len()), Some(129));
+        for value in [
+            0.5,
+            -1.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            1e-300,
+        ] {
+            assert_eq!(huge_float_bytes(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_kept_as_it_is_up_to_the_longest_kept_and_digested_beyond() {
+        let seed = || (1, 2);
+        let at_most = "x".repeat(LONGEST_KEPT);
+        let beyond = "x".repeat(LONGEST_KEPT + 1);
+        let tuple = encoded(&[KeyRef::Str(&at_most)]);
+        for short in [
+            KeyRef::Str(&at_most),
+            KeyRef::Bytes(at_most.as_bytes()),
+            KeyRef::Huge(at_most.as_bytes()),
+            KeyRef::Tuple(&tuple[..LONGEST_KEPT]),
+            plain_int(-(1 << 100)),
+            KeyRef::Float(0.5_f64.to_bits()),
+            KeyRef::Object(3),
+        ] {
+            assert_eq!(short.kept(|| unreachable!("no digest")), short);
+        }
+        let digest = |key: KeyRef<'_>| match key.kept(seed) {
+            KeyRef::Digest(kind, low, high) => (kind, low, high),
+            other => panic!("{other:?} kept whole"),
+        };
+        let text = digest(KeyRef::Str(&beyond));
+        let bytes = digest(KeyRef::Bytes(beyond.as_bytes()));
+        assert_eq!(text.0, Digested::Str);
+        assert_eq!(bytes.0, Digested::Bytes);
+        // The same content: the same digest, kept apart by its kind.
+        assert_eq!((text.1, text.2), (bytes.1, bytes.2));
+        assert_ne!(
+            Key::from(&KeyRef::Str(&beyond).kept(seed)),
+            Key::from(&KeyRef::Bytes(beyond.as_bytes()).kept(seed))
+        );
+        assert_eq!(digest(KeyRef::Huge(beyond.as_bytes())).0, Digested::Int);
+        assert_eq!(
+            digest(KeyRef::Tuple(&encoded(&[KeyRef::Str(&beyond)]))).0,
+            Digested::Tuple
+        );
+        // Any other content, or another seed: another digest.
+        let mut other = beyond.clone();
+        other.replace_range(LONGEST_KEPT.., "y");
+        assert_ne!(digest(KeyRef::Str(&other)), text);
+        assert_ne!(
+            KeyRef::Str(&beyond).kept(|| (2, 1)),
+            KeyRef::Str(&beyond).kept(seed)
+        );
+        // Not the table's hash under the same seed either.
+        assert_ne!(
+            (text.1, text.2),
+            siphasher::sip128::SipHasher13::new_with_keys(1, 2)
+                .hash(beyond.as_bytes())
+                .as_u64()
         );
     }
 }
