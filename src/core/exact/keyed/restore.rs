@@ -1,0 +1,145 @@
+//! A saved table back: its seed (so every key falls in the same shard), its keys, its clock and
+//! its counts, all checked before anything is restored.
+
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::Ordering;
+
+use super::{lock, KeyedLimiter, Stats};
+use crate::core::exact::limiter::Balances;
+
+/// Why a saved state could not be restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreError {
+    /// A key appears twice.
+    Duplicate,
+    /// More keys than `max_keys`.
+    Overfull,
+}
+
+impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
+    /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
+    /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
+    /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
+    /// lands in the shard it was saved from.
+    ///
+    /// # Errors
+    ///
+    /// If a key appears twice or there are more than `max_keys` keys (a state this table could
+    /// not have saved); then nothing is restored.
+    pub fn restore(
+        &self,
+        seed: (u64, u64),
+        entries: Vec<(K, Balances)>,
+        latest: Option<i64>,
+        stats: Stats,
+    ) -> Result<(), RestoreError> {
+        let mut shards: Vec<_> = self.shards.iter().map(lock).collect();
+        let previous = self.hasher.keys();
+        self.hasher.set(seed);
+        let mut count = 0;
+        for (key, limiter) in entries {
+            let (hash, index) = self.shard_index(&key);
+            let shard = &mut shards[index];
+            let problem = if shard
+                .entries
+                .find(hash, |(known, _)| *known == key)
+                .is_some()
+            {
+                Some(RestoreError::Duplicate)
+            } else if count >= self.max_keys {
+                Some(RestoreError::Overfull)
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                // Back to the unused table this was.
+                for shard in &mut shards {
+                    shard.entries.clear();
+                }
+                self.hasher.set(previous);
+                return Err(problem);
+            }
+            shard
+                .entries
+                .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
+            count += 1;
+        }
+        self.keys.store(count, Ordering::Relaxed);
+        shards[0].stats.add(&stats);
+        if let Some(at) = latest {
+            self.latest.fetch_max(at, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Every remembered key with its balances (a snapshot, shard by shard), in the order of
+    /// [`KeyedLimiter::specs`].
+    #[must_use]
+    pub fn entries(&self) -> Vec<(K, Balances)> {
+        self.shards
+            .iter()
+            .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::exact::rate::{BandSpec, Rate};
+
+    #[test]
+    fn a_saved_table_comes_back_whole_and_a_bad_save_is_refused() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        // Room for three keys in each shard, however the keys fall.
+        let saved: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        assert_eq!(saved.latest(), None);
+        for (key, n) in [("a", 2), ("b", 1), ("c", 1)] {
+            saved.acquire(key, n, -5);
+        }
+        assert_eq!(saved.latest(), Some(-5));
+        let mut entries = saved.entries();
+        assert_eq!(entries.len(), saved.len());
+        let restored: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        assert_ne!(
+            restored.seed(),
+            saved.seed(),
+            "each table draws its own seed"
+        );
+        assert_ne!(
+            restored.hasher.hash_one("a"),
+            saved.hasher.hash_one("a"),
+            "keys are hashed with the table's seed"
+        );
+        assert_eq!(
+            restored.restore(saved.seed(), entries.clone(), saved.latest(), saved.stats()),
+            Ok(())
+        );
+        assert_eq!(restored.seed(), saved.seed());
+        assert_eq!(restored.hasher.hash_one("a"), saved.hasher.hash_one("a"));
+        assert_eq!(restored.latest(), Some(-5));
+        assert_eq!(restored.stats(), saved.stats());
+        let mut keys = restored.keys();
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c"]);
+        for key in ["a", "b", "c", "d"] {
+            assert_eq!(restored.peek(key, 2, -5), saved.peek(key, 2, -5), "{key}");
+        }
+        // A key twice, or more keys than a shard may hold: nothing is restored.
+        let again: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        let mut twice = entries.clone();
+        twice.push(entries[0].clone());
+        assert_eq!(
+            again.restore(saved.seed(), twice, None, Stats::default()),
+            Err(RestoreError::Duplicate)
+        );
+        assert!(again.is_empty());
+        let small: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 2, 1);
+        entries.truncate(3);
+        assert_eq!(
+            small.restore(saved.seed(), entries, None, Stats::default()),
+            Err(RestoreError::Overfull)
+        );
+        assert!(small.is_empty());
+    }
+}
