@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeAlias
 
-from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code._native import Decision, LimitOutcome
+from protocol_in_code.qos.interfaces import kind_of
 
 _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -272,7 +273,8 @@ def client_address(
 
 
 def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
-    """(keyed, awaited, Redis) for one of our limiters, or TypeError naming ``parameter``.
+    """(keyed, awaited, Redis) for a limiter of one of the four interfaces
+    (:mod:`protocol_in_code.qos.interfaces`), or TypeError naming ``parameter``.
 
     A Redis limiter is told apart because it takes only ``str`` and ``bytes`` keys.
     """
@@ -283,22 +285,24 @@ def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
         RedisRateLimiter,
     )
 
-    if isinstance(limiter, KeyedRateLimiter):
-        return True, False, False
-    if isinstance(limiter, RateLimiter):
-        return False, False, False
-    if isinstance(limiter, RedisKeyedRateLimiter):
-        return True, False, True
-    if isinstance(limiter, RedisRateLimiter):
-        return False, False, True
-    if isinstance(limiter, AsyncRedisKeyedRateLimiter):
-        return True, True, True
-    if isinstance(limiter, AsyncRedisRateLimiter):
-        return False, True, True
-    raise TypeError(
-        f"{parameter} must be a RateLimiter, KeyedRateLimiter or one of the Redis limiters, "
-        f"not {type(limiter).__name__}"
+    try:
+        keyed, awaited = kind_of(limiter)
+    except TypeError as error:
+        raise TypeError(
+            f"{parameter} must be a limiter (RateLimiter, KeyedRateLimiter, one of the Redis "
+            f"limiters, or any object of protocol_in_code.qos.interfaces), not "
+            f"{type(limiter).__name__}: {error}"
+        ) from None
+    redis = isinstance(
+        limiter,
+        (
+            RedisRateLimiter,
+            RedisKeyedRateLimiter,
+            AsyncRedisRateLimiter,
+            AsyncRedisKeyedRateLimiter,
+        ),
     )
+    return keyed, awaited, redis
 
 
 def _seconds_up(ns: int) -> int:

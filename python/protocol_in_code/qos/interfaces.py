@@ -1,0 +1,124 @@
+"""The four limiter interfaces, declared once.
+
+Every limiter in this package is one of four kinds, by two questions: does it hold one limit or
+one per key, and are its calls answered at once or awaited?
+
+============================  ===================================================
+:class:`Limiter`              ``RateLimiter``, ``RedisRateLimiter``
+:class:`KeyedLimiter`         ``KeyedRateLimiter``, ``RedisKeyedRateLimiter``
+:class:`AsyncLimiter`         ``AsyncRedisRateLimiter``
+:class:`AsyncKeyedLimiter`    ``AsyncRedisKeyedRateLimiter``
+============================  ===================================================
+
+Code that takes "any limiter" (the web middleware, a service's own helpers) is written against
+these, so a limiter kept in another store fits it unchanged. The test suite has mypy check every
+limiter of the package against its interface.
+
+The in-process and synchronous Redis limiters also wait in asyncio (``acquire_async``); the
+asyncio Redis limiters await everything, so their ``acquire`` is a coroutine. A keyed limiter
+decides a whole batch of keys at once (``try_acquire_many``): that is also how a keyed limiter
+is told from a one-limit one at run time (:func:`kind_of`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from protocol_in_code._native import Decision
+
+__all__ = [
+    "AsyncKeyedLimiter",
+    "AsyncLimiter",
+    "KeyedLimiter",
+    "Limiter",
+    "kind_of",
+]
+
+#: A keyed limiter's key type: any hashable value in-process, ``str`` or ``bytes`` on Redis.
+KeyT_contra = TypeVar("KeyT_contra", contravariant=True)
+
+
+@runtime_checkable
+class Limiter(Protocol):
+    """One limit, answered at once."""
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]: ...
+    def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool: ...
+    def check(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def peek(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def refund(self, n: int = 1, now_ns: int | None = None) -> None: ...
+    def available(self, now_ns: int | None = None) -> int: ...
+    def acquire(self, n: int = 1, timeout: float | None = None) -> bool: ...
+    def acquire_async(self, n: int = 1, timeout: float | None = None) -> Awaitable[bool]: ...
+
+
+@runtime_checkable
+class KeyedLimiter(Protocol[KeyT_contra]):
+    """One limit per key, answered at once."""
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]: ...
+    def try_acquire(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> bool: ...
+    def check(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def peek(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    def refund(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> None: ...
+    def available(self, key: KeyT_contra, now_ns: int | None = None) -> int: ...
+    def acquire(self, key: KeyT_contra, n: int = 1, timeout: float | None = None) -> bool: ...
+    def acquire_async(
+        self, key: KeyT_contra, n: int = 1, timeout: float | None = None
+    ) -> Awaitable[bool]: ...
+    def try_acquire_many(self, keys: Sequence[Any], *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class AsyncLimiter(Protocol):
+    """One limit, every call awaited."""
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]: ...
+    async def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool: ...
+    async def check(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    async def peek(self, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    async def refund(self, n: int = 1, now_ns: int | None = None) -> None: ...
+    async def available(self, now_ns: int | None = None) -> int: ...
+    async def acquire(self, n: int = 1, timeout: float | None = None) -> bool: ...
+
+
+@runtime_checkable
+class AsyncKeyedLimiter(Protocol[KeyT_contra]):
+    """One limit per key, every call awaited."""
+
+    @property
+    def bands(self) -> tuple[tuple[Any, int], ...]: ...
+    async def try_acquire(
+        self, key: KeyT_contra, n: int = 1, now_ns: int | None = None
+    ) -> bool: ...
+    async def check(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    async def peek(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> Decision: ...
+    async def refund(self, key: KeyT_contra, n: int = 1, now_ns: int | None = None) -> None: ...
+    async def available(self, key: KeyT_contra, now_ns: int | None = None) -> int: ...
+    async def acquire(self, key: KeyT_contra, n: int = 1, timeout: float | None = None) -> bool: ...
+    async def try_acquire_many(self, keys: Sequence[Any], *args: Any, **kwargs: Any) -> Any: ...
+
+
+def kind_of(limiter: object) -> tuple[bool, bool]:
+    """``(keyed, awaited)`` for an object of one of the four interfaces; ``TypeError`` for any
+    other.
+
+    At run time a protocol is checked by its methods' names only, and the four share theirs:
+    a keyed limiter is the one with ``try_acquire_many``, and an awaited one is the one whose
+    ``check`` is a coroutine function.
+    """
+    if not isinstance(limiter, AsyncLimiter):  # the names every kind has
+        missing = [name for name in _NAMES if not hasattr(limiter, name)]
+        raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
+    keyed = isinstance(limiter, AsyncKeyedLimiter)
+    awaited = inspect.iscoroutinefunction(limiter.check)
+    return keyed, awaited
+
+
+#: The names every kind of limiter has.
+_NAMES = ("bands", "try_acquire", "check", "peek", "refund", "available", "acquire")

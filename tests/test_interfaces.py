@@ -1,0 +1,164 @@
+"""Every limiter is one of the four interfaces of ``protocol_in_code.qos.interfaces`` (issue 23).
+
+mypy checks the declarations: each limiter class is assignable to its own interface and to no
+other (``--strict`` reports an ``ignore`` that is not needed, so the refusals are checked too).
+At run time :func:`kind_of` tells the four apart, and the web middleware takes any object of
+them, not only the package's own classes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import qos_support
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.limiter")
+
+from protocol_in_code.qos import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code.qos.asgi import RateLimitMiddleware
+from protocol_in_code.qos.distributed import (
+    AsyncRedisKeyedRateLimiter,
+    AsyncRedisRateLimiter,
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+)
+from protocol_in_code.qos.interfaces import kind_of
+
+CHECKED = textwrap.dedent(
+    """
+    from collections.abc import Hashable
+
+    import redis
+    import redis.asyncio
+
+    from protocol_in_code.qos import KeyedRateLimiter, RateLimiter
+    from protocol_in_code.qos.distributed import (
+        AsyncRedisKeyedRateLimiter,
+        AsyncRedisRateLimiter,
+        RedisKeyedRateLimiter,
+        RedisRateLimiter,
+    )
+    from protocol_in_code.qos.interfaces import (
+        AsyncKeyedLimiter,
+        AsyncLimiter,
+        KeyedLimiter,
+        Limiter,
+    )
+
+    client = redis.Redis()
+    aclient = redis.asyncio.Redis()
+
+    one: Limiter = RateLimiter(1)
+    one = RedisRateLimiter(client, "k", 1)
+    keyed: KeyedLimiter[Hashable] = KeyedRateLimiter(1)
+    keyed_text: KeyedLimiter[str] = RedisKeyedRateLimiter(client, 1)
+    awaited: AsyncLimiter = AsyncRedisRateLimiter(aclient, "k", 1)
+    awaited_keyed: AsyncKeyedLimiter[bytes] = AsyncRedisKeyedRateLimiter(aclient, 1)
+
+    # Each is its own kind only.
+    wrong_1: Limiter = KeyedRateLimiter(1)  # type: ignore[assignment]
+    wrong_2: KeyedLimiter[Hashable] = RateLimiter(1)  # type: ignore[assignment]
+    wrong_3: Limiter = AsyncRedisRateLimiter(aclient, "k", 1)  # type: ignore[assignment]
+    wrong_4: AsyncLimiter = RedisRateLimiter(client, "k", 1)  # type: ignore[assignment]
+    wrong_5: KeyedLimiter[Hashable] = RedisKeyedRateLimiter(client, 1)  # type: ignore[assignment]
+    """
+)
+
+
+def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path: Path) -> None:
+    source = tmp_path / "uses_interfaces.py"
+    source.write_text(CHECKED)
+    completed = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(source)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+class NoServer:
+    def evalsha(self, *args: Any) -> Any:
+        raise AssertionError("no round trip expected")
+
+    eval = evalsha
+
+
+class AsyncNoServer:
+    async def evalsha(self, *args: Any) -> Any:
+        raise AssertionError("no round trip expected")
+
+    eval = evalsha
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (lambda: RateLimiter(1), (False, False)),
+        (lambda: KeyedRateLimiter(1), (True, False)),
+        (lambda: RedisRateLimiter(NoServer(), "k", 1), (False, False)),
+        (lambda: RedisKeyedRateLimiter(NoServer(), 1), (True, False)),
+        (lambda: AsyncRedisRateLimiter(AsyncNoServer(), "k", 1), (False, True)),
+        (lambda: AsyncRedisKeyedRateLimiter(AsyncNoServer(), 1), (True, True)),
+    ],
+    ids=["RateLimiter", "KeyedRateLimiter", "Redis", "RedisKeyed", "AsyncRedis", "AsyncRedisKeyed"],
+)
+def test_kind_of_tells_the_four_apart(make: Any, kind: tuple[bool, bool]) -> None:
+    assert kind_of(make()) == kind
+
+
+def test_kind_of_refuses_what_is_no_limiter_naming_what_it_lacks() -> None:
+    class Half:
+        bands = ((1, 1),)
+
+        def try_acquire(self, n: int = 1) -> bool:
+            return True
+
+    with pytest.raises(TypeError, match="Half has no check, peek, refund, available, acquire"):
+        kind_of(Half())
+
+
+class Always:
+    """A limiter of the package's interface from elsewhere: every request allowed."""
+
+    bands = ((10, 10),)
+
+    def try_acquire(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> bool:
+        return True
+
+    def check(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> Decision:
+        return Decision(LimitOutcome.ALLOWED, 0, 10)
+
+    peek = check
+
+    def refund(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> None:
+        return None
+
+    def available(self, key: Hashable, now_ns: int | None = None) -> int:
+        return 10
+
+    def acquire(self, key: Hashable, n: int = 1, timeout: float | None = None) -> bool:
+        return True
+
+    async def acquire_async(self, key: Hashable, n: int = 1, timeout: float | None = None) -> bool:
+        return True
+
+    def try_acquire_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
+        return [0] * len(keys)
+
+
+def test_the_middleware_takes_any_object_of_the_interfaces() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        return None
+
+    RateLimitMiddleware(app, limiter=Always())
+    with pytest.raises(TypeError, match="limiter must be a limiter"):
+        RateLimitMiddleware(app, limiter=object())
