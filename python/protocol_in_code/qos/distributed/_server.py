@@ -8,9 +8,10 @@ once as ``EVAL`` with the source, which also caches it on that server, so caller
 
 We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
 ``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
-configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Which of its errors
-mean "the server is unreachable" is read from the client's own package (``redis.exceptions``
-or ``valkey.exceptions``), so neither package is needed to import this module.
+configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its errors, all
+meaning "the server cannot decide now", are read from the client's own package
+(``redis.exceptions`` or ``valkey.exceptions``), so neither package is needed to import this
+module.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding=
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
 
 _UNAVAILABLE_NAMES = (
-    "ConnectionError",  # refused, reset, closed (BusyLoadingError is one too)
-    "TimeoutError",  # no answer within the client's socket timeout
-    "ClusterDownError",
-    "TryAgainError",
-    "MasterDownError",
-    "ReadOnlyError",  # a replica just demoted, or not yet promoted
-    "SlotNotCoveredError",
-    "MaxConnectionsError",
+    # Every error the server answers with, or the client raises for it: unreachable (refused,
+    # reset, closed, no answer within the socket timeout), LOADING, CLUSTERDOWN, MASTERDOWN,
+    # TRYAGAIN, READONLY (a replica), and every other reply of the server's own that is an
+    # error: OOM, BUSY (another script running), NOREPLICAS, and a script's own failure (a key
+    # of ours that another program wrote, WRONGTYPE). Each means the same to a caller: the
+    # server cannot decide now. The client names its base class after its package.
+    "RedisError",
+    "ValkeyError",
+    # A cluster client's own errors, which are not RedisError's.
+    "RedisClusterException",
+    "ValkeyClusterException",
 )
 
 

@@ -203,7 +203,8 @@ class _Core:
         policy = self.on_error
         if policy == "raise":
             raise LimiterUnavailable(
-                f"the rate limit cannot be decided: the Redis server is unreachable ({error})"
+                f"the rate limit cannot be decided: the Redis server could not answer "
+                f"({type(error).__name__}: {error})"
             ) from error
         if not isinstance(policy, str):
             return getattr(policy, method)(*args)
@@ -420,7 +421,8 @@ class RedisRateLimiter(_OneKey):
     * Time is the server's ``TIME``, in whole microseconds; an explicit ``now_ns`` replaces it
       and must be a whole number of microseconds. A ``wait_ns`` is the in-process wait rounded
       up to the microsecond.
-    * ``on_error`` decides what a call answers when the server is unreachable: ``"raise"``
+    * ``on_error`` decides what a call answers when the server cannot decide (unreachable, or
+      answering with an error: OOM, BUSY, READONLY, NOREPLICAS, a failed script): ``"raise"``
       (:class:`LimiterUnavailable`), ``"allow"``, ``"deny"`` (a DENIED with a ``wait_ns`` of
       100 ms) or a local :class:`RateLimiter` that is asked instead.
     * ``min_ttl_ms`` keeps each written key at least that long (default 0: exactly until it is
