@@ -16,15 +16,25 @@ module.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import inspect
+import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any, cast
 
 SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
+
+#: A call that finds every connection of the client's pool in use waits for one, looking again
+#: after 0.1 ms, then twice as long each time up to 10 ms. A full pool on a healthy server is
+#: this process's own load, not an unreachable server: answering it with ``on_error`` admitted
+#: without limit under ``"allow"`` and refused what the limit allowed under ``"deny"``. A
+#: connection frees as soon as a call using it returns, each within the client's socket timeout.
+POOL_WAIT_FIRST = 0.0001
+POOL_WAIT_MOST = 0.01
 
 _UNAVAILABLE_NAMES = (
     # Every error the server answers with, or the client raises for it: unreachable (refused,
@@ -56,12 +66,24 @@ class Server:
         self.is_cluster = callable(getattr(client, "keyslot", None))
         exceptions = _exceptions_of(client)
         self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
+        self.pool_full: type[BaseException] = getattr(exceptions, "MaxConnectionsError", _Never)
         self.unavailable: tuple[type[BaseException], ...] = tuple(
             getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
         ) or (OSError,)
 
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
-        """The script's reply for ``keys`` (all in one slot), on a synchronous client."""
+        """The script's reply for ``keys`` (all in one slot), on a synchronous client.
+
+        A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
+        wait = POOL_WAIT_FIRST
+        while True:
+            try:
+                return self._run(keys, args)
+            except self.pool_full:
+                time.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+
+    def _run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         try:
             return self.client.evalsha(SHA, len(keys), *keys, *args)
         except self.no_script:
@@ -69,6 +91,15 @@ class Server:
 
     async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
+        wait = POOL_WAIT_FIRST
+        while True:
+            try:
+                return await self._run_async(keys, args)
+            except self.pool_full:
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+
+    async def _run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         try:
             reply = self.client.evalsha(SHA, len(keys), *keys, *args)
             return await cast("Awaitable[Any]", reply)
