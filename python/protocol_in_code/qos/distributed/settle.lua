@@ -1,3 +1,9 @@
+#!lua
+-- The line above declares what the script does (Redis 7.0 and Valkey 7.2 read it): with no
+-- flags, it writes; it is refused before it runs on a server out of memory and on a replica
+-- that cannot be written; it reads no stale data; and its keys share one hash slot (no
+-- allow-cross-slot-keys). Its writes replicate as effects, the only way from 7.0 on.
+--
 -- The exact settlement of src/core/exact, run by the server: one call decides one request on
 -- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
 --
