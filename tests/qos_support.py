@@ -563,3 +563,22 @@ def assert_two_keys(a: Any, b: Any, limiter: Any) -> None:
     assert len(limiter) == 2
     assert limiter.try_acquire(a, now_ns=0) is False
     assert limiter.try_acquire(b, now_ns=0) is False
+
+
+class NoServer:
+    """A Redis client that fails the test if it is ever asked anything: for what a Redis
+    limiter must decide before any round trip (arguments, the event loop)."""
+
+    def evalsha(self, *args: Any) -> Any:
+        raise AssertionError(f"a round trip was made: EVALSHA {args!r}")
+
+    eval = evalsha
+
+
+class AsyncNoServer:
+    """:class:`NoServer` for the asyncio limiters."""
+
+    async def evalsha(self, *args: Any) -> Any:
+        raise AssertionError(f"a round trip was made: EVALSHA {args!r}")
+
+    eval = evalsha

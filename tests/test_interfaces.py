@@ -85,29 +85,15 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
-class NoServer:
-    def evalsha(self, *args: Any) -> Any:
-        raise AssertionError("no round trip expected")
-
-    eval = evalsha
-
-
-class AsyncNoServer:
-    async def evalsha(self, *args: Any) -> Any:
-        raise AssertionError("no round trip expected")
-
-    eval = evalsha
-
-
 @pytest.mark.parametrize(
     ("make", "kind"),
     [
         (lambda: RateLimiter(1), (False, False)),
         (lambda: KeyedRateLimiter(1), (True, False)),
-        (lambda: RedisRateLimiter(NoServer(), "k", 1), (False, False)),
-        (lambda: RedisKeyedRateLimiter(NoServer(), 1), (True, False)),
-        (lambda: AsyncRedisRateLimiter(AsyncNoServer(), "k", 1), (False, True)),
-        (lambda: AsyncRedisKeyedRateLimiter(AsyncNoServer(), 1), (True, True)),
+        (lambda: RedisRateLimiter(qos_support.NoServer(), "k", 1), (False, False)),
+        (lambda: RedisKeyedRateLimiter(qos_support.NoServer(), 1), (True, False)),
+        (lambda: AsyncRedisRateLimiter(qos_support.AsyncNoServer(), "k", 1), (False, True)),
+        (lambda: AsyncRedisKeyedRateLimiter(qos_support.AsyncNoServer(), 1), (True, True)),
     ],
     ids=["RateLimiter", "KeyedRateLimiter", "Redis", "RedisKeyed", "AsyncRedis", "AsyncRedisKeyed"],
 )
