@@ -103,6 +103,43 @@ def allowed_digits(reply: Any) -> list[bool]:
     return [digit == "0" for digit in text]
 
 
+def took(reply: Any) -> bool:
+    """Whether the script's reply to a take on one key says it took the tokens."""
+    return type(reply) is int and not reply & 3
+
+
+_T = TypeVar("_T")
+
+#: Give-backs under way for cancelled calls: a task the loop holds only weakly must be kept.
+_giving_back: set[asyncio.Future[None]] = set()
+
+
+async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[None] | None]) -> _T:
+    """Await a script call that may take tokens, so that a caller cancelled meanwhile is net
+    zero: the call is let finish (it may already be running on the server), and what it took,
+    which nobody will be told of, is given back (``give_back`` of its reply, if that took
+    anything). A cancelled caller is thus never charged for a decision it never saw.
+    """
+    call = asyncio.ensure_future(asked)
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+
+        async def settle() -> None:
+            try:
+                reply = await call
+            except Exception:  # nothing was decided, so nothing was taken
+                return
+            undo = give_back(reply)
+            if undo is not None:
+                await undo
+
+        background = asyncio.ensure_future(settle())
+        _giving_back.add(background)
+        background.add_done_callback(_giving_back.discard)
+        raise
+
+
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
 _DENY = Decision(LimitOutcome.DENIED, UNAVAILABLE_WAIT_NS, 0)
 
@@ -266,6 +303,20 @@ async def _awaited_acquire(ask: Callable[[], Awaitable[Decision]], n: Any, timeo
                 return False
             delay = min(delay, left)
         await asyncio.sleep(delay)
+
+
+async def _net_zero_if_taking(
+    core: _Core, keys: list[bytes], op: int, args: Any, n: Any, now_ns: Any
+) -> Any:
+    """The script's reply on an asyncio client; a take is net zero for a cancelled caller."""
+    if op != TAKE:
+        return await core.server.run_async(keys, args)
+    refund = core.args(REFUND, n, now_ns)
+
+    def give_back(reply: Any) -> Awaitable[Any] | None:
+        return core.server.run_async(keys, refund) if took(reply) else None
+
+    return await _net_zero(core.server.run_async(keys, args), give_back)
 
 
 #: The questions about one key: the script's operation for each method, and how its reply is
@@ -484,9 +535,24 @@ class RedisRateLimiter(_OneKey):
         return _blocking_acquire(lambda: self.check(n), n, timeout, type(self).__name__)
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
-        """:meth:`acquire` for asyncio; each round trip runs in a worker thread."""
+        """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
+        cancelled while a round trip runs gives back what that trip took."""
         self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: asyncio.to_thread(self.check, n), n, timeout)
+        return await _awaited_acquire(lambda: self._check_in_thread(n), n, timeout)
+
+    async def _check_in_thread(self, n: Any) -> Decision:
+        server, keys = self._core.server, self._keys
+        refund = self._core.args(REFUND, n, None)
+
+        def give_back(reply: Any) -> Awaitable[Any] | None:
+            return asyncio.to_thread(server.run, keys, refund) if took(reply) else None
+
+        try:
+            asked = asyncio.to_thread(server.run, keys, self._core.args(TAKE, n, None))
+            reply = await _net_zero(asked, give_back)
+        except self._unavailable as error:
+            return self._fall_back(error, "check", n, None)  # type: ignore[no-any-return]
+        return decision(reply)
 
     def __call__(self, function: _F) -> _F:
         """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
@@ -593,10 +659,25 @@ class RedisKeyedRateLimiter(_ManyKeys):
     async def acquire_async(
         self, key: str | bytes, n: int = 1, timeout: float | None = None
     ) -> bool:
-        """:meth:`acquire` for asyncio; each round trip runs in a worker thread."""
+        """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
+        cancelled while a round trip runs gives back what that trip took."""
         redis_key(self._prefix, key)
         self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: asyncio.to_thread(self.check, key, n), n, timeout)
+        return await _awaited_acquire(lambda: self._check_in_thread(key, n), n, timeout)
+
+    async def _check_in_thread(self, key: str | bytes, n: Any) -> Decision:
+        server, keys = self._core.server, [redis_key(self._prefix, key)]
+        refund = self._core.args(REFUND, n, None)
+
+        def give_back(reply: Any) -> Awaitable[Any] | None:
+            return asyncio.to_thread(server.run, keys, refund) if took(reply) else None
+
+        try:
+            asked = asyncio.to_thread(server.run, keys, self._core.args(TAKE, n, None))
+            reply = await _net_zero(asked, give_back)
+        except self._unavailable as error:
+            return self._fall_back(error, "check", key, n, None)  # type: ignore[no-any-return]
+        return decision(reply)
 
 
 class AsyncRedisRateLimiter(_OneKey):
@@ -608,7 +689,7 @@ class AsyncRedisRateLimiter(_OneKey):
         op, read = _QUESTIONS[method]
         args = self._core.args(op, n, now_ns)
         try:
-            reply = await self._core.server.run_async(self._keys, args)
+            reply = await _net_zero_if_taking(self._core, self._keys, op, args, n, now_ns)
         except self._unavailable as error:
             return self._fall_back(error, method, n, now_ns)
         return read(reply)
@@ -656,7 +737,7 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         keys = [redis_key(self._prefix, key)]
         args = self._core.args(op, n, now_ns)
         try:
-            reply = await self._core.server.run_async(keys, args)
+            reply = await _net_zero_if_taking(self._core, keys, op, args, n, now_ns)
         except self._unavailable as error:
             return self._fall_back(error, method, key, n, now_ns)
         return read(reply)
@@ -684,9 +765,18 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         raced connecting when the slots' trips were gathered at once); a node found
         unreachable is not asked again within the batch."""
         batch = _Batch(self._core, keys, n, now_ns)
+        server, refund = self._core.server, self._core.args(REFUND, n, now_ns)
         for group, node in batch.groups():
             try:
-                reply = await self._core.server.run_async(batch.names_of(group, node), batch.args)
+                names = batch.names_of(group, node)
+
+                async def give_back(reply: Any, names: list[bytes] = names) -> None:
+                    for name, taken_here in zip(names, allowed_digits(reply), strict=True):
+                        if taken_here:
+                            await server.run_async([name], refund)
+
+                asked = server.run_async(names, batch.args)
+                reply = await _net_zero(asked, give_back)
             except self._unavailable as error:
                 batch.failed(group, node, error)
             else:
