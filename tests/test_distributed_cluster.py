@@ -13,7 +13,12 @@ import pytest
 import qos_support
 from hypothesis import given
 from hypothesis import strategies as st
-from protocol_in_code.qos.distributed import Band, RedisKeyedRateLimiter, RedisRateLimiter
+from protocol_in_code.qos.distributed import (
+    Band,
+    LimiterUnavailable,
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+)
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 from protocol_in_code.qos.limiter import RateLimiter
 
@@ -153,3 +158,43 @@ def test_an_asyncio_cluster_client_batches_by_slot(redis_cluster: Any) -> None:
         return answers  # type: ignore[no-any-return]
 
     assert asyncio.run(main()) == want
+
+
+def test_a_batch_under_raise_keeps_the_answers_of_the_nodes_that_answered(
+    redis_cluster: Any,
+) -> None:
+    """A stopped master under ``on_error="raise"``: the batch still asks the other masters,
+    and the error carries their answers, whose tokens were taken; only the stopped master's
+    keys are ``None``."""
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+
+    timeout = 0.3
+    client = RedisCluster(
+        host="127.0.0.1",
+        port=redis_cluster.nodes[0].port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, prefix="raise:")
+    keys = [f"r{i}" for i in range(60)]
+    victim = redis_cluster.nodes[2]
+    on_victim = {
+        key for key in keys if client.get_node_from_key(limiter.redis_key(key)).port == victim.port
+    }
+    assert on_victim and len(on_victim) < len(keys)
+    victim.pause()
+    try:
+        with pytest.raises(LimiterUnavailable) as raised:
+            limiter.try_acquire_many(keys)
+        answers = raised.value.answers
+        assert answers == [None if key in on_victim else True for key in keys]
+        assert f"{len(on_victim)} of {len(keys)} keys" in str(raised.value)
+        for key in keys:
+            if key not in on_victim:
+                assert limiter.check(key).remaining == 3, "the token was taken, and reported"
+    finally:
+        victim.resume()
+    client.close()

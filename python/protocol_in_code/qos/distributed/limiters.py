@@ -41,8 +41,17 @@ OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
 
 class LimiterUnavailable(Exception):
-    """The server could not be reached (``on_error="raise"``); ``__cause__`` is the client's
-    own error."""
+    """The server could not decide (``on_error="raise"``); ``__cause__`` is the client's own
+    error.
+
+    Raised by ``try_acquire_many``, it carries ``answers``: one per key, ``True`` or ``False``
+    for the keys the servers that answered decided (their tokens are taken), ``None`` for the
+    keys of the servers that could not. For every other call ``answers`` is ``None``.
+    """
+
+    def __init__(self, message: str, answers: list[bool | None] | None = None) -> None:
+        super().__init__(message)
+        self.answers = answers
 
 
 def redis_key(prefix: bytes, key: Any) -> bytes:
@@ -348,6 +357,8 @@ class _Batch:
         self.answers = [False] * len(self.keys)
         self._core, self._n, self._now_ns = core, n, now_ns
         self._unreachable: dict[Any, BaseException] = {}  # node -> its error
+        self._error: BaseException | None = None  # the first, under on_error="raise"
+        self.undecided: list[int] = []
 
     def groups(self) -> Iterator[tuple[list[int], Any]]:
         """Each slot's keys (their positions) and the node asked for them, read before the
@@ -369,12 +380,35 @@ class _Batch:
             self.answers[i] = answer
 
     def failed(self, group: list[int], node: Any, error: BaseException) -> None:
+        """The on_error answer for the keys of ``group``. Under ``"raise"`` nothing is raised
+        yet: the other groups are still asked, so that no answer whose tokens were taken is
+        lost, and :meth:`finished` raises with them."""
         if node is not None:
             self._unreachable[node] = error
+        if isinstance(self._core.on_error, str) and self._core.on_error == "raise":
+            self._error = self._error or error
+            for i in group:
+                self.undecided.append(i)
+            return
         for i in group:
             self.answers[i] = bool(
                 self._core.unavailable(error, "try_acquire", self.keys[i], self._n, self._now_ns)
             )
+
+    def finished(self) -> list[bool]:
+        """The answers, once every group was asked; under ``"raise"``, a
+        :class:`LimiterUnavailable` carrying the answers decided, if any group was not."""
+        if self._error is None:
+            return self.answers
+        answers: list[bool | None] = list(self.answers)
+        for i in self.undecided:
+            answers[i] = None
+        raise LimiterUnavailable(
+            f"the rate limit cannot be decided for {len(self.undecided)} of {len(self.keys)} "
+            f"keys: a Redis server could not answer ({type(self._error).__name__}: "
+            f"{self._error}); the others were decided, and are in this error's answers",
+            answers,
+        ) from self._error
 
 
 class _OneKey:
@@ -648,7 +682,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
                 batch.failed(group, node, error)
             else:
                 batch.answered(group, reply)
-        return batch.answers
+        return batch.finished()
 
     def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
@@ -781,7 +815,7 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
                 batch.failed(group, node, error)
             else:
                 batch.answered(group, reply)
-        return batch.answers
+        return batch.finished()
 
     async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
         redis_key(self._prefix, key)
