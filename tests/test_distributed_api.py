@@ -300,3 +300,26 @@ def test_on_error_policies_when_nothing_answers() -> None:
     local = RedisKeyedRateLimiter(client, 5, burst=2, on_error=KeyedRateLimiter(5, burst=2))
     assert [local.try_acquire("a", now_ns=0) for _ in range(3)] == [True, True, False]
     assert local.try_acquire_many(["b", "b", "b"], now_ns=0) == [True, True, False]
+
+
+def test_a_large_batch_is_split_so_that_no_script_call_holds_the_server_long(
+    redis_client: Any,
+) -> None:
+    """At most 1,000 keys per script call, in order, with the answers of one call per key."""
+    from protocol_in_code.qos.distributed._server import KEYS_PER_CALL
+
+    sizes: list[int] = []
+    evalsha = redis_client.evalsha
+
+    def counted(sha: str, numkeys: int, *rest: Any) -> Any:
+        sizes.append(numkeys)
+        return evalsha(sha, numkeys, *rest)
+
+    redis_client.evalsha = counted
+    batched = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, prefix="split:")
+    one_by_one = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, prefix="single:")
+    keys = [f"k{i % 1500}" for i in range(3500)]  # each key 2 or 3 times: the third is denied
+    answers = batched.try_acquire_many(keys)
+    assert sizes == [KEYS_PER_CALL] * 3 + [500]
+    assert answers == [one_by_one.try_acquire(key) for key in keys]
+    assert answers.count(False) == 500
