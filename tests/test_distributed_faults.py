@@ -122,3 +122,35 @@ def test_a_script_flush_mid_run_is_invisible(redis_client: Any) -> None:
             redis_client.script_flush()
         admitted += limiter.try_acquire()
     assert admitted == 500
+
+
+@pytest.mark.parametrize("asyncio_client", [True, False], ids=["asyncio client", "sync client"])
+def test_an_awaited_acquire_with_a_timeout_returns_at_its_deadline_from_a_stopped_server(
+    own_redis_server: Any, asyncio_client: bool
+) -> None:
+    """A client with no socket timeout (redis-py's default) waits for ever on a stopped
+    server; ``acquire_async(timeout=0.5)`` still returns False, near its deadline. The bound
+    here (5 s, against a wait with no end) only detects a hang: it is not a speed target."""
+    import asyncio
+
+    import redis.asyncio
+
+    own_redis_server.client().ping()
+
+    async def main() -> tuple[bool, bool]:
+        if asyncio_client:
+            client = redis.asyncio.Redis(port=own_redis_server.port)
+            limiter: Any = RedisKeyedRateLimiter(client, 1, burst=1, per=3600)
+        else:
+            limiter = RedisKeyedRateLimiter(own_redis_server.client(), 1, burst=1, per=3600)
+        assert await limiter.acquire_async("k", timeout=0.5) is True  # connected, script loaded
+        own_redis_server.pause()
+        try:
+            denied = await asyncio.wait_for(limiter.acquire_async("k", timeout=0.5), 5)
+        finally:
+            own_redis_server.resume()
+        return True, denied
+
+    with qos_support.watchdog(60):
+        returned, answer = asyncio.run(main())
+    assert returned and answer is False

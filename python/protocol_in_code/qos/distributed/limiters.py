@@ -294,13 +294,30 @@ def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any, limiter
         time.sleep(delay)
 
 
+#: How long past its deadline an awaited ``acquire(timeout=...)`` lets its last question run:
+#: a round trip still under way then is cancelled, and gives back what it took.
+ASK_GRACE = 0.05
+
+
 async def _awaited_acquire(ask: Callable[[], Awaitable[Decision]], n: Any, timeout: Any) -> bool:
-    """:func:`_blocking_acquire` for asyncio: awaits the answer and the sleep."""
+    """:func:`_blocking_acquire` for asyncio: awaits the answer and the sleep.
+
+    With a ``timeout``, every question is bounded by what is left of it (plus
+    :data:`ASK_GRACE`), whatever the client's socket timeout: a stopped server makes the call
+    return False at its deadline rather than when the client gives up. The question cancelled
+    then is net zero (see :func:`_net_zero`)."""
     limit = _check_timeout(timeout)
     loop = asyncio.get_running_loop()
     deadline = None if limit is None else loop.time() + limit
     while True:
-        answer = await ask()
+        if deadline is None:
+            answer = await ask()
+        else:
+            try:
+                left = max(deadline - loop.time(), 0.0)
+                answer = await asyncio.wait_for(ask(), left + ASK_GRACE)
+            except asyncio.TimeoutError:
+                return False
         if answer.outcome is LimitOutcome.ALLOWED:
             return True
         if answer.wait_ns is None:
