@@ -468,12 +468,14 @@ def test_a_huge_rate_is_refused_naming_the_rate() -> None:
 
 
 def snapshot(limiter: RateLimiter, now: int) -> tuple:
-    return (
-        limiter.__reduce__()[2],
+    """What can be seen of the limiter at ``now``; the pickle state is read last, once the
+    reads at ``now`` have moved the limiter's clock there (the state records it)."""
+    seen = (
         limiter.available(now_ns=now),
         [limiter.peek(n, now_ns=now) for n in range(7)],
         repr(limiter),
     )
+    return (*seen, limiter.__reduce__()[2])
 
 
 def used_limiter(**kwargs: Any) -> RateLimiter:
@@ -667,7 +669,7 @@ def test_pickle_keeps_a_limiter_not_yet_anchored_and_the_default_clock() -> None
 
 def test_a_corrupt_pickle_state_is_refused() -> None:
     limiter = RateLimiter(1, burst=2)
-    rebuild, args, (balances, attributes, _origin) = limiter.__reduce__()
+    rebuild, args, (balances, attributes, _origin, _clock) = limiter.__reduce__()
     fresh = rebuild(*args)
     with pytest.raises(ValueError, match="number of bands"):
         fresh.__setstate__(([*balances, *balances], attributes))

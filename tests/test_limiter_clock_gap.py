@@ -108,3 +108,12 @@ def test_a_restored_limiter_first_asked_after_its_settlement_is_as_it_was() -> N
     again = restored(saved)
     for limiter in (saved, again):
         assert limiter.available(now_ns=10**15 + 2 * SECOND) == 3
+
+
+def test_a_refused_first_call_leaves_a_restored_limiter_to_re_anchor_at_the_next() -> None:
+    saved = RateLimiter(1, burst=5)
+    assert saved.try_acquire(4, now_ns=10**15)
+    again = restored(saved)
+    with pytest.raises(ValueError, match="ahead of"):
+        again.check(now_ns=10**15 + GAP_NS + 1)
+    assert again.check(2, now_ns=5).wait_ns == SECOND

@@ -37,7 +37,7 @@ def moved(state: list[tuple[int, int | None]], by: int) -> list[tuple[int, int |
 def test_a_limiter_from_another_machine_waits_only_for_its_refill(other_clock: int) -> None:
     limiter = RateLimiter(1, burst=10)
     assert limiter.acquire(10)  # empty: ten seconds to full, one to the next token
-    rebuild, args, (balances, attributes, origin) = limiter.__reduce__()
+    rebuild, args, (balances, attributes, origin, _clock) = limiter.__reduce__()
     assert isinstance(origin, str) and origin
     restored = rebuild(*args)
     restored.__setstate__((moved(balances, other_clock), attributes, "another-machine"))
@@ -57,7 +57,7 @@ def test_the_same_boot_keeps_the_times() -> None:
 def test_an_older_pickle_without_an_origin_keeps_its_times() -> None:
     limiter = RateLimiter(1, burst=10, start_ns=0)
     limiter.check(10, now_ns=0)
-    rebuild, args, (balances, attributes, _origin) = limiter.__reduce__()
+    rebuild, args, (balances, attributes, _origin, _clock) = limiter.__reduce__()
     restored = rebuild(*args)
     restored.__setstate__((balances, attributes))
     assert restored.check(now_ns=0).wait_ns == SECOND
@@ -66,7 +66,7 @@ def test_an_older_pickle_without_an_origin_keeps_its_times() -> None:
 def test_a_clock_of_the_callers_keeps_its_times() -> None:
     limiter = RateLimiter(1, burst=10, clock=FakeClock(5 * SECOND))
     limiter.check(10)
-    rebuild, args, (balances, attributes, origin) = limiter.__reduce__()
+    rebuild, args, (balances, attributes, origin, _clock) = limiter.__reduce__()
     assert origin is None
     restored = rebuild(*args)
     restored.__setstate__((balances, attributes, "another-machine"))

@@ -97,6 +97,9 @@ class OneLimit:
     def try_acquire(self, n: int) -> bool:
         return self.limiter.try_acquire(n)
 
+    def refund(self, n: int) -> None:
+        self.limiter.refund(n)
+
     def available(self) -> int:
         return self.limiter.available()
 
@@ -125,12 +128,15 @@ class OneKey:
     def try_acquire(self, n: int) -> bool:
         return self.limiter.try_acquire("key", n)
 
+    def refund(self, n: int) -> None:
+        self.limiter.refund("key", n)
+
     def available(self) -> int:
         return self.limiter.peek("key").remaining
 
 
 band_lists = st.lists(
-    st.tuples(st.sampled_from([1, 2, 3, 7, 10, 1000]), st.integers(1, 4)), min_size=1, max_size=2
+    st.tuples(st.sampled_from([1, 2, 3, 7, 10, 1000]), st.integers(1, 8)), min_size=1, max_size=3
 )
 timeouts = st.none() | st.sampled_from([0, 0.001, 0.25, 0.5, 1.0, 3.0])
 steps = st.lists(
@@ -138,6 +144,7 @@ steps = st.lists(
         st.tuples(st.just("arrive"), st.integers(1, 4), timeouts),
         st.tuples(st.just("try"), st.integers(1, 4)),
         st.tuples(st.just("give up"), st.integers(0, 50)),
+        st.tuples(st.just("refund"), st.integers(0, 3)),
         st.tuples(st.just("advance"), st.sampled_from([0, 1, 10 * MS, 100 * MS, 333 * MS])),
     ),
     max_size=60,
@@ -181,6 +188,13 @@ def test_waiters_that_give_up_never_let_anyone_in_early(
             if taken:
                 assert not waiting, "let in ahead of a waiter still waiting"
                 admissions.append((clock.now, n))
+        elif step[0] == "refund" and waiting:
+            # A caller admitted earlier hands tokens back while others wait: forfeited, so it
+            # changes nothing the bound or the order could see. (Without waiters a refund is
+            # tokens again, capped at the burst: the API's own rule, not this test's.)
+            n = min(step[1] % 4 + 1, burst)
+            note(f"t={clock.now}: refund({n}) while {len(waiting)} wait")
+            limiter.refund(n)
         elif step[0] == "give up" and waiting:
             waiter = waiting.pop(step[1] % len(waiting))
             note(f"t={clock.now}: {waiter} gives up")
@@ -251,6 +265,45 @@ def test_a_blocking_waiter_interrupted_with_another_behind_it_forfeits_its_turn(
         clock.advance(SECOND)
         behind.join(10)
     assert not behind.is_alive()
+
+
+@pytest.mark.parametrize("kind", [OneLimit, OneKey], ids=["RateLimiter", "KeyedRateLimiter"])
+def test_the_last_waiter_giving_up_lends_a_faster_band_nothing(
+    kind: type[OneLimit | OneKey],
+) -> None:
+    # The slow band (2/s) books the turn at 0.5 s; the fast one (10/s, burst 3) is settled
+    # forward to it. Undone at 0, the fast band must not hold at 0 what it gets by 0.5 s.
+    clock = FakeClock(0)
+    limiter = kind([(10, 3), (2, 4)], clock)
+    assert limiter.try_acquire(3)
+    waiter = Waiter(2, limiter.reserve(2, None) or 0)
+    limiter.give_back(waiter)
+    assert not limiter.try_acquire(1), "a fourth token at 0 against a burst of 3"
+
+
+@pytest.mark.parametrize("kind", [OneLimit, OneKey], ids=["RateLimiter", "KeyedRateLimiter"])
+def test_a_refund_while_a_waiter_queues_lets_nobody_in_ahead_of_it(
+    kind: type[OneLimit | OneKey],
+) -> None:
+    clock = FakeClock(0)
+    limiter = kind([(1, 1)], clock)
+    assert limiter.try_acquire(1)
+    assert limiter.reserve(1, None) == SECOND
+    clock.advance(SECOND // 2)
+    limiter.refund(1)
+    assert not limiter.try_acquire(1), "two admissions within half a second, burst 1"
+
+
+def test_a_copy_made_while_a_waiter_waits_queues_behind_it() -> None:
+    import copy
+    import pickle
+
+    clock = FakeClock(100 * SECOND)
+    limiter = RateLimiter(1, burst=3, clock=clock)
+    assert limiter.try_acquire(3)
+    assert limiter._reserve(3, None) == 103 * SECOND
+    for twin in (copy.copy(limiter), pickle.loads(pickle.dumps(limiter))):
+        assert twin.peek(3) == limiter.peek(3)
 
 
 def the_windows_of(times_ns: list[int], rate: int, burst: int, slack_ns: int) -> list[str]:

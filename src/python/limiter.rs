@@ -218,8 +218,9 @@ impl RateLimiter {
         py: Python<'_>,
         balances: Vec<(u128, Option<i64>)>,
         origin: Option<&str>,
+        clock: Option<i64>,
     ) -> PyResult<()> {
-        let latest = balances.iter().filter_map(|&(_, at)| at).max();
+        let latest = clock.or_else(|| balances.iter().filter_map(|&(_, at)| at).max());
         let by = self.clock.shift(py, origin, latest)?;
         let mut limiter = self.lock();
         if balances.len() != limiter.bands().len() {
@@ -239,7 +240,7 @@ impl RateLimiter {
                 settled_at: shifted(settled_at, by),
             };
         }
-        *limiter = Limiter::from_bands(&bands);
+        *limiter = Limiter::from_bands(&bands).with_clock(shifted(clock, by));
         Ok(())
     }
 
@@ -492,7 +493,10 @@ impl RateLimiter {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let this = slf.get();
-        let bands = this.lock().bands();
+        let (bands, clock) = {
+            let limiter = this.lock();
+            (limiter.bands(), limiter.clock())
+        };
         let specs: Vec<_> = bands.iter().map(|band| band.spec).collect();
         let balances: Vec<_> = bands
             .iter()
@@ -502,9 +506,15 @@ impl RateLimiter {
         kwargs.set_item("bands", band_triples(py, &specs, &this.written)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
-        // The balances, the attributes, and where the times come from (see `Clock::shift`).
+        // The balances, the attributes, where the times come from (see `Clock::shift`), and
+        // the limiter's clock (see `Limiter::with_clock`).
         let state = with_attributes(slf.as_any(), PyList::new(py, balances)?.into_any())?;
-        let state = (state.get_item(0)?, state.get_item(1)?, this.clock.origin())
+        let state = (
+            state.get_item(0)?,
+            state.get_item(1)?,
+            this.clock.origin(),
+            clock,
+        )
             .into_pyobject(py)?
             .into_any();
         Ok((rebuild, PyTuple::empty(py), state))
@@ -515,16 +525,23 @@ impl RateLimiter {
     /// `Clock::shift`), so a restored limiter never waits longer than its balances need.
     #[pyo3(signature = (state))]
     fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyTuple>) -> PyResult<()> {
-        let (balances, attributes, origin): (_, Bound<'_, PyDict>, Option<String>) =
+        // Saved by older versions: without the clock, or without the origin either.
+        let (balances, attributes, origin, clock): (_, Bound<'_, PyDict>, Option<String>, _) =
             match state.len() {
                 2 => (
                     state.get_item(0)?.extract()?,
                     state.get_item(1)?.extract()?,
                     None,
+                    None,
                 ),
+                3 => {
+                    let (balances, attributes, origin) = state.extract()?;
+                    (balances, attributes, origin, None)
+                }
                 _ => state.extract()?,
             };
-        slf.get().restore(slf.py(), balances, origin.as_deref())?;
+        slf.get()
+            .restore(slf.py(), balances, origin.as_deref(), clock)?;
         restore_attributes(slf.as_any(), &attributes)
     }
 

@@ -107,17 +107,23 @@ impl Band {
             // Others queue behind this reservation: forfeited (see above).
             return;
         }
-        let ahead = settled_at.abs_diff(now_ns);
-        let whole_ns = returned / per_ns;
-        let (settled_at, units) = if whole_ns < u128::from(ahead) {
-            // Between `now_ns` and `settled_at`, so within the clock's range.
-            let back = i128::from(settled_at) - i128::try_from(whole_ns).unwrap_or(i128::MAX);
-            (i64::try_from(back).unwrap_or(now_ns), returned % per_ns)
+        // Undone by running the settlement backwards: the band as it stands at `settled_at`,
+        // with the units given back (capped at the burst), loses `per_ns` units for every
+        // nanosecond it moves back, down to an empty band or to `now_ns`. Whatever the band held
+        // there (a faster band of several, settled forward to the slowest one's moment, holds
+        // more than the reservation took), nothing is then held before it has accrued, and the
+        // cap can only have cut what comes back, never added to it.
+        let total = (self.balance.units + returned).min(self.spec.capacity_units());
+        let ahead = u128::from(settled_at.abs_diff(now_ns));
+        let (settled_at, units) = if total / per_ns < ahead {
+            // Fewer nanoseconds back than `settled_at` is ahead of `now_ns`: within i64.
+            let back = i64::try_from(total / per_ns).unwrap_or(i64::MAX);
+            (settled_at - back, total % per_ns)
         } else {
-            (now_ns, returned - u128::from(ahead) * per_ns)
+            (now_ns, total - ahead * per_ns)
         };
         self.balance = Balance {
-            units: (self.balance.units + units).min(self.spec.capacity_units()),
+            units,
             settled_at: Some(settled_at),
         };
     }
@@ -354,9 +360,17 @@ impl Balances {
     }
 
     /// Settle to `now_ns`, then give `n` tokens back to every band, each capped at its burst.
-    pub fn refund(&mut self, specs: &[BandSpec], n: u64, now_ns: i64) {
+    ///
+    /// A band settled ahead of `clock` (the latest time any call has used) holds a waiter's
+    /// reservation: the tokens would be held at the reservation's end, where anyone asking
+    /// now could take them at once, ahead of the waiters and on top of their turns. On such a
+    /// band the refund is forfeited, as a waiter's give-back is (see [`Band::give_back`]).
+    pub fn refund(&mut self, specs: &[BandSpec], n: u64, now_ns: i64, clock: i64) {
         self.settle(specs, now_ns);
         self.update(specs, |band| {
+            if band.balance.settled_at.is_some_and(|at| at > clock) {
+                return;
+            }
             let capacity = band.spec.capacity_units();
             let returned = u128::from(n).saturating_mul(band.spec.rate.units_per_token());
             band.balance.units = band.balance.units.saturating_add(returned).min(capacity);
@@ -486,17 +500,38 @@ impl Limiter {
     ///
     /// The gap, when `now_ns` is too far from the clock.
     pub fn on_the_clock(&mut self, now_ns: i64) -> Result<(), i128> {
-        if std::mem::take(&mut self.restored) {
+        if self.restored {
             if let Some(latest) = self.latest.filter(|&latest| now_ns < latest) {
                 self.balances.shift(now_ns.saturating_sub(latest));
                 self.latest = Some(now_ns);
             }
         }
         if let Some(gap) = self.latest.and_then(|latest| off_the_clock(latest, now_ns)) {
+            // Refused, changing nothing: a restored limiter may still re-anchor at the next.
             return Err(gap);
         }
+        self.restored = false;
         self.latest = Some(self.latest.map_or(now_ns, |latest| latest.max(now_ns)));
         Ok(())
+    }
+
+    /// The limiter's clock: the latest time a call has used (see [`Limiter::on_the_clock`]),
+    /// saved with its bands so that a copy keeps it.
+    #[must_use]
+    pub fn clock(&self) -> Option<i64> {
+        self.latest
+    }
+
+    /// A restored limiter whose clock was saved too: its first call re-anchors it only if it
+    /// is earlier than that clock. A waiter's reservation settles a band ahead of the clock, so
+    /// the latest settlement alone would take a copy made while a waiter waits for one made
+    /// on another clock, and re-anchor it, handing out the reserved turn again.
+    #[must_use]
+    pub fn with_clock(mut self, latest: Option<i64>) -> Self {
+        if latest.is_some() {
+            self.latest = latest;
+        }
+        self
     }
 
     /// The bands, in order, each with its balance.
@@ -525,9 +560,10 @@ impl Limiter {
         self.balances.peek(&self.specs, n, now_ns)
     }
 
-    /// See [`Balances::refund`].
+    /// See [`Balances::refund`], with the limiter's own clock.
     pub fn refund(&mut self, n: u64, now_ns: i64) {
-        self.balances.refund(&self.specs, n, now_ns);
+        let clock = self.latest.map_or(now_ns, |latest| latest.max(now_ns));
+        self.balances.refund(&self.specs, n, now_ns, clock);
     }
 
     /// See [`Balances::available`].
@@ -691,6 +727,38 @@ mod tests {
             Decision::Wait(3 * u128::from(half.unsigned_abs()))
         );
         assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(3 * half));
+    }
+
+    #[test]
+    fn a_last_reservation_given_back_lends_no_band_anything_early() {
+        // The slow band sets the moment (0.5 s); the fast one is settled forward to it, full
+        // again. Undone at 0, the fast band must not hold at 0 what it only gets by 0.5 s.
+        let mut limiter = Limiter::new(&[band(10, 3), band(2, 4)], None, Some(0));
+        assert_eq!(limiter.acquire(3, 0), Decision::Allowed);
+        assert_eq!(limiter.reserve(2, 0, u128::MAX), taken_after(SECOND / 2));
+        limiter.give_back(2, 0, SECOND / 2);
+        assert!(matches!(limiter.acquire(1, 0), Decision::Wait(_)));
+        // What the fast band's cap cut off at 0.5 s comes back later, never earlier: its
+        // token is there by 0.3 s (without the reservation, by 0.1 s).
+        assert_eq!(limiter.acquire(1, 3 * SECOND / 10), Decision::Allowed);
+    }
+
+    #[test]
+    fn a_refund_while_a_waiter_queues_is_forfeited() {
+        // Rate 1/s, burst 1: X takes at 0, A is booked at 1 s, X refunds at 0.5 s. Had the
+        // token gone back, Y could take it at 0.5 s and A still pass at 1 s.
+        let mut limiter = Limiter::new(&[band(1, 1)], None, Some(0));
+        assert_eq!(limiter.on_the_clock(0), Ok(()));
+        assert_eq!(limiter.acquire(1, 0), Decision::Allowed);
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND));
+        assert_eq!(limiter.on_the_clock(SECOND / 2), Ok(()));
+        limiter.refund(1, SECOND / 2);
+        assert!(matches!(limiter.acquire(1, SECOND / 2), Decision::Wait(_)));
+        // With nobody waiting, a refund is tokens again.
+        assert_eq!(limiter.on_the_clock(2 * SECOND), Ok(()));
+        assert_eq!(limiter.acquire(1, 2 * SECOND), Decision::Allowed);
+        limiter.refund(1, 2 * SECOND);
+        assert_eq!(limiter.acquire(1, 2 * SECOND), Decision::Allowed);
     }
 
     #[test]
@@ -872,6 +940,36 @@ mod tests {
         // Only the first call re-anchors: later ones behind the clock are a clock going back.
         assert_eq!(restored.on_the_clock(4), Ok(()));
         assert_eq!(restored.acquire(1, 4), Decision::Wait(1_000_000_001));
+    }
+
+    #[test]
+    fn a_refused_first_call_leaves_a_restored_limiter_to_re_anchor_at_the_next() {
+        use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
+        let mut saved = Limiter::new(&[band(1, 5)], Some(5), Some(1_000_000 * SECOND));
+        assert_eq!(saved.acquire(4, 1_000_000 * SECOND), Decision::Allowed);
+        let mut restored = Limiter::from_bands(&saved.bands());
+        assert!(restored
+            .on_the_clock(1_000_000 * SECOND + MAX_CLOCK_GAP_NS + 1)
+            .is_err());
+        assert_eq!(restored.on_the_clock(5), Ok(()));
+        assert_eq!(restored.acquire(2, 5), Decision::Wait(1_000_000_000));
+    }
+
+    #[test]
+    fn a_copy_made_while_a_waiter_waits_keeps_the_reservation() {
+        let mut original = Limiter::new(&[band(1, 3)], Some(0), Some(100 * SECOND));
+        assert_eq!(original.on_the_clock(100 * SECOND), Ok(()));
+        assert_eq!(
+            original.reserve(3, 100 * SECOND, u128::MAX),
+            taken_after(3 * SECOND)
+        );
+        let mut copy = Limiter::from_bands(&original.bands()).with_clock(original.clock());
+        assert_eq!(copy.on_the_clock(100 * SECOND), Ok(()));
+        assert_eq!(
+            copy.peek(3, 100 * SECOND),
+            original.peek(3, 100 * SECOND),
+            "the copy queues behind the same waiter"
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
     {
         self.hand_back(key, now_ns, |limiter, specs, now| {
-            limiter.refund(specs, n, now);
+            // The table's clock is `now`: a key settled beyond it holds a waiter.
+            limiter.refund(specs, n, now, now);
         });
     }
 
@@ -283,22 +284,23 @@ mod tests {
         let limiter = table(1, 2);
         assert_eq!(limiter.acquire("a", 2, 0), ALLOWED);
         assert_eq!(limiter.reserve("a", 1, 0, u128::MAX), taken(NS));
-        // Refunded in full: full again, but only from 1 s, where the reservation settled it.
+        // A refund while the waiter queues is forfeited: the key is full again only 2 s after
+        // the reservation's end, at 3 s.
         limiter.refund("a", 2, 0);
         assert!(limiter.contains("a"));
         assert_eq!(limiter.acquire("a", 0, SECOND / 2), ALLOWED);
         assert!(
             limiter.contains("a"),
-            "full ahead of the clock is not fresh"
+            "settled ahead of the clock is not fresh"
         );
         assert_eq!(
             limiter.acquire("b", 1, SECOND / 2),
             KeyedDecision::Refused {
-                retry_in: 500_000_000
+                retry_in: 2_500_000_000
             }
         );
         assert!(limiter.contains("a"));
-        assert_eq!(limiter.acquire("b", 1, SECOND), ALLOWED);
+        assert_eq!(limiter.acquire("b", 1, 3 * SECOND), ALLOWED);
         assert!(!limiter.contains("a"));
     }
 
