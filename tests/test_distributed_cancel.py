@@ -92,3 +92,41 @@ def test_cancelled_calls_take_nothing_they_were_not_told_of(
         told, held = asyncio.run(main())
     assert told > 0, "some calls must finish"
     assert held == told
+
+
+def test_a_batch_cancelled_between_its_calls_gives_back_what_its_earlier_calls_took(
+    own_redis_server: Any,
+) -> None:
+    """1,500 keys are two script calls; the second is slowed so the caller is cancelled while
+    it runs. The keys of the first call, decided and taken, are given back too."""
+    import redis.asyncio
+
+    async def main() -> tuple[int, int]:
+        client = redis.asyncio.Redis(port=own_redis_server.port)
+        limiter = AsyncRedisKeyedRateLimiter(client, 1, burst=1, per=3600)
+        evalsha = client.evalsha
+        calls = 0
+
+        async def slow_second(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                await asyncio.sleep(1)
+            return await evalsha(*args)
+
+        client.evalsha = slow_second  # type: ignore[method-assign]
+        keys = [f"u{i}" for i in range(1500)]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(limiter.try_acquire_many(keys), 0.3)
+        client.evalsha = evalsha  # type: ignore[method-assign]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            first, last = await limiter.available("u0"), await limiter.available("u1499")
+            if (first, last) == (1, 1):
+                break
+            await asyncio.sleep(0.05)
+        await client.aclose()
+        return first, last
+
+    with qos_support.watchdog(60):
+        assert asyncio.run(main()) == (1, 1)

@@ -64,3 +64,22 @@ def test_tasks_sharing_a_small_asyncio_pool_are_decided_by_the_server(
 
     with qos_support.watchdog(120):
         assert asyncio.run(main()) == BURST
+
+
+def test_a_pool_held_for_good_ends_the_call_with_pool_exhausted(own_redis_server: Any) -> None:
+    """This thread holds the only connection (a pub/sub subscription): the pool will not
+    free up, so the call ends after the client's socket timeout, with ``PoolExhausted`` (a
+    ``LimiterUnavailable``) under every ``on_error``, never an answer of ``"allow"``."""
+    from protocol_in_code.qos.distributed import LimiterUnavailable, PoolExhausted
+
+    client = own_redis_server.client(max_connections=1, socket_timeout=0.2)
+    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, on_error="allow")
+    subscription = client.pubsub()
+    subscription.subscribe("channel")
+    try:
+        with qos_support.watchdog(60), pytest.raises(PoolExhausted, match="pool stayed full"):
+            limiter.try_acquire("k")
+        assert issubclass(PoolExhausted, LimiterUnavailable)
+    finally:
+        subscription.close()
+    assert limiter.try_acquire("k") is True

@@ -40,3 +40,14 @@ def test_burst_and_per_as_keywords_mean_what_they_say(cls: type) -> None:
     assert all(
         p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in parameters.items() if name != "rate"
     )
+
+
+@pytest.mark.parametrize("redis_class", ["RedisRateLimiter", "RedisKeyedRateLimiter"])
+def test_the_redis_limiters_take_the_rate_alone_by_position_too(redis_class: str) -> None:
+    from protocol_in_code.qos import distributed
+
+    cls = getattr(distributed, redis_class)
+    before = ("k",) if redis_class == "RedisRateLimiter" else ()
+    with pytest.raises(TypeError, match=rf"{redis_class}\(100, burst=60\)"):
+        cls(qos_support.NoServer(), *before, 100, 60)
+    assert cls(qos_support.NoServer(), *before, 100, burst=60).bands == ((100, 60),)

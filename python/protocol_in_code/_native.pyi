@@ -36,6 +36,7 @@ __all__ = [
     "TwoRateMeter",
     "ValidationOutcome",
     "ValidationResult",
+    "_only_the_rate_by_position",
     "_refuse_in_event_loop",
     "_timeout_seconds",
     "borrowable",
@@ -232,6 +233,7 @@ class Decision:
 
 def _timeout_seconds(timeout: Any) -> float: ...
 def _refuse_in_event_loop(limiter: str) -> None: ...
+def _only_the_rate_by_position(limiter: str, rate: Any, more: tuple[Any, ...]) -> None: ...
 
 @disjoint_base
 class RateLimiter:

@@ -922,6 +922,17 @@ pub fn only_the_rate_by_position(
     )))
 }
 
+/// [`only_the_rate_by_position`] for the limiters written in Python (the Redis ones).
+#[pyfunction]
+#[pyo3(name = "_only_the_rate_by_position")]
+pub fn only_the_rate_by_position_py(
+    limiter: &str,
+    rate: Option<&Bound<'_, PyAny>>,
+    more: &Bound<'_, PyTuple>,
+) -> PyResult<()> {
+    only_the_rate_by_position(limiter, rate, more)
+}
+
 fn repr_or_placeholder(value: &Bound<'_, PyAny>) -> String {
     value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
 }

@@ -106,6 +106,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;
+    module.add_function(wrap_pyfunction!(
+        limiter::only_the_rate_by_position_py,
+        module
+    )?)?;
     // keyed: one limiter per client
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;

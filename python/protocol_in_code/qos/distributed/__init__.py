@@ -53,11 +53,11 @@ from __future__ import annotations
 
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos.distributed._bands import EXACT_BOUND
+from protocol_in_code.qos.distributed._server import LimiterUnavailable, PoolExhausted
 from protocol_in_code.qos.distributed.limiters import (
     UNAVAILABLE_WAIT_NS,
     AsyncRedisKeyedRateLimiter,
     AsyncRedisRateLimiter,
-    LimiterUnavailable,
     RedisKeyedRateLimiter,
     RedisRateLimiter,
 )
@@ -72,6 +72,7 @@ __all__ = [
     "Decision",
     "LimitOutcome",
     "LimiterUnavailable",
+    "PoolExhausted",
     "RedisKeyedRateLimiter",
     "RedisRateLimiter",
 ]

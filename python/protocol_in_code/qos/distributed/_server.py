@@ -41,6 +41,9 @@ KEYS_PER_CALL = 1000
 #: connection frees as soon as a call using it returns, each within the client's socket timeout.
 POOL_WAIT_FIRST = 0.0001
 POOL_WAIT_MOST = 0.01
+#: The longest a call waits for a connection in all, when the client has no socket timeout to
+#: bound it: a pool held for good (by this very thread's pub/sub, say) must not hang a call.
+POOL_WAIT_LIMIT = 5.0
 
 _UNAVAILABLE_NAMES = (
     # Every error the server answers with, or the client raises for it: unreachable (refused,
@@ -73,6 +76,7 @@ class Server:
         exceptions = _exceptions_of(client)
         self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
         self.pool_full: type[BaseException] = getattr(exceptions, "MaxConnectionsError", _Never)
+        self.pool_wait_limit = _socket_timeout(client) or POOL_WAIT_LIMIT
         self.unavailable: tuple[type[BaseException], ...] = tuple(
             getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
         ) or (OSError,)
@@ -81,11 +85,12 @@ class Server:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
         A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
-        wait = POOL_WAIT_FIRST
+        wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
                 return self._run(keys, args)
-            except self.pool_full:
+            except self.pool_full as full:
+                waited = self._pool_still_full(full, waited, wait)
                 time.sleep(wait)
                 wait = min(2 * wait, POOL_WAIT_MOST)
 
@@ -97,13 +102,26 @@ class Server:
 
     async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
-        wait = POOL_WAIT_FIRST
+        wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
                 return await self._run_async(keys, args)
-            except self.pool_full:
+            except self.pool_full as full:
+                waited = self._pool_still_full(full, waited, wait)
                 await asyncio.sleep(wait)
                 wait = min(2 * wait, POOL_WAIT_MOST)
+
+    def _pool_still_full(self, full: BaseException, waited: float, wait: float) -> float:
+        """How long a call will have waited for a connection after ``wait`` more; past the
+        client's socket timeout (or :data:`POOL_WAIT_LIMIT`) the pool is not freeing up, and
+        the call ends with ``PoolExhausted``, which no ``on_error`` answers."""
+        if waited >= self.pool_wait_limit:
+            raise PoolExhausted(
+                f"the client's connection pool stayed full for {waited:.1f} s: every "
+                f"connection is in use, and none came back (raise max_connections, or look for "
+                f"connections held by pub/sub or unfinished pipelines)"
+            ) from full
+        return waited + wait
 
     async def _run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         try:
@@ -147,6 +165,36 @@ class Server:
 
 class _Never(Exception):
     """Stands for an exception class the client's package does not have."""
+
+
+class LimiterUnavailable(Exception):
+    """The server could not decide (``on_error="raise"``); ``__cause__`` is the client's own
+    error.
+
+    Raised by ``try_acquire_many``, it carries ``answers``: one per key, ``True`` or ``False``
+    for the keys the servers that answered decided (their tokens are taken), ``None`` for the
+    keys of the servers that could not. For every other call ``answers`` is ``None``.
+    """
+
+    def __init__(self, message: str, answers: list[bool | None] | None = None) -> None:
+        super().__init__(message)
+        self.answers = answers
+
+
+class PoolExhausted(LimiterUnavailable):
+    """The client's connection pool stayed full past the wait a call allows (see
+    :meth:`Server.run`). Not a server's failure, so no ``on_error`` policy answers it: a
+    ``"allow"`` would admit without limit while this process is overloaded."""
+
+
+def _socket_timeout(client: Any) -> float | None:
+    """The client's socket timeout, where its options say (None if unknown or unset)."""
+    try:
+        options = client.get_connection_kwargs()
+    except Exception:  # a client of another shape: no timeout known
+        return None
+    timeout = options.get("socket_timeout") if isinstance(options, dict) else None
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
 
 
 def _exceptions_of(client: Any) -> Any:

@@ -22,11 +22,12 @@ from protocol_in_code._native import (
     KeyedRateLimiter,
     LimitOutcome,
     RateLimiter,
+    _only_the_rate_by_position,
     _refuse_in_event_loop,
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos.distributed import _bands
-from protocol_in_code.qos.distributed._server import Server
+from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -38,20 +39,6 @@ UNAVAILABLE_WAIT_NS = 100_000_000
 TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
-
-
-class LimiterUnavailable(Exception):
-    """The server could not decide (``on_error="raise"``); ``__cause__`` is the client's own
-    error.
-
-    Raised by ``try_acquire_many``, it carries ``answers``: one per key, ``True`` or ``False``
-    for the keys the servers that answered decided (their tokens are taken), ``None`` for the
-    keys of the servers that could not. For every other call ``answers`` is ``None``.
-    """
-
-    def __init__(self, message: str, answers: list[bool | None] | None = None) -> None:
-        super().__init__(message)
-        self.answers = answers
 
 
 def redis_key(prefix: bytes, key: Any) -> bytes:
@@ -143,10 +130,15 @@ async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[No
             if undo is not None:
                 await undo
 
-        background = asyncio.ensure_future(settle())
-        _giving_back.add(background)
-        background.add_done_callback(_giving_back.discard)
+        _in_background(settle())
         raise
+
+
+def _in_background(give_back: Awaitable[None]) -> None:
+    """Run a give-back on its own, kept referenced until it is done."""
+    background = asyncio.ensure_future(give_back)
+    _giving_back.add(background)
+    background.add_done_callback(_giving_back.discard)
 
 
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
@@ -376,6 +368,8 @@ class _Batch:
         self._unreachable: dict[Any, BaseException] = {}  # node -> its error
         self._error: BaseException | None = None  # the first, under on_error="raise"
         self.undecided: list[int] = []
+        self.taken: list[bytes] = []  # the Redis keys the servers took tokens from
+        self.taken_locally: list[Any] = []  # the keys a local fallback took tokens for
 
     def groups(self) -> Iterator[tuple[list[int], Any]]:
         """Each slot's keys (their positions) and the node asked for them, read before the
@@ -395,6 +389,8 @@ class _Batch:
     def answered(self, group: list[int], reply: Any) -> None:
         for i, answer in zip(group, allowed_digits(reply), strict=True):
             self.answers[i] = answer
+            if answer:
+                self.taken.append(self.names[i])
 
     def failed(self, group: list[int], node: Any, error: BaseException) -> None:
         """The on_error answer for the keys of ``group``. Under ``"raise"`` nothing is raised
@@ -407,10 +403,28 @@ class _Batch:
             for i in group:
                 self.undecided.append(i)
             return
+        local = not isinstance(self._core.on_error, str)
         for i in group:
             self.answers[i] = bool(
                 self._core.unavailable(error, "try_acquire", self.keys[i], self._n, self._now_ns)
             )
+            if local and self.answers[i]:
+                self.taken_locally.append(self.keys[i])
+
+    async def give_back(self) -> None:
+        """Give back every take of this batch so far: for an awaited batch whose caller was
+        cancelled, and so never told (see :func:`_net_zero`)."""
+        core = self._core
+        refund = core.args(REFUND, self._n, self._now_ns)
+        for name in self.taken:
+            try:
+                await core.server.run_async([name], refund)
+            except core.server.unavailable:
+                pass  # the server cannot be reached: its take stands, as any lost reply's
+        policy = core.on_error
+        if isinstance(policy, KeyedRateLimiter):
+            for key in self.taken_locally:
+                policy.refund(key, self._n, self._now_ns)
 
     def finished(self) -> list[bool]:
         """The answers, once every group was asked; under ``"raise"``, a
@@ -437,8 +451,8 @@ class _OneKey:
         client: Any,
         key: str | bytes,
         rate: Any = None,
+        *more: Any,
         burst: int | None = None,
-        *,
         per: Any = None,
         bands: Iterable[Any] | None = None,
         initial: int | None = None,
@@ -446,6 +460,7 @@ class _OneKey:
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
     ) -> None:
+        _only_the_rate_by_position(type(self).__name__, rate, more)
         self._core = core = _Core(
             client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
         )
@@ -480,14 +495,15 @@ class _ManyKeys:
         self,
         client: Any,
         rate: Any = None,
+        *more: Any,
         burst: int | None = None,
-        *,
         per: Any = None,
         bands: Iterable[Any] | None = None,
         on_error: OnError = "raise",
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
     ) -> None:
+        _only_the_rate_by_position(type(self).__name__, rate, more)
         self._core = core = _Core(
             client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
         )
@@ -817,21 +833,27 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         unreachable is not asked again within the batch."""
         batch = _Batch(self._core, keys, n, now_ns)
         server, refund = self._core.server, self._core.args(REFUND, n, now_ns)
-        for group, node in batch.groups():
-            try:
-                names = batch.names_of(group, node)
+        try:
+            for group, node in batch.groups():
+                try:
+                    names = batch.names_of(group, node)
 
-                async def give_back(reply: Any, names: list[bytes] = names) -> None:
-                    for name, taken_here in zip(names, allowed_digits(reply), strict=True):
-                        if taken_here:
-                            await server.run_async([name], refund)
+                    async def give_back(reply: Any, names: list[bytes] = names) -> None:
+                        for name, taken_here in zip(names, allowed_digits(reply), strict=True):
+                            if taken_here:
+                                await server.run_async([name], refund)
 
-                asked = server.run_async(names, batch.args)
-                reply = await _net_zero(asked, give_back)
-            except self._unavailable as error:
-                batch.failed(group, node, error)
-            else:
-                batch.answered(group, reply)
+                    asked = server.run_async(names, batch.args)
+                    reply = await _net_zero(asked, give_back)
+                except self._unavailable as error:
+                    batch.failed(group, node, error)
+                else:
+                    batch.answered(group, reply)
+        except asyncio.CancelledError:
+            # The groups decided so far took tokens nobody will be told of (the one under
+            # way gives its own back): net zero, as for a single call.
+            _in_background(batch.give_back())
+            raise
         return batch.finished()
 
     async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
