@@ -148,3 +148,40 @@ def test_the_middleware_takes_any_object_of_the_interfaces() -> None:
     RateLimitMiddleware(app, limiter=Always())
     with pytest.raises(TypeError, match="limiter must be a limiter"):
         RateLimitMiddleware(app, limiter=object())
+
+
+def test_a_keyed_limiter_without_a_batch_method_is_still_keyed() -> None:
+    class KeyedNoBatch:
+        bands = ((1, 1),)
+
+        def try_acquire(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> bool:
+            return True
+
+        def check(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> Decision:
+            return Decision(LimitOutcome.ALLOWED, 0, 1)
+
+        peek = check
+
+        def refund(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> None:
+            return None
+
+        def available(self, key: Hashable, now_ns: int | None = None) -> int:
+            return 1
+
+        def acquire(self, key: Hashable, n: int = 1, timeout: float | None = None) -> bool:
+            return True
+
+    assert kind_of(KeyedNoBatch()) == (True, False)
+
+
+def test_a_check_that_takes_neither_n_nor_key_first_is_refused() -> None:
+    class Odd:
+        bands = ((1, 1),)
+
+        def check(self, request: Any) -> Decision:
+            return Decision(LimitOutcome.ALLOWED, 0, 1)
+
+        try_acquire = peek = refund = available = acquire = check
+
+    with pytest.raises(TypeError, match="must take n first"):
+        kind_of(Odd())

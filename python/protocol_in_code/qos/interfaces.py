@@ -16,8 +16,8 @@ limiter of the package against its interface.
 
 The in-process and synchronous Redis limiters also wait in asyncio (``acquire_async``); the
 asyncio Redis limiters await everything, so their ``acquire`` is a coroutine. A keyed limiter
-decides a whole batch of keys at once (``try_acquire_many``): that is also how a keyed limiter
-is told from a one-limit one at run time (:func:`kind_of`).
+decides a whole batch of keys at once (``try_acquire_many``). At run time :func:`kind_of` tells
+the four apart by ``check``: its first parameter, and whether it is a coroutine function.
 """
 
 from __future__ import annotations
@@ -109,13 +109,25 @@ def kind_of(limiter: object) -> tuple[bool, bool]:
     other.
 
     At run time a protocol is checked by its methods' names only, and the four share theirs:
-    a keyed limiter is the one with ``try_acquire_many``, and an awaited one is the one whose
-    ``check`` is a coroutine function.
+    a keyed limiter is the one whose ``check`` takes ``key`` first (``n`` first is one limit;
+    anything else is refused), and an awaited one is the one whose ``check`` is a coroutine
+    function.
     """
     if not isinstance(limiter, AsyncLimiter):  # the names every kind has
         missing = [name for name in _NAMES if not hasattr(limiter, name)]
         raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
-    keyed = isinstance(limiter, AsyncKeyedLimiter)
+    try:
+        parameters = list(inspect.signature(limiter.check).parameters)
+    except (TypeError, ValueError):  # no signature to read: the batch method tells
+        keyed = isinstance(limiter, AsyncKeyedLimiter)
+    else:
+        first = parameters[0] if parameters else None
+        if first not in ("n", "key"):
+            raise TypeError(
+                f"{type(limiter).__name__}.check must take n first (one limit) or key first "
+                f"(one limit per key), as the interfaces declare, not {first}"
+            )
+        keyed = first == "key"
     awaited = inspect.iscoroutinefunction(limiter.check)
     return keyed, awaited
 
