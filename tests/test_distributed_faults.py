@@ -154,3 +154,41 @@ def test_an_awaited_acquire_with_a_timeout_returns_at_its_deadline_from_a_stoppe
     with qos_support.watchdog(60):
         returned, answer = asyncio.run(main())
     assert returned and answer is False
+
+
+def test_a_blocking_acquire_with_a_timeout_returns_at_its_deadline_from_a_stopped_server(
+    own_redis_server: Any,
+) -> None:
+    """redis-py's default client waits 5 s for each answer, and retries: against a stopped
+    server ``acquire(timeout=0.5)`` used to block for many seconds. Its question now runs in a
+    worker thread, waited for what is left of the timeout, so the call returns False near its
+    deadline (the 3 s bound here only detects a hang), and the question, answered once the
+    server is back, gives back what it took."""
+    import threading
+
+    client = own_redis_server.client()  # the client's defaults: socket_timeout=5, retries
+    limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600)
+    assert limiter.acquire("k", timeout=0.5) is True  # connected, and the script loaded
+    answers: list[bool] = []
+    own_redis_server.pause()
+    try:
+        caller = threading.Thread(target=lambda: answers.append(limiter.acquire("k", timeout=0.5)))
+        caller.start()
+        caller.join(3)
+        assert answers == [False], "still blocked: the deadline was not kept"
+    finally:
+        own_redis_server.resume()
+    deadline = time.monotonic() + 10
+    while limiter.available("k") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert limiter.available("k") == 1, "the late question gave back what it took"
+
+
+def test_a_blocking_acquire_with_a_timeout_needs_a_client_socket_timeout(
+    own_redis_server: Any,
+) -> None:
+    client = own_redis_server.client(socket_timeout=None)
+    limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600)
+    with pytest.raises(ValueError, match="socket_timeout"):
+        limiter.acquire("k", timeout=0.5)
+    assert limiter.acquire("k") is True  # no timeout: nothing to keep

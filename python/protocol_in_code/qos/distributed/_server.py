@@ -76,7 +76,8 @@ class Server:
         exceptions = _exceptions_of(client)
         self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
         self.pool_full: type[BaseException] = getattr(exceptions, "MaxConnectionsError", _Never)
-        self.pool_wait_limit = _socket_timeout(client) or POOL_WAIT_LIMIT
+        self.socket_timeout = _socket_timeout(client)
+        self.pool_wait_limit = self.socket_timeout or POOL_WAIT_LIMIT
         self.unavailable: tuple[type[BaseException], ...] = tuple(
             getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
         ) or (OSError,)

@@ -11,6 +11,8 @@ asyncio classes differ only in awaiting the round trip: :class:`_Core` (configur
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import inspect
 import operator
 import time
@@ -264,15 +266,38 @@ def _never(n: Any) -> ValueError:
     return ValueError(f"n={n} is more than a band's burst: it can never be acquired")
 
 
-def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any, limiter: str) -> bool:
+def _blocking_acquire(
+    ask: Callable[[float | None], Decision | None],
+    n: Any,
+    timeout: Any,
+    limiter: str,
+    server: Server,
+) -> bool:
     """Ask until allowed, sleeping for each wait; False once ``timeout`` seconds pass. Refused
-    on a thread running an event loop, as the in-process limiters refuse it."""
+    on a thread running an event loop, as the in-process limiters refuse it.
+
+    ``ask(left)`` is one question, waited for at most ``left`` seconds when a ``timeout`` is
+    given (None: as long as it takes); it answers None when that ran out. So the call returns
+    by its deadline whatever the client's socket timeout, and a question still under way then
+    gives back what it took (see :func:`_asked_within`). A client with no socket timeout would
+    leave such a question blocked for ever on a stopped server: ``timeout=`` is refused there.
+    """
     limit = _check_timeout(timeout)
     if limit != 0:
         _refuse_in_event_loop(limiter)
+    if limit is not None and server.socket_timeout is None:
+        raise ValueError(
+            f"{limiter}.acquire(timeout={timeout!r}) cannot return by its deadline on a client "
+            f"with no socket_timeout: a stopped server would keep its question for ever. Give "
+            f"the client socket_timeout (redis.Redis(..., socket_timeout=0.2, "
+            f"socket_connect_timeout=0.2)), or use acquire_async"
+        )
     deadline = None if limit is None else time.monotonic() + limit
     while True:
-        answer = ask()
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        answer = ask(left)
+        if answer is None:
+            return False
         if answer.outcome is LimitOutcome.ALLOWED:
             return True
         if answer.wait_ns is None:
@@ -284,6 +309,30 @@ def _blocking_acquire(ask: Callable[[], Decision], n: Any, timeout: Any, limiter
                 return False
             delay = min(delay, left)
         time.sleep(delay)
+
+
+#: Worker threads for the questions of blocking acquires with a timeout.
+_questions = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="qos-redis-question")
+
+
+def _asked_within(
+    server: Server, keys: list[bytes], take: Any, refund: Any, left: float
+) -> Any | None:
+    """The reply to a take asked in a worker thread, waited for at most ``left`` seconds (plus
+    :data:`ASK_GRACE`); None if it did not come by then. A take that comes later gives back
+    what it took, in its thread: nobody is waiting for its answer any more."""
+    question = _questions.submit(server.run, keys, take)
+    try:
+        return question.result(timeout=left + ASK_GRACE)
+    except concurrent.futures.TimeoutError:
+
+        def give_back(done: concurrent.futures.Future[Any]) -> None:
+            if done.exception() is None and took(done.result()):
+                with contextlib.suppress(*server.unavailable):
+                    server.run(keys, refund)
+
+        question.add_done_callback(give_back)
+        return None
 
 
 #: How long past its deadline an awaited ``acquire(timeout=...)`` lets its last question run:
@@ -599,7 +648,26 @@ class RedisRateLimiter(_OneKey):
     def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens are taken (True), or ``timeout`` seconds pass (False)."""
         self._core.args(TAKE, n, None)
-        return _blocking_acquire(lambda: self.check(n), n, timeout, type(self).__name__)
+        return _blocking_acquire(
+            lambda left: self._check_within(n, left),
+            n,
+            timeout,
+            type(self).__name__,
+            self._core.server,
+        )
+
+    def _check_within(self, n: Any, left: float | None) -> Decision | None:
+        """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
+        if left is None:
+            return self.check(n)
+        core = self._core
+        try:
+            reply = _asked_within(
+                core.server, self._keys, core.args(TAKE, n, None), core.args(REFUND, n, None), left
+            )
+        except self._unavailable as error:
+            return self._fall_back(error, "check", n, None)  # type: ignore[no-any-return]
+        return None if reply is None else decision(reply)
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
@@ -721,7 +789,27 @@ class RedisKeyedRateLimiter(_ManyKeys):
         """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
         redis_key(self._prefix, key)
         self._core.args(TAKE, n, None)
-        return _blocking_acquire(lambda: self.check(key, n), n, timeout, type(self).__name__)
+        return _blocking_acquire(
+            lambda left: self._check_within(key, n, left),
+            n,
+            timeout,
+            type(self).__name__,
+            self._core.server,
+        )
+
+    def _check_within(self, key: str | bytes, n: Any, left: float | None) -> Decision | None:
+        """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
+        if left is None:
+            return self.check(key, n)
+        core = self._core
+        keys = [redis_key(self._prefix, key)]
+        try:
+            reply = _asked_within(
+                core.server, keys, core.args(TAKE, n, None), core.args(REFUND, n, None), left
+            )
+        except self._unavailable as error:
+            return self._fall_back(error, "check", key, n, None)  # type: ignore[no-any-return]
+        return None if reply is None else decision(reply)
 
     async def acquire_async(
         self, key: str | bytes, n: int = 1, timeout: float | None = None
