@@ -378,12 +378,49 @@ async def _net_zero_if_taking(
     """The script's reply on an asyncio client; a take is net zero for a cancelled caller."""
     if op != TAKE:
         return await core.server.run_async(keys, args)
-    refund = core.args(REFUND, n, now_ns)
+    return await _taken(core.server.run_async, keys, args, core.args(REFUND, n, now_ns))
+
+
+async def _taken(
+    run: Callable[[list[bytes], Any], Awaitable[Any]], keys: list[bytes], take: Any, refund: Any
+) -> Any:
+    """The reply to a take on one key run by ``run``, net zero if the caller is cancelled: the
+    refund is run for it if it took (see :func:`_net_zero`)."""
 
     def give_back(reply: Any) -> Awaitable[Any] | None:
-        return core.server.run_async(keys, refund) if took(reply) else None
+        return run(keys, refund) if took(reply) else None
 
-    return await _net_zero(core.server.run_async(keys, args), give_back)
+    return await _net_zero(run(keys, take), give_back)
+
+
+def _check_within(
+    core: _Core, keys: list[bytes], n: Any, left: float, fall_back: Callable[[BaseException], Any]
+) -> Decision | None:
+    """A blocking acquire's question on one key, waited for at most ``left`` seconds: the
+    decision, the ``on_error`` answer (``fall_back``), or None if time ran out."""
+    take, refund = core.args(TAKE, n, None), core.args(REFUND, n, None)
+    try:
+        reply = _asked_within(core.server, keys, take, refund, left)
+    except core.server.unavailable as error:
+        return fall_back(error)  # type: ignore[no-any-return]
+    return None if reply is None else decision(reply)
+
+
+async def _check_in_thread(
+    core: _Core, keys: list[bytes], n: Any, fall_back: Callable[[BaseException], Any]
+) -> Decision:
+    """An awaited acquire's question on one key of a synchronous client, asked in a worker
+    thread, net zero if the waiter is cancelled meanwhile."""
+    server = core.server
+
+    def run(keys: list[bytes], args: Any) -> Awaitable[Any]:
+        return asyncio.to_thread(server.run, keys, args)
+
+    try:
+        reply = await _taken(run, keys, core.args(TAKE, n, None), core.args(REFUND, n, None))
+    except server.unavailable as error:
+        return fall_back(error)  # type: ignore[no-any-return]
+    return decision(reply)
 
 
 #: The questions about one key: the script's operation for each method, and how its reply is
@@ -660,34 +697,21 @@ class RedisRateLimiter(_OneKey):
         """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
         if left is None:
             return self.check(n)
-        core = self._core
-        try:
-            reply = _asked_within(
-                core.server, self._keys, core.args(TAKE, n, None), core.args(REFUND, n, None), left
-            )
-        except self._unavailable as error:
-            return self._fall_back(error, "check", n, None)  # type: ignore[no-any-return]
-        return None if reply is None else decision(reply)
+        return _check_within(
+            self._core, self._keys, n, left, lambda e: self._fall_back(e, "check", n, None)
+        )
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
         cancelled while a round trip runs gives back what that trip took."""
         self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: self._check_in_thread(n), n, timeout)
-
-    async def _check_in_thread(self, n: Any) -> Decision:
-        server, keys = self._core.server, self._keys
-        refund = self._core.args(REFUND, n, None)
-
-        def give_back(reply: Any) -> Awaitable[Any] | None:
-            return asyncio.to_thread(server.run, keys, refund) if took(reply) else None
-
-        try:
-            asked = asyncio.to_thread(server.run, keys, self._core.args(TAKE, n, None))
-            reply = await _net_zero(asked, give_back)
-        except self._unavailable as error:
-            return self._fall_back(error, "check", n, None)  # type: ignore[no-any-return]
-        return decision(reply)
+        return await _awaited_acquire(
+            lambda: _check_in_thread(
+                self._core, self._keys, n, lambda e: self._fall_back(e, "check", n, None)
+            ),
+            n,
+            timeout,
+        )
 
     def __call__(self, function: _F) -> _F:
         """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
@@ -801,15 +825,10 @@ class RedisKeyedRateLimiter(_ManyKeys):
         """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
         if left is None:
             return self.check(key, n)
-        core = self._core
         keys = [redis_key(self._prefix, key)]
-        try:
-            reply = _asked_within(
-                core.server, keys, core.args(TAKE, n, None), core.args(REFUND, n, None), left
-            )
-        except self._unavailable as error:
-            return self._fall_back(error, "check", key, n, None)  # type: ignore[no-any-return]
-        return None if reply is None else decision(reply)
+        return _check_within(
+            self._core, keys, n, left, lambda e: self._fall_back(e, "check", key, n, None)
+        )
 
     async def acquire_async(
         self, key: str | bytes, n: int = 1, timeout: float | None = None
@@ -818,21 +837,14 @@ class RedisKeyedRateLimiter(_ManyKeys):
         cancelled while a round trip runs gives back what that trip took."""
         redis_key(self._prefix, key)
         self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: self._check_in_thread(key, n), n, timeout)
-
-    async def _check_in_thread(self, key: str | bytes, n: Any) -> Decision:
-        server, keys = self._core.server, [redis_key(self._prefix, key)]
-        refund = self._core.args(REFUND, n, None)
-
-        def give_back(reply: Any) -> Awaitable[Any] | None:
-            return asyncio.to_thread(server.run, keys, refund) if took(reply) else None
-
-        try:
-            asked = asyncio.to_thread(server.run, keys, self._core.args(TAKE, n, None))
-            reply = await _net_zero(asked, give_back)
-        except self._unavailable as error:
-            return self._fall_back(error, "check", key, n, None)  # type: ignore[no-any-return]
-        return decision(reply)
+        keys = [redis_key(self._prefix, key)]
+        return await _awaited_acquire(
+            lambda: _check_in_thread(
+                self._core, keys, n, lambda e: self._fall_back(e, "check", key, n, None)
+            ),
+            n,
+            timeout,
+        )
 
 
 class AsyncRedisRateLimiter(_OneKey):
