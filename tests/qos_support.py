@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -582,3 +583,12 @@ class AsyncNoServer:
         raise AssertionError(f"a round trip was made: EVALSHA {args!r}")
 
     eval = evalsha
+
+
+def wait_until(condition: Callable[[], Any], what: str, seconds: float = 10.0) -> None:
+    """Poll ``condition`` every millisecond until it holds; fail naming ``what`` after
+    ``seconds`` (a hang detector, not a speed target)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.001)

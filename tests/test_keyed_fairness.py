@@ -34,13 +34,6 @@ SECOND = 10**9
 HANG_SECONDS = 60
 
 
-def wait_until(condition: Any, what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.001)
-
-
 def emptied(limiter: KeyedRateLimiter, key: Any, burst: int) -> KeyedRateLimiter:
     assert limiter.try_acquire(key, burst) is True
     return limiter
@@ -59,7 +52,7 @@ def test_threads_are_served_in_the_order_they_reserved() -> None:
             thread.start()
             threads.append(thread)
             # Waiter i has reserved once the next token is due after i + 1 of them.
-            wait_until(
+            qos_support.wait_until(
                 lambda i=i: limiter.peek("k", now_ns=0).wait_ns == (i + 2) * MS,
                 f"waiter {i} reserved",
             )
@@ -67,7 +60,7 @@ def test_threads_are_served_in_the_order_they_reserved() -> None:
         assert limiter.acquire("other", timeout=0) is True
         for i in range(8):
             clock.advance(MS)  # waiter i's token is due: it, and only it, goes
-            wait_until(lambda i=i: len(served) == i + 1, f"waiter {i} served")
+            qos_support.wait_until(lambda i=i: len(served) == i + 1, f"waiter {i} served")
             assert served == list(range(i + 1))
         for thread in threads:
             thread.join(5)
@@ -194,10 +187,10 @@ def test_a_new_key_refused_by_a_full_table_waits_for_room_then_reserves(kind: st
     with qos_support.watchdog(HANG_SECONDS):
         thread = threading.Thread(target=waiter, daemon=True)
         thread.start()
-        wait_until(lambda: limiter.stats.refused >= 2, "the waiter was refused")
+        qos_support.wait_until(lambda: limiter.stats.refused >= 2, "the waiter was refused")
         assert not done
         clock.advance(100 * MS)  # "a" is full again: its room is the waiter's
-        wait_until(lambda: bool(done), "the waiter got in")
+        qos_support.wait_until(lambda: bool(done), "the waiter got in")
         thread.join(5)
     assert done == [True]
     assert list(limiter) == ["b"]
@@ -210,7 +203,9 @@ def test_a_table_with_a_waiting_key_pickles_and_comes_back_the_same() -> None:
     with qos_support.watchdog(HANG_SECONDS):
         thread = threading.Thread(target=lambda: done.append(limiter.acquire("k", 2)), daemon=True)
         thread.start()
-        wait_until(lambda: limiter.peek("k", now_ns=0).wait_ns == 3 * SECOND, "the waiter reserved")
+        qos_support.wait_until(
+            lambda: limiter.peek("k", now_ns=0).wait_ns == 3 * SECOND, "the waiter reserved"
+        )
         copy = pickle.loads(pickle.dumps(limiter))
         clock.advance(2 * SECOND)
         thread.join(10)

@@ -32,13 +32,6 @@ MS = 10**6
 HANG_SECONDS = 60
 
 
-def wait_until(condition: Any, what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.001)
-
-
 def test_threads_are_served_in_the_order_they_reserved() -> None:
     clock = FakeClock(0)
     limiter = RateLimiter(1000, burst=1, initial=0, start_ns=0, clock=clock)  # 1 token per ms
@@ -52,12 +45,12 @@ def test_threads_are_served_in_the_order_they_reserved() -> None:
             thread.start()
             threads.append(thread)
             # Waiter i has reserved once the next token is due after i + 1 of them.
-            wait_until(
+            qos_support.wait_until(
                 lambda i=i: limiter.peek(now_ns=0).wait_ns == (i + 2) * MS, f"waiter {i} reserved"
             )
         for i in range(8):
             clock.advance(MS)  # waiter i's token is due: it, and only it, goes
-            wait_until(lambda i=i: len(served) == i + 1, f"waiter {i} served")
+            qos_support.wait_until(lambda i=i: len(served) == i + 1, f"waiter {i} served")
             assert served == list(range(i + 1))
         for thread in threads:
             thread.join(5)

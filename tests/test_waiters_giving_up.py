@@ -67,13 +67,6 @@ def violations(admissions: list[tuple[int, int]], bands: list[tuple[Fraction, in
     return found
 
 
-def wait_until(condition: Any, what: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.001)
-
-
 @dataclass
 class Waiter:
     n: int
@@ -250,9 +243,9 @@ def test_a_blocking_waiter_interrupted_with_another_behind_it_forfeits_its_turn(
         return limiter.peek(now_ns=0).wait_ns == ns
 
     def interrupter() -> None:
-        wait_until(lambda: booked_until(SECOND), "A booked at 0.5 s")
+        qos_support.wait_until(lambda: booked_until(SECOND), "A booked at 0.5 s")
         behind.start()
-        wait_until(lambda: booked_until(3 * SECOND // 2), "B booked at 1 s")
+        qos_support.wait_until(lambda: booked_until(3 * SECOND // 2), "B booked at 1 s")
         signal.pthread_kill(main, signal.SIGINT)
 
     behind = threading.Thread(target=limiter.acquire, daemon=True)
