@@ -241,7 +241,7 @@ def test_an_asyncio_client_gives_awaitables(redis_server: Any) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
         await client.flushall()
-        single = RedisRateLimiter(client, "async", 100, burst=2)
+        single = RedisRateLimiter(client, "async", 2, burst=2)  # a token per 0.5 s
         assert isinstance(single, AsyncRedisRateLimiter)
         assert await single.try_acquire()
         assert (await single.check()).allowed

@@ -77,42 +77,24 @@ impl Band {
         i64::try_from(i128::from(settled_at).saturating_add_unsigned(refill)).unwrap_or(i64::MAX)
     }
 
-    /// Give back `n` tokens that a waiter reserved for `reserved_at` (see
-    /// [`Balances::reserve`]) and will not use. Three cases, by where the settlement point
-    /// stands:
+    /// Give back `n` tokens taken from this band, as if they had never been taken: see
+    /// [`Balances::give_back`] for when that is safe.
     ///
-    /// * **At `reserved_at`, still ahead of the clock: this was the last reservation.** Nobody
-    ///   queues behind it, so it is undone as time, not as tokens: the settlement point moves
-    ///   back by the time `n` tokens take to accrue (never before `now_ns`). The tokens are
-    ///   nobody's before their turn would have come, and giving back the last reservation
-    ///   made restores the band exactly as it was before it.
-    /// * **Beyond `reserved_at`: others reserved after it.** Their turns were booked from this
-    ///   one's end. Moving the settlement point back would hand the same stretch of time out
-    ///   twice: a newcomer would be booked into it while those waiters are still admitted at
-    ///   their own turns, and together they would exceed the burst. So the tokens are
-    ///   forfeited: the waiters behind keep their turns, and nobody is let through early.
-    ///   Never over-admitting is worth more than giving back exactly.
-    /// * **At or before `now_ns`: the turn has come.** The tokens are plain tokens again,
-    ///   capped at the burst, as if their holder had taken them and refunded them.
-    fn give_back(&mut self, n: u64, now_ns: i64, reserved_at: i64) {
+    /// Settled at or before `now_ns`, they are plain tokens again, capped at the burst.
+    /// Settled ahead of `now_ns` (a reservation took them there), the settlement is run
+    /// backwards: the band as it stands there, with the units given back (capped at the
+    /// burst), loses `per_ns` units for every nanosecond it moves back, down to an empty band
+    /// or to `now_ns`. Whatever the band held there (a faster band of several, settled forward
+    /// to the slowest one's moment, holds more than the reservation took), nothing is then held
+    /// before it has accrued, and the cap can only have cut what comes back, never added to it.
+    fn undo(&mut self, n: u64, now_ns: i64) {
         let returned = u128::from(n) * self.spec.rate.units_per_token();
         let per_ns = self.spec.rate.units_per_ns();
         let Some(settled_at) = self.balance.settled_at.filter(|&at| at > now_ns) else {
-            // Nothing reserved ahead: plain tokens, capped at the burst.
             self.settle(now_ns);
             self.balance.units = (self.balance.units + returned).min(self.spec.capacity_units());
             return;
         };
-        if settled_at != reserved_at {
-            // Others queue behind this reservation: forfeited (see above).
-            return;
-        }
-        // Undone by running the settlement backwards: the band as it stands at `settled_at`,
-        // with the units given back (capped at the burst), loses `per_ns` units for every
-        // nanosecond it moves back, down to an empty band or to `now_ns`. Whatever the band held
-        // there (a faster band of several, settled forward to the slowest one's moment, holds
-        // more than the reservation took), nothing is then held before it has accrued, and the
-        // cap can only have cut what comes back, never added to it.
         let total = (self.balance.units + returned).min(self.spec.capacity_units());
         let ahead = u128::from(settled_at.abs_diff(now_ns));
         let (settled_at, units) = if total / per_ns < ahead {
@@ -330,10 +312,29 @@ impl Balances {
     }
 
     /// A waiter that stops waiting hands back the `n` tokens it reserved for `reserved_at`
-    /// (the moment [`Balances::reserve`] booked them at): undone if it was the last
-    /// reservation, forfeited if others queue behind it; see [`Band::give_back`].
+    /// (the moment [`Balances::reserve`] booked them at). Decided for the limiter as a whole,
+    /// since its bands may stand at different points once a reservation has been undone:
+    ///
+    /// * **Nobody queues behind it** (no band is settled beyond `reserved_at`, or beyond
+    ///   `now_ns` once its turn has come): every band is undone (see [`Band::undo`]). Before
+    ///   its turn, the tokens are nobody's before they would have accrued; giving back the last
+    ///   reservation made restores the limiter as it was, or leaves it with less.
+    /// * **Others queue behind it.** Their turns were booked from this one's end. Handing its
+    ///   time or its tokens out again would let a newcomer in while those waiters are still
+    ///   admitted at their own turns, and together they would exceed the burst. So the tokens
+    ///   are forfeited: the waiters behind keep their turns, and nobody is let through early.
+    ///   Never over-admitting is worth more than giving back exactly.
     pub fn give_back(&mut self, specs: &[BandSpec], n: u64, now_ns: i64, reserved_at: i64) {
-        self.update(specs, |band| band.give_back(n, now_ns, reserved_at));
+        if self.settled_beyond(reserved_at.max(now_ns)) {
+            return;
+        }
+        self.update(specs, |band| band.undo(n, now_ns));
+    }
+
+    /// Whether some band is settled beyond `time`: a waiter's reservation ends there.
+    fn settled_beyond(&self, time: i64) -> bool {
+        self.iter()
+            .any(|balance| balance.settled_at.is_some_and(|at| at > time))
     }
 
     /// What [`Balances::acquire`] would answer at `now_ns`, taking nothing. Like every call,
@@ -362,15 +363,15 @@ impl Balances {
     /// Settle to `now_ns`, then give `n` tokens back to every band, each capped at its burst.
     ///
     /// A band settled ahead of `clock` (the latest time any call has used) holds a waiter's
-    /// reservation: the tokens would be held at the reservation's end, where anyone asking
-    /// now could take them at once, ahead of the waiters and on top of their turns. On such a
-    /// band the refund is forfeited, as a waiter's give-back is (see [`Band::give_back`]).
+    /// reservation: tokens given back now could be taken at once, ahead of the waiters and on
+    /// top of their turns. While one does, the refund is forfeited on every band, as a
+    /// waiter's give-back is (see [`Balances::give_back`]).
     pub fn refund(&mut self, specs: &[BandSpec], n: u64, now_ns: i64, clock: i64) {
         self.settle(specs, now_ns);
+        if self.settled_beyond(clock) {
+            return;
+        }
         self.update(specs, |band| {
-            if band.balance.settled_at.is_some_and(|at| at > clock) {
-                return;
-            }
             let capacity = band.spec.capacity_units();
             let returned = u128::from(n).saturating_mul(band.spec.rate.units_per_token());
             band.balance.units = band.balance.units.saturating_add(returned).min(capacity);
@@ -741,6 +742,37 @@ mod tests {
         // What the fast band's cap cut off at 0.5 s comes back later, never earlier: its
         // token is there by 0.3 s (without the reservation, by 0.1 s).
         assert_eq!(limiter.acquire(1, 3 * SECOND / 10), Decision::Allowed);
+    }
+
+    #[test]
+    fn a_refund_is_forfeited_while_any_band_holds_a_waiter() {
+        // Bands (1/s, burst 2) and (2/s, burst 1). A waiter at 0.5 s, one at 1 s who gives up:
+        // its undo leaves the slow band settled at now and the fast one at 0.5 s. A refund then
+        // must not go into the slow band, or two later waiters at 1 s and 1.5 s make four
+        // admissions in 1.5 s, where a burst of 2 at 1/s allows 3.
+        let mut limiter = Limiter::new(&[band(1, 2), band(2, 1)], None, Some(0));
+        assert_eq!(limiter.on_the_clock(0), Ok(()));
+        assert_eq!(limiter.acquire(1, 0), Decision::Allowed);
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND / 2));
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND));
+        limiter.give_back(1, 0, SECOND);
+        limiter.refund(1, 0);
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND));
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(2 * SECOND));
+    }
+
+    #[test]
+    fn the_earlier_waiter_is_undone_whole_once_the_later_one_is() {
+        // After the later waiter's undo the bands stand at different points; the earlier one
+        // is now the last, and giving it back restores the limiter as it was.
+        let mut limiter = Limiter::new(&[band(1, 2), band(2, 1)], None, Some(0));
+        assert_eq!(limiter.acquire(1, 0), Decision::Allowed);
+        let before = limiter.clone();
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND / 2));
+        assert_eq!(limiter.reserve(1, 0, u128::MAX), taken_after(SECOND));
+        limiter.give_back(1, 0, SECOND);
+        limiter.give_back(1, 0, SECOND / 2);
+        assert_eq!(limiter.bands(), before.bands());
     }
 
     #[test]
