@@ -50,6 +50,11 @@ NATIVE_CALLABLES = {
 # ---------------------------------------------------------------------------------------------
 
 
+def band_pairs(limiter: Any) -> tuple[tuple[Any, int], ...]:
+    """A limiter's bands as ``(tokens per second, burst)`` pairs: what the models compare."""
+    return tuple((band.per_second, band.burst) for band in limiter.bands)
+
+
 def reference_mode() -> bool:
     """True when ``QOS_IMPL=reference``; ``QOS_IMPL`` unset, empty or ``native`` means native."""
     value = os.environ.get("QOS_IMPL", "").strip().lower()

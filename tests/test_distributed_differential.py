@@ -61,8 +61,9 @@ def same_balances(client: Any, redis_key: bytes, local: RateLimiter) -> None:
     """Each band's balance: stored units * 1000 == in-process units (a missing key is full)."""
     stored = client.hgetall(redis_key)
     balances = local.__reduce__()[2][0]
+    pairs = ((band.per_second, band.burst) for band in local.bands)
     for index, ((units, _settled), (_rate, burst)) in enumerate(
-        zip(balances, local.bands, strict=True), start=1
+        zip(balances, pairs, strict=True), start=1
     ):
         if stored:
             assert int(stored[str(index).encode()]) * 1000 == units

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import qos_support
-from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, _bands
 from protocol_in_code.qos.distributed._server import SOURCE
 
 if qos_support.reference_mode():
@@ -32,3 +34,65 @@ def test_decisions_still_run_under_the_declaration(redis_client: Any) -> None:
     limiter = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600)
     assert [limiter.try_acquire("k") for _ in range(3)] == [True, True, False]
     assert limiter.try_acquire_many(["a", "b", "k"]) == [True, True, False]
+
+
+# -- one settlement, two paths ------------------------------------------------------------------
+#
+# The script settles one band on one key in plain locals (its fast path) and everything else in
+# tables (its general path). The general path is the fast path's arithmetic line for line; this
+# runs the same random single-band traces through the script as shipped and through a copy whose
+# fast path is switched off, and compares every reply, every stored field and every expiry.
+
+FAST_PATH = "if count == 1 and #KEYS == 1 then"
+
+
+def test_the_fast_path_is_where_the_script_says() -> None:
+    assert SOURCE.count(FAST_PATH) == 1
+
+
+OPS = st.sampled_from([0, 2, 3, 4])  # take, peek, refund, available (many is several keys)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rate=st.integers(1, 50),
+    per=st.sampled_from([1, 3, 60]),
+    burst=st.integers(1, 20),
+    initial=st.one_of(st.none(), st.integers(0, 20)),
+    least_ttl_ms=st.sampled_from([0, 5000]),
+    steps=st.lists(
+        st.tuples(OPS, st.integers(0, 25), st.integers(-2_000_000, 5_000_000)),
+        min_size=1,
+        max_size=25,
+    ),
+)
+def test_the_fast_path_and_the_general_path_settle_alike(
+    redis_client: Any,
+    rate: int,
+    per: int,
+    burst: int,
+    initial: int | None,
+    least_ttl_ms: int,
+    steps: list[tuple[int, int, int]],
+) -> None:
+    if initial is not None and initial > burst:
+        initial = burst
+    general = SOURCE.replace(FAST_PATH, "if false then")
+    _, config = _bands.parse(rate, burst, per, None, initial)
+    tail = _bands.script_args(initial, least_ttl_ms)
+    keys = {"fast": b"qos-test:fast", "general": b"qos-test:general"}
+    redis_client.delete(*keys.values())
+    now_us = 10**12
+    for op, n, step in steps:
+        now_us += step
+        args = [_bands.request(op, min(n, config.largest + 1), now_us) + tail, config.encoding]
+        fast = redis_client.eval(SOURCE, 1, keys["fast"], *args)
+        slow = redis_client.eval(general, 1, keys["general"], *args)
+        assert fast == slow, (op, n, now_us)
+        assert redis_client.hgetall(keys["fast"]) == redis_client.hgetall(keys["general"])
+        ttls = [redis_client.pttl(key) for key in keys.values()]
+        # Both or neither exist; when both do, their expiries were set from the same numbers
+        # (a millisecond apart at most, from the two calls' PEXPIRE moments).
+        assert (ttls[0] < 0) == (ttls[1] < 0) and abs(ttls[0] - ttls[1]) <= 5, ttls

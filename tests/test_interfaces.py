@@ -21,7 +21,7 @@ import qos_support
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.limiter")
 
-from protocol_in_code.qos import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code.qos import Band, Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
 from protocol_in_code.qos.asgi import RateLimitMiddleware
 from protocol_in_code.qos.distributed import (
     AsyncRedisKeyedRateLimiter,
@@ -103,7 +103,7 @@ def test_kind_of_tells_the_four_apart(make: Any, kind: tuple[bool, bool]) -> Non
 
 def test_kind_of_refuses_what_is_no_limiter_naming_what_it_lacks() -> None:
     class Half:
-        bands = ((1, 1),)
+        bands = (Band(1, burst=1),)
 
         def try_acquire(self, n: int = 1) -> bool:
             return True
@@ -115,7 +115,7 @@ def test_kind_of_refuses_what_is_no_limiter_naming_what_it_lacks() -> None:
 class Always:
     """A limiter of the package's interface from elsewhere: every request allowed."""
 
-    bands = ((10, 10),)
+    bands = (Band(10, burst=10),)
 
     def try_acquire(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> bool:
         return True
@@ -152,7 +152,7 @@ def test_the_middleware_takes_any_object_of_the_interfaces() -> None:
 
 def test_a_keyed_limiter_without_a_batch_method_is_still_keyed() -> None:
     class KeyedNoBatch:
-        bands = ((1, 1),)
+        bands = (Band(1, burst=1),)
 
         def try_acquire(self, key: Hashable, n: int = 1, now_ns: int | None = None) -> bool:
             return True
@@ -176,7 +176,7 @@ def test_a_keyed_limiter_without_a_batch_method_is_still_keyed() -> None:
 
 def test_a_check_that_takes_neither_n_nor_key_first_is_refused() -> None:
     class Odd:
-        bands = ((1, 1),)
+        bands = (Band(1, burst=1),)
 
         def check(self, request: Any) -> Decision:
             return Decision(LimitOutcome.ALLOWED, 0, 1)

@@ -112,7 +112,7 @@ def test_max_keys_is_the_configured_bound(max_keys: int, shards: int | None) -> 
 def test_max_keys_and_bands_properties() -> None:
     limiter = KeyedRateLimiter(bands=[Band(10, burst=10), Band(1000, per=3600)], max_keys=77)
     assert limiter.max_keys == 77
-    assert limiter.bands == ((10, 10), (Fraction(5, 18), 1000))
+    assert qos_support.band_pairs(limiter) == ((10, 10), (Fraction(5, 18), 1000))
     with pytest.raises(AttributeError):
         limiter.max_keys = 5  # type: ignore[misc]
 

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
+use crate::core::exact::config::Config;
 use crate::core::exact::key::{plain_int, Key, KeyRef};
 use crate::core::exact::keyed::{
     off_the_clock, Answer, KeyedDecision, KeyedLimiter, KeyedReservation, RestoreError, Stats,
@@ -23,12 +24,12 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::count;
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
-    band_pairs, band_triples, bands_repr, conveniences, max_wait_ns, never,
-    only_the_rate_by_position, rebuilder, refuse_in_event_loop, restore_attributes,
-    sleep_answering_signals, specs_from, with_attributes, Decision, Written,
+    conveniences, max_wait_ns, never, only_the_rate_by_position, rebuilder, refuse_in_event_loop,
+    restore_attributes, sleep_answering_signals, with_attributes, Decision,
 };
 use crate::python::record::frozen_record;
 
@@ -98,7 +99,7 @@ pub struct KeyedRateLimiter {
     table: KeyedLimiter<Key>,
     registry: Registry,
     clock: Clock,
-    written: Vec<Written>,
+    config: Config,
     lineage: Lineage,
 }
 
@@ -170,7 +171,7 @@ impl KeyedRateLimiter {
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
-        let (specs, written) = specs_from(py, rate, burst, per, bands)?;
+        let config = read_config(py, rate, burst, per, bands)?;
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
@@ -188,7 +189,7 @@ impl KeyedRateLimiter {
             ))
         };
         let table = KeyedLimiter::new(
-            &specs,
+            &config.specs(),
             usize::try_from(max_keys).map_err(|_| too_many("max_keys", max_keys))?,
             usize::try_from(shards).map_err(|_| too_many("shards", shards))?,
         )
@@ -197,7 +198,7 @@ impl KeyedRateLimiter {
             table,
             registry: Registry::new(),
             clock: Clock::checked(py, clock)?,
-            written,
+            config,
             lineage: Lineage::new(),
         })
     }
@@ -476,10 +477,10 @@ impl KeyedRateLimiter {
         self.table.max_keys()
     }
 
-    /// The bands every key is limited by, as `(tokens per second, burst)` pairs.
+    /// The bands every key is limited by, each a `Band` as it was written.
     #[getter]
     fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        band_pairs(py, self.table.specs())
+        bands_tuple(py, &self.config)
     }
 
     /// How many keys are remembered now.
@@ -515,7 +516,7 @@ impl KeyedRateLimiter {
         Ok(format!(
             "{}(bands={}, max_keys={}, keys={})",
             slf.get_type().qualname()?,
-            bands_repr(slf.py(), this.table.specs(), &this.written)?,
+            bands_repr(slf.py(), &this.config)?,
             this.table.max_keys(),
             this.table.len()
         ))
@@ -529,10 +530,7 @@ impl KeyedRateLimiter {
         let py = slf.py();
         let this = slf.get();
         let kwargs = PyDict::new(py);
-        kwargs.set_item(
-            "bands",
-            band_triples(py, this.table.specs(), &this.written)?,
-        )?;
+        kwargs.set_item("bands", bands_tuple(py, &this.config)?)?;
         kwargs.set_item("max_keys", this.table.max_keys())?;
         kwargs.set_item("shards", this.table.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;

@@ -12,17 +12,15 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 use pyo3::IntoPyObjectExt;
 
+use crate::core::exact::config::Config;
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
-use crate::core::exact::quota;
-use crate::core::exact::rate::{BandSpec, Rate, RateError};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{
-    count, exact_fraction, fraction_class, nanoseconds, rational_object, seconds,
-};
+use crate::python::args::{count, nanoseconds, seconds};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::enums::StrEnum;
 use crate::python::fork::Lineage;
 use crate::python::record::frozen_record;
@@ -178,7 +176,7 @@ pub fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
 pub struct RateLimiter {
     state: Mutex<Limiter>,
     clock: Clock,
-    written: Vec<Written>,
+    config: Config,
     lineage: Lineage,
 }
 
@@ -307,22 +305,16 @@ impl RateLimiter {
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("RateLimiter", rate, more)?;
-        let (specs, written) = specs_from(py, rate, burst, per, bands)?;
-        let initial = initial.map(|n| count(n, "initial")).transpose()?;
-        if let Some(tokens) = initial {
-            if let Some(spec) = specs.iter().find(|spec| tokens > spec.burst) {
-                return Err(PyValueError::new_err(format!(
-                    "initial={tokens} is more than a band's burst ({})",
-                    spec.burst
-                )));
-            }
-        }
+        let config = read_config(py, rate, burst, per, bands)?;
+        let initial = initial
+            .map(|n| Ok::<_, PyErr>(config.check_initial(count(n, "initial")?)?))
+            .transpose()?;
         let start_ns = start_ns.map(|t| nanoseconds(t, "start_ns")).transpose()?;
         let clock = Clock::checked(py, clock)?;
         Ok(Self {
-            state: Mutex::new(Limiter::new(&specs, initial, start_ns)),
+            state: Mutex::new(Limiter::new(&config.specs(), initial, start_ns)),
             clock,
-            written,
+            config,
             lineage: Lineage::new(),
         })
     }
@@ -466,24 +458,20 @@ impl RateLimiter {
         self.until(py, at_ns)
     }
 
-    /// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
+    /// The bands, each a `Band` as it was written.
     #[getter]
     fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let specs: Vec<_> = self.lock().bands().iter().map(|band| band.spec).collect();
-        band_pairs(py, &specs)
+        bands_tuple(py, &self.config)
     }
 
     /// The bands as written (`RateLimiter(bands=[Band(rate=100, burst=100, per=60)])`). No
     /// balance is shown: one settled at the last call would be stale, and reading the clock
     /// (any callable, even a failing one) to settle it is not a repr's business.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
-        let py = slf.py();
-        let this = slf.get();
-        let specs: Vec<_> = this.lock().bands().iter().map(|band| band.spec).collect();
         Ok(format!(
             "{}(bands={})",
             slf.get_type().qualname()?,
-            bands_repr(py, &specs, &this.written)?
+            bands_repr(slf.py(), &slf.get().config)?
         ))
     }
 
@@ -497,13 +485,12 @@ impl RateLimiter {
             let limiter = this.lock();
             (limiter.bands(), limiter.clock())
         };
-        let specs: Vec<_> = bands.iter().map(|band| band.spec).collect();
         let balances: Vec<_> = bands
             .iter()
             .map(|band| (band.balance.units, band.balance.settled_at))
             .collect();
         let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("bands", band_triples(py, &specs, &this.written)?)?;
+        kwargs.set_item("bands", bands_tuple(py, &this.config)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
         // The balances, the attributes, where the times come from (see `Clock::shift`), and
@@ -599,250 +586,6 @@ impl RateLimiter {
     }
 }
 
-/// The bands a constructor describes: one from `rate`, `burst` and `per`, or a list of `bands`.
-pub fn specs_from(
-    py: Python<'_>,
-    rate: Option<&Bound<'_, PyAny>>,
-    burst: Option<&Bound<'_, PyAny>>,
-    per: Option<&Bound<'_, PyAny>>,
-    bands: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(Vec<BandSpec>, Vec<Written>)> {
-    let bands = match (rate, bands) {
-        (Some(rate), None) => vec![band_spec(py, rate, burst, per)?],
-        (None, Some(bands)) => {
-            if burst.is_some() || per.is_some() {
-                return Err(PyTypeError::new_err(
-                    "burst and per belong to each band when bands is given",
-                ));
-            }
-            bands_from(py, bands)?
-        }
-        (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
-        (Some(_), Some(_)) => return Err(PyTypeError::new_err("give a rate or bands, not both")),
-    };
-    Ok(bands.into_iter().unzip())
-}
-
-/// One band from a rate (tokens per `per` seconds) and a burst (default: the rate, rounded up).
-fn band_spec(
-    py: Python<'_>,
-    rate: &Bound<'_, PyAny>,
-    burst: Option<&Bound<'_, PyAny>>,
-    per: Option<&Bound<'_, PyAny>>,
-) -> PyResult<(BandSpec, Written)> {
-    let fraction = fraction_class(py)?;
-    let (rate, per) = read_quota(py, rate, per)?;
-    let rate = &rate;
-    let given = exact_fraction(py, rate, "rate")?;
-    let per_value = match per {
-        Some(per) => exact_fraction(py, &per, "per")?,
-        None => fraction.call1((1,))?,
-    };
-    for (value, name) in [(&given, "rate"), (&per_value, "per")] {
-        if !value.gt(0)? {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be positive, not {}",
-                value.str()?
-            )));
-        }
-    }
-    let burst = if let Some(burst) = burst {
-        burst_count(burst)?
-    } else {
-        // ceil(rate): the tokens one period brings, at least 1.
-        let ceiling = given.call_method0("__ceil__")?;
-        ceiling
-            .extract::<u64>()
-            .map(|tokens| tokens.max(1))
-            .map_err(|_| {
-                PyValueError::new_err(format!(
-                "rate {} per period makes a default burst of {ceiling} tokens, beyond 2**64 - 1: \
-                 give burst explicitly",
-                given.str().map_or_else(|_| "?".into(), |text| text.to_string())
-            ))
-            })?
-    };
-    let per_second = given.div(&per_value)?;
-    let numerator: u64 = per_second
-        .getattr("numerator")?
-        .extract()
-        .map_err(|_| too_fine(rate))?;
-    let denominator: u64 = per_second
-        .getattr("denominator")?
-        .extract()
-        .map_err(|_| too_fine(rate))?;
-    let rate = Rate::new(numerator, denominator).map_err(config_error)?;
-    let spec = BandSpec::new(rate, burst).map_err(config_error)?;
-    let written = Written {
-        rate: whole_if_integral(&given)?.unbind(),
-        per: whole_if_integral(&per_value)?.unbind(),
-    };
-    Ok((spec, written))
-}
-
-/// A band as its maker wrote it, for reprs and pickles: the rate, read exactly, and the period
-/// in seconds it is counted over (`RateLimiter(100, per=60)` is 100 per 60 s, not 5/3 per s).
-pub struct Written {
-    pub rate: Py<PyAny>,
-    pub per: Py<PyAny>,
-}
-
-/// An exact Fraction as an int when it is whole.
-fn whole_if_integral<'py>(fraction: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if fraction.getattr("denominator")?.eq(1)? {
-        fraction.getattr("numerator")
-    } else {
-        Ok(fraction.clone())
-    }
-}
-
-/// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it
-/// is read as its count, with the period as `per`. Other rates pass through unchanged.
-fn read_quota<'py>(
-    py: Python<'py>,
-    rate: &Bound<'py, PyAny>,
-    per: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
-    let unchanged = || Ok((rate.clone(), per.cloned()));
-    let Ok(text) = rate.cast::<PyString>() else {
-        return unchanged();
-    };
-    // A str that is not valid UTF-8 (a lone surrogate) is no quota: the number check says why.
-    let Ok(text) = text.to_cow() else {
-        return unchanged();
-    };
-    match quota::parse(&text) {
-        Ok(None) => unchanged(),
-        Ok(Some(quota)) if per.is_none() => Ok((
-            PyString::new(py, quota.count).into_any(),
-            Some(quota.per_seconds.into_bound_py_any(py)?),
-        )),
-        Ok(Some(quota)) => Err(PyTypeError::new_err(format!(
-            "rate {} already says its period: drop per=, or write rate={}, per=...",
-            rate.repr()?,
-            quota.count
-        ))),
-        Err(error) => Err(PyValueError::new_err(error.advice(&rate.repr()?.to_cow()?))),
-    }
-}
-
-/// A band's burst: a whole number of tokens, at least 1.
-fn burst_count(burst: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let out_of_range = || {
-        PyValueError::new_err(format!(
-            "burst must be an int from 1 to 2**64 - 1, not {}",
-            burst.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-        ))
-    };
-    match count(burst, "burst") {
-        Ok(0) => Err(out_of_range()),
-        Ok(tokens) => Ok(tokens),
-        Err(err) if err.is_instance_of::<PyValueError>(burst.py()) => Err(out_of_range()),
-        Err(err) => Err(err),
-    }
-}
-
-/// Bands from `Band` objects (any object with `rate`, `burst` and `per` attributes) or from
-/// `(rate, burst)` / `(rate, burst, per)` tuples.
-fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<(BandSpec, Written)>> {
-    if bands.is_instance_of::<pyo3::types::PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "bands must be a list of Band or (rate, burst[, per]) tuples, not {}",
-            bands.repr()?
-        )));
-    }
-    let mut specs = Vec::new();
-    for band in bands.try_iter()? {
-        let band = band?;
-        let spec = if let Ok(tuple) = band.cast::<PyTuple>() {
-            let item = |i| tuple.get_item(i).ok().filter(|value| !value.is_none());
-            match tuple.len() {
-                2 | 3 => band_spec(py, &tuple.get_item(0)?, item(1).as_ref(), item(2).as_ref())?,
-                _ => {
-                    return Err(PyTypeError::new_err(format!(
-                        "a band tuple is (rate, burst) or (rate, burst, per), not {}",
-                        tuple.repr()?
-                    )))
-                }
-            }
-        } else {
-            let attribute = |name| band.getattr(name).ok().filter(|value| !value.is_none());
-            let Ok(rate) = band.getattr("rate") else {
-                return Err(PyTypeError::new_err(format!(
-                    "bands must hold Band objects or (rate, burst[, per]) tuples, not {}: for \
-                     one limit write RateLimiter(rate), for several \
-                     bands=[Band(10), Band(1000, per=3600)]",
-                    band.repr()?
-                )));
-            };
-            band_spec(
-                py,
-                &rate,
-                attribute("burst").as_ref(),
-                attribute("per").as_ref(),
-            )?
-        };
-        specs.push(spec);
-    }
-    if specs.is_empty() {
-        return Err(PyValueError::new_err("bands must hold at least one band"));
-    }
-    Ok(specs)
-}
-
-/// The bands as `(tokens per second, burst)` pairs, the rate an int or a Fraction.
-pub fn band_pairs<'py>(py: Python<'py>, specs: &[BandSpec]) -> PyResult<Bound<'py, PyTuple>> {
-    let pairs = specs
-        .iter()
-        .map(|spec| Ok((rate_object(py, spec.rate)?, spec.burst)))
-        .collect::<PyResult<Vec<_>>>()?;
-    PyTuple::new(py, pairs)
-}
-
-/// `[Band(rate=100, burst=100, per=60), ...]`, for reprs: each band as it was written (`per`
-/// left out when it is one second).
-pub fn bands_repr(py: Python<'_>, specs: &[BandSpec], written: &[Written]) -> PyResult<String> {
-    let parts = specs
-        .iter()
-        .zip(written)
-        .map(|(spec, written)| {
-            let per = written.per.bind(py);
-            let per = if per.eq(1)? {
-                String::new()
-            } else {
-                format!(", per={}", per.repr()?)
-            };
-            Ok(format!(
-                "Band(rate={}, burst={}{per})",
-                written.rate.bind(py).repr()?,
-                spec.burst
-            ))
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(format!("[{}]", parts.join(", ")))
-}
-
-/// The bands as `(rate, burst, per)` tuples as they were written: what a pickle rebuilds them
-/// from, so that the copy shows them as the original does.
-pub fn band_triples<'py>(
-    py: Python<'py>,
-    specs: &[BandSpec],
-    written: &[Written],
-) -> PyResult<Bound<'py, PyTuple>> {
-    let triples = specs
-        .iter()
-        .zip(written)
-        .map(|(spec, written)| {
-            (
-                written.rate.clone_ref(py),
-                spec.burst,
-                written.per.clone_ref(py),
-            )
-        })
-        .collect::<Vec<_>>();
-    PyTuple::new(py, triples)
-}
-
 /// The module that gives the limiters their asyncio and decorator forms, written in Python.
 pub fn conveniences(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -883,21 +626,6 @@ pub fn rebuilder<'py>(
     py.import("functools")?
         .getattr("partial")?
         .call((instance.get_type(),), Some(kwargs))
-}
-
-fn rate_object(py: Python<'_>, rate: Rate) -> PyResult<Bound<'_, PyAny>> {
-    rational_object(py, rate.numerator, rate.denominator)
-}
-
-fn too_fine(rate: &Bound<'_, PyAny>) -> PyErr {
-    PyValueError::new_err(format!(
-        "rate {} per second needs a numerator or denominator beyond 64 bits",
-        rate.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-    ))
-}
-
-fn config_error(error: RateError) -> PyErr {
-    PyValueError::new_err(error.to_string())
 }
 
 /// A limiter takes its rate alone by position: `RateLimiter(100, 60)` reads as "100 per 60

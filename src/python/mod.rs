@@ -12,6 +12,8 @@
 //!   [`buffers`]: whole traces of integers in, codes out.
 //! * [`refill`], [`token_bucket`], [`leaky_bucket`], [`classes`], [`shaper_loop`]: the course's
 //!   modules.
+//! * [`config`]: `Band`, and a limit's configuration read into `core::exact::config`, with
+//!   the one mapping of its errors to Python's.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
 //! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
@@ -25,6 +27,7 @@ mod args;
 mod buffers;
 mod classes;
 mod clock;
+mod config;
 mod enums;
 mod fork;
 mod keyed;
@@ -103,6 +106,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // limiter: past the toy
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
+    module.add_class::<config::Band>()?;
+    module.add_function(wrap_pyfunction!(config::canonical, module)?)?;
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;

@@ -434,7 +434,7 @@ def _rule(
         names = tuple(f"{name}-{i}" for i in range(1, len(bands) + 1))
     quoted = tuple(_sf_string(n, f"{parameter} name") for n in names)
     policies = tuple(
-        Policy.of(n, rate, burst) for n, (rate, burst) in zip(names, bands, strict=True)
+        Policy.of(n, band.per_second, band.burst) for n, band in zip(names, bands, strict=True)
     )
     if cost is not None and not callable(cost):
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")

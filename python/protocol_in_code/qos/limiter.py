@@ -40,27 +40,6 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from protocol_in_code._native import Decision, LimitOutcome, RateLimiter
+from protocol_in_code._native import Band, Decision, LimitOutcome, RateLimiter
 
 __all__ = ["Band", "Decision", "LimitOutcome", "RateLimiter"]
-
-
-@dataclass(frozen=True)
-class Band:
-    """One limit: ``rate`` tokens per ``per`` seconds, holding at most ``burst`` tokens.
-
-    ``per`` defaults to one second, or to the period the rate says (``Band("100/minute")``
-    is ``Band(100, per=60)``). ``burst`` defaults to the rate rounded up: the tokens one period
-    brings, all of which may be spent at once. A band is checked when it is made, as a limiter
-    checks it: a bad value raises here, naming the parameter.
-    """
-
-    rate: Any
-    burst: int | None = None
-    per: Any = None
-
-    def __post_init__(self) -> None:
-        RateLimiter(bands=[self])

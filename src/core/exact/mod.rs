@@ -21,6 +21,7 @@
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
 pub mod clock_gap;
+pub mod config;
 pub mod key;
 pub mod keyed;
 pub mod limiter;

@@ -1,9 +1,10 @@
-"""A limiter's bands as the server-side script counts them, and the bound that keeps it exact.
+"""A limiter's configuration as the server-side script reads it, and the bound that keeps it exact.
 
 Configuration is read once, by the native :class:`~protocol_in_code.qos.limiter.RateLimiter`:
-the same arguments are accepted and refused with the same errors as in-process, and its
-``bands`` give each band's rate as an exact ``p/q`` tokens per second and its burst. Nothing
-here parses a rate.
+the same arguments are accepted and refused with the same errors as in-process. The script is
+sent the configuration's canonical encoding (``core::exact::config``: a version, the number of
+fields per band, the number of bands, then each band's tokens per second as ``p/q``, its burst
+and its period), the same bytes a fingerprint is taken of. Nothing here parses a rate.
 
 The script settles in whole microseconds (the server's ``TIME`` has no finer grain) and counts a
 band of ``p/q`` tokens per second in units of ``1/(q * 10^6)`` token, so one microsecond brings
@@ -16,12 +17,12 @@ burst of up to about 9 billion tokens, at ``1/3`` token per second about 3 billi
 
 from __future__ import annotations
 
-import operator
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from protocol_in_code._native import _canonical
 from protocol_in_code.qos.limiter import RateLimiter
 
 #: The script's exactness bound: every integer it forms is at most this.
@@ -36,55 +37,46 @@ TIME_BOUND_US = 2**52
 
 
 @dataclass(frozen=True)
-class ScriptBand:
-    """One band in the script's integers: ``p`` units per microsecond, units per token, burst."""
+class ScriptConfig:
+    """What the client needs of a configuration to ask the script: its canonical encoding (the
+    script's second argument), its fingerprint, and the smallest and largest burst."""
 
-    per_us: int
-    unit: int
-    burst: int
-
-    @property
-    def capacity(self) -> int:
-        return self.burst * self.unit
+    encoding: bytes
+    fingerprint: int
+    smallest: int
+    largest: int
 
 
 def parse(
     rate: Any, burst: Any, per: Any, bands: Any, initial: Any
-) -> tuple[RateLimiter, tuple[ScriptBand, ...]]:
-    """The native limiter that validates (and answers what in-process would), and its bands.
+) -> tuple[RateLimiter, ScriptConfig]:
+    """The native limiter that validates (and answers what in-process would), and what the
+    script is told of its configuration.
 
     Raises the in-process ``ValueError``/``TypeError`` for bad configuration, and a
     ``ValueError`` naming the bound for a band the script could not keep exact.
     """
     limiter = RateLimiter(rate, burst=burst, per=per, bands=bands, initial=initial)
-    parsed = []
-    for index, (tokens_per_second, band_burst) in enumerate(limiter.bands):
-        exact = Fraction(tokens_per_second)
-        band = ScriptBand(
-            per_us=exact.numerator,
-            unit=exact.denominator * MICROS_PER_SECOND,
-            burst=operator.index(band_burst),
-        )
-        if band.capacity + band.per_us > EXACT_BOUND:
+    for index, band in enumerate(limiter.bands):
+        per_second = Fraction(band.per_second)
+        largest = band.burst * per_second.denominator * MICROS_PER_SECOND + per_second.numerator
+        if largest > EXACT_BOUND:
             raise ValueError(
-                f"band {index} ({exact} tokens/s, burst {band.burst}) is too fine for Redis: "
-                f"burst * q * 10**6 + p = {band.capacity + band.per_us} exceeds 2**53, the "
-                "largest integer the server's Lua numbers hold exactly (rate p/q tokens per "
-                "second); use a smaller burst or a rate with a smaller denominator"
+                f"band {index} ({per_second} tokens/s, burst {band.burst}) is too fine for "
+                f"Redis: burst * q * 10**6 + p = {largest} exceeds 2**53, the largest integer "
+                "the server's Lua numbers hold exactly (rate p/q tokens per second); use a "
+                "smaller burst or a rate with a smaller denominator"
             )
-        parsed.append(band)
-    return limiter, tuple(parsed)
+    encoding, fingerprint = _canonical(limiter.bands)
+    bursts = [band.burst for band in limiter.bands]
+    return limiter, ScriptConfig(encoding, fingerprint, min(bursts), max(bursts))
 
 
-def script_args(bands: tuple[ScriptBand, ...], initial: int | None, min_ttl_ms: int) -> bytes:
-    """The end of the script's one argument, after op, n and now: the least TTL, then each
-    band's four numbers, as big-endian doubles (all below 2^53, so exact): the server reads
-    them with one ``struct.unpack``, cheaper than parsing text."""
-    numbers = [min_ttl_ms]
-    for band in bands:
-        held = band.capacity if initial is None else initial * band.unit
-        numbers += [band.per_us, band.unit, band.burst, held]
-    return struct.pack(f">{len(numbers)}d", *numbers)
+def script_args(initial: int | None, min_ttl_ms: int) -> bytes:
+    """The end of the script's first argument, after op, n, now and the clock: the least TTL,
+    and the tokens a new key holds (-1: full), as big-endian doubles (both below 2^53, so
+    exact): the server reads them with one ``struct.unpack``, cheaper than parsing text."""
+    return _TAIL.pack(min_ttl_ms, -1 if initial is None else initial)
 
 
 def request(op: int, n: int, now_us: int | None) -> bytes:
@@ -95,3 +87,4 @@ def request(op: int, n: int, now_us: int | None) -> bytes:
 
 
 _REQUEST = struct.Struct(">4d")
+_TAIL = struct.Struct(">2d")

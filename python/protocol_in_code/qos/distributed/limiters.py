@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeAlias, TypeVar
 
 from protocol_in_code._native import (
+    Band,
     Decision,
     KeyedRateLimiter,
     LimitOutcome,
@@ -163,7 +164,7 @@ class _Core:
         prefix: Any,
         local_type: type[RateLimiter] | type[KeyedRateLimiter],
     ) -> None:
-        self.validator, self.bands = _bands.parse(rate, burst, per, bands, initial)
+        self.validator, config = _bands.parse(rate, burst, per, bands, initial)
         if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool):
             raise TypeError(f"min_ttl_ms must be an int, not {type(min_ttl_ms).__name__}")
         if not 0 <= min_ttl_ms <= _bands.MAX_TTL_MS:
@@ -190,10 +191,11 @@ class _Core:
         self.server = Server(client)
         self.prefix: bytes = prefix
         self.on_error: OnError = on_error
-        self.tail = _bands.script_args(self.bands, initial, min_ttl_ms)
-        self.largest = max(band.burst for band in self.bands)
-        self.smallest = min(band.burst for band in self.bands)
-        self.take_one = [_bands.request(TAKE, 1, None) + self.tail]
+        self.tail = _bands.script_args(initial, min_ttl_ms)
+        self.config = config.encoding
+        self.largest = config.largest
+        self.smallest = config.smallest
+        self.take_one = [_bands.request(TAKE, 1, None) + self.tail, self.config]
 
     def args(self, op: int, n: Any, now_ns: Any) -> list[bytes]:
         """The script's arguments for ``op``, after checking ``n`` and ``now_ns`` as in-process.
@@ -210,7 +212,7 @@ class _Core:
                 self.validator.peek(0, now_ns)  # raises the in-process error
                 now_ns = operator.index(now_ns)
             now_us = self.now_us(now_ns)
-        return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail]
+        return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail, self.config]
 
     def refuse_never(self, n: Any) -> None:
         """A take of more than a band's burst raises, as ``try_acquire`` does (``n`` is
@@ -555,8 +557,8 @@ class _OneKey:
         self._unavailable = core.server.unavailable
 
     @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        """Each band's ``(tokens per second, burst)``, as in-process."""
+    def bands(self) -> tuple[Band, ...]:
+        """The bands, each a :class:`Band` as it was written, as in-process."""
         return self._core.validator.bands
 
     @property
@@ -597,8 +599,8 @@ class _ManyKeys:
         self._prefix = core.prefix
 
     @property
-    def bands(self) -> tuple[tuple[Any, int], ...]:
-        """Each band's ``(tokens per second, burst)``, as in-process."""
+    def bands(self) -> tuple[Band, ...]:
+        """The bands, each a :class:`Band` as it was written, as in-process."""
         return self._core.validator.bands
 
     def redis_key(self, key: str | bytes) -> bytes:

@@ -24,18 +24,23 @@
 -- Redis writes a Lua number given to redis.call digit for digit (no exponent) below 2^53, so
 -- the numbers are stored as they are.
 --
--- ARGV[1] is the request and the configuration as big-endian doubles (8 bytes each, exact for
--- every integer the client sends: all are below 2^53), read by one struct.unpack: parsing ten
--- numbers out of text cost the server more than the rest of the arithmetic.
+-- ARGV[1] is the request, as big-endian doubles (8 bytes each, exact for every integer the
+-- client sends: all are below 2^53), read by one struct.unpack: parsing numbers out of text cost
+-- the server more than the rest of the arithmetic.
 --   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
 --   now     in microseconds (ignored when the next number is 1)
 --   server  1: use the server's TIME; 0: use now
 --   least   the least TTL in ms
---   then, for each band: p (units per microsecond), units per token, burst (tokens), and the
---   units a new key holds.
+--   initial the tokens a new key holds in every band, or -1: full
 --
+-- ARGV[2] is the limit's configuration in its canonical encoding (src/core/exact/config.rs):
+-- a version byte (1), the number of fields per band (5), the number of bands (2 bytes), then
+-- for each band five big-endian 64-bit integers: tokens per second p and q, the burst, and the
+-- period as written (not needed here). The script refuses a version or a field count it does
+-- not know, so a configuration is never misread.
+
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
 --
@@ -49,13 +54,21 @@
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 
+local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
+local config = ARGV[2]
+local version, per_band, count = struct.unpack('>BBI2', config)
+if version ~= 1 or per_band ~= 5 or #config ~= 4 + 40 * count then
+    return redis.error_reply('ERR qos: a configuration of another version or shape')
+end
+
 -- The usual call, one band on one key, settled in plain locals: the general path below builds
 -- a dozen small tables, which cost a decision about 3 us (10% of a round trip on loopback).
 -- It is the general path's arithmetic, line for line, with each table cell a local; the
 -- differential tests run both (every single-band trace here, batches and several bands there).
-if #ARGV[1] == 72 and #KEYS == 1 then
-    local op, n, now, server, least_ttl_ms, rate, unit, burst, initial =
-        struct.unpack('>ddddddddd', ARGV[1])
+if count == 1 and #KEYS == 1 then
+    local rate, q, burst = struct.unpack('>I8I8I8', config, 5)
+    local unit = q * 1000000
+    local initial = initial_tokens < 0 and burst * unit or initial_tokens * unit
     local key = KEYS[1]
     if server == 1 then
         local time = redis.call('TIME')
@@ -117,19 +130,11 @@ if #ARGV[1] == 72 and #KEYS == 1 then
     return 4 * remaining + outcome
 end
 
-local words = {struct.unpack('>' .. string.rep('d', #ARGV[1] / 8), ARGV[1])}
-local op = words[1]
-local n = words[2]
-local now
-local server_clock = words[4] == 1
+local server_clock = server == 1
 if server_clock then
     local time = redis.call('TIME')
     now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-    now = words[3]
 end
-local least_ttl_ms = words[5]
-local count = (#words - 6) / 4 -- struct.unpack also returns the position after the last
 local many = op == 1
 local takes = many or op == 0
 local decides = takes or op == 2
@@ -139,12 +144,12 @@ local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
 local fields = {'t'}
 local new_is_full = true
 for i = 1, count do
-    local at = 4 * i + 1
-    rate[i] = words[at + 1]
-    unit[i] = words[at + 2]
-    burst[i] = words[at + 3]
-    capacity[i] = burst[i] * unit[i]
-    initial[i] = words[at + 4]
+    local p, q, tokens = struct.unpack('>I8I8I8', config, 5 + 40 * (i - 1))
+    rate[i] = p
+    unit[i] = q * 1000000
+    burst[i] = tokens
+    capacity[i] = tokens * unit[i]
+    initial[i] = initial_tokens < 0 and capacity[i] or initial_tokens * unit[i]
     new_is_full = new_is_full and initial[i] == capacity[i]
     fields[i + 1] = tostring(i)
 end

@@ -1,0 +1,344 @@
+//! A limit's configuration for Python: `Band`, and the `rate`/`burst`/`per`/`bands` arguments
+//! every limiter takes, read into the core's [`Config`] in one place.
+//!
+//! Python hands over numbers of any kind (ints, `Fraction`s, `Decimal`s, floats, numeric
+//! strings, quota strings such as `"100/minute"`); this module reads each exactly and lets
+//! `core::exact::config` decide everything else: the default burst, the rate per second, the
+//! bounds. A `Band` is a view of the core's band: it holds it, shows it and pickles it, from one
+//! list of fields. Its `From<ConfigError> for PyErr` is where every configuration error becomes a
+//! Python one.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::IntoPyObjectExt;
+
+use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
+use crate::core::exact::quota;
+use crate::python::args::{count, exact_fraction, rational_object};
+use crate::python::record::repr;
+
+/// The Python exception for each way a configuration can be wrong: the one place they are
+/// mapped.
+impl From<ConfigError> for PyErr {
+    fn from(error: ConfigError) -> Self {
+        config_error(&error)
+    }
+}
+
+fn config_error(error: &ConfigError) -> PyErr {
+    match error {
+        // Two ways of saying the period at once is a mistake in how the call is written.
+        ConfigError::PeriodTwice { .. } => PyTypeError::new_err(error.to_string()),
+        ConfigError::NotPositive { .. }
+        | ConfigError::Beyond64Bits { .. }
+        | ConfigError::ZeroBurst
+        | ConfigError::PerSecondBeyond64Bits { .. }
+        | ConfigError::TooFine { .. }
+        | ConfigError::Quota { .. }
+        | ConfigError::NoBands
+        | ConfigError::TooManyBands(_)
+        | ConfigError::InitialAboveBurst { .. }
+        | ConfigError::Unreadable(_) => PyValueError::new_err(error.to_string()),
+    }
+}
+
+/// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
+///
+/// Band(rate, burst=None, per=None). `per` defaults to one second, or to the period the rate
+/// says (`Band("100/minute")` is `Band(100, per=60)`). `burst` defaults to the rate rounded up:
+/// the tokens one period brings, all of which may be spent at once. The band is checked when it
+/// is made, exactly as a limiter checks it: a bad value raises here, naming the parameter.
+/// Immutable, hashable and picklable; two bands are equal when they are the same limit written
+/// the same way.
+#[pyclass(
+    frozen,
+    eq,
+    hash,
+    name = "Band",
+    module = "protocol_in_code.qos.limiter"
+)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Band {
+    pub config: BandConfig,
+}
+
+impl Band {
+    /// The band's fields as a constructor takes them, in order: what its repr shows and its
+    /// pickle rebuilds it from. `per` is left out of the repr at its default, one second.
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<[(&'static str, Bound<'py, PyAny>); 3]> {
+        Ok([
+            ("rate", ratio_object(py, self.config.rate())?),
+            ("burst", self.config.burst().into_bound_py_any(py)?),
+            ("per", ratio_object(py, self.config.per())?),
+        ])
+    }
+
+    fn per_is_default(&self) -> bool {
+        self.config.per() == Ratio::whole(1).expect("one is positive")
+    }
+}
+
+#[pymethods]
+impl Band {
+    #[new]
+    #[pyo3(signature = (rate, burst = None, per = None))]
+    fn __new__(
+        py: Python<'_>,
+        rate: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let burst = burst.filter(|burst| !burst.is_none());
+        let per = per.filter(|per| !per.is_none());
+        Ok(Self {
+            config: band_config(py, rate, burst, per)?,
+        })
+    }
+
+    /// Tokens per period, as written: an int, or a Fraction.
+    #[getter]
+    fn rate<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ratio_object(py, self.config.rate())
+    }
+
+    /// The most tokens the band holds.
+    #[getter]
+    fn burst(&self) -> u64 {
+        self.config.burst()
+    }
+
+    /// The period, in seconds, the rate is counted over: an int, or a Fraction.
+    #[getter]
+    fn per<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ratio_object(py, self.config.per())
+    }
+
+    /// Tokens per second (`rate / per`), exactly: an int, or a Fraction.
+    #[getter]
+    fn per_second<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ratio_object(py, self.config.per_second())
+    }
+
+    #[classattr]
+    fn __match_args__() -> (&'static str, &'static str, &'static str) {
+        ("rate", "burst", "per")
+    }
+
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+        let this = slf.get();
+        let fields = this.fields(slf.py())?;
+        let shown = if this.per_is_default() {
+            &fields[..2]
+        } else {
+            &fields[..]
+        };
+        repr(slf.as_any(), shown)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let values = slf.get().fields(py)?.map(|(_, value)| value);
+        Ok((slf.get_type(), PyTuple::new(py, values)?))
+    }
+}
+
+/// `ratio` as Python shows an exact number: an int when whole, else a Fraction.
+fn ratio_object(py: Python<'_>, ratio: Ratio) -> PyResult<Bound<'_, PyAny>> {
+    rational_object(py, ratio.numerator(), ratio.denominator())
+}
+
+/// The configuration a constructor describes: one band from `rate`, `burst` and `per`, or a
+/// list of `bands`.
+pub fn read_config(
+    py: Python<'_>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+    bands: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Config> {
+    let bands = match (rate, bands) {
+        (Some(rate), None) => vec![band_config(py, rate, burst, per)?],
+        (None, Some(bands)) => {
+            if burst.is_some() || per.is_some() {
+                return Err(PyTypeError::new_err(
+                    "burst and per belong to each band when bands is given",
+                ));
+            }
+            bands_from(py, bands)?
+        }
+        (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
+        (Some(_), Some(_)) => return Err(PyTypeError::new_err("give a rate or bands, not both")),
+    };
+    Ok(Config::new(bands)?)
+}
+
+/// One band from a rate (tokens per `per` seconds, or a quota string) and a burst.
+fn band_config(
+    py: Python<'_>,
+    rate: &Bound<'_, PyAny>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+) -> PyResult<BandConfig> {
+    let (rate, per) = read_quota(py, rate, per)?;
+    let rate = exact_ratio(py, &rate, Param::Rate)?;
+    let per = per
+        .map(|per| exact_ratio(py, &per, Param::Per))
+        .transpose()?;
+    let burst = burst.map(burst_count).transpose()?;
+    Ok(BandConfig::new(rate, burst, per)?)
+}
+
+/// A positive number read exactly (see `exact_fraction`), within 64 bits above and below the
+/// line.
+fn exact_ratio(py: Python<'_>, value: &Bound<'_, PyAny>, param: Param) -> PyResult<Ratio> {
+    let name = param.to_string();
+    let fraction = exact_fraction(py, value, &name)?;
+    let shown = || {
+        fraction
+            .str()
+            .map_or_else(|_| "?".into(), |text| text.to_string())
+    };
+    if !fraction.gt(0)? {
+        return Err(PyErr::from(ConfigError::NotPositive {
+            param,
+            shown: shown(),
+        }));
+    }
+    let part = |name| fraction.getattr(name)?.extract::<u64>();
+    match (part("numerator"), part("denominator")) {
+        (Ok(numerator), Ok(denominator)) => {
+            Ok(Ratio::new(numerator, denominator).expect("a positive fraction"))
+        }
+        _ => Err(PyErr::from(ConfigError::Beyond64Bits {
+            param,
+            shown: shown(),
+        })),
+    }
+}
+
+/// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it
+/// is read as its count, with the period as `per`. Other rates pass through unchanged.
+fn read_quota<'py>(
+    py: Python<'py>,
+    rate: &Bound<'py, PyAny>,
+    per: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+    let unchanged = || Ok((rate.clone(), per.cloned()));
+    let Ok(text) = rate.cast::<PyString>() else {
+        return unchanged();
+    };
+    // A str that is not valid UTF-8 (a lone surrogate) is no quota: the number check says why.
+    let Ok(text) = text.to_cow() else {
+        return unchanged();
+    };
+    let shown = || rate.repr().map(|shown| shown.to_string());
+    match quota::parse(&text) {
+        Ok(None) => unchanged(),
+        Ok(Some(quota)) if per.is_none() => Ok((
+            PyString::new(py, quota.count).into_any(),
+            Some(quota.per_seconds.into_bound_py_any(py)?),
+        )),
+        Ok(Some(quota)) => Err(PyErr::from(ConfigError::PeriodTwice {
+            shown: shown()?,
+            count: quota.count.to_owned(),
+        })),
+        Err(error) => Err(PyErr::from(ConfigError::Quota {
+            error,
+            shown: shown()?,
+        })),
+    }
+}
+
+/// A band's burst: a whole number of tokens, at least 1.
+fn burst_count(burst: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let out_of_range = || {
+        PyValueError::new_err(format!(
+            "burst must be an int from 1 to 2**64 - 1, not {}",
+            burst.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    };
+    match count(burst, "burst") {
+        Ok(0) => Err(out_of_range()),
+        Ok(tokens) => Ok(tokens),
+        Err(err) if err.is_instance_of::<PyValueError>(burst.py()) => Err(out_of_range()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Bands from `Band` objects (or any object with `rate`, `burst` and `per` attributes) or from
+/// `(rate, burst)` / `(rate, burst, per)` tuples.
+fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandConfig>> {
+    if bands.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "bands must be a list of Band or (rate, burst[, per]) tuples, not {}",
+            bands.repr()?
+        )));
+    }
+    let mut configs = Vec::new();
+    for band in bands.try_iter()? {
+        let band = band?;
+        let config = if let Ok(band) = band.cast::<Band>() {
+            band.get().config
+        } else if let Ok(tuple) = band.cast::<PyTuple>() {
+            let item = |i| tuple.get_item(i).ok().filter(|value| !value.is_none());
+            match tuple.len() {
+                2 | 3 => band_config(py, &tuple.get_item(0)?, item(1).as_ref(), item(2).as_ref())?,
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "a band tuple is (rate, burst) or (rate, burst, per), not {}",
+                        tuple.repr()?
+                    )))
+                }
+            }
+        } else {
+            let attribute = |name| band.getattr(name).ok().filter(|value| !value.is_none());
+            let Ok(rate) = band.getattr("rate") else {
+                return Err(PyTypeError::new_err(format!(
+                    "bands must hold Band objects or (rate, burst[, per]) tuples, not {}: for \
+                     one limit write RateLimiter(rate), for several \
+                     bands=[Band(10), Band(1000, per=3600)]",
+                    band.repr()?
+                )));
+            };
+            band_config(
+                py,
+                &rate,
+                attribute("burst").as_ref(),
+                attribute("per").as_ref(),
+            )?
+        };
+        configs.push(config);
+    }
+    Ok(configs)
+}
+
+/// The bands of `config` as a tuple of `Band`: what a limiter's `bands` answers.
+pub fn bands_tuple<'py>(py: Python<'py>, config: &Config) -> PyResult<Bound<'py, PyTuple>> {
+    let bands = config
+        .bands()
+        .iter()
+        .map(|&config| Bound::new(py, Band { config }))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, bands)
+}
+
+/// `[Band(rate=100, burst=100, per=60), ...]`, for a limiter's repr.
+pub fn bands_repr(py: Python<'_>, config: &Config) -> PyResult<String> {
+    let bands = bands_tuple(py, config)?;
+    Ok(pyo3::types::PyList::new(py, bands)?.repr()?.to_string())
+}
+
+/// The canonical encoding of the configuration `bands` describe (see `Config::encode`), and its
+/// fingerprint: what a store that keeps a limit's state outside this process records with it.
+#[pyfunction]
+#[pyo3(name = "_canonical")]
+pub fn canonical<'py>(
+    py: Python<'py>,
+    bands: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyBytes>, u64)> {
+    let config = read_config(py, None, None, None, Some(bands))?;
+    Ok((PyBytes::new(py, &config.encode()), config.fingerprint()))
+}
