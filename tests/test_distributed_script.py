@@ -29,6 +29,6 @@ def test_the_server_is_at_least_the_oldest_supported(redis_client: Any) -> None:
 
 
 def test_decisions_still_run_under_the_declaration(redis_client: Any) -> None:
-    limiter = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600)
+    limiter = RedisKeyedRateLimiter(redis_client, 1, name="clients", burst=2, per=3600)
     assert [limiter.try_acquire("k") for _ in range(3)] == [True, True, False]
     assert limiter.try_acquire_many(["a", "b", "k"]) == [True, True, False]

@@ -25,9 +25,16 @@ the server the service already runs, and every decision is one atomic step there
   until all its bands are full again, rounded up to the millisecond: it disappears only when
   it is indistinguishable from a key never seen, so expiry changes no answer, and no key lives
   without a TTL.
-* **Cluster.** A key is ``prefix{key}``: the braces make it its own hash tag, and a decision
-  touches one hash, so it never crosses slots; ``try_acquire_many`` sends one script call per
-  slot.
+* **One name, one limit.** Every limiter has a ``name`` (``name="login"``), its identity on
+  the server: limiters of the same name and ``prefix`` (default ``qos:``) share their limit,
+  limiters of different names never do. A :class:`RedisRateLimiter` is the hash
+  ``prefix{name}`` (``qos:{login}``); a :class:`RedisKeyedRateLimiter` keeps each key in
+  ``prefix`` ``name:{key}`` (``qos:login:{203.0.113.7}``), so a login limit and an API limit
+  keyed by the same client address are two limits, and no key of a keyed limiter is ever a
+  one-key limiter's hash. Neither a name nor a prefix may hold a brace.
+* **Cluster.** The braces make the name, or the key, the hash tag: a decision touches one
+  hash, so it never crosses slots, and a keyed limiter's keys spread over the cluster;
+  ``try_acquire_many`` sends one script call per slot.
 * **When the server is unreachable**, ``on_error`` decides: ``"raise"``
   (:class:`LimiterUnavailable`, chained to the client's error), ``"allow"``, ``"deny"``, or a
   local ``RateLimiter``/``KeyedRateLimiter`` that decides instead. How long a call may take to
@@ -39,7 +46,7 @@ Usage::
     import redis
     from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
 
-    per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, on_error="deny")
+    per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, name="api", on_error="deny")
 
     def handle(request):
         if not per_client.try_acquire(request.client_ip):
