@@ -71,20 +71,20 @@ def cases(port: int) -> dict[str, Callable[[], tuple[Any, ...]]]:
         return "client.ping()", {"client": client}
 
     def single() -> tuple[Any, ...]:
-        limiter = RedisRateLimiter(client, "bench", HUGE)
+        limiter = RedisRateLimiter(client, HUGE, name="bench")
         return "limiter.try_acquire()", {"limiter": limiter}
 
     def keyed() -> tuple[Any, ...]:
-        limiter = RedisKeyedRateLimiter(client, HUGE)
+        limiter = RedisKeyedRateLimiter(client, HUGE, name="clients")
         return "limiter.try_acquire('bench')", {"limiter": limiter}
 
     def keyed_loop() -> tuple[Any, ...]:
-        limiter = RedisKeyedRateLimiter(client, HUGE)
+        limiter = RedisKeyedRateLimiter(client, HUGE, name="clients")
         statement = "for key in keys: limiter.try_acquire(key)"
         return statement, {"limiter": limiter, "keys": BATCH}, len(BATCH)
 
     def keyed_many() -> tuple[Any, ...]:
-        limiter = RedisKeyedRateLimiter(client, HUGE)
+        limiter = RedisKeyedRateLimiter(client, HUGE, name="clients")
         return "limiter.try_acquire_many(keys)", {"limiter": limiter, "keys": BATCH}, len(BATCH)
 
     def limits_case(strategy: str) -> Callable[[], tuple[Any, ...]]:
@@ -137,7 +137,7 @@ def cases(port: int) -> dict[str, Callable[[], tuple[Any, ...]]]:
 WORKER = """
 import sys, time, redis
 from protocol_in_code.qos.distributed import RedisRateLimiter
-limiter = RedisRateLimiter(redis.Redis(port=int(sys.argv[1])), "bench-processes", 10**9)
+limiter = RedisRateLimiter(redis.Redis(port=int(sys.argv[1])), 10**9, name="bench-processes")
 limiter.try_acquire()
 deadline = time.monotonic() + float(sys.argv[2])
 count = 0

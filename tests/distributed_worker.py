@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
                 if cluster
                 else redis.asyncio.Redis(host="127.0.0.1", port=int(port))
             )
-            limiter: Any = RedisRateLimiter(client, key, bands=bands)
+            limiter: Any = RedisRateLimiter(client, name=key, bands=bands)
 
             async def task() -> int:
                 return sum([await limiter.try_acquire() for _ in range(int(attempts))])
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
         if cluster
         else redis.Redis(host="127.0.0.1", port=int(port))
     )
-    limiter = RedisRateLimiter(client, key, bands=bands)
+    limiter = RedisRateLimiter(client, name=key, bands=bands)
     counts = [0] * int(threads)
 
     def hammer(index: int) -> None:

@@ -43,9 +43,11 @@ BLOCKING: dict[str, Callable[[], Any]] = {
     "with RateLimiter": lambda: with_block(RateLimiter(10)),
     "decorated def": lambda: decorated(RateLimiter(10)),
     "KeyedRateLimiter.acquire": lambda: KeyedRateLimiter(10).acquire("k"),
-    "RedisRateLimiter.acquire": lambda: RedisRateLimiter(qos_support.NoServer(), "k", 1).acquire(),
+    "RedisRateLimiter.acquire": lambda: RedisRateLimiter(
+        qos_support.NoServer(), 1, name="k"
+    ).acquire(),
     "RedisKeyedRateLimiter.acquire": lambda: RedisKeyedRateLimiter(
-        qos_support.NoServer(), 1
+        qos_support.NoServer(), 1, name="clients"
     ).acquire("k"),
 }
 

@@ -50,7 +50,7 @@ def test_bad_configuration_raises_as_in_process(kwargs: dict[str, Any]) -> None:
     with pytest.raises((ValueError, TypeError)) as local:
         RateLimiter(**kwargs)
     with pytest.raises(local.type) as remote:
-        RedisRateLimiter(qos_support.NoServer(), "k", **kwargs)
+        RedisRateLimiter(qos_support.NoServer(), name="k", **kwargs)
     assert str(remote.value) == str(local.value)
 
 
@@ -73,26 +73,26 @@ def test_bad_arguments_raise_as_in_process_before_any_round_trip(
 ) -> None:
     with pytest.raises((ValueError, TypeError)) as local:
         getattr(RateLimiter(5), method)(**kwargs)
-    remote = RedisRateLimiter(qos_support.NoServer(), "k", 5)
+    remote = RedisRateLimiter(qos_support.NoServer(), 5, name="k")
     with pytest.raises(local.type) as raised:
         getattr(remote, method)(**kwargs)
     assert str(raised.value) == str(local.value)
-    keyed = RedisKeyedRateLimiter(qos_support.NoServer(), 5)
+    keyed = RedisKeyedRateLimiter(qos_support.NoServer(), 5, name="clients")
     with pytest.raises(local.type):
         getattr(keyed, method)("key", **kwargs)
 
 
 @pytest.mark.parametrize("key", [1, 1.0, None, ("a",), bytearray(b"a")])
 def test_a_key_neither_str_nor_bytes_is_a_type_error(key: Any) -> None:
-    keyed = RedisKeyedRateLimiter(qos_support.NoServer(), 5)
+    keyed = RedisKeyedRateLimiter(qos_support.NoServer(), 5, name="clients")
     with pytest.raises(TypeError, match="key must be str or bytes"):
         keyed.try_acquire(key)
-    with pytest.raises(TypeError, match="key must be str or bytes"):
-        RedisRateLimiter(qos_support.NoServer(), key, 5)
+    with pytest.raises(TypeError, match="name must be a str"):
+        RedisRateLimiter(qos_support.NoServer(), 5, name=key)
 
 
 def test_times_must_be_whole_microseconds_within_the_bound() -> None:
-    remote = RedisRateLimiter(qos_support.NoServer(), "k", 5)
+    remote = RedisRateLimiter(qos_support.NoServer(), 5, name="k")
     with pytest.raises(ValueError, match="whole number of microseconds"):
         remote.check(now_ns=1_500)
     with pytest.raises(ValueError, match=r"2\*\*52"):
@@ -101,25 +101,27 @@ def test_times_must_be_whole_microseconds_within_the_bound() -> None:
 
 def test_the_exactness_bound_is_refused_naming_it() -> None:
     # 1 token per second: units of 10^-6 token; 2^53 / 10^6 is about 9.0e9 tokens.
-    RedisRateLimiter(qos_support.NoServer(), "k", 1, burst=9_007_199_254)
+    RedisRateLimiter(qos_support.NoServer(), 1, name="k", burst=9_007_199_254)
     with pytest.raises(ValueError, match=r"exceeds 2\*\*53"):
-        RedisRateLimiter(qos_support.NoServer(), "k", 1, burst=9_007_199_255)
+        RedisRateLimiter(qos_support.NoServer(), 1, name="k", burst=9_007_199_255)
     with pytest.raises(ValueError, match=r"exceeds 2\*\*53"):
-        RedisKeyedRateLimiter(qos_support.NoServer(), Fraction(1, 10**6), burst=10**4)
+        RedisKeyedRateLimiter(
+            qos_support.NoServer(), Fraction(1, 10**6), name="clients", burst=10**4
+        )
 
 
 def test_on_error_is_checked() -> None:
     with pytest.raises(ValueError, match="on_error"):
-        RedisRateLimiter(qos_support.NoServer(), "k", 5, on_error="ignore")
+        RedisRateLimiter(qos_support.NoServer(), 5, name="k", on_error="ignore")
     with pytest.raises(TypeError, match="on_error"):
-        RedisRateLimiter(qos_support.NoServer(), "k", 5, on_error=KeyedRateLimiter(5))
+        RedisRateLimiter(qos_support.NoServer(), 5, name="k", on_error=KeyedRateLimiter(5))
     with pytest.raises(TypeError, match="on_error"):
-        RedisKeyedRateLimiter(qos_support.NoServer(), 5, on_error=RateLimiter(5))
+        RedisKeyedRateLimiter(qos_support.NoServer(), 5, name="clients", on_error=RateLimiter(5))
 
 
 def test_rates_are_read_exactly(redis_client: Any) -> None:
     for rate in (Decimal("0.1"), "0.1", 0.1, Fraction(1, 10)):
-        remote = RedisRateLimiter(redis_client, f"r{rate!r}", rate, burst=1)
+        remote = RedisRateLimiter(redis_client, rate, name=f"r{rate!r}", burst=1)
         assert qos_support.band_pairs(remote) == ((Fraction(1, 10), 1),)
         assert remote.check(now_ns=0).allowed
         assert remote.check(now_ns=0).wait_ns == 10 * 10**9
@@ -128,7 +130,9 @@ def test_rates_are_read_exactly(redis_client: Any) -> None:
 
 
 def test_bands_are_taken_all_or_nothing(redis_client: Any) -> None:
-    remote = RedisRateLimiter(redis_client, "both", bands=[Band(10, burst=10), Band(1, burst=3)])
+    remote = RedisRateLimiter(
+        redis_client, name="both", bands=[Band(10, burst=10), Band(1, burst=3)]
+    )
     assert [remote.try_acquire(now_ns=0) for _ in range(4)] == [True, True, True, False]
     hash_ = redis_client.hgetall(remote.redis_key)
     assert int(hash_[b"1"]) == 7 * 10**6  # the denied request took nothing from band 1
@@ -136,7 +140,7 @@ def test_bands_are_taken_all_or_nothing(redis_client: Any) -> None:
 
 
 def test_a_script_flush_is_invisible(redis_client: Any) -> None:
-    remote = RedisRateLimiter(redis_client, "flushed", 1, burst=5)
+    remote = RedisRateLimiter(redis_client, 1, name="flushed", burst=5)
     assert remote.try_acquire()
     for _ in range(3):
         redis_client.script_flush()
@@ -145,7 +149,7 @@ def test_a_script_flush_is_invisible(redis_client: Any) -> None:
 
 
 def test_the_server_clock_decides_and_keys_expire_when_full(redis_client: Any) -> None:
-    remote = RedisRateLimiter(redis_client, "ttl", 1000, burst=10)
+    remote = RedisRateLimiter(redis_client, 1000, name="ttl", burst=10)
     assert remote.try_acquire(4)
     ttl = redis_client.pttl(remote.redis_key)
     assert 0 < ttl <= 5  # 4 tokens at 1000/s: full 4 ms from now, rounded up to the ms
@@ -155,7 +159,7 @@ def test_the_server_clock_decides_and_keys_expire_when_full(redis_client: Any) -
 
 
 def test_a_full_key_is_not_stored(redis_client: Any) -> None:
-    remote = RedisKeyedRateLimiter(redis_client, 5)
+    remote = RedisKeyedRateLimiter(redis_client, 5, name="clients")
     assert remote.peek("a").allowed
     assert remote.available("a") == 5
     assert remote.check("a", 0).allowed
@@ -167,7 +171,7 @@ def test_many_keys_each_with_its_time_to_full_and_all_gone_once_refilled(
     redis_client: Any,
 ) -> None:
     # A token every 4 s, burst 3: a key that took k tokens is full 4k seconds later.
-    remote = RedisKeyedRateLimiter(redis_client, 1, burst=3, per=4)
+    remote = RedisKeyedRateLimiter(redis_client, 1, name="clients", burst=3, per=4)
     keys = [f"user{i}" for i in range(100_000)]
     takes = [1 + i % 2 for i in range(len(keys))]
 
@@ -206,10 +210,10 @@ def test_many_keys_each_with_its_time_to_full_and_all_gone_once_refilled(
 
 
 def test_blocking_acquire_decorator_and_context_manager(redis_client: Any) -> None:
-    remote = RedisRateLimiter(redis_client, "block", 100, burst=1)
+    remote = RedisRateLimiter(redis_client, 100, name="block", burst=1)
     assert remote.acquire()
     assert remote.acquire(timeout=1)  # waits about 10 ms
-    slow = RedisRateLimiter(redis_client, "slow", "1/hour", burst=1)
+    slow = RedisRateLimiter(redis_client, "1/hour", name="slow", burst=1)
     assert slow.acquire()
     assert not slow.acquire(timeout=0)  # the next token is an hour away
     calls = []
@@ -227,7 +231,7 @@ def test_blocking_acquire_decorator_and_context_manager(redis_client: Any) -> No
 
 
 def test_acquire_async_on_a_synchronous_client(redis_client: Any) -> None:
-    remote = RedisKeyedRateLimiter(redis_client, 100, burst=1)
+    remote = RedisKeyedRateLimiter(redis_client, 100, name="clients", burst=1)
 
     async def main() -> list[bool]:
         return [await remote.acquire_async("a"), await remote.acquire_async("a", timeout=1)]
@@ -241,7 +245,7 @@ def test_an_asyncio_client_gives_awaitables(redis_server: Any) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
         await client.flushall()
-        single = RedisRateLimiter(client, "async", 2, burst=2)  # a token per 0.5 s
+        single = RedisRateLimiter(client, 2, name="async", burst=2)  # a token per 0.5 s
         assert isinstance(single, AsyncRedisRateLimiter)
         assert await single.try_acquire()
         assert (await single.check()).allowed
@@ -253,7 +257,7 @@ def test_an_asyncio_client_gives_awaitables(redis_server: Any) -> None:
         async with single:
             pass
 
-        keyed = RedisKeyedRateLimiter(client, 1, burst=2)
+        keyed = RedisKeyedRateLimiter(client, 1, name="clients", burst=2)
         assert isinstance(keyed, AsyncRedisKeyedRateLimiter)
         assert await keyed.try_acquire_many(["x", "x", "x", "y"]) == [True, True, False, True]
         assert (await keyed.check("y")).remaining == 0
@@ -280,15 +284,17 @@ def unreachable_client() -> Any:
 def test_on_error_policies_when_nothing_answers() -> None:
     client = unreachable_client()
     with pytest.raises(LimiterUnavailable) as raised:
-        RedisRateLimiter(client, "k", 5).try_acquire()
+        RedisRateLimiter(client, 5, name="k").try_acquire()
     assert raised.value.__cause__ is not None
-    allow = RedisRateLimiter(client, "k", 5, on_error="allow")
+    allow = RedisRateLimiter(client, 5, name="k", on_error="allow")
     assert allow.try_acquire() and allow.check().allowed and allow.available() == 5
-    deny = RedisKeyedRateLimiter(client, 5, on_error="deny")
+    deny = RedisKeyedRateLimiter(client, 5, name="clients", on_error="deny")
     assert not deny.try_acquire("a")
     assert deny.check("a").outcome is LimitOutcome.DENIED
     assert deny.try_acquire_many(["a", "b"]) == [False, False]
-    local = RedisKeyedRateLimiter(client, 5, burst=2, on_error=KeyedRateLimiter(5, burst=2))
+    local = RedisKeyedRateLimiter(
+        client, 5, name="clients", burst=2, on_error=KeyedRateLimiter(5, burst=2)
+    )
     assert [local.try_acquire("a", now_ns=0) for _ in range(3)] == [True, True, False]
     assert local.try_acquire_many(["b", "b", "b"], now_ns=0) == [True, True, False]
 
@@ -307,8 +313,12 @@ def test_a_large_batch_is_split_so_that_no_script_call_holds_the_server_long(
         return evalsha(sha, numkeys, *rest)
 
     redis_client.evalsha = counted
-    batched = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, prefix="split:")
-    one_by_one = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, prefix="single:")
+    batched = RedisKeyedRateLimiter(
+        redis_client, 1, name="clients", burst=2, per=3600, prefix="split:"
+    )
+    one_by_one = RedisKeyedRateLimiter(
+        redis_client, 1, name="clients", burst=2, per=3600, prefix="single:"
+    )
     keys = [f"k{i % 1500}" for i in range(3500)]  # each key 2 or 3 times: the third is denied
     answers = batched.try_acquire_many(keys)
     assert sizes == [KEYS_PER_CALL] * 3 + [500]

@@ -66,9 +66,11 @@ def test_cancelled_calls_take_nothing_they_were_not_told_of(
 
     async def main() -> tuple[int, int]:
         client = redis.asyncio.Redis(port=own_redis_server.port)
-        keyed = AsyncRedisKeyedRateLimiter(client, 1, burst=BURST, per=3600)
-        one = AsyncRedisRateLimiter(client, "one", 1, burst=BURST, per=3600)
-        sync = RedisKeyedRateLimiter(own_redis_server.client(), 1, burst=BURST, per=3600)
+        keyed = AsyncRedisKeyedRateLimiter(client, 1, name="clients", burst=BURST, per=3600)
+        one = AsyncRedisRateLimiter(client, 1, name="one", burst=BURST, per=3600)
+        sync = RedisKeyedRateLimiter(
+            own_redis_server.client(), 1, name="clients", burst=BURST, per=3600
+        )
         if form == "try_acquire":
             result = await told_and_held(
                 lambda: keyed.try_acquire("k"), int, lambda: keyed.available("k")
@@ -103,7 +105,7 @@ def test_a_batch_cancelled_between_its_calls_gives_back_what_its_earlier_calls_t
 
     async def main() -> tuple[int, int]:
         client = redis.asyncio.Redis(port=own_redis_server.port)
-        limiter = AsyncRedisKeyedRateLimiter(client, 1, burst=1, per=3600)
+        limiter = AsyncRedisKeyedRateLimiter(client, 1, name="clients", burst=1, per=3600)
         evalsha = client.evalsha
         calls = 0
 

@@ -36,7 +36,9 @@ def cluster_client(redis_cluster: Any) -> Any:
 
 
 def test_keys_spread_over_the_masters_and_batches_split_by_slot(cluster_client: Any) -> None:
-    limiter = RedisKeyedRateLimiter(cluster_client, 1, burst=2, per=3600, prefix="spread:")
+    limiter = RedisKeyedRateLimiter(
+        cluster_client, 1, name="clients", burst=2, per=3600, prefix="spread:"
+    )
     keys = [f"client{i}" for i in range(300)] * 3
     local = KeyedRateLimiter(1, burst=2, per=3600)
     answers = limiter.try_acquire_many(keys)
@@ -62,7 +64,9 @@ def test_answers_on_the_cluster_are_the_in_process_ones(
     cluster_client: Any, bands: list[Band], trace: list[tuple[str, int, int]]
 ) -> None:
     prefix = f"diff{next(_names)}:"
-    remote = RedisKeyedRateLimiter(cluster_client, bands=bands, prefix=prefix, min_ttl_ms=600_000)
+    remote = RedisKeyedRateLimiter(
+        cluster_client, name="clients", bands=bands, prefix=prefix, min_ttl_ms=600_000
+    )
     local = KeyedRateLimiter(bands=bands)
     now_us = 10**12
     for key, n, step in trace:
@@ -77,7 +81,9 @@ def test_answers_on_the_cluster_are_the_in_process_ones(
 def test_a_script_flush_on_every_master_is_invisible(
     redis_cluster: Any, cluster_client: Any
 ) -> None:
-    limiter = RedisKeyedRateLimiter(cluster_client, 1, burst=3, per=3600, prefix="flush:")
+    limiter = RedisKeyedRateLimiter(
+        cluster_client, 1, name="clients", burst=3, per=3600, prefix="flush:"
+    )
     keys = [f"k{i}" for i in range(30)]
     assert all(limiter.try_acquire_many(keys))
     for node in redis_cluster.nodes:
@@ -86,12 +92,12 @@ def test_a_script_flush_on_every_master_is_invisible(
     for node in redis_cluster.nodes:
         node.cli("SCRIPT", "FLUSH")
     assert [limiter.check(key).remaining for key in keys] == [0] * 30
-    single = RedisRateLimiter(cluster_client, "single", 1, burst=1, per=3600)
+    single = RedisRateLimiter(cluster_client, 1, name="single", burst=1, per=3600)
     assert single.try_acquire() and not single.try_acquire()
 
 
 def test_keys_on_the_cluster_expire_when_full(cluster_client: Any) -> None:
-    limiter = RedisKeyedRateLimiter(cluster_client, 1000, burst=5, prefix="exp:")
+    limiter = RedisKeyedRateLimiter(cluster_client, 1000, name="clients", burst=5, prefix="exp:")
     keys = [f"e{i}" for i in range(50)]
     assert all(limiter.try_acquire_many(keys, 2))
     ttls = [cluster_client.pttl(limiter.redis_key(key)) for key in keys]
@@ -113,7 +119,9 @@ def test_a_stopped_master_denies_its_keys_only_and_service_resumes(redis_cluster
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
     )
-    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, prefix="stop:", on_error="deny")
+    limiter = RedisKeyedRateLimiter(
+        client, 1, name="clients", burst=5, per=3600, prefix="stop:", on_error="deny"
+    )
     keys = [f"s{i}" for i in range(60)]
     assert all(limiter.try_acquire_many(keys))
     victim = redis_cluster.nodes[1]
@@ -151,7 +159,9 @@ def test_an_asyncio_cluster_client_batches_by_slot(redis_cluster: Any) -> None:
 
     async def main() -> list[bool]:
         client = AsyncRedisCluster(host="127.0.0.1", port=redis_cluster.nodes[0].port)
-        limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600, prefix="async:")
+        limiter = RedisKeyedRateLimiter(
+            client, 1, name="clients", burst=2, per=3600, prefix="async:"
+        )
         answers = await limiter.try_acquire_many(keys)
         assert (await limiter.check("a0")).remaining == 0
         await client.aclose()
@@ -178,7 +188,7 @@ def test_a_batch_under_raise_keeps_the_answers_of_the_nodes_that_answered(
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
     )
-    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, prefix="raise:")
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=5, per=3600, prefix="raise:")
     keys = [f"r{i}" for i in range(60)]
     victim = redis_cluster.nodes[2]
     on_victim = {

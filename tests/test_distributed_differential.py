@@ -96,7 +96,7 @@ def test_a_redis_limiter_answers_as_the_in_process_one(
 ) -> None:
     local = RateLimiter(bands=bands)
     remote = RedisRateLimiter(
-        shared_redis_client, f"d{next(_names)}", bands=bands, min_ttl_ms=KEEP_MS
+        shared_redis_client, name=f"d{next(_names)}", bands=bands, min_ttl_ms=KEEP_MS
     )
     now_us = start
     for op, n, step in trace:
@@ -127,7 +127,7 @@ def test_a_redis_keyed_limiter_answers_as_the_in_process_one(
     local = KeyedRateLimiter(bands=bands)
     prefix = f"k{next(_names)}:"
     remote = RedisKeyedRateLimiter(
-        shared_redis_client, bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
+        shared_redis_client, name="clients", bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
     )
     now_us = 10**9
     for op, key, n, step in trace:
@@ -154,11 +154,11 @@ def test_try_acquire_many_answers_as_one_call_per_key(
     now_ns = 5 * 10**15
     prefix = f"m{next(_names)}:"
     batch = RedisKeyedRateLimiter(
-        shared_redis_client, bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
+        shared_redis_client, name="clients", bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
     )
     prefix = f"m{next(_names)}:"
     single = RedisKeyedRateLimiter(
-        shared_redis_client, bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
+        shared_redis_client, name="clients", bands=bands, min_ttl_ms=KEEP_MS, prefix=prefix
     )
     try:
         want: Any = [single.try_acquire(key, n, now_ns=now_ns) for key in keys]
@@ -175,7 +175,7 @@ def test_try_acquire_many_answers_as_one_call_per_key(
 def test_initial_is_what_a_new_key_holds(shared_redis_client: Any, initial: int) -> None:
     local = RateLimiter(2, burst=5, initial=initial)
     remote = RedisRateLimiter(
-        shared_redis_client, f"init{initial}", 2, burst=5, initial=initial, min_ttl_ms=KEEP_MS
+        shared_redis_client, 2, name=f"init{initial}", burst=5, initial=initial, min_ttl_ms=KEEP_MS
     )
     for now_ns in (10**12, 10**12, 10**12 + 700_000_000, 10**12 + 10**10):
         same_decision(remote.peek(1, now_ns=now_ns), local.peek(1, now_ns=now_ns))

@@ -170,7 +170,7 @@ def test_a_killed_master_raises_on_its_slots_until_its_replica_is_promoted(
 ) -> None:
     cluster = replicated_cluster
     client = quick_client(cluster)
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="kill:")
+    limiter = RedisKeyedRateLimiter(client, name="clients", **RATE, prefix="kill:")
     victim = cluster.masters()[0]
     replica = cluster.replica_of(victim)
     on_victim = {key for key in KEYS if owner_of(client, limiter, key) == victim.port}
@@ -220,7 +220,9 @@ def test_deny_or_a_local_fallback_answers_while_a_master_fails_over(
     client = quick_client(cluster)
     fallback = KeyedRateLimiter(**RATE)
     on_error: Any = "deny" if policy == "deny" else fallback
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix=f"{policy}:", on_error=on_error)
+    limiter = RedisKeyedRateLimiter(
+        client, name="clients", **RATE, prefix=f"{policy}:", on_error=on_error
+    )
     victim = cluster.masters()[1]
     replica = cluster.replica_of(victim)
     on_victim = {key for key in KEYS if owner_of(client, limiter, key) == victim.port}
@@ -271,7 +273,7 @@ def test_takes_the_replica_never_received_are_forgotten(replicated_cluster: Clus
     again; the takes replicated before are kept."""
     cluster = replicated_cluster
     client = quick_client(cluster)
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="lost:")
+    limiter = RedisKeyedRateLimiter(client, name="clients", **RATE, prefix="lost:")
     victim = cluster.masters()[2]
     replica = cluster.replica_of(victim)
     key = next(key for key in KEYS if owner_of(client, limiter, key) == victim.port)
@@ -310,7 +312,7 @@ def test_a_manual_failover_fails_no_call_and_loses_nothing(replicated_cluster: C
     follow the MOVED to the new master: none fails, and no take is forgotten."""
     cluster = replicated_cluster
     client = quick_client(cluster, timeout=5)
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="manual:")
+    limiter = RedisKeyedRateLimiter(client, name="clients", **RATE, prefix="manual:")
     master = cluster.masters()[0]
     replica = cluster.replica_of(master)
     tally = Tally()
@@ -330,7 +332,7 @@ def test_a_killed_master_restarted_rejoins_as_a_replica_and_limits_stay_exact(
 ) -> None:
     cluster = replicated_cluster
     client = quick_client(cluster)
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="rejoin:")
+    limiter = RedisKeyedRateLimiter(client, name="clients", **RATE, prefix="rejoin:")
     victim = cluster.masters()[1]
     replica = cluster.replica_of(victim)
     on_victim = [key for key in KEYS if owner_of(client, limiter, key) == victim.port]
@@ -375,7 +377,7 @@ def test_an_asyncio_cluster_client_through_a_killed_master(replicated_cluster: C
             socket_connect_timeout=SOCKET_TIMEOUT,
             retry=Retry(NoBackoff(), 0),
         )
-        limiter = RedisKeyedRateLimiter(client, **RATE, prefix="async:")
+        limiter = RedisKeyedRateLimiter(client, name="clients", **RATE, prefix="async:")
         await client.initialize()
         on_victim = {
             key
@@ -424,7 +426,9 @@ def test_a_batch_after_a_promotion_asks_the_promoted_replica(replicated_cluster:
     unreachable is the one the call went to, not the slot's owner read after the failure."""
     cluster = replicated_cluster
     client = quick_client(cluster)
-    limiter = RedisKeyedRateLimiter(client, **RATE, prefix="batch:", on_error="deny")
+    limiter = RedisKeyedRateLimiter(
+        client, name="clients", **RATE, prefix="batch:", on_error="deny"
+    )
     victim = cluster.masters()[0]
     replica = cluster.replica_of(victim)
     on_victim = [key for key in KEYS if owner_of(client, limiter, key) == victim.port]

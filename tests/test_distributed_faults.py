@@ -51,7 +51,7 @@ def test_deny_admits_nothing_while_the_server_is_gone_and_service_resumes(
     own_redis_server: Any, fault: str
 ) -> None:
     client = quick_client(own_redis_server)
-    limiter = RedisKeyedRateLimiter(client, 1, burst=100, per=3600, on_error="deny")
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=100, per=3600, on_error="deny")
     assert all(limiter.try_acquire("a") for _ in range(5))
     if fault == "SIGSTOP":
         own_redis_server.pause()
@@ -76,7 +76,7 @@ def test_deny_admits_nothing_while_the_server_is_gone_and_service_resumes(
 def test_a_local_fallback_limits_while_the_server_is_gone(own_redis_server: Any) -> None:
     client = quick_client(own_redis_server)
     fallback = KeyedRateLimiter(1, burst=3, per=3600)
-    limiter = RedisKeyedRateLimiter(client, 1, burst=3, per=3600, on_error=fallback)
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=3, per=3600, on_error=fallback)
     assert limiter.try_acquire("a")
     own_redis_server.kill()
     assert [timed(limiter.try_acquire, "a") for _ in range(4)] == [True, True, True, False]
@@ -96,7 +96,7 @@ def test_a_local_fallback_limits_while_the_server_is_gone(own_redis_server: Any)
 
 def test_raise_chains_the_clients_error_and_recovers(own_redis_server: Any) -> None:
     client = quick_client(own_redis_server)
-    limiter = RedisRateLimiter(client, "r", 5)
+    limiter = RedisRateLimiter(client, 5, name="r")
     assert limiter.try_acquire()
     own_redis_server.pause()
     with pytest.raises(LimiterUnavailable) as raised:
@@ -115,7 +115,7 @@ def test_raise_chains_the_clients_error_and_recovers(own_redis_server: Any) -> N
 
 
 def test_a_script_flush_mid_run_is_invisible(redis_client: Any) -> None:
-    limiter = RedisRateLimiter(redis_client, "flush-mid-run", 1, burst=500, per=3600)
+    limiter = RedisRateLimiter(redis_client, 1, name="flush-mid-run", burst=500, per=3600)
     admitted = 0
     for i in range(600):
         if i % 50 == 0:
@@ -140,9 +140,11 @@ def test_an_awaited_acquire_with_a_timeout_returns_at_its_deadline_from_a_stoppe
     async def main() -> tuple[bool, bool]:
         if asyncio_client:
             client = redis.asyncio.Redis(port=own_redis_server.port)
-            limiter: Any = RedisKeyedRateLimiter(client, 1, burst=1, per=3600)
+            limiter: Any = RedisKeyedRateLimiter(client, 1, name="clients", burst=1, per=3600)
         else:
-            limiter = RedisKeyedRateLimiter(own_redis_server.client(), 1, burst=1, per=3600)
+            limiter = RedisKeyedRateLimiter(
+                own_redis_server.client(), 1, name="clients", burst=1, per=3600
+            )
         assert await limiter.acquire_async("k", timeout=0.5) is True  # connected, script loaded
         own_redis_server.pause()
         try:
@@ -167,7 +169,7 @@ def test_a_blocking_acquire_with_a_timeout_returns_at_its_deadline_from_a_stoppe
     import threading
 
     client = own_redis_server.client()  # the client's defaults: socket_timeout=5, retries
-    limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600)
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=2, per=3600)
     assert limiter.acquire("k", timeout=0.5) is True  # connected, and the script loaded
     answers: list[bool] = []
     own_redis_server.pause()
@@ -188,7 +190,7 @@ def test_a_blocking_acquire_with_a_timeout_needs_a_client_socket_timeout(
     own_redis_server: Any,
 ) -> None:
     client = own_redis_server.client(socket_timeout=None)
-    limiter = RedisKeyedRateLimiter(client, 1, burst=2, per=3600)
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=2, per=3600)
     with pytest.raises(ValueError, match="socket_timeout"):
         limiter.acquire("k", timeout=0.5)
     assert limiter.acquire("k") is True  # no timeout: nothing to keep

@@ -31,7 +31,9 @@ def test_threads_sharing_a_small_pool_are_decided_by_the_server(
     own_redis_server: Any, policy: str
 ) -> None:
     client = own_redis_server.client(max_connections=2)
-    limiter = RedisKeyedRateLimiter(client, 1, burst=BURST, per=3600, on_error=policy)
+    limiter = RedisKeyedRateLimiter(
+        client, 1, name="clients", burst=BURST, per=3600, on_error=policy
+    )
     admitted = [0] * THREADS
 
     def calls(index: int) -> None:
@@ -55,7 +57,9 @@ def test_tasks_sharing_a_small_asyncio_pool_are_decided_by_the_server(
 
     async def main() -> int:
         client = redis.asyncio.Redis(port=own_redis_server.port, max_connections=2)
-        limiter = AsyncRedisKeyedRateLimiter(client, 1, burst=BURST, per=3600, on_error=policy)
+        limiter = AsyncRedisKeyedRateLimiter(
+            client, 1, name="clients", burst=BURST, per=3600, on_error=policy
+        )
         answers = await asyncio.gather(
             *(limiter.try_acquire("one client") for _ in range(THREADS * CALLS))
         )
@@ -73,7 +77,7 @@ def test_a_pool_held_for_good_ends_the_call_with_pool_exhausted(own_redis_server
     from protocol_in_code.qos.distributed import LimiterUnavailable, PoolExhausted
 
     client = own_redis_server.client(max_connections=1, socket_timeout=0.2)
-    limiter = RedisKeyedRateLimiter(client, 1, burst=5, per=3600, on_error="allow")
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=5, per=3600, on_error="allow")
     subscription = client.pubsub()
     subscription.subscribe("channel")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import qos_support
+from protocol_in_code._native import _canonical
 from protocol_in_code.qos import KeyedRateLimiter
 from protocol_in_code.qos.distributed import LimiterUnavailable, RedisKeyedRateLimiter
 
@@ -63,7 +64,8 @@ def wrong_type(client: Any) -> Iterator[None]:
     yield
 
 
-LIMITER_KEY = "qos:{k}"
+#: The key the limiter below keeps "k" in: its name, then its configuration's fingerprint.
+LIMITER_KEY = f"qos:clients:{_canonical([(5, 5)])[1]:016x}:{{k}}"
 FAULTS: dict[str, Callable[[Any], Iterator[None]]] = {
     "OOM": out_of_memory,
     "BUSY": busy,
@@ -96,7 +98,7 @@ def test_a_server_that_cannot_decide_is_answered_by_on_error(
     client = own_redis_server.client()
     local = KeyedRateLimiter(1, burst=1)
     on_error = local if policy == "local" else policy
-    limiter = RedisKeyedRateLimiter(client, 5, on_error=on_error)
+    limiter = RedisKeyedRateLimiter(client, 5, name="clients", on_error=on_error)
     assert limiter.redis_key("k") == LIMITER_KEY.encode()
     making = FAULTS[fault](client)
     next(making)
@@ -131,15 +133,17 @@ def test_the_cluster_and_loading_errors_reach_on_error_too(name: str) -> None:
 
     client = redis.Redis(port=1)  # never connected: its calls raise the error above
     client.evalsha = client.eval = failing  # type: ignore[method-assign]
-    assert RedisKeyedRateLimiter(client, 5, on_error="deny").try_acquire("k") is False
+    assert (
+        RedisKeyedRateLimiter(client, 5, name="clients", on_error="deny").try_acquire("k") is False
+    )
     with pytest.raises(LimiterUnavailable, match=name):
-        RedisKeyedRateLimiter(client, 5).try_acquire("k")
+        RedisKeyedRateLimiter(client, 5, name="clients").try_acquire("k")
 
 
 def test_a_busy_server_is_answered_without_waiting_for_the_script(own_redis_server: Any) -> None:
     """BUSY comes back at once: the call does not wait for the long script to end."""
     client = own_redis_server.client()
-    limiter = RedisKeyedRateLimiter(client, 5, on_error="deny")
+    limiter = RedisKeyedRateLimiter(client, 5, name="clients", on_error="deny")
     making = busy(client)
     next(making)
     answers: list[bool] = []

@@ -22,11 +22,11 @@ valkey = pytest.importorskip("valkey", reason="pip install valkey to test valkey
 def test_valkey_py_decides_as_in_process(redis_server: Any) -> None:
     client = valkey.Valkey(host=redis_servers.HOST, port=redis_server.port)
     client.flushall()
-    remote = RedisRateLimiter(client, "v", 10, burst=3)
+    remote = RedisRateLimiter(client, 10, name="v", burst=3)
     local = RateLimiter(10, burst=3)
     for now_ns in (0, 0, 0, 0, 50_000_000, 100_000_000, 10**9):
         assert remote.check(now_ns=now_ns) == local.check(now_ns=now_ns)
-    keyed = RedisKeyedRateLimiter(client, 5, burst=2)
+    keyed = RedisKeyedRateLimiter(client, 5, name="clients", burst=2)
     in_process = KeyedRateLimiter(5, burst=2)
     keys = ["a", "a", "a", "b", b"c"]
     assert keyed.try_acquire_many(keys, now_ns=0) == [
@@ -41,8 +41,8 @@ def test_valkey_py_on_an_unreachable_server(tmp_path: Path) -> None:
     client = valkey.Valkey(
         host=redis_servers.HOST, port=server.port, socket_timeout=0.2, socket_connect_timeout=0.2
     )
-    deny = RedisRateLimiter(client, "v", 10, on_error="deny")
-    fails = RedisRateLimiter(client, "v", 10)
+    deny = RedisRateLimiter(client, 10, name="v", on_error="deny")
+    fails = RedisRateLimiter(client, 10, name="v")
     assert deny.try_acquire()
     server.stop()
     assert deny.check().outcome is LimitOutcome.DENIED

@@ -56,18 +56,19 @@ CHECKED = textwrap.dedent(
     aclient = redis.asyncio.Redis()
 
     one: Limiter = RateLimiter(1)
-    one = RedisRateLimiter(client, "k", 1)
+    one = RedisRateLimiter(client, 1, name="k")
     keyed: KeyedLimiter[Hashable] = KeyedRateLimiter(1)
-    keyed_text: KeyedLimiter[str] = RedisKeyedRateLimiter(client, 1)
-    awaited: AsyncLimiter = AsyncRedisRateLimiter(aclient, "k", 1)
-    awaited_keyed: AsyncKeyedLimiter[bytes] = AsyncRedisKeyedRateLimiter(aclient, 1)
+    keyed_text: KeyedLimiter[str] = RedisKeyedRateLimiter(client, 1, name="clients")
+    awaited: AsyncLimiter = AsyncRedisRateLimiter(aclient, 1, name="k")
+    awaited_keyed: AsyncKeyedLimiter[bytes] = AsyncRedisKeyedRateLimiter(aclient, 1, name="clients")
 
     # Each is its own kind only.
     wrong_1: Limiter = KeyedRateLimiter(1)  # type: ignore[assignment]
     wrong_2: KeyedLimiter[Hashable] = RateLimiter(1)  # type: ignore[assignment]
-    wrong_3: Limiter = AsyncRedisRateLimiter(aclient, "k", 1)  # type: ignore[assignment]
-    wrong_4: AsyncLimiter = RedisRateLimiter(client, "k", 1)  # type: ignore[assignment]
-    wrong_5: KeyedLimiter[Hashable] = RedisKeyedRateLimiter(client, 1)  # type: ignore[assignment]
+    wrong_3: Limiter = AsyncRedisRateLimiter(aclient, 1, name="k")  # type: ignore[assignment]
+    wrong_4: AsyncLimiter = RedisRateLimiter(client, 1, name="k")  # type: ignore[assignment]
+    redis_keyed = RedisKeyedRateLimiter(client, 1, name="c")
+    wrong_5: KeyedLimiter[Hashable] = redis_keyed  # type: ignore[assignment]
     """
 )
 
@@ -90,10 +91,13 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
     [
         (lambda: RateLimiter(1), (False, False)),
         (lambda: KeyedRateLimiter(1), (True, False)),
-        (lambda: RedisRateLimiter(qos_support.NoServer(), "k", 1), (False, False)),
-        (lambda: RedisKeyedRateLimiter(qos_support.NoServer(), 1), (True, False)),
-        (lambda: AsyncRedisRateLimiter(qos_support.AsyncNoServer(), "k", 1), (False, True)),
-        (lambda: AsyncRedisKeyedRateLimiter(qos_support.AsyncNoServer(), 1), (True, True)),
+        (lambda: RedisRateLimiter(qos_support.NoServer(), 1, name="k"), (False, False)),
+        (lambda: RedisKeyedRateLimiter(qos_support.NoServer(), 1, name="clients"), (True, False)),
+        (lambda: AsyncRedisRateLimiter(qos_support.AsyncNoServer(), 1, name="k"), (False, True)),
+        (
+            lambda: AsyncRedisKeyedRateLimiter(qos_support.AsyncNoServer(), 1, name="clients"),
+            (True, True),
+        ),
     ],
     ids=["RateLimiter", "KeyedRateLimiter", "Redis", "RedisKeyed", "AsyncRedis", "AsyncRedisKeyed"],
 )

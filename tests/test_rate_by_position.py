@@ -47,9 +47,18 @@ def test_the_redis_limiters_take_the_rate_alone_by_position_too(redis_class: str
     from protocol_in_code.qos import distributed
 
     cls = getattr(distributed, redis_class)
-    before = ("k",) if redis_class == "RedisRateLimiter" else ()
-    with pytest.raises(TypeError, match=rf"{redis_class}\(100, burst=60\)"):
-        cls(qos_support.NoServer(), *before, 100, 60)
-    assert qos_support.band_pairs(cls(qos_support.NoServer(), *before, 100, burst=60)) == (
-        (100, 60),
+    with pytest.raises(TypeError) as raised:
+        cls(qos_support.NoServer(), 100, 60, name="k")
+    message = str(raised.value)
+    assert f"{redis_class}(client, 100, burst=60, name='k')" in message
+    assert f"{redis_class}(client, 100, per=60, name='k')" in message
+    assert '"100/minute"' in message
+    limiter = cls(qos_support.NoServer(), 100, burst=60, name="k")
+    assert qos_support.band_pairs(limiter) == ((100, 60),)
+    parameters = inspect.signature(cls).parameters
+    assert list(parameters)[:2] == ["client", "rate"]
+    assert all(
+        p.kind is inspect.Parameter.KEYWORD_ONLY
+        for name, p in parameters.items()
+        if name not in ("client", "rate")
     )

@@ -35,17 +35,19 @@ FORMS: dict[str, Callable[[Any], Any]] = {
     "KeyedRateLimiter.acquire_async": lambda t: run(
         KeyedRateLimiter(1).acquire_async("k", timeout=t)
     ),
-    "RedisRateLimiter.acquire": lambda t: RedisRateLimiter(qos_support.NoServer(), "k", 1).acquire(
-        timeout=t
-    ),
+    "RedisRateLimiter.acquire": lambda t: RedisRateLimiter(
+        qos_support.NoServer(), 1, name="k"
+    ).acquire(timeout=t),
     "RedisKeyedRateLimiter.acquire": lambda t: RedisKeyedRateLimiter(
-        qos_support.NoServer(), 1
+        qos_support.NoServer(), 1, name="clients"
     ).acquire("k", timeout=t),
     "AsyncRedisRateLimiter.acquire": lambda t: run(
-        AsyncRedisRateLimiter(qos_support.NoServer(), "k", 1).acquire(timeout=t)
+        AsyncRedisRateLimiter(qos_support.NoServer(), 1, name="k").acquire(timeout=t)
     ),
     "AsyncRedisKeyedRateLimiter.acquire": lambda t: run(
-        AsyncRedisKeyedRateLimiter(qos_support.NoServer(), 1).acquire("k", timeout=t)
+        AsyncRedisKeyedRateLimiter(qos_support.NoServer(), 1, name="clients").acquire(
+            "k", timeout=t
+        )
     ),
 }
 

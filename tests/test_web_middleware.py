@@ -175,11 +175,13 @@ def test_a_redis_limiter_s_key_must_be_text_and_is_checked_before_the_server_is_
 
     # Nobody listens on these ports: a request that reached the server would fail otherwise.
     wsgi = WSGIMiddleware(
-        _ok_wsgi, RedisKeyedRateLimiter(redis.Redis(port=free_port()), "3/hour"), key=lambda i: 42
+        _ok_wsgi,
+        RedisKeyedRateLimiter(redis.Redis(port=free_port()), "3/hour", name="clients"),
+        key=lambda i: 42,
     )
     asgi = ASGIMiddleware(
         _ok_asgi,
-        AsyncRedisKeyedRateLimiter(redis.asyncio.Redis(port=free_port()), "3/hour"),
+        AsyncRedisKeyedRateLimiter(redis.asyncio.Redis(port=free_port()), "3/hour", name="clients"),
         key=lambda info: ("user", 42),
     )
     with pytest.raises(TypeError, match=r"key= returned 42, which a Redis limiter cannot take"):
@@ -470,7 +472,9 @@ def test_redis_limiters_sync_under_wsgi_asyncio_under_asgi(redis_server):
 
     sync = redis_server.client()
     sync.flushall()
-    wsgi = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(sync, "3/hour", prefix="wsgi:"))
+    wsgi = WSGIMiddleware(
+        _ok_wsgi, RedisKeyedRateLimiter(sync, "3/hour", name="clients", prefix="wsgi:")
+    )
     statuses = [_wsgi_call(wsgi)[0] for _ in range(4)]
     assert statuses == ["200 OK"] * 3 + ["429 Too Many Requests"]
     _, headers = _wsgi_call(wsgi)
@@ -480,13 +484,15 @@ def test_redis_limiters_sync_under_wsgi_asyncio_under_asgi(redis_server):
     with pytest.raises(TypeError, match="limiter"):
         WSGIMiddleware(
             _ok_wsgi,
-            AsyncRedisKeyedRateLimiter(redis.asyncio.Redis(port=redis_server.port), "3/hour"),
+            AsyncRedisKeyedRateLimiter(
+                redis.asyncio.Redis(port=redis_server.port), "3/hour", name="clients"
+            ),
         )
 
     async def run() -> list[int]:
         client = redis.asyncio.Redis(port=redis_server.port)
         try:
-            limiter = AsyncRedisKeyedRateLimiter(client, "3/hour", prefix="asgi:")
+            limiter = AsyncRedisKeyedRateLimiter(client, "3/hour", name="clients", prefix="asgi:")
             app = ASGIMiddleware(_ok_asgi, limiter)
             return [(await _call(app))[0] for _ in range(4)]
         finally:
@@ -509,9 +515,13 @@ def test_an_unreachable_redis_server_is_the_limiter_s_on_error_policy():
         socket_timeout=0.5,
         retry=Retry(NoBackoff(), 0),
     )
-    deny = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="deny"))
+    deny = WSGIMiddleware(
+        _ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", name="clients", on_error="deny")
+    )
     status, headers = _wsgi_call(deny)
     assert status == "429 Too Many Requests" and headers["Retry-After"] == "1"
-    allow = WSGIMiddleware(_ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", on_error="allow"))
+    allow = WSGIMiddleware(
+        _ok_wsgi, RedisKeyedRateLimiter(nobody, "3/hour", name="clients", on_error="allow")
+    )
     assert _wsgi_call(allow)[0] == "200 OK"
     nobody.close()

@@ -25,5 +25,5 @@ async def _pid(scope: Any, receive: Any, send: Any) -> None:
 def create_app() -> RateLimitMiddleware:
     """One limit for all workers: a burst of 50, then one more an hour."""
     client = redis.asyncio.Redis(port=int(os.environ["QOS_WEB_REDIS_PORT"]))
-    limiter = RedisRateLimiter(client, "web-workers", "1/hour", burst=BURST)
+    limiter = RedisRateLimiter(client, "1/hour", name="web-workers", burst=BURST)
     return RateLimitMiddleware(_pid, limiter)

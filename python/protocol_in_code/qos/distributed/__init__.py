@@ -25,9 +25,28 @@ the server the service already runs, and every decision is one atomic step there
   until all its bands are full again, rounded up to the millisecond: it disappears only when
   it is indistinguishable from a key never seen, so expiry changes no answer, and no key lives
   without a TTL.
-* **Cluster.** A key is ``prefix{key}``: the braces make it its own hash tag, and a decision
-  touches one hash, so it never crosses slots; ``try_acquire_many`` sends one script call per
-  slot.
+* **One name and one configuration, one limit.** Every limiter has a ``name``
+  (``name="login"``), its identity on the server, and its configuration's fingerprint (16 hex
+  digits of ``FNV-1a`` over the bands' canonical encoding) is part of every key it writes. A
+  :class:`RedisRateLimiter` is the hash ``prefix`` ``fingerprint:{name}``; a
+  :class:`RedisKeyedRateLimiter` keeps each key in ``prefix`` ``name:fingerprint:{key}``
+  (``qos:login:90949290ee0418bd:{203.0.113.7}``). So limiters share state only when they have
+  the same ``prefix`` (default ``qos:``), name and bands: a login limit and an API limit keyed
+  by the same client address are two limits, no key of a keyed limiter is ever a one-key
+  limiter's hash, and a state is never read in another configuration's units. Neither a name
+  nor a prefix may hold a brace.
+* **A deploy that changes a configuration starts fresh.** The new bands have their own keys,
+  so every client starts the new configuration full: at most one new burst beyond the new
+  limit, and never a wait longer than the new configuration's own time to full. The old keys
+  expire by themselves when they are full again (no cleanup). While old and new workers run
+  side by side, each enforces its own configuration on its own state, so for that time a
+  client can get what the old limit allows plus what the new one allows. We chose this over
+  carrying over what was spent: carrying over through a state two configurations share lets
+  clients that alternate between old and new workers spend the larger burst again and again,
+  because each conversion to the smaller burst forgets what did not fit.
+* **Cluster.** The braces make the name, or the key, the hash tag: a decision touches one
+  hash, so it never crosses slots, and a keyed limiter's keys spread over the cluster;
+  ``try_acquire_many`` sends one script call per slot.
 * **When the server is unreachable**, ``on_error`` decides: ``"raise"``
   (:class:`LimiterUnavailable`, chained to the client's error), ``"allow"``, ``"deny"``, or a
   local ``RateLimiter``/``KeyedRateLimiter`` that decides instead. How long a call may take to
@@ -39,7 +58,7 @@ Usage::
     import redis
     from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
 
-    per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, on_error="deny")
+    per_client = RedisKeyedRateLimiter(redis.Redis(), 5, burst=10, name="api", on_error="deny")
 
     def handle(request):
         if not per_client.try_acquire(request.client_ip):

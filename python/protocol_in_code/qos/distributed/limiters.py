@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import inspect
 import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 from protocol_in_code._native import (
     Band,
@@ -25,7 +26,6 @@ from protocol_in_code._native import (
     KeyedRateLimiter,
     LimitOutcome,
     RateLimiter,
-    _only_the_rate_by_position,
     _refuse_in_event_loop,
 )
 from protocol_in_code.qos import _conveniences
@@ -45,17 +45,37 @@ OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
 
 def redis_key(prefix: bytes, key: Any) -> bytes:
-    """The Redis key of a limited key: ``prefix{key}``.
+    """The Redis key ``prefix{key}``: for a one-key limiter ``prefix`` ends with its
+    configuration's fingerprint and ``key`` is its name (``qos:90949290ee0418bd:{login}``); for
+    a keyed limiter ``prefix`` ends with its name and fingerprint, and ``key`` is the key a call
+    names (``qos:api:90949290ee0418bd:{203.0.113.7}``).
 
     The braces make ``key`` the cluster hash tag, so a key's slot depends only on the key (and
-    a batch can be grouped by slot). A ``str`` is its UTF-8 (lone surrogates kept, so distinct
-    strings stay distinct); ``"a"`` and ``b"a"`` are one Redis key, as Redis keys are bytes.
+    a batch can be grouped by slot), and a keyed limiter's keys spread over a cluster. A
+    ``str`` is its UTF-8 (lone surrogates kept, so distinct strings stay distinct); ``"a"`` and
+    ``b"a"`` are one Redis key, as Redis keys are bytes. Neither a prefix nor a name holds a
+    brace, so the first ``{`` ends them both: two limiters of different names (or kinds) never
+    share a Redis key, whatever their keys.
     """
     if isinstance(key, str):
         return b"%s{%s}" % (prefix, key.encode("utf-8", "surrogatepass"))
     if isinstance(key, bytes):
         return b"%s{%s}" % (prefix, key)
     raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
+
+
+def _checked_name(name: Any) -> bytes:
+    """A limiter's name as it goes into its Redis keys: a non-empty ``str`` without braces."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {type(name).__name__} ({name!r})")
+    if not name:
+        raise ValueError("name must not be empty: it is the limit's identity on the server")
+    if "{" in name or "}" in name:
+        raise ValueError(
+            f"name must not contain braces (it goes into the Redis key, beside the key's hash "
+            f"tag): {name!r}"
+        )
+    return name.encode("utf-8", "surrogatepass")
 
 
 def decision(reply: Any) -> Decision:
@@ -155,6 +175,7 @@ class _Core:
         self,
         client: Any,
         rate: Any,
+        name: Any,
         burst: Any,
         per: Any,
         bands: Any,
@@ -164,6 +185,7 @@ class _Core:
         prefix: Any,
         local_type: type[RateLimiter] | type[KeyedRateLimiter],
     ) -> None:
+        name_bytes = _checked_name(name)
         self.validator, config = _bands.parse(rate, burst, per, bands, initial)
         if not isinstance(min_ttl_ms, int) or isinstance(min_ttl_ms, bool):
             raise TypeError(f"min_ttl_ms must be an int, not {type(min_ttl_ms).__name__}")
@@ -189,7 +211,16 @@ class _Core:
                 f"{local_type.__name__} to fall back on, not {type(on_error).__name__}"
             )
         self.server = Server(client)
+        self.name: str = name
         self.prefix: bytes = prefix
+        #: The configuration's fingerprint (``core::exact::config``), 16 hex digits: part of
+        #: every Redis key, so limiters of one name but different bands never share state.
+        self.fingerprint: bytes = b"%016x" % config.fingerprint
+        #: Where a one-key limiter's Redis key starts, before its ``{name}``.
+        self.one_key_prefix: bytes = prefix + self.fingerprint + b":"
+        #: Where a keyed limiter's Redis keys start, before the key's ``{key}``: its own
+        #: namespace, so no other limiter's key can be one of its keys.
+        self.key_prefix: bytes = prefix + name_bytes + b":" + self.fingerprint + b":"
         self.on_error: OnError = on_error
         self.tail = _bands.script_args(initial, min_ttl_ms)
         self.config = config.encoding
@@ -447,7 +478,7 @@ class _Batch:
 
     def __init__(self, core: _Core, keys: Iterable[str | bytes], n: Any, now_ns: Any) -> None:
         self.keys = list(keys)
-        self.names = [redis_key(core.prefix, key) for key in self.keys]
+        self.names = [redis_key(core.key_prefix, key) for key in self.keys]
         self.args = core.args(MANY, n, now_ns)
         if self.keys:
             core.refuse_never(n)
@@ -530,6 +561,123 @@ class _Batch:
         ) from self._error
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_C = TypeVar("_C", bound=type)
+
+#: What the examples in the constructors' errors show for an argument the call did not give.
+_UNSAID = "..."
+
+
+def _old_shapes_refused(cls: _C) -> _C:
+    """``cls`` with its own ``__new__`` and ``__init__`` refusing a call that does not fit their
+    signature with a ``TypeError`` that shows the call to write (see :func:`_misfit`), where
+    Python's own would only say what is missing or unexpected. The signatures shown
+    (``inspect.signature``, mypy, stubtest) stay the methods' own."""
+    for method in ("__new__", "__init__"):
+        if method in vars(cls):
+            function = getattr(vars(cls)[method], "__func__", vars(cls)[method])
+            checked = _constructor(function)
+            setattr(cls, method, staticmethod(checked) if method == "__new__" else checked)
+    return cls
+
+
+def _constructor(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``method`` (a ``__new__`` or ``__init__``), raising :func:`_misfit`'s error for a call
+    that does not fit it."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def constructor(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            misfit = _misfit(signature, args, kwargs)
+            if misfit is not None:
+                raise misfit from None
+        return method(*args, **kwargs)  # a misfit of no old shape: Python's own error
+
+    return constructor
+
+
+def _misfit(
+    signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> TypeError | None:
+    """The error for a constructor call that does not fit ``signature``: ``args`` are the class
+    (for ``__new__``) or the instance (for ``__init__``), then the call's own positional
+    arguments. None for a misfit of no old shape (a misspelt keyword, no client), which
+    Python's own error describes.
+
+    The old signatures took a one-key limiter's key second, before the rate
+    (``RedisRateLimiter(client, "global", 10)``), and a keyed limiter no identity at all. Each
+    old shape is refused, never read as something else, with the new form shown.
+    """
+    if set(kwargs) - {"key"} - set(signature.parameters) or not args:
+        return None
+    cls = args[0] if isinstance(args[0], type) else type(args[0])
+    name = cls.__name__
+    keyed = issubclass(cls, _ManyKeys)
+    given = list(args[2:]) if len(args) > 1 else []  # after the client
+    if "rate" in kwargs:
+        rate = repr(kwargs["rate"])
+    elif given:
+        rate = repr(given[0])
+    else:
+        rate = f"bands={kwargs['bands']!r}" if "bands" in kwargs else _UNSAID
+    identity = repr(kwargs["name"]) if "name" in kwargs else _UNSAID
+
+    def form(rate: str, identity: str, *more: str) -> str:
+        return f"{name}(client, {', '.join((rate, *more))}, name={identity})"
+
+    if "key" in kwargs:
+        if keyed:
+            return TypeError(
+                f"{name}() takes no key=: the keys come with each call (try_acquire(key)), and "
+                f"the limiter itself is known by its name: write {form(rate, identity)}"
+            )
+        return TypeError(
+            f"{name}() takes name=, not key=: a limit is known by its name, write "
+            f"{form(rate, identity if 'name' in kwargs else repr(kwargs['key']))}"
+        )
+    if len(given) >= 2 or (given and "rate" in kwargs):
+        first = given[0]
+        second = given[1] if len(given) >= 2 else kwargs["rate"]
+        if len(given) >= 2:
+            opening = (
+                f"{name}() takes the rate alone by position (everything after it is a "
+                f"keyword), and {len(given)} were given"
+            )
+        else:
+            opening = f"{name}() got the rate twice: {first!r} by position and rate={second!r}"
+        readings = []
+        if not keyed and "name" not in kwargs:
+            readings.append(
+                f"the limit's name is a keyword now (it came before the rate): for a limit "
+                f"named {first!r} of {second!r}, write {form(repr(second), repr(first))}"
+            )
+        if len(given) == 2 and "rate" not in kwargs:
+            readings.append(
+                f"for a burst of {second!r}, write "
+                f"{form(repr(first), identity, f'burst={second!r}')}, or for {first!r} per "
+                f"{second!r} seconds {form(repr(first), identity, f'per={second!r}')} (also "
+                f'written as a quota, such as "100/minute")'
+            )
+        return TypeError(f"{opening}: {'; '.join(readings) or f'write {form(rate, identity)}'}")
+    if "name" not in kwargs and (len(args) >= 2 or "client" in kwargs):
+        what = (
+            "limiters of different names never share a key's limit, even for the same key"
+            if keyed
+            else "limiters of the same name (and prefix) share one limit, and limiters of "
+            "different names never do"
+        )
+        return TypeError(
+            f"{name}() needs name=, the limit's identity on the server: {what}. Write "
+            f"{form(rate, repr('login'))}"
+        )
+    return None
+
+
+@_old_shapes_refused
 class _OneKey:
     """What :class:`RedisRateLimiter` and :class:`AsyncRedisRateLimiter` share: everything but
     running the script."""
@@ -537,9 +685,9 @@ class _OneKey:
     def __init__(
         self,
         client: Any,
-        key: str | bytes,
         rate: Any = None,
-        *more: Any,
+        *,
+        name: str,
         burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
@@ -548,13 +696,26 @@ class _OneKey:
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
     ) -> None:
-        _only_the_rate_by_position(type(self).__name__, rate, more)
         self._core = core = _Core(
-            client, rate, burst, per, bands, initial, on_error, min_ttl_ms, prefix, RateLimiter
+            client,
+            rate,
+            name,
+            burst,
+            per,
+            bands,
+            initial,
+            on_error,
+            min_ttl_ms,
+            prefix,
+            RateLimiter,
         )
-        self.key = key
-        self._keys = [redis_key(core.prefix, key)]
+        self._keys = [redis_key(core.one_key_prefix, name)]
         self._unavailable = core.server.unavailable
+
+    @property
+    def name(self) -> str:
+        """The limit's identity: limiters of the same name (and prefix) share one limit."""
+        return self._core.name
 
     @property
     def bands(self) -> tuple[Band, ...]:
@@ -563,7 +724,7 @@ class _OneKey:
 
     @property
     def redis_key(self) -> bytes:
-        """The hash on the server that holds this limit."""
+        """The hash on the server that holds this limit: ``prefix`` ``fingerprint:{name}``."""
         return self._keys[0]
 
     def _fall_back(self, error: BaseException, method: str, n: Any, now_ns: Any) -> Any:
@@ -572,9 +733,10 @@ class _OneKey:
         return self._core.unavailable(error, method, *args)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key!r}, bands={self.bands!r})"
+        return f"{type(self).__name__}(name={self.name!r}, bands={list(self.bands)!r})"
 
 
+@_old_shapes_refused
 class _ManyKeys:
     """What :class:`RedisKeyedRateLimiter` and :class:`AsyncRedisKeyedRateLimiter` share:
     everything but running the script."""
@@ -583,7 +745,8 @@ class _ManyKeys:
         self,
         client: Any,
         rate: Any = None,
-        *more: Any,
+        *,
+        name: str,
         burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
@@ -591,12 +754,27 @@ class _ManyKeys:
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
     ) -> None:
-        _only_the_rate_by_position(type(self).__name__, rate, more)
         self._core = core = _Core(
-            client, rate, burst, per, bands, None, on_error, min_ttl_ms, prefix, KeyedRateLimiter
+            client,
+            rate,
+            name,
+            burst,
+            per,
+            bands,
+            None,
+            on_error,
+            min_ttl_ms,
+            prefix,
+            KeyedRateLimiter,
         )
         self._unavailable = core.server.unavailable
-        self._prefix = core.prefix
+        self._prefix = core.key_prefix
+
+    @property
+    def name(self) -> str:
+        """The limiter's identity: limiters of the same name (and prefix) share each key's
+        limit, and limiters of different names never do, whatever the keys."""
+        return self._core.name
 
     @property
     def bands(self) -> tuple[Band, ...]:
@@ -604,7 +782,8 @@ class _ManyKeys:
         return self._core.validator.bands
 
     def redis_key(self, key: str | bytes) -> bytes:
-        """The hash on the server that holds ``key``'s limit."""
+        """The hash on the server that holds ``key``'s limit: ``prefix``
+        ``name:fingerprint:{key}``."""
         return redis_key(self._prefix, key)
 
     def _fall_back(self, error: BaseException, method: str, key: Any, n: Any, now_ns: Any) -> Any:
@@ -613,11 +792,18 @@ class _ManyKeys:
         return self._core.unavailable(error, method, *args)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(prefix={self._prefix!r}, bands={self.bands!r})"
+        return f"{type(self).__name__}(name={self.name!r}, bands={list(self.bands)!r})"
 
 
+@_old_shapes_refused
 class RedisRateLimiter(_OneKey):
-    """One limit shared by every process, on every host, that uses ``key`` on one Redis.
+    """One limit shared by every process, on every host, that uses ``name`` on one Redis.
+
+    ``RedisRateLimiter(client, 10, name="global")``: the rate alone by position, everything
+    else by keyword. ``name`` (a non-empty ``str`` without braces) is the limit's identity:
+    limiters of the same name, ``prefix`` and bands share one limit, kept in the hash
+    ``prefix`` ``fingerprint:{name}``; limiters of different names never share anything, and
+    a change of bands starts afresh (see the module's docs).
 
     Takes the arguments of :class:`~protocol_in_code.qos.limiter.RateLimiter` (read by it: the
     same rates, bursts and bands, the same errors) and answers its questions the same way:
@@ -641,9 +827,33 @@ class RedisRateLimiter(_OneKey):
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
     """
 
-    def __new__(cls, client: Any, *args: Any, **kwargs: Any) -> RedisRateLimiter:
+    def __new__(
+        cls,
+        client: Any,
+        rate: Any = None,
+        *,
+        name: str,
+        burst: int | None = None,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        initial: int | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> RedisRateLimiter:
         if cls is RedisRateLimiter and Server(client).is_async:
-            return AsyncRedisRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
+            return AsyncRedisRateLimiter(  # type: ignore[return-value]
+                client,
+                rate,
+                name=name,
+                burst=burst,
+                per=per,
+                bands=bands,
+                initial=initial,
+                on_error=on_error,
+                min_ttl_ms=min_ttl_ms,
+                prefix=prefix,
+            )
         return super().__new__(cls)
 
     def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
@@ -734,22 +944,49 @@ class RedisRateLimiter(_OneKey):
         return None
 
 
+@_old_shapes_refused
 class RedisKeyedRateLimiter(_ManyKeys):
     """One shared limit per key: :class:`RedisRateLimiter` for every key at once.
 
-    The arguments and answers of :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a
-    ``key`` (``str`` or ``bytes``) first in every call. Memory is the server's and bounded by
-    expiry: a key lives exactly until it is full again, so there is no ``max_keys`` and nothing
-    is ever refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
+    ``RedisKeyedRateLimiter(client, 5, burst=10, name="login")``: the arguments and answers of
+    :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a ``key`` (``str`` or ``bytes``)
+    first in every call, and a ``name`` that is the limiter's identity: a key's limit is the
+    hash ``prefix`` ``name:fingerprint:{key}``, so limiters of different names (a login limit
+    and an API limit, both keyed by client address) never share a key's limit, and none shares
+    anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
+    key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
+    refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
     :meth:`try_acquire_many` decides many keys in one round trip per hash slot.
 
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
     settlement point gains nothing on that key (the server's clock is one clock anyway).
     """
 
-    def __new__(cls, client: Any, *args: Any, **kwargs: Any) -> RedisKeyedRateLimiter:
+    def __new__(
+        cls,
+        client: Any,
+        rate: Any = None,
+        *,
+        name: str,
+        burst: int | None = None,
+        per: Any = None,
+        bands: Iterable[Any] | None = None,
+        on_error: OnError = "raise",
+        min_ttl_ms: int = 0,
+        prefix: str | bytes = "qos:",
+    ) -> RedisKeyedRateLimiter:
         if cls is RedisKeyedRateLimiter and Server(client).is_async:
-            return AsyncRedisKeyedRateLimiter(client, *args, **kwargs)  # type: ignore[return-value]
+            return AsyncRedisKeyedRateLimiter(  # type: ignore[return-value]
+                client,
+                rate,
+                name=name,
+                burst=burst,
+                per=per,
+                bands=bands,
+                on_error=on_error,
+                min_ttl_ms=min_ttl_ms,
+                prefix=prefix,
+            )
         return super().__new__(cls)
 
     def _ask(self, method: str, key: Any, n: Any, now_ns: Any) -> Any:
