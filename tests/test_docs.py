@@ -48,7 +48,7 @@ BLOCKS = [
 def test_the_pages_have_python_blocks() -> None:
     readme = [block for block in BLOCKS if block.values[0].name == "README.md"]
     assert len(readme) >= 5
-    assert len(BLOCKS) >= 8
+    assert len(BLOCKS) >= 20
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_name)
