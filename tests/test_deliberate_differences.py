@@ -2,7 +2,7 @@
 
 Drop-in means the course's behaviour on any input a learner might try. Where the native build
 differs, it is on purpose, because the course's code would loop forever or accept what the
-course never passes, and each difference is listed in the README and pinned here:
+course never passes, and each difference is listed in docs/course.md and pinned here:
 
 1. Class names in a tree (dict keys, ``name`` and ``parent``) must be ``str``; anything else
    raises ``TypeError``.

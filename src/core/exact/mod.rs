@@ -14,6 +14,8 @@
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
 //! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
+//! * [`config`]: a limit's configuration, decided in one place: its bands, their defaults and
+//!   checks, and the one canonical encoding (with its fingerprint) every store reads.
 //! * [`clock_gap`]: a call's time more than ten years from a limiter's clock was read on
 //!   another clock, and is refused.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
