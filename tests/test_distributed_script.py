@@ -9,6 +9,7 @@ here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import qos_support
@@ -63,7 +64,7 @@ OPS = st.sampled_from([0, 2, 3, 4])  # take, peek, refund, available (many is se
     initial=st.one_of(st.none(), st.integers(0, 20)),
     least_ttl_ms=st.sampled_from([0, 5000]),
     steps=st.lists(
-        st.tuples(OPS, st.integers(0, 25), st.integers(-2_000_000, 5_000_000)),
+        st.tuples(OPS, st.integers(0, 25), st.integers(-2_000_000, 5_000_000), st.booleans()),
         min_size=1,
         max_size=25,
     ),
@@ -75,7 +76,7 @@ def test_the_fast_path_and_the_general_path_settle_alike(
     burst: int,
     initial: int | None,
     least_ttl_ms: int,
-    steps: list[tuple[int, int, int]],
+    steps: list[tuple[int, int, int, bool]],
 ) -> None:
     if initial is not None and initial > burst:
         initial = burst
@@ -85,9 +86,15 @@ def test_the_fast_path_and_the_general_path_settle_alike(
     keys = {"fast": b"qos-test:fast", "general": b"qos-test:general"}
     redis_client.delete(*keys.values())
     now_us = 10**12
-    for op, n, step in steps:
-        now_us += step
-        args = [_bands.request(op, min(n, config.largest + 1), now_us) + tail, config.encoding]
+    args: list[bytes] = []
+    for op, n, step, resend in steps:
+        if not (resend and args):
+            # A new call (with a token when it changes a balance), or the last one sent again,
+            # as a client's retry sends it.
+            now_us += step
+            request = _bands.request(op, min(n, config.largest + 1), now_us) + tail
+            token = [os.urandom(8)] if op in (0, 3) else []
+            args = [request, config.encoding, *token]
         # One transaction per step: no other command runs between the two calls, so neither key
         # can expire before both are read back. (PTTL reads the clock afresh: a millisecond may
         # pass between the two.)

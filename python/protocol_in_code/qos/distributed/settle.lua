@@ -40,6 +40,14 @@
 -- for each band five big-endian 64-bit integers: tokens per second p and q, the burst, and the
 -- period as written (not needed here). The script refuses a version or a field count it does
 -- not know, so a configuration is never misread.
+--
+-- ARGV[3], on a call that changes a balance (take, many, refund), is the call's token: 8 random
+-- bytes. A client may send one call more than once (redis-py re-sends a command that timed
+-- out, and the first sending still reaches the server), so each key remembers, in its field
+-- "c", the last few calls that changed it: each call's token and how many of its requests on
+-- that key took. A sending of a call the key remembers changes nothing again: its takes answer
+-- ALLOWED as they did (later ones in a batch DENIED, as they were), and a refund gives nothing
+-- more. A key deleted once full forgets its calls; a refund re-sent after that finds it full.
 
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
@@ -53,6 +61,30 @@
 --     explicit time is far behind).
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+
+local token = ARGV[3]
+-- A remembered call: its token, then how many of its requests took on this key (4 bytes).
+local RECORD, RECORDS = 12, 8
+
+-- How many of this call's requests took on a key whose field "c" is `calls`, when the call ran
+-- before; nil if the key does not remember it (or the call carries no token).
+local function remembered(calls)
+    if not token or not calls then
+        return nil
+    end
+    for at = 1, #calls - RECORD + 1, RECORD do
+        if string.sub(calls, at, at + 7) == token then
+            return (struct.unpack('>I4', calls, at + 8))
+        end
+    end
+    return nil
+end
+
+-- `calls` with this call first, having taken `taken` on the key, and the oldest beyond RECORDS
+-- dropped.
+local function remember(calls, taken)
+    return string.sub(token .. struct.pack('>I4', taken) .. (calls or ''), 1, RECORD * RECORDS)
+end
 
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
 local config = ARGV[2]
@@ -75,8 +107,10 @@ if count == 1 and #KEYS == 1 then
         now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     local capacity = burst * unit
-    local stored = redis.call('HMGET', key, 't', '1')
+    local stored = redis.call('HMGET', key, 't', '1', 'c')
     local exists = stored[1] ~= false
+    local calls = stored[3] or nil
+    local replayed = op ~= 2 and op ~= 4 and remembered(calls)
     local settled, balance = now, initial
     if exists then
         settled = tonumber(stored[1])
@@ -89,8 +123,13 @@ if count == 1 and #KEYS == 1 then
     end
     local behind = settled > now and settled - now or 0
 
-    local outcome, wait = 0, 0
-    if op <= 2 then -- take, many or peek
+    local outcome, wait, changed = 0, 0, false
+    if replayed then
+        -- Sent before and run: what it took stays taken, once (a refund, given once).
+        if op <= 1 then
+            outcome = replayed > 0 and 0 or 1
+        end
+    elseif op <= 2 then -- take, many or peek
         if n > burst then
             outcome = 2
         else
@@ -100,17 +139,23 @@ if count == 1 and #KEYS == 1 then
                 wait = ceil(deficit / rate)
             elseif op <= 1 then
                 balance = balance - n * unit
+                changed = true
             end
         end
     elseif op == 3 then
         balance = n >= burst and capacity or min(balance + n * unit, capacity)
+        changed = true
     end
     local remaining = floor(balance / unit)
 
     if op <= 1 or op == 3 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
         local to_full = ceil((capacity - balance) / rate)
         if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
-            redis.call('HSET', key, 't', settled, '1', balance)
+            if changed and token then
+                redis.call('HSET', key, 't', settled, '1', balance, 'c', remember(calls, 1))
+            else
+                redis.call('HSET', key, 't', settled, '1', balance)
+            end
             if server == 1 then
                 local full_ms = ceil((now + behind + to_full) / 1000)
                 redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
@@ -153,6 +198,12 @@ for i = 1, count do
     new_is_full = new_is_full and initial[i] == capacity[i]
     fields[i + 1] = tostring(i)
 end
+fields[count + 2] = 'c'
+
+-- Per key of this call (a batch may name a key twice): what its field "c" held before the
+-- call, how many of the call's requests took there when it ran before (a replay; nil if it did
+-- not), and how many take there now.
+local calls_before, replay_left, taken_here = {}, {}, {}
 
 local reply = {}
 local balance = {}
@@ -160,6 +211,11 @@ for k = 1, #KEYS do
     local key = KEYS[k]
     local stored = redis.call('HMGET', key, unpack(fields))
     local exists = stored[1] ~= false
+    if taken_here[key] == nil then
+        calls_before[key] = stored[count + 2] or nil
+        replay_left[key] = writes and remembered(calls_before[key]) or nil
+        taken_here[key] = 0
+    end
     local settled
     if exists then
         settled = tonumber(stored[1])
@@ -192,7 +248,21 @@ for k = 1, #KEYS do
     -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
     -- DENIED with the longest wait.
     local outcome, wait = 0, 0
-    if decides then
+    local replayed = replay_left[key]
+    if replayed then
+        -- Sent before and run: its first `replayed` requests here took, the rest did not; none
+        -- takes again, and a refund gives nothing again.
+        if takes then
+            outcome = replayed > 0 and 0 or 1
+            replay_left[key] = max(replayed - 1, 0)
+            if outcome == 1 then
+                for i = 1, count do
+                    local deficit = max(n * unit[i] - balance[i], 1)
+                    wait = max(wait, ceil(deficit / rate[i]))
+                end
+            end
+        end
+    elseif decides then
         for i = 1, count do
             if n > burst[i] then
                 outcome = 2
@@ -210,8 +280,10 @@ for k = 1, #KEYS do
             for i = 1, count do
                 balance[i] = balance[i] - n * unit[i]
             end
+            taken_here[key] = taken_here[key] + 1
         end
     elseif op == 3 then
+        taken_here[key] = 1
         for i = 1, count do
             if n >= burst[i] then
                 balance[i] = capacity[i]
@@ -238,16 +310,16 @@ for k = 1, #KEYS do
         end
         local ttl_ms = max(ceil((behind + to_full) / 1000), least_ttl_ms)
         if ttl_ms > 0 then
-            if count == 1 then
-                redis.call('HSET', key, 't', settled, '1', balance[1])
-            else
-                local values = {'t', settled}
-                for i = 1, count do
-                    values[2 * i + 1] = fields[i + 1]
-                    values[2 * i + 2] = balance[i]
-                end
-                redis.call('HSET', key, unpack(values))
+            local values = {'t', settled}
+            for i = 1, count do
+                values[2 * i + 1] = fields[i + 1]
+                values[2 * i + 2] = balance[i]
             end
+            if token and taken_here[key] > 0 then
+                values[2 * count + 3] = 'c'
+                values[2 * count + 4] = remember(calls_before[key], taken_here[key])
+            end
+            redis.call('HSET', key, unpack(values))
             if server_clock then
                 -- On the server's clock the moment of "full" is known, and the key's expiry is
                 -- set to it: a TTL counted from when PEXPIRE runs would drift by however long
