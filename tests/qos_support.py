@@ -50,6 +50,25 @@ NATIVE_CALLABLES = {
 # ---------------------------------------------------------------------------------------------
 
 
+def mypy_strict(source: str, folder: Path) -> None:
+    """Type-check ``source`` with ``mypy --strict`` in ``folder``, and fail with its report.
+
+    ``--strict`` reports an ``ignore`` comment that is not needed, so a line marked
+    ``# type: ignore[...]`` is checked to be refused, and every other line to be accepted."""
+    import subprocess
+
+    path = folder / "checked.py"
+    path.write_text(source)
+    completed = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(path)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
 def band_pairs(limiter: Any) -> tuple[tuple[Any, int], ...]:
     """A limiter's bands as ``(tokens per second, burst)`` pairs: what the models compare."""
     return tuple((band.per_second, band.burst) for band in limiter.bands)

@@ -16,8 +16,6 @@ name) raise with the new form shown, and never mean something else.
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -301,16 +299,7 @@ CHECKED = textwrap.dedent(
 
 def test_mypy_reads_the_signatures(tmp_path: Path) -> None:
     """``--strict`` reports an ``ignore`` that is not needed, so each refusal is checked."""
-    source = tmp_path / "uses_signatures.py"
-    source.write_text(CHECKED)
-    completed = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(source)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    qos_support.mypy_strict(CHECKED, tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ letting it run (SIGCONT): every sending queued meanwhile is then run, in order.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
@@ -25,8 +26,14 @@ if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, RedisRateLimiter
+from protocol_in_code.qos.distributed._server import TOKEN_BYTES
 
 SECOND = 10**9
+
+
+def sent(args: list[bytes]) -> list[bytes]:
+    """A call's arguments as the client sends them: with a token of the call's own."""
+    return [*args, os.urandom(TOKEN_BYTES)]
 
 
 def retrying_client(server: Any) -> Any:
@@ -114,14 +121,14 @@ def test_a_batch_sent_again_answers_as_it_did_and_changes_nothing(
 
     limiter = RedisKeyedRateLimiter(redis_client, 1, burst=burst, per=3600, name="api")
     names = [limiter.redis_key(key) for key in keys]
-    args = limiter._core.args(MANY, 1, 10**15)
+    args = sent(limiter._core.args(MANY, 1, 10**15))
     assert redis_client.eval(SOURCE, len(names), *names, *args) == first.encode()
     state = {name: redis_client.hgetall(name) for name in names}
     # The same sending again (a client's retry): the same answers, the same state.
     assert redis_client.eval(SOURCE, len(names), *names, *args) == first.encode()
     assert {name: redis_client.hgetall(name) for name in names} == state
     # A new call is a new take: what is left is taken now.
-    fresh = limiter._core.args(MANY, 1, 10**15)
+    fresh = sent(limiter._core.args(MANY, 1, 10**15))
     again = redis_client.eval(SOURCE, len(names), *names, *fresh).decode()
     left = {key: burst - taken for key, taken in taken_per_key(keys, first).items()}
     expected = []
@@ -144,7 +151,7 @@ def test_a_key_remembers_its_last_calls_only(redis_client: Any) -> None:
 
     limiter = RedisRateLimiter(redis_client, 1, burst=100, per=3600, name="global")
     name = limiter.redis_key
-    calls = [limiter._core.args(TAKE, 1, 10**15) for _ in range(9)]
+    calls = [sent(limiter._core.args(TAKE, 1, 10**15)) for _ in range(9)]
     for args in calls:
         redis_client.eval(SOURCE, 1, name, *args)
     assert limiter.available(now_ns=10**15) == 91
@@ -156,3 +163,35 @@ def test_a_key_remembers_its_last_calls_only(redis_client: Any) -> None:
     redis_client.eval(SOURCE, 1, name, *calls[0])
     assert limiter.available(now_ns=10**15) == 90
     assert len(redis_client.hget(name, "c")) == 8 * 12
+
+
+def test_an_asyncio_take_sent_several_times_takes_once(own_redis_server: Any) -> None:
+    import asyncio
+
+    import redis.asyncio
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    async def main() -> int:
+        client = redis.asyncio.Redis(
+            host="127.0.0.1",
+            port=own_redis_server.port,
+            socket_timeout=0.1,
+            socket_connect_timeout=1.0,
+            retry=Retry(NoBackoff(), 10),
+        )
+        limiter = RedisRateLimiter(client, 1, burst=10, per=3600, name="global")
+        assert await limiter.try_acquire()
+        own_redis_server.pause()
+        try:
+            take = asyncio.ensure_future(limiter.try_acquire())
+            await asyncio.sleep(0.35)
+        finally:
+            own_redis_server.resume()
+        assert await take is True
+        left = await limiter.available()
+        await client.aclose()
+        return int(left)
+
+    # Two calls, two tokens: not one per sending that reached the server.
+    assert asyncio.run(main()) == 8

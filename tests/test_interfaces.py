@@ -8,8 +8,6 @@ them, not only the package's own classes.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from collections.abc import Hashable
 from pathlib import Path
@@ -74,16 +72,7 @@ CHECKED = textwrap.dedent(
 
 
 def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path: Path) -> None:
-    source = tmp_path / "uses_interfaces.py"
-    source.write_text(CHECKED)
-    completed = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(source)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    qos_support.mypy_strict(CHECKED, tmp_path)
 
 
 @pytest.mark.parametrize(

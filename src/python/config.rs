@@ -89,8 +89,6 @@ impl Band {
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let burst = burst.filter(|burst| !burst.is_none());
-        let per = per.filter(|per| !per.is_none());
         Ok(Self {
             config: band_config(py, rate, burst, per)?,
         })

@@ -6,6 +6,11 @@ or a failover to a replica that never saw it) answers ``NOSCRIPT``; the call is 
 once as ``EVAL`` with the source, which also caches it on that server, so callers never see it.
 ``EVAL`` goes to the node that owns the keys, in a cluster as on one server.
 
+Every call sends, after its arguments, a token of its own: 8 random bytes. The client may send
+one call more than once (redis-py re-sends a command that timed out, and the first sending still
+reaches the server); the script remembers the tokens of the last calls that changed a key, and
+a sending it has already run changes nothing again (see ``settle.lua``).
+
 We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
 ``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
 configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its errors, all
@@ -20,6 +25,7 @@ import asyncio
 import hashlib
 import importlib
 import inspect
+import os
 import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
@@ -27,6 +33,9 @@ from typing import Any, cast
 
 SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
+
+#: The bytes of a call's token (see the module's docs).
+TOKEN_BYTES = 8
 
 #: The most keys one script call decides. A script holds the server for its whole run, and
 #: other clients wait or are answered BUSY meanwhile: a 400,000-key batch in one call held it
@@ -86,6 +95,7 @@ class Server:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
         A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
+        args = (*args, os.urandom(TOKEN_BYTES))
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
@@ -103,6 +113,7 @@ class Server:
 
     async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
+        args = (*args, os.urandom(TOKEN_BYTES))
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:

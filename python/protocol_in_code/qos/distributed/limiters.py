@@ -16,7 +16,6 @@ import contextlib
 import functools
 import inspect
 import operator
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, ParamSpec, TypeAlias, TypeVar
@@ -41,12 +40,6 @@ UNAVAILABLE_WAIT_NS = 100_000_000
 
 # The script's operations.
 TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
-#: The operations that change a balance. Each call of one carries a random token, so a call
-#: the client sends twice (redis-py re-sends a command that timed out, and the first sending
-#: may still reach the server) changes a key once: the script remembers the last calls that
-#: changed each key (see settle.lua).
-_CHANGES = frozenset((TAKE, MANY, REFUND))
-_TOKEN_BYTES = 8
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
@@ -250,14 +243,7 @@ class _Core:
                 self.validator.peek(0, now_ns)  # raises the in-process error
                 now_ns = operator.index(now_ns)
             now_us = self.now_us(now_ns)
-        request = _bands.request(op, min(n, self.largest + 1), now_us) + self.tail
-        if op in _CHANGES:
-            return [request, self.config, os.urandom(_TOKEN_BYTES)]
-        return [request, self.config]
-
-    def take_one_args(self) -> list[bytes]:
-        """The arguments of a take of one token now: :meth:`args`, without its checks."""
-        return [*self.take_one, os.urandom(_TOKEN_BYTES)]
+        return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail, self.config]
 
     def refuse_never(self, n: Any) -> None:
         """A take of more than a band's burst raises, as ``try_acquire`` does (``n`` is
@@ -493,7 +479,7 @@ class _Batch:
     def __init__(self, core: _Core, keys: Iterable[str | bytes], n: Any, now_ns: Any) -> None:
         self.keys = list(keys)
         self.names = [redis_key(core.key_prefix, key) for key in self.keys]
-        self._args = core.args(MANY, n, now_ns)
+        self.args = core.args(MANY, n, now_ns)
         if self.keys:
             core.refuse_never(n)
         self.answers = [False] * len(self.keys)
@@ -512,11 +498,6 @@ class _Batch:
         server = self._core.server
         for group in server.slot_groups(self.names):
             yield group, server.node_of(self.names[group[0]]) if server.is_cluster else None
-
-    def args(self) -> list[bytes]:
-        """The arguments of one script call of the batch, with a token of its own: the calls
-        of one batch are different calls, and a key may be in several of them."""
-        return [*self._args[:2], os.urandom(_TOKEN_BYTES)]
 
     def names_of(self, group: list[int], node: Any) -> list[bytes]:
         """The Redis keys of ``group``; raises the error of its node if that is unreachable."""
@@ -553,9 +534,8 @@ class _Batch:
         """Give back every take of this batch so far: for an awaited batch whose caller was
         cancelled, and so never told (see :func:`_net_zero`)."""
         core = self._core
+        refund = core.args(REFUND, self._n, self._now_ns)
         for name in self.taken:
-            # A refund call each, with a token of its own: a key taken twice gives back twice.
-            refund = core.args(REFUND, self._n, self._now_ns)
             try:
                 await core.server.run_async([name], refund)
             except core.server.unavailable:
@@ -889,7 +869,7 @@ class RedisRateLimiter(_OneKey):
         """Take ``n`` tokens if every band holds them: True if taken."""
         core = self._core
         if type(n) is int and n == 1 and now_ns is None:
-            args = core.take_one_args()
+            args = core.take_one
         else:
             args = core.args(TAKE, n, now_ns)
         try:
@@ -1024,7 +1004,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         core = self._core
         keys = [redis_key(self._prefix, key)]
         if type(n) is int and n == 1 and now_ns is None:
-            args = core.take_one_args()
+            args = core.take_one
         else:
             args = core.args(TAKE, n, now_ns)
         try:
@@ -1061,7 +1041,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         batch = _Batch(self._core, keys, n, now_ns)
         for group, node in batch.groups():
             try:
-                reply = self._core.server.run(batch.names_of(group, node), batch.args())
+                reply = self._core.server.run(batch.names_of(group, node), batch.args)
             except self._unavailable as error:
                 batch.failed(group, node, error)
             else:
@@ -1202,7 +1182,7 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
                             if taken_here:
                                 await server.run_async([name], refund)
 
-                    asked = server.run_async(names, batch.args())
+                    asked = server.run_async(names, batch.args)
                     reply = await _net_zero(asked, give_back)
                 except self._unavailable as error:
                     batch.failed(group, node, error)

@@ -41,8 +41,8 @@
 -- period as written (not needed here). The script refuses a version or a field count it does
 -- not know, so a configuration is never misread.
 --
--- ARGV[3], on a call that changes a balance (take, many, refund), is the call's token: 8 random
--- bytes. A client may send one call more than once (redis-py re-sends a command that timed
+-- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
+-- many, refund). A client may send one call more than once (redis-py re-sends a command that timed
 -- out, and the first sending still reaches the server), so each key remembers, in its field
 -- "c", the last few calls that changed it: each call's token and how many of its requests on
 -- that key took. A sending of a call the key remembers changes nothing again: its takes answer
