@@ -57,7 +57,8 @@ def parse(
     ``ValueError`` naming the bound for a band the script could not keep exact.
     """
     limiter = RateLimiter(rate, burst=burst, per=per, bands=bands, initial=initial)
-    for index, band in enumerate(limiter.bands):
+    checked = limiter.bands
+    for index, band in enumerate(checked):
         per_second = Fraction(band.per_second)
         largest = band.burst * per_second.denominator * MICROS_PER_SECOND + per_second.numerator
         if largest > EXACT_BOUND:
@@ -67,8 +68,8 @@ def parse(
                 "the server's Lua numbers hold exactly (rate p/q tokens per second); use a "
                 "smaller burst or a rate with a smaller denominator"
             )
-    encoding, fingerprint = _canonical(limiter.bands)
-    bursts = [band.burst for band in limiter.bands]
+    encoding, fingerprint = _canonical(checked)
+    bursts = [band.burst for band in checked]
     return limiter, ScriptConfig(encoding, fingerprint, min(bursts), max(bursts))
 
 
