@@ -457,18 +457,7 @@ impl KeyedRateLimiter {
     /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten).
     #[getter]
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
-        let Stats {
-            allowed,
-            denied,
-            refused,
-            forgotten,
-        } = self.table.stats();
-        Ok(KeyedStats::from_fields(
-            allowed.into_py_any(py)?,
-            denied.into_py_any(py)?,
-            refused.into_py_any(py)?,
-            forgotten.into_py_any(py)?,
-        ))
+        stats_record(py, self.table.stats())
     }
 
     /// The most keys the table remembers at once.
@@ -621,6 +610,22 @@ impl KeyedRateLimiter {
         self.clock.traverse(&visit)?;
         self.registry.traverse(&visit)
     }
+}
+
+/// A table's counts as the Python record.
+pub fn stats_record(py: Python<'_>, stats: Stats) -> PyResult<KeyedStats> {
+    let Stats {
+        allowed,
+        denied,
+        refused,
+        forgotten,
+    } = stats;
+    Ok(KeyedStats::from_fields(
+        allowed.into_py_any(py)?,
+        denied.into_py_any(py)?,
+        refused.into_py_any(py)?,
+        forgotten.into_py_any(py)?,
+    ))
 }
 
 /// What one reservation for a key found.
@@ -803,7 +808,7 @@ fn saved_limiter(
 
 /// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any
 /// other error (a KeyboardInterrupt in `__iter__`) reaches the caller.
-fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     match value.try_iter() {
         Ok(_) => Ok(true),
         Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => {
@@ -830,7 +835,7 @@ impl Counts<Vec<u64>> {
 }
 
 /// The Python answer for a table's answer.
-fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
+pub fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
     let Answer {
         decision,
         remaining,
@@ -842,7 +847,7 @@ fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
 }
 
 /// A decision's `LimitOutcome` code, as in `try_acquire_many`'s array.
-fn code(decision: KeyedDecision) -> u8 {
+pub fn code(decision: KeyedDecision) -> u8 {
     match decision {
         KeyedDecision::Decided(CoreDecision::Allowed) => 0,
         KeyedDecision::Decided(CoreDecision::Wait(_)) => 1,

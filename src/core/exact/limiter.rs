@@ -346,8 +346,9 @@ impl Balances {
         settled.decide(specs, n, now_ns)
     }
 
-    /// Move every settlement point by `by` nanoseconds (within the clock's range).
-    fn shift(&mut self, by: i64) {
+    /// Move every settlement point by `by` nanoseconds (within the clock's range): balances
+    /// read on one clock, carried over to another.
+    pub fn shift(&mut self, by: i64) {
         for balance in self.iter_mut() {
             balance.settled_at = balance.settled_at.map(|at| at.saturating_add(by));
         }
