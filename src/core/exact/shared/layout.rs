@@ -22,8 +22,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// "QOSTABLE", the first word of every table.
-pub const MAGIC: u64 = u64::from_be_bytes(*b"QOSTABLE");
+/// The first word of every table: the bytes "QOSTABLE" on a little-endian host. Words are in
+/// the host's byte order (every process maps them as they are), so a file carried to a host of
+/// the other order reads "ELBATSOQ" there, and is refused as no table.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"QOSTABLE");
 
 /// The layout's version: a table written by a version with another layout is refused.
 pub const VERSION: u64 = 1;
