@@ -197,9 +197,9 @@ def test_a_bad_limit_is_refused_as_the_in_process_limiters_refuse_it(
     assert error_of(lambda: SharedRateLimiter("bad", **config, path=tmp_path)) == error_of(
         lambda: RateLimiter(**config)
     )
-    assert error_of(
-        lambda: SharedKeyedRateLimiter("bad", **config, path=tmp_path)
-    ) == error_of(lambda: KeyedRateLimiter(**config))
+    assert error_of(lambda: SharedKeyedRateLimiter("bad", **config, path=tmp_path)) == error_of(
+        lambda: KeyedRateLimiter(**config)
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -209,9 +209,7 @@ def test_burst_is_keyword_only_with_the_same_hint(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "a b", "x" * 101, "ä"])
-def test_a_name_that_cannot_be_a_file_name_is_refused_naming_it(
-    tmp_path: Path, name: str
-) -> None:
+def test_a_name_that_cannot_be_a_file_name_is_refused_naming_it(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="name="):
         SharedRateLimiter(name, 1, path=tmp_path)
     with pytest.raises(TypeError, match="name must be a str"):
@@ -239,9 +237,12 @@ def test_the_file_is_private_and_named_by_name_form_and_configuration(tmp_path: 
     for path in (one.path, keyed.path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert path.name.startswith("protocol-in-code-qos.api.")
-    assert keyed.path.stat().st_size == SharedKeyedRateLimiter(
-        "api", 10, burst=5, max_keys=50, path=tmp_path
-    ).path.stat().st_size
+    assert (
+        keyed.path.stat().st_size
+        == SharedKeyedRateLimiter("api", 10, burst=5, max_keys=50, path=tmp_path)
+        .path.stat()
+        .st_size
+    )
 
 
 def test_without_path_the_table_lives_in_dev_shm() -> None:
@@ -345,7 +346,9 @@ def test_pickle_and_copy_reopen_the_same_table(tmp_path: Path) -> None:
     assert keyed_again.path == keyed.path and keyed_again.available("k") == 1
     assert one_again.bands == one.bands and one_again.available() == 1
     assert repr(keyed_again) == repr(keyed)
-    assert repr(one) == 'SharedRateLimiter("pickled", bands=[Band(rate=1, burst=2), Band(rate=5, burst=5, per=60)])'
+    assert repr(one) == (
+        'SharedRateLimiter("pickled", bands=[Band(rate=1, burst=2), Band(rate=5, burst=5, per=60)])'
+    )
 
 
 def test_stats_len_and_contains_are_the_tables(tmp_path: Path) -> None:
