@@ -32,6 +32,16 @@ const SECOND_COPY: u64 = 2;
 /// A settlement time that was never set, as stored (no call has anchored the balance).
 const NEVER_SETTLED: i64 = i64::MIN;
 
+fn read_band(units_low: &AtomicU64, units_high: &AtomicU64, settled_at: &AtomicU64) -> Balance {
+    let units = u128::from(units_low.load(Relaxed)) | (u128::from(units_high.load(Relaxed)) << 64);
+    #[allow(clippy::cast_possible_wrap)] // the word holds an i64's bits
+    let settled_at = settled_at.load(Relaxed) as i64;
+    Balance {
+        units,
+        settled_at: (settled_at != NEVER_SETTLED).then_some(settled_at),
+    }
+}
+
 /// A key's 128-bit digest.
 pub type Digest = (u64, u64);
 
@@ -86,17 +96,12 @@ impl<'w> Slot<'w> {
     #[must_use]
     pub fn balances(&self) -> Balances {
         let copy = self.copy(self.state() & SECOND_COPY != 0);
+        if let [units_low, units_high, settled_at] = copy {
+            // One band, as there usually is: stored inline, nothing allocated.
+            return Balances::One(read_band(units_low, units_high, settled_at));
+        }
         copy.chunks_exact(BAND_WORDS)
-            .map(|band| {
-                let units =
-                    u128::from(band[0].load(Relaxed)) | (u128::from(band[1].load(Relaxed)) << 64);
-                #[allow(clippy::cast_possible_wrap)] // the word holds an i64's bits
-                let settled_at = band[2].load(Relaxed) as i64;
-                Balance {
-                    units,
-                    settled_at: (settled_at != NEVER_SETTLED).then_some(settled_at),
-                }
-            })
+            .map(|band| read_band(&band[0], &band[1], &band[2]))
             .collect::<Vec<_>>()
             .into()
     }
