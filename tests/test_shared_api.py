@@ -12,6 +12,7 @@ import os
 import pickle
 import stat
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -371,3 +372,29 @@ def test_a_full_table_refuses_a_new_key_with_a_wait_and_lets_nobody_off(tmp_path
     assert all(not keyed.try_acquire(k, now_ns=now + SECOND) for k in admitted)
     # An hour on, every key is full again: forgotten as room is needed.
     assert keyed.try_acquire("newcomer", now_ns=now + 3600 * SECOND)
+
+
+def test_a_table_from_another_boot_is_moved_to_this_clock_keeping_what_was_owed(
+    tmp_path: Path,
+) -> None:
+    # A table last used when the monotonic clock read a day further on than it does now, as
+    # a table kept on disk reads after a reboot.
+    day = 86_400 * SECOND
+    limiter = SharedKeyedRateLimiter("rebooted", 1, burst=5, path=tmp_path)
+    then = time.monotonic_ns() + day
+    assert limiter.try_acquire("k", 5, now_ns=then)
+    del limiter
+    # What the header says of the boot (words 8 and 9) is another boot's.
+    path = next(tmp_path.iterdir())
+    with path.open("r+b") as file:
+        file.seek(8 * 8)
+        file.write(b"\xff" * 16)
+    reopened = SharedKeyedRateLimiter("rebooted", 1, burst=5, path=tmp_path)
+    # Re-anchored at the moment it was opened: the key still needs its five seconds, counted
+    # from now, not a day and five seconds.
+    decision = reopened.check("k")
+    assert decision.outcome is LimitOutcome.DENIED
+    assert SECOND // 2 < decision.wait_ns <= SECOND
+    with path.open("rb") as file:
+        file.seek(8 * 8)
+        assert file.read(16) != b"\xff" * 16
