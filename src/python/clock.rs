@@ -48,6 +48,12 @@ impl Clock {
         }
     }
 
+    /// Nanoseconds from this clock's reading until `at_ns` (0 once it is there).
+    pub fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        let now = self.now(py, None)?;
+        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+    }
+
     /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock), checked in that
     /// order.
     pub fn request(

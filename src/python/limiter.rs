@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
-use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
+use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, nanoseconds, seconds};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
@@ -24,6 +24,7 @@ use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::enums::StrEnum;
 use crate::python::fork::Lineage;
 use crate::python::record::frozen_record;
+use crate::python::waiting::{wait_for_turn, Reserved};
 
 /// The outcomes of a limiter's decision.
 pub static LIMIT_OUTCOME: StrEnum = StrEnum::new(
@@ -242,46 +243,19 @@ impl RateLimiter {
         Ok(())
     }
 
-    /// Reserve `n` tokens at the clock's time (see `Limiter::reserve`): that time and the time
-    /// from which the tokens are the caller's, or None if that is more than `timeout` away.
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<(i64, i64)>> {
-        let max_wait = max_wait_ns(timeout)?;
+    /// Reserve `n` tokens at the clock's time, `max_wait` nanoseconds from it at most (see
+    /// `Limiter::reserve`).
+    fn reserve(&self, py: Python<'_>, n: u64, max_wait: u128) -> PyResult<Reserved> {
         let now = self.clock.now(py, None)?;
         let reservation = self.at(py, now, None)?.reserve(n, now, max_wait);
-        match reservation {
-            Reservation::Never => Err(never(n)),
-            Reservation::TooLate(_) => Ok(None),
-            Reservation::Taken { after_ns } => {
-                let at = i128::from(now).saturating_add_unsigned(after_ns);
-                Ok(Some((now, i64::try_from(at).unwrap_or(i64::MAX))))
-            }
-        }
-    }
-
-    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
-    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        let now = self.clock.now(py, None)?;
-        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+        Reserved::of(reservation, now, n)
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`), then lets
-    /// `error` go on.
-    fn give_back(
-        &self,
-        py: Python<'_>,
-        n: u64,
-        (reserved_ns, at_ns): (i64, i64),
-        error: PyErr,
-    ) -> PyErr {
+    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`).
+    fn give_back(&self, py: Python<'_>, n: u64, (reserved_ns, at_ns): (i64, i64)) {
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
         self.lock().give_back(n, now, at_ns);
-        error
     }
 }
 
@@ -409,22 +383,14 @@ impl RateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        if max_wait_ns(timeout)? != 0 {
-            refuse_in_event_loop(py, "RateLimiter")?;
-        }
-        let Some((now, at)) = self.reserve(py, n, timeout)? else {
-            return Ok(false);
-        };
-        loop {
-            let left = match self.until(py, at) {
-                Ok(0) => return Ok(true),
-                Ok(left) => Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)),
-                Err(err) => return Err(self.give_back(py, n, (now, at), err)),
-            };
-            if let Err(interrupted) = sleep_answering_signals(py, left) {
-                return Err(self.give_back(py, n, (now, at), interrupted));
-            }
-        }
+        wait_for_turn(
+            py,
+            "RateLimiter",
+            max_wait_ns(timeout)?,
+            |left| self.reserve(py, n, left),
+            |at| self.clock.until(py, at),
+            |turn| self.give_back(py, n, turn),
+        )
     }
 
     /// Reserve `n` tokens as `acquire` does, without sleeping: the time, on the limiter's
@@ -440,7 +406,10 @@ impl RateLimiter {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<i64>> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok(self.reserve(py, n, timeout)?.map(|(_, at)| at))
+        match self.reserve(py, n, max_wait_ns(timeout)?)? {
+            Reserved::At(_, at) => Ok(Some(at)),
+            Reserved::TooLate | Reserved::Refused(_) => Ok(None),
+        }
     }
 
     /// Give back `n` tokens that `_reserve` booked for `at_ns` and that were not used (a
@@ -455,7 +424,7 @@ impl RateLimiter {
 
     /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.until(py, at_ns)
+        self.clock.until(py, at_ns)
     }
 
     /// The bands, each a `Band` as it was written.

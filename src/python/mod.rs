@@ -19,6 +19,7 @@
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 //! * [`shared`]: the limiters whose table the processes of one host share, on
 //!   `core::exact::shared` and the mapped file of `shared_memory`.
+//! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
 //! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
 
 // The glue has no `unsafe` of its own: every entry point, conversion and clock read goes through
@@ -43,6 +44,7 @@ mod refill;
 mod shaper_loop;
 mod shared;
 mod token_bucket;
+mod waiting;
 
 use pyo3::prelude::*;
 

@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -17,8 +16,8 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{encode_item, plain_int, KeyRef};
-use crate::core::exact::keyed::{off_the_clock, KeyedDecision, KeyedReservation};
-use crate::core::exact::limiter::{Decision as CoreDecision, Reservation};
+use crate::core::exact::keyed::{off_the_clock, KeyedDecision};
+use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::Table;
@@ -30,9 +29,9 @@ use crate::python::fork;
 use crate::python::keyed::{code, decision, is_iterable, stats_record, KeyedStats};
 use crate::python::keys::{classify, Classified};
 use crate::python::limiter::{
-    conveniences, max_wait_ns, never, only_the_rate_by_position, refuse_in_event_loop,
-    sleep_answering_signals, Decision,
+    conveniences, max_wait_ns, never, only_the_rate_by_position, Decision,
 };
+use crate::python::waiting::{wait_for_turn, Reserved};
 use crate::shared_memory::{self, Mapped, OpenError};
 
 /// `max_keys` unless given.
@@ -47,16 +46,6 @@ struct Shared {
     /// How many forks this process descends through when it last took its name (see
     /// [`Shared::at`]): a child must lock in its own name, not its parent's.
     forks: AtomicU64,
-}
-
-/// What a waiter's reservation found.
-enum Reserved {
-    /// Taken at the first time (the clock's reading), from the second.
-    At(i64, i64),
-    /// A new key and a full table: nothing taken; room may appear after this many nanoseconds.
-    Refused(u128),
-    /// Nothing taken: the tokens would be there later than the caller will wait.
-    TooLate,
 }
 
 fn open_error(error: OpenError) -> PyErr {
@@ -165,30 +154,17 @@ impl Shared {
         max_wait: u128,
     ) -> PyResult<Reserved> {
         let now = self.now(py, None)?;
-        match self.table.reserve(digest, n, now, max_wait) {
-            KeyedReservation::Decided(Reservation::Never) => Err(never(n)),
-            KeyedReservation::Decided(Reservation::TooLate(_)) => Ok(Reserved::TooLate),
-            KeyedReservation::Decided(Reservation::Taken { after_ns }) => {
-                let at = i128::from(now).saturating_add_unsigned(after_ns);
-                Ok(Reserved::At(now, i64::try_from(at).unwrap_or(i64::MAX)))
-            }
-            KeyedReservation::Refused { retry_in } => Ok(Reserved::Refused(retry_in)),
-        }
+        Reserved::of_keyed(self.table.reserve(digest, n, now, max_wait), now, n)
     }
 
-    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        let now = self.clock.now(py, None)?;
-        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
-    }
-
-    fn give_back(&self, py: Python<'_>, digest: Digest, n: u64, at_ns: i64) -> PyResult<()> {
-        let now = self.now(py, None)?;
+    fn give_back(&self, py: Python<'_>, digest: Digest, n: u64, turn: (i64, i64)) {
+        let (reserved_ns, at_ns) = turn;
+        // Given back as of the reservation's time if the clock cannot be read now.
+        let now = self.now(py, None).unwrap_or(reserved_ns);
         self.table.give_back(digest, n, now, at_ns);
-        Ok(())
     }
 
-    /// `acquire`: reserve (trying again while refused, within `timeout`), then sleep until the
-    /// tokens are there; a wait interrupted gives them back.
+    /// A blocking `acquire` of the key of `digest` (see `waiting::wait_for_turn`).
     fn acquire(
         &self,
         py: Python<'_>,
@@ -197,36 +173,14 @@ impl Shared {
         timeout: Option<&Bound<'_, PyAny>>,
         limiter: &str,
     ) -> PyResult<bool> {
-        let max_wait = max_wait_ns(timeout)?;
-        if max_wait != 0 {
-            refuse_in_event_loop(py, limiter)?;
-        }
-        let started = Instant::now();
-        let (now, at) = loop {
-            let left = max_wait.saturating_sub(started.elapsed().as_nanos());
-            match self.reserve(py, digest, n, left)? {
-                Reserved::At(now, at) => break (now, at),
-                Reserved::TooLate => return Ok(false),
-                Reserved::Refused(_) if left == 0 => return Ok(false),
-                Reserved::Refused(retry_in) => {
-                    sleep_answering_signals(py, nanos(retry_in.min(left)))?;
-                }
-            }
-        };
-        loop {
-            let stopped = match self.until(py, at) {
-                Ok(0) => return Ok(true),
-                Ok(left) => match sleep_answering_signals(py, nanos(left)) {
-                    Ok(()) => continue,
-                    Err(interrupted) => interrupted,
-                },
-                Err(error) => error,
-            };
-            // Given back as of the reservation's time if the clock cannot be read now.
-            let now = self.now(py, None).unwrap_or(now);
-            self.table.give_back(digest, n, now, at);
-            return Err(stopped);
-        }
+        wait_for_turn(
+            py,
+            limiter,
+            max_wait_ns(timeout)?,
+            |left| self.reserve(py, digest, n, left),
+            |at| self.clock.until(py, at),
+            |turn| self.give_back(py, digest, n, turn),
+        )
     }
 
     fn repr(&self, py: Python<'_>, class: &str, extra: &str) -> PyResult<String> {
@@ -252,10 +206,6 @@ impl Shared {
         kwargs.set_item("path", self.path.parent())?;
         Ok((PyTuple::new(py, [self.name.as_str()])?, kwargs))
     }
-}
-
-fn nanos(ns: u128) -> Duration {
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
 /// The digest of a Python key in `table`: the key's canonical encoding (the in-process table's
@@ -419,12 +369,15 @@ impl SharedRateLimiter {
 
     /// Give back `n` tokens `_reserve` booked for `at_ns` (a cancelled waiter).
     fn _give_back(&self, py: Python<'_>, n: &Bound<'_, PyAny>, at_ns: i64) -> PyResult<()> {
-        self.shared.give_back(py, THE_KEY, count(n, "n")?, at_ns)
+        let n = count(n, "n")?;
+        let now = self.shared.now(py, None)?;
+        self.shared.table.give_back(THE_KEY, n, now, at_ns);
+        Ok(())
     }
 
     /// Nanoseconds from the clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.shared.until(py, at_ns)
+        self.shared.clock.until(py, at_ns)
     }
 
     /// Take `n` tokens, awaiting (asyncio) until allowed, as `acquire` does.
@@ -660,15 +613,10 @@ impl SharedKeyedRateLimiter {
     ) -> PyResult<Option<(bool, i128)>> {
         let n = n.map_or(Ok(1), |n| count(n, "n"))?;
         let digest = key_digest(&self.shared.table, key)?;
-        Ok(
-            match self.shared.reserve(py, digest, n, max_wait_ns(timeout)?)? {
-                Reserved::At(_, at) => Some((true, i128::from(at))),
-                Reserved::Refused(retry) => {
-                    Some((false, i128::try_from(retry).unwrap_or(i128::MAX)))
-                }
-                Reserved::TooLate => None,
-            },
-        )
+        Ok(self
+            .shared
+            .reserve(py, digest, n, max_wait_ns(timeout)?)?
+            .for_python())
     }
 
     /// Give back `n` tokens `_reserve` booked for `key` at `at_ns` (a cancelled waiter).
@@ -680,12 +628,15 @@ impl SharedKeyedRateLimiter {
         at_ns: i64,
     ) -> PyResult<()> {
         let digest = key_digest(&self.shared.table, key)?;
-        self.shared.give_back(py, digest, count(n, "n")?, at_ns)
+        let n = count(n, "n")?;
+        let now = self.shared.now(py, None)?;
+        self.shared.table.give_back(digest, n, now, at_ns);
+        Ok(())
     }
 
     /// Nanoseconds from the clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.shared.until(py, at_ns)
+        self.shared.clock.until(py, at_ns)
     }
 
     /// Take `n` tokens for `key`, awaiting (asyncio) until allowed, as `acquire` does.
