@@ -110,8 +110,9 @@ fn main() {
     let slot = shape.slot_words() * 8;
     let per_key = slot as f64 + 5.0 * 8.0 / shape.slots_per_bucket as f64;
     println!(
-        "bytes per key: slot {slot} (state 8, digest 16, two copies of 24 per band), \
-         {per_key:.0} with its share of the bucket's lock and counters"
+        "bytes per key: slot {slot} (state 8, digest 16, two copies of {} per band), \
+         {per_key:.0} with its share of the bucket's lock and counters",
+        8 * shape.band_words
     );
 }
 

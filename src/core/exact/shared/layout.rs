@@ -14,7 +14,9 @@
 //!          bucket's lock, so that no shared word is written by every decision), then
 //!          `slots_per_bucket` slots
 //! slot     a state word, the key's 128-bit digest, and two copies of the balances: for each
-//!          band its units (two words: low, high) and its settlement time
+//!          band its units and its settlement time. Units take one word when every band's
+//!          capacity fits 64 bits (a slot of one band is then 56 bytes), two (low, high)
+//!          otherwise
 //! ```
 //!
 //! A table's size follows from its header alone, so a file of any other size is refused
@@ -53,17 +55,21 @@ pub(super) mod at {
     pub const BOOT: usize = 8;
     /// The latest time any call has used, biased so that unsigned order is signed order.
     pub const LATEST: usize = 10;
+    /// Words per band in one copy of a slot: 2 (units fit one word) or 3.
+    pub const BAND_WORDS: usize = 11;
     /// The configuration's length in bytes; its bytes follow.
-    pub const CONFIG_BYTES: usize = 11;
-    pub const CONFIG: usize = 12;
+    pub const CONFIG_BYTES: usize = 12;
+    pub const CONFIG: usize = 13;
 }
 
 /// Words at the start of a bucket: its lock, then its counters, in the order of
 /// [`Stats`](crate::core::exact::keyed::Stats)' fields.
 pub(super) const BUCKET_HEAD_WORDS: usize = 5;
 
-/// Words per band in one copy of a slot's balances: units low, units high, settled at.
-pub(super) const BAND_WORDS: usize = 3;
+/// Words per band in one copy of a slot's balances: units (one word, or low and high), then
+/// the settlement time.
+const NARROW_BAND_WORDS: usize = 2;
+const WIDE_BAND_WORDS: usize = 3;
 /// Words before a slot's balances: its state and its key's digest (two words).
 pub(super) const SLOT_HEAD_WORDS: usize = 3;
 
@@ -76,6 +82,8 @@ fn boot_low(boot: u128) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     pub bands: usize,
+    /// Words per band in a copy: 2 when every band's capacity in units fits 64 bits, else 3.
+    pub band_words: usize,
     pub buckets: usize,
     pub slots_per_bucket: usize,
     pub max_keys: u64,
@@ -132,18 +140,24 @@ impl std::error::Error for LayoutError {}
 
 impl Layout {
     /// The shape of a table of `bands` bands and `max_keys` keys (at least 1, at most
-    /// [`MOST_KEYS`]), whose configuration encodes in `config_bytes` bytes.
+    /// [`MOST_KEYS`]), whose configuration encodes in `config_bytes` bytes; `wide` if some
+    /// band's capacity in units needs more than 64 bits.
     ///
     /// # Panics
     ///
     /// Never: the bucket count is at most 2^32, which a usize of 64 bits holds.
     #[must_use]
-    pub fn new(bands: usize, max_keys: u64, config_bytes: usize) -> Self {
+    pub fn new(bands: usize, max_keys: u64, config_bytes: usize, wide: bool) -> Self {
         let max_keys = max_keys.clamp(1, MOST_KEYS);
         let per_bucket = max_keys.min(MOST_SLOTS_PER_BUCKET);
         let buckets = max_keys.div_ceil(per_bucket);
         Self {
             bands,
+            band_words: if wide {
+                WIDE_BAND_WORDS
+            } else {
+                NARROW_BAND_WORDS
+            },
             buckets: usize::try_from(buckets).expect("at most 2^32 buckets"),
             slots_per_bucket: usize::try_from(per_bucket).expect("at most 8"),
             max_keys,
@@ -153,7 +167,7 @@ impl Layout {
 
     /// Words of one copy of a slot's balances.
     pub(super) fn copy_words(&self) -> usize {
-        BAND_WORDS * self.bands
+        self.band_words * self.bands
     }
 
     /// Words of one slot.
@@ -198,6 +212,7 @@ impl Layout {
             (at::MAGIC, MAGIC),
             (at::VERSION, VERSION),
             (at::BANDS, self.bands as u64),
+            (at::BAND_WORDS, self.band_words as u64),
             (at::BUCKETS, self.buckets as u64),
             (at::SLOTS_PER_BUCKET, self.slots_per_bucket as u64),
             (at::MAX_KEYS, self.max_keys),
@@ -254,10 +269,17 @@ impl Layout {
         if config_bytes > 8 * MOST_BANDS * 8 {
             return Err(LayoutError::Shape("configuration bytes", config_bytes));
         }
+        let band_words = word(at::BAND_WORDS).ok_or(too_short.clone())?;
+        let wide = match band_words {
+            2 => false,
+            3 => true,
+            _ => return Err(LayoutError::Shape("words per band", band_words)),
+        };
         let layout = Self::new(
             usize::try_from(bands).expect("at most 32"),
             max_keys,
             usize::try_from(config_bytes).expect("a few KiB"),
+            wide,
         );
         for (index, value) in [
             (at::BUCKETS, layout.buckets as u64),
@@ -295,24 +317,25 @@ mod tests {
 
     #[test]
     fn a_written_header_reads_back() {
-        let layout = Layout::new(2, 100, 84);
+        let layout = Layout::new(2, 100, 84, true);
         let words = zeroed(layout.words());
         let config: Vec<u8> = (0..84).collect();
         layout.write_header(&words, &config, (1, 2), 3);
         assert_eq!(Layout::read(&words), Ok((layout, config)));
         assert_eq!(layout.capacity(), 104);
         assert_eq!(layout.slot_words(), 3 + 2 * 6);
+        assert_eq!(Layout::new(1, 100, 44, false).slot_words(), 3 + 2 * 2);
     }
 
     #[test]
     fn one_key_is_one_bucket_of_one_slot() {
-        let layout = Layout::new(1, 1, 44);
+        let layout = Layout::new(1, 1, 44, false);
         assert_eq!((layout.buckets, layout.slots_per_bucket), (1, 1));
     }
 
     #[test]
     fn anything_else_is_refused_before_a_slot_is_read() {
-        let layout = Layout::new(1, 10, 44);
+        let layout = Layout::new(1, 10, 44, false);
         let words = zeroed(layout.words());
         assert_eq!(Layout::read(&words[..3]), Err(LayoutError::Magic(0)));
         layout.write_header(&words, &[7; 44], (1, 2), 3);

@@ -123,7 +123,11 @@ impl<W: Words> Table<W> {
     /// The layout of a table of `config` and `max_keys`.
     #[must_use]
     pub fn layout(config: &Config, max_keys: u64) -> Layout {
-        Layout::new(config.bands().len(), max_keys, config.encode().len())
+        let wide = config
+            .specs()
+            .iter()
+            .any(|spec| u64::try_from(spec.capacity_units()).is_err());
+        Layout::new(config.bands().len(), max_keys, config.encode().len(), wide)
     }
 
     /// Open the table in `words`, which must be one of `config` and `max_keys`.
@@ -245,13 +249,8 @@ impl<W: Words> Table<W> {
     }
 
     fn slots(&self, bucket: usize) -> impl Iterator<Item = Slot<'_>> {
-        (0..self.layout.slots_per_bucket).map(move |slot| {
-            Slot::at(
-                &self.words,
-                self.layout.slot(bucket, slot),
-                self.layout.bands,
-            )
-        })
+        (0..self.layout.slots_per_bucket)
+            .map(move |slot| Slot::at(&self.words, self.layout.slot(bucket, slot), self.layout))
     }
 
     fn find(&self, locked: &Locked<'_>, digest: Digest) -> Option<Slot<'_>> {

@@ -7,7 +7,8 @@
 //! ```text
 //! state    bit 0: the slot holds a key; bit 1: which copy is current
 //! digest   two words: the key's seeded 128-bit digest
-//! copy 0   per band: units (low word, high word), settled at
+//! copy 0   per band: units (one word, or low and high words when a band's capacity needs
+//!          more than 64 bits), settled at
 //! copy 1   the same
 //! ```
 //!
@@ -22,7 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::layout::{BAND_WORDS, SLOT_HEAD_WORDS};
+use super::layout::{Layout, SLOT_HEAD_WORDS};
 use crate::core::exact::limiter::Balances;
 use crate::core::exact::settle::Balance;
 
@@ -32,8 +33,17 @@ const SECOND_COPY: u64 = 2;
 /// A settlement time that was never set, as stored (no call has anchored the balance).
 const NEVER_SETTLED: i64 = i64::MIN;
 
-fn read_band(units_low: &AtomicU64, units_high: &AtomicU64, settled_at: &AtomicU64) -> Balance {
-    let units = u128::from(units_low.load(Relaxed)) | (u128::from(units_high.load(Relaxed)) << 64);
+/// One band's balance from its words in a copy: `[units, settled at]`, or `[units low,
+/// units high, settled at]`.
+fn read_band(band: &[AtomicU64]) -> Balance {
+    let (units, settled_at) = match band {
+        [units, settled_at] => (u128::from(units.load(Relaxed)), settled_at),
+        [low, high, settled_at] => (
+            u128::from(low.load(Relaxed)) | (u128::from(high.load(Relaxed)) << 64),
+            settled_at,
+        ),
+        _ => unreachable!("a band is two or three words"),
+    };
     #[allow(clippy::cast_possible_wrap)] // the word holds an i64's bits
     let settled_at = settled_at.load(Relaxed) as i64;
     Balance {
@@ -42,23 +52,50 @@ fn read_band(units_low: &AtomicU64, units_high: &AtomicU64, settled_at: &AtomicU
     }
 }
 
+/// Store one band's balance into its words in a copy (see [`read_band`]).
+fn write_band(band: &[AtomicU64], balance: &Balance) {
+    let settled_at = match band {
+        [units, settled_at] => {
+            // A narrow table's every capacity fits 64 bits, and no balance exceeds its capacity.
+            debug_assert!(
+                u64::try_from(balance.units).is_ok(),
+                "units within the capacity"
+            );
+            units.store(u64::try_from(balance.units).unwrap_or(u64::MAX), Relaxed);
+            settled_at
+        }
+        [low, high, settled_at] => {
+            // Truncations meant: the low and the high word of the units.
+            #[allow(clippy::cast_possible_truncation)]
+            low.store(balance.units as u64, Relaxed);
+            #[allow(clippy::cast_possible_truncation)]
+            high.store((balance.units >> 64) as u64, Relaxed);
+            settled_at
+        }
+        _ => unreachable!("a band is two or three words"),
+    };
+    #[allow(clippy::cast_sign_loss)] // the word holds an i64's bits
+    settled_at.store(balance.settled_at.unwrap_or(NEVER_SETTLED) as u64, Relaxed);
+}
+
 /// A key's 128-bit digest.
 pub type Digest = (u64, u64);
 
-/// One slot: the words at `start`, for balances of `bands` bands.
+/// One slot: the words at `start`, for the balances of a table of `layout`.
 #[derive(Clone, Copy)]
 pub struct Slot<'w> {
     words: &'w [AtomicU64],
     bands: usize,
+    band_words: usize,
 }
 
 impl<'w> Slot<'w> {
-    /// The slot whose words begin at `start` in `words`.
-    pub fn at(words: &'w [AtomicU64], start: usize, bands: usize) -> Self {
-        let length = SLOT_HEAD_WORDS + 2 * BAND_WORDS * bands;
+    /// The slot whose words begin at `start` in `words`, in a table of `layout`.
+    pub fn at(words: &'w [AtomicU64], start: usize, layout: Layout) -> Self {
         Self {
-            words: &words[start..start + length],
-            bands,
+            words: &words[start..start + layout.slot_words()],
+            bands: layout.bands,
+            band_words: layout.band_words,
         }
     }
 
@@ -87,7 +124,7 @@ impl<'w> Slot<'w> {
     }
 
     fn copy(&self, second: bool) -> &'w [AtomicU64] {
-        let copy_words = BAND_WORDS * self.bands;
+        let copy_words = self.band_words * self.bands;
         let start = SLOT_HEAD_WORDS + usize::from(second) * copy_words;
         &self.words[start..start + copy_words]
     }
@@ -96,31 +133,21 @@ impl<'w> Slot<'w> {
     #[must_use]
     pub fn balances(&self) -> Balances {
         let copy = self.copy(self.state() & SECOND_COPY != 0);
-        if let [units_low, units_high, settled_at] = copy {
+        if self.bands == 1 {
             // One band, as there usually is: stored inline, nothing allocated.
-            return Balances::One(read_band(units_low, units_high, settled_at));
+            return Balances::One(read_band(copy));
         }
-        copy.chunks_exact(BAND_WORDS)
-            .map(|band| read_band(&band[0], &band[1], &band[2]))
+        copy.chunks_exact(self.band_words)
+            .map(read_band)
             .collect::<Vec<_>>()
             .into()
     }
 
     fn write_copy(&self, second: bool, balances: &Balances) {
         debug_assert_eq!(balances.len(), self.bands, "one balance per band");
-        for (band, balance) in self
-            .copy(second)
-            .chunks_exact(BAND_WORDS)
-            .zip(balances.iter())
-        {
-            // Truncations meant: the low and the high word of the units.
-            #[allow(clippy::cast_possible_truncation)]
-            band[0].store(balance.units as u64, Relaxed);
-            #[allow(clippy::cast_possible_truncation)]
-            band[1].store((balance.units >> 64) as u64, Relaxed);
-            let settled_at = balance.settled_at.unwrap_or(NEVER_SETTLED);
-            #[allow(clippy::cast_sign_loss)] // the word holds an i64's bits
-            band[2].store(settled_at as u64, Relaxed);
+        let bands = self.copy(second).chunks_exact(self.band_words);
+        for (band, balance) in bands.zip(balances.iter()) {
+            write_band(band, balance);
         }
     }
 
@@ -153,6 +180,10 @@ impl<'w> Slot<'w> {
 mod tests {
     use super::*;
 
+    fn layout(bands: usize, wide: bool) -> Layout {
+        Layout::new(bands, 8, 44, wide)
+    }
+
     fn words(count: usize) -> Vec<AtomicU64> {
         (0..count).map(|_| AtomicU64::new(0)).collect()
     }
@@ -171,7 +202,7 @@ mod tests {
     #[test]
     fn a_filled_slot_reads_back_and_commits_alternate_copies() {
         let words = words(40);
-        let slot = Slot::at(&words, 3, 2);
+        let slot = Slot::at(&words, 3, layout(2, true));
         assert!(!slot.is_used());
         let first = balances(&[u128::MAX - 5, 7], -3);
         slot.fill((1, 2), &first);
@@ -189,7 +220,7 @@ mod tests {
     #[test]
     fn a_write_cut_short_before_its_commit_leaves_the_slot_as_it_was() {
         let words = words(20);
-        let slot = Slot::at(&words, 0, 1);
+        let slot = Slot::at(&words, 0, layout(1, false));
         let before = balances(&[5], 1);
         slot.fill((4, 4), &before);
         // Everything a commit writes, except the final store of the state word.
@@ -200,7 +231,7 @@ mod tests {
     #[test]
     fn a_balance_never_settled_stays_so() {
         let words = words(20);
-        let slot = Slot::at(&words, 0, 1);
+        let slot = Slot::at(&words, 0, layout(1, false));
         let fresh: Balances = vec![Balance {
             units: 3,
             settled_at: None,

@@ -189,7 +189,9 @@ fn a_lock_left_by_a_dead_process_is_taken_over_and_its_slot_is_whole() {
     let bucket = shared.shape().bucket(0);
     shared.words[bucket].store(Owner::new(4242, 1).word(), Ordering::Relaxed);
     let slot = shared.shape().slot(0, 0);
-    for word in &shared.words[slot + 6..slot + 9] {
+    // One band of narrow units: state, digest (2), copy 0 (2), copy 1 (2), the spare.
+    assert_eq!(shared.shape().slot_words(), 7);
+    for word in &shared.words[slot + 5..slot + 7] {
         word.store(u64::MAX, Ordering::Relaxed);
     }
     let answer = shared.check(digest, 1, 0);
@@ -213,6 +215,26 @@ fn a_table_of_another_configuration_or_size_is_refused() {
         Some(LayoutError::Other)
     ));
     assert!(Table::open(&words[..], &ours, 10).is_ok());
+}
+
+#[test]
+fn a_band_whose_capacity_needs_more_than_64_bits_is_stored_wide_and_exact() {
+    // 2^40 tokens a second in units of a nanosecond's share: a burst of 2^40 tokens is about
+    // 2^70 units, beyond one word.
+    let config = config(&[(1 << 40, 1, 1 << 40)]);
+    let shared = table(&config, 8);
+    assert_eq!(shared.shape().band_words, 3);
+    let local = KeyedLimiter::<String>::new(&config.specs(), 8, 1);
+    let digest = shared.digest(b"k");
+    for (n, now) in [
+        (1 << 39, 0),
+        (1 << 39, 0),
+        (1, 0),
+        (5, 10),
+        (1 << 20, 1 << 30),
+    ] {
+        assert_eq!(shared.check(digest, n, now), local.check("k", n, now));
+    }
 }
 
 #[test]
