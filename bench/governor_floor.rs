@@ -15,7 +15,11 @@
 //! reservation and a key forgotten only when full.
 
 // Timings and byte counts are printed as floats, and keys are small: the casts lose nothing.
-#![allow(clippy::cast_precision_loss, clippy::cast_possible_wrap)]
+#![allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_wrap,
+    clippy::cast_possible_truncation
+)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
