@@ -317,19 +317,6 @@ impl<W: Words> Table<W> {
         }
     }
 
-    /// A wait decided at the table's time, counted from the caller's (earlier) time.
-    fn from_caller(decision: KeyedDecision, behind: u128) -> KeyedDecision {
-        match decision {
-            KeyedDecision::Decided(Decision::Wait(ns)) => {
-                KeyedDecision::Decided(Decision::Wait(ns.saturating_add(behind)))
-            }
-            KeyedDecision::Refused { retry_in } => KeyedDecision::Refused {
-                retry_in: retry_in.saturating_add(behind),
-            },
-            decided @ KeyedDecision::Decided(_) => decided,
-        }
-    }
-
     /// Take `n` tokens for the key of `digest` at `now_ns`, as its own limiter decides, and
     /// say what it holds after (every band's least whole tokens; 0 if refused).
     pub fn check(&self, digest: Digest, n: u64, now_ns: i64) -> Answer {
@@ -361,7 +348,7 @@ impl<W: Words> Table<W> {
                 }
             }
         };
-        let decision = Self::from_caller(decision, locked.behind);
+        let decision = decision.from_caller(locked.behind);
         self.count(&locked, decision);
         Answer {
             decision,
@@ -393,7 +380,7 @@ impl<W: Words> Table<W> {
             }
         };
         Answer {
-            decision: Self::from_caller(decision, locked.behind),
+            decision: decision.from_caller(locked.behind),
             remaining,
         }
     }
@@ -449,14 +436,7 @@ impl<W: Words> Table<W> {
             if taken {
                 self.keep(&locked, slot, &balances);
             }
-            let reservation = match reservation {
-                Reservation::Taken { after_ns: 0 } => Reservation::Taken { after_ns: 0 },
-                Reservation::Taken { after_ns } => Reservation::Taken {
-                    after_ns: after_ns.saturating_add(behind),
-                },
-                Reservation::TooLate(wait) => Reservation::TooLate(wait.saturating_add(behind)),
-                Reservation::Never => Reservation::Never,
-            };
+            let reservation = reservation.from_caller(behind);
             let counted = if taken {
                 Decision::Allowed
             } else {
