@@ -7,7 +7,7 @@
 use pyo3::prelude::*;
 
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
-use crate::python::args::{count, nanoseconds};
+use crate::python::args::{nanoseconds, tokens, NowNs, N};
 
 /// `None` for the monotonic clock, else a callable.
 pub struct Clock(Option<Py<PyAny>>);
@@ -40,9 +40,9 @@ impl Clock {
     }
 
     /// `now_ns` if given, else this clock's reading.
-    pub fn now(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    pub fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
         match (now_ns, &self.0) {
-            (Some(now), _) => nanoseconds(now, "now_ns"),
+            (Some(NowNs(now)), _) => Ok(now),
             (None, None) => monotonic_ns(py),
             (None, Some(clock)) => nanoseconds(&clock.bind(py).call0()?, "clock()"),
         }
@@ -54,16 +54,14 @@ impl Clock {
         Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
     }
 
-    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock), checked in that
-    /// order.
+    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock).
     pub fn request(
         &self,
         py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<(u64, i64)> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok((n, self.now(py, now_ns)?))
+        Ok((tokens(n), self.now(py, now_ns)?))
     }
 
     /// What a pickle records of where its times come from: for the default clock, the boot of

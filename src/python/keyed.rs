@@ -19,7 +19,7 @@ use crate::core::exact::keyed::{
 use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
-use crate::python::args::count;
+use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
@@ -128,17 +128,12 @@ impl KeyedRateLimiter {
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
     /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
     /// The first call in a child process of the one that made the table warns (see `Lineage`).
-    fn on_the_clock(
-        &self,
-        py: Python<'_>,
-        now: i64,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<i64> {
+    fn on_the_clock(&self, py: Python<'_>, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
         self.lineage.check(py, "KeyedRateLimiter")?;
         match self.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
-                let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+                let given = now_ns.is_some();
                 let name = if given {
                     "now_ns"
                 } else {
@@ -210,8 +205,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -232,8 +227,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -247,8 +242,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -263,8 +258,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -277,7 +272,7 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -300,15 +295,15 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let n = tokens(n);
         // The key is read at each attempt: its registered form is looked up each time.
         wait_for_turn(
             py,
             "KeyedRateLimiter",
-            max_wait_ns(timeout)?,
+            max_wait_ns(timeout),
             |left| self.reserve(py, key, n, left),
             |at| self.clock.until(py, at),
             |turn| self.give_back(py, key, n, turn),
@@ -325,27 +320,19 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<(bool, i128)>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok(self
-            .reserve(py, key, n, max_wait_ns(timeout)?)?
-            .for_python())
+        let n = tokens(n);
+        Ok(self.reserve(py, key, n, max_wait_ns(timeout))?.for_python())
     }
 
     /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were not
     /// used (a cancelled waiter): undone if no waiter on the key queued behind them, else
     /// forfeited, so nobody is ever let in before a turn already promised (see
     /// `KeyedLimiter::give_back`).
-    fn _give_back(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: &Bound<'_, PyAny>,
-        at_ns: i64,
-    ) -> PyResult<()> {
-        let n = count(n, "n")?;
+    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
         let now = self.clock.now(py, None)?;
         let now = self.on_the_clock(py, now, None)?;
         self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns))

@@ -18,7 +18,7 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::Config;
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, nanoseconds, seconds};
+use crate::python::args::{count, nanoseconds, tokens, NowNs, Timeout, N};
 use crate::python::clock::{clock_error, shifted, Clock, OfClock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::enums::StrEnum;
@@ -143,12 +143,9 @@ pub fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
     }
 }
 
-/// A caller's `timeout` in seconds as the longest wait, in nanoseconds, it accepts.
-pub fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
-    Ok(timeout
-        .map(|t| seconds(t, "timeout"))
-        .transpose()?
-        .map_or(u128::MAX, |t| t.as_nanos()))
+/// A caller's `timeout` as the longest wait, in nanoseconds, it accepts (None: for ever).
+pub fn max_wait_ns(timeout: Option<Timeout>) -> u128 {
+    timeout.map_or(u128::MAX, |Timeout(wait)| wait.as_nanos())
 }
 
 /// An exact rate limiter of one or more bands.
@@ -195,12 +192,12 @@ impl RateLimiter {
         &self,
         py: Python<'_>,
         now: i64,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<MutexGuard<'_, Limiter>> {
         self.lineage.check(py, "RateLimiter")?;
         let mut limiter = self.lock();
         limiter.on_the_clock(now).map_err(|gap| {
-            let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+            let given = now_ns.is_some();
             let what = if given {
                 "now_ns"
             } else {
@@ -296,12 +293,7 @@ impl RateLimiter {
     /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
     /// Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         match self.at(py, now, now_ns)?.acquire(n, now) {
             CoreDecision::Allowed => Ok(true),
@@ -318,8 +310,8 @@ impl RateLimiter {
     fn check<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
@@ -335,8 +327,8 @@ impl RateLimiter {
     fn peek<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
@@ -348,12 +340,7 @@ impl RateLimiter {
 
     /// Give `n` tokens back to every band (each capped at its burst).
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn refund(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    fn refund(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         self.at(py, now, now_ns)?.refund(n, now);
         Ok(())
@@ -361,7 +348,7 @@ impl RateLimiter {
 
     /// Whole tokens every band holds now: how many 1-token requests would pass at once.
     #[pyo3(signature = (now_ns = None))]
-    fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+    fn available(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
         Ok(self.at(py, now, now_ns)?.available_at(now))
     }
@@ -376,17 +363,12 @@ impl RateLimiter {
     /// never starved by small ones. Ctrl-C ends the wait with KeyboardInterrupt (signals are
     /// looked at every 50 ms), and the waiter gives its tokens back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+    fn acquire(&self, py: Python<'_>, n: Option<N>, timeout: Option<Timeout>) -> PyResult<bool> {
+        let n = tokens(n);
         wait_for_turn(
             py,
             "RateLimiter",
-            max_wait_ns(timeout)?,
+            max_wait_ns(timeout),
             |left| self.reserve(py, n, left),
             |at| self.clock.until(py, at),
             |turn| self.give_back(py, n, turn),
@@ -402,11 +384,11 @@ impl RateLimiter {
     fn _reserve(
         &self,
         py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<i64>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        match self.reserve(py, n, max_wait_ns(timeout)?)? {
+        let n = tokens(n);
+        match self.reserve(py, n, max_wait_ns(timeout))? {
             Reserved::At(_, at) => Ok(Some(at)),
             Reserved::TooLate | Reserved::Refused(_) => Ok(None),
         }
@@ -415,8 +397,8 @@ impl RateLimiter {
     /// Give back `n` tokens that `_reserve` booked for `at_ns` and that were not used (a
     /// cancelled waiter): undone if no waiter queued behind them, else forfeited, so nobody
     /// is ever let in before a turn already promised (see `Limiter::give_back`).
-    fn _give_back(&self, py: Python<'_>, n: &Bound<'_, PyAny>, at_ns: i64) -> PyResult<()> {
-        let n = count(n, "n")?;
+    fn _give_back(&self, py: Python<'_>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
         let now = self.clock.now(py, None)?;
         self.lock().give_back(n, now, at_ns);
         Ok(())

@@ -19,7 +19,7 @@ use crate::core::meter::srtcm::SrTcm;
 use crate::core::meter::trace::{TraceError, TraceMarker};
 use crate::core::meter::trtcm::TrTcm;
 use crate::core::meter::{Color, Meter, MeterError};
-use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object};
+use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object, NowNs};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
@@ -128,7 +128,7 @@ impl<M: MeterState> Shared<M> {
         &self,
         py: Python<'py>,
         nbytes: &Bound<'py, PyAny>,
-        now_ns: Option<&Bound<'py, PyAny>>,
+        now_ns: Option<NowNs>,
         color: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let bytes = count(nbytes, "nbytes")?;
@@ -354,7 +354,7 @@ macro_rules! meter_class {
                 &self,
                 py: Python<'_>,
                 nbytes: &Bound<'_, PyAny>,
-                now_ns: Option<&Bound<'_, PyAny>>,
+                now_ns: Option<NowNs>,
                 color: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<Py<PyAny>> {
                 self.shared.mark(py, nbytes, now_ns, color)

@@ -21,7 +21,7 @@ use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::Table;
-use crate::python::args::count;
+use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{clock_error, Clock, OfClock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
@@ -107,7 +107,7 @@ impl Shared {
 
     /// The table's time for a call at `now`, after making sure this process locks in its own
     /// name; a `now` too far from the table's clock to be a reading of it is refused.
-    fn at(&self, now: i64, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
         let forks = fork::forks();
         if self.forks.load(Ordering::Relaxed) != forks {
             self.table.adopt(Owner::this_process());
@@ -120,7 +120,7 @@ impl Shared {
         {
             None => Ok(now),
             Some(gap) => {
-                let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+                let given = now_ns.is_some();
                 let name = if given {
                     "now_ns"
                 } else {
@@ -131,17 +131,12 @@ impl Shared {
         }
     }
 
-    fn request(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(u64, i64)> {
+    fn request(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<(u64, i64)> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         Ok((n, self.at(now, now_ns)?))
     }
 
-    fn now(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
         let now = self.clock.now(py, now_ns)?;
         self.at(now, now_ns)
     }
@@ -170,13 +165,13 @@ impl Shared {
         py: Python<'_>,
         digest: Digest,
         n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Timeout>,
         limiter: &str,
     ) -> PyResult<bool> {
         wait_for_turn(
             py,
             limiter,
-            max_wait_ns(timeout)?,
+            max_wait_ns(timeout),
             |left| self.reserve(py, digest, n, left),
             |at| self.clock.until(py, at),
             |turn| self.give_back(py, digest, n, turn),
@@ -277,12 +272,7 @@ impl SharedRateLimiter {
     /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
     /// Raises ValueError if `n` exceeds a band's burst.
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         match self.shared.table.check(THE_KEY, n, now).decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
@@ -296,8 +286,8 @@ impl SharedRateLimiter {
     fn check<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         decision(py, self.shared.table.check(THE_KEY, n, now))
@@ -308,8 +298,8 @@ impl SharedRateLimiter {
     fn peek<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         decision(py, self.shared.table.peek(THE_KEY, n, now))
@@ -317,12 +307,7 @@ impl SharedRateLimiter {
 
     /// Give `n` tokens back to every band (each capped at its burst).
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn refund(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    fn refund(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<()> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         self.shared.table.refund(THE_KEY, n, now);
         Ok(())
@@ -330,7 +315,7 @@ impl SharedRateLimiter {
 
     /// Whole tokens every band holds now.
     #[pyo3(signature = (now_ns = None))]
-    fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+    fn available(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<u128> {
         let now = self.shared.now(py, now_ns)?;
         Ok(self.shared.table.available(THE_KEY, now))
     }
@@ -339,13 +324,8 @@ impl SharedRateLimiter {
     /// only be there after `timeout` seconds. Waiters in every process are served in the order
     /// they reserved; an interrupted waiter gives its tokens back.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+    fn acquire(&self, py: Python<'_>, n: Option<N>, timeout: Option<Timeout>) -> PyResult<bool> {
+        let n = tokens(n);
         self.shared
             .acquire(py, THE_KEY, n, timeout, "SharedRateLimiter")
     }
@@ -356,11 +336,11 @@ impl SharedRateLimiter {
     fn _reserve(
         &self,
         py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<i64>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        match self.shared.reserve(py, THE_KEY, n, max_wait_ns(timeout)?)? {
+        let n = tokens(n);
+        match self.shared.reserve(py, THE_KEY, n, max_wait_ns(timeout))? {
             Reserved::At(_, at) => Ok(Some(at)),
             // One key, in a table of one slot made for it: never refused.
             Reserved::TooLate | Reserved::Refused(_) => Ok(None),
@@ -368,8 +348,8 @@ impl SharedRateLimiter {
     }
 
     /// Give back `n` tokens `_reserve` booked for `at_ns` (a cancelled waiter).
-    fn _give_back(&self, py: Python<'_>, n: &Bound<'_, PyAny>, at_ns: i64) -> PyResult<()> {
-        let n = count(n, "n")?;
+    fn _give_back(&self, py: Python<'_>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
         let now = self.shared.now(py, None)?;
         self.shared.table.give_back(THE_KEY, n, now, at_ns);
         Ok(())
@@ -515,8 +495,8 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<bool> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         let digest = key_digest(&self.shared.table, key)?;
@@ -534,8 +514,8 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         let digest = key_digest(&self.shared.table, key)?;
@@ -548,8 +528,8 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         let digest = key_digest(&self.shared.table, key)?;
@@ -562,8 +542,8 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<()> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
         let digest = key_digest(&self.shared.table, key)?;
@@ -577,7 +557,7 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<u128> {
         let now = self.shared.now(py, now_ns)?;
         let digest = key_digest(&self.shared.table, key)?;
@@ -592,10 +572,10 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let n = tokens(n);
         let digest = key_digest(&self.shared.table, key)?;
         self.shared
             .acquire(py, digest, n, timeout, "SharedKeyedRateLimiter")
@@ -608,27 +588,21 @@ impl SharedKeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<(bool, i128)>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
+        let n = tokens(n);
         let digest = key_digest(&self.shared.table, key)?;
         Ok(self
             .shared
-            .reserve(py, digest, n, max_wait_ns(timeout)?)?
+            .reserve(py, digest, n, max_wait_ns(timeout))?
             .for_python())
     }
 
     /// Give back `n` tokens `_reserve` booked for `key` at `at_ns` (a cancelled waiter).
-    fn _give_back(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: &Bound<'_, PyAny>,
-        at_ns: i64,
-    ) -> PyResult<()> {
+    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
         let digest = key_digest(&self.shared.table, key)?;
-        let n = count(n, "n")?;
+        let N(n) = n;
         let now = self.shared.now(py, None)?;
         self.shared.table.give_back(digest, n, now, at_ns);
         Ok(())
