@@ -90,9 +90,9 @@ fn main() {
     };
 
     // The shared table: its words are the whole of its memory.
-    let layout = Table::<Box<[AtomicU64]>>::layout(&config, KEYS);
+    let layout = Table::<Box<[AtomicU64]>>::layout(&config, Some(KEYS));
     let words: Box<[AtomicU64]> = (0..layout.words()).map(|_| AtomicU64::new(0)).collect();
-    let shared = Table::create(words, &config, KEYS, (1, 2), 0).unwrap();
+    let shared = Table::create(words, &config, Some(KEYS), (1, 2), 0).unwrap();
     let shared_bytes = (layout.words() * 8) as f64 / KEYS as f64;
     let digests: Vec<_> = (0..KEYS)
         .map(|k| {

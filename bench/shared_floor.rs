@@ -50,13 +50,13 @@ fn median_ns(per_run: u64, mut run: impl FnMut()) -> f64 {
 fn main() {
     let band = BandConfig::new(Ratio::new(1_000_000_000, 1).unwrap(), None, None).unwrap();
     let config = Config::new(vec![band]).unwrap();
-    let layout = Table::<Box<[AtomicU64]>>::layout(&config, 2 * KEYS);
+    let layout = Table::<Box<[AtomicU64]>>::layout(&config, Some(2 * KEYS));
     let words: Box<[AtomicU64]> = (0..layout.words()).map(|_| AtomicU64::new(0)).collect();
-    let table = Table::create(words, &config, 2 * KEYS, (1, 2), 0).unwrap();
-    let one: Box<[AtomicU64]> = (0..Table::<Box<[AtomicU64]>>::layout(&config, 1).words())
+    let table = Table::create(words, &config, Some(2 * KEYS), (1, 2), 0).unwrap();
+    let one: Box<[AtomicU64]> = (0..Table::<Box<[AtomicU64]>>::layout(&config, None).words())
         .map(|_| AtomicU64::new(0))
         .collect();
-    let single = Table::create(one, &config, 1, (1, 2), 0).unwrap();
+    let single = Table::create(one, &config, None, (1, 2), 0).unwrap();
 
     let digests: Vec<_> = (0..KEYS).map(|k| table.digest(&encoded(k))).collect();
     let mut now = 0_i64;

@@ -189,11 +189,10 @@ pub fn open(
     seed: impl Fn() -> (u64, u64),
 ) -> Result<(Table<Mapped>, PathBuf), OpenError> {
     let path = table_path(folder, name, config, max_keys)?;
-    let keys = max_keys.unwrap_or(1);
     loop {
         let file = match open_existing(&path)? {
             Some(file) => file,
-            None => match make(&path, config, keys, &seed)? {
+            None => match make(&path, config, max_keys, &seed)? {
                 Some(file) => file,
                 None => continue, // another process linked its table first: open that
             },
@@ -202,7 +201,7 @@ pub fn open(
         if !still_named(&path, &file)? {
             continue; // removed while we were opening it: nobody else will use it
         }
-        let table = map(&path, file, config, keys)?;
+        let table = map(&path, file, config, max_keys)?;
         let table = re_anchored(table, &path)?;
         remove_stale(folder, name, &path);
         return Ok((table, path));
@@ -233,7 +232,7 @@ fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {
 fn make(
     path: &Path,
     config: &Config,
-    max_keys: u64,
+    max_keys: Option<u64>,
     seed: &impl Fn() -> (u64, u64),
 ) -> Result<Option<File>, OpenError> {
     let layout = Table::<Mapped>::layout(config, max_keys);
@@ -290,7 +289,7 @@ fn map(
     path: &Path,
     file: File,
     config: &Config,
-    max_keys: u64,
+    max_keys: Option<u64>,
 ) -> Result<Table<Mapped>, OpenError> {
     Table::open(mapped(path, file)?, config, max_keys)
         .map_err(|error| OpenError::Layout(path.to_path_buf(), error))

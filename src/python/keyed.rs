@@ -13,20 +13,19 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{plain_int, Key, KeyRef};
-use crate::core::exact::keyed::{
-    off_the_clock, Answer, KeyedDecision, KeyedLimiter, RestoreError, Stats,
-};
+use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedLimiter, Stats};
 use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
-use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
-    conveniences, max_wait_ns, never, only_the_rate_by_position, rebuilder, restore_attributes,
+    conveniences, max_wait_ns, only_the_rate_by_position, rebuilder, restore_attributes,
     with_attributes, Decision,
 };
 use crate::python::record::frozen_record;
@@ -684,14 +683,7 @@ impl KeyedRateLimiter {
         self.registry.restoring(py, objects, unused, || {
             self.table
                 .restore(seed, entries, latest, counts)
-                .map_err(|error| {
-                    PyValueError::new_err(match error {
-                        RestoreError::Duplicate => "the saved state holds a key twice",
-                        RestoreError::Overfull => {
-                            "the saved state holds more keys than this table's max_keys"
-                        }
-                    })
-                })
+                .map_err(PyErr::from)
         })
     }
 }

@@ -19,9 +19,10 @@ use crate::core::exact::config::Config;
 use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, nanoseconds, tokens, NowNs, Timeout, N};
-use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::enums::StrEnum;
+use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::record::frozen_record;
 use crate::python::waiting::{wait_for_turn, Reserved};
@@ -614,10 +615,4 @@ pub fn only_the_rate_by_position_py(
 
 fn repr_or_placeholder(value: &Bound<'_, PyAny>) -> String {
     value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-}
-
-pub fn never(n: u64) -> PyErr {
-    PyValueError::new_err(format!(
-        "n={n} is more than a band's burst: it can never be acquired"
-    ))
 }

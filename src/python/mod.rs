@@ -20,6 +20,7 @@
 //! * [`shared`]: the limiters whose table the processes of one host share, on
 //!   `core::exact::shared` and the mapped file of `shared_memory`.
 //! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
+//! * [`errors`]: the one place the core's errors become Python exceptions.
 //! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
 
 // The glue has no `unsafe` of its own: every entry point, conversion and clock read goes through
@@ -32,6 +33,7 @@ mod classes;
 mod clock;
 mod config;
 mod enums;
+mod errors;
 mod fork;
 mod keyed;
 mod keys;

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::IntoPyObjectExt;
@@ -20,19 +20,18 @@ use crate::core::exact::keyed::{off_the_clock, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
-use crate::core::exact::shared::Table;
+use crate::core::exact::shared::{Table, THE_KEY};
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
-use crate::python::clock::{clock_error, Clock, OfClock};
+use crate::python::clock::Clock;
 use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork;
 use crate::python::keyed::{code, decision, is_iterable, stats_record, KeyedStats};
 use crate::python::keys::{classify, Classified};
-use crate::python::limiter::{
-    conveniences, max_wait_ns, never, only_the_rate_by_position, Decision,
-};
+use crate::python::limiter::{conveniences, max_wait_ns, only_the_rate_by_position, Decision};
 use crate::python::waiting::{wait_for_turn, Reserved};
-use crate::shared_memory::{self, Mapped, OpenError};
+use crate::shared_memory::{self, Mapped};
 
 /// `max_keys` unless given.
 const DEFAULT_MAX_KEYS: u64 = 100_000;
@@ -46,20 +45,6 @@ struct Shared {
     /// How many forks this process descends through when it last took its name (see
     /// [`Shared::at`]): a child must lock in its own name, not its parent's.
     forks: AtomicU64,
-}
-
-fn open_error(error: OpenError) -> PyErr {
-    match error {
-        OpenError::Name(_) | OpenError::Layout(..) => PyValueError::new_err(error.to_string()),
-        OpenError::Io(path, io) => {
-            let text = io.to_string();
-            match io.raw_os_error() {
-                // OSError(errno, text, filename) is the matching subclass: FileNotFoundError...
-                Some(errno) => PyOSError::new_err((errno, text, path.display().to_string())),
-                None => PyOSError::new_err(format!("{}: {text}", path.display())),
-            }
-        }
-    }
 }
 
 /// Random bits for a new table's key seed, from the operating system (through the standard
@@ -95,7 +80,7 @@ impl Shared {
         };
         let (table, path) = py
             .detach(|| shared_memory::open(&folder, &name, config, max_keys, random_seed))
-            .map_err(open_error)?;
+            .map_err(PyErr::from)?;
         Ok(Self {
             table,
             path,
@@ -222,9 +207,6 @@ fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest>
     }
     Ok(table.digest(&encoded))
 }
-
-/// The one key of a `SharedRateLimiter`'s table.
-const THE_KEY: Digest = (0, 0);
 
 /// An exact rate limiter shared by every process of this host that opens it by name.
 ///

@@ -14,7 +14,8 @@ use pyo3::prelude::*;
 
 use crate::core::exact::keyed::KeyedReservation;
 use crate::core::exact::limiter::Reservation;
-use crate::python::limiter::{never, refuse_in_event_loop, sleep_answering_signals};
+use crate::python::errors::never;
+use crate::python::limiter::{refuse_in_event_loop, sleep_answering_signals};
 
 /// What one reservation found.
 pub enum Reserved {

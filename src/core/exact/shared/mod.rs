@@ -31,6 +31,11 @@
 //! **One clock.** The table keeps the latest time any call has used, and a call made at an
 //! earlier time is decided at that latest time (its waits still count from the caller's
 //! time), as the in-process table does.
+//!
+//! **The one-key form** (`max_keys` `None`) is a `Limiter` rather than a keyed table: one slot,
+//! holding the key [`THE_KEY`] from the table's making, never forgotten, each call decided at
+//! its own time as `Limiter` decides it. So a one-key table answers exactly as `RateLimiter`
+//! does, a clock that steps back included.
 
 pub mod layout;
 pub mod lock;
@@ -65,6 +70,8 @@ pub struct Table<W> {
     /// A new key's balances: every band full, not yet anchored.
     fresh: Balances,
     seed: (u64, u64),
+    /// The one-key form: decided at each call's own time, its one key never forgotten.
+    one: bool,
     /// Who this process is, for the locks it takes (see [`Table::adopt`]).
     owner: AtomicU64,
     /// Whether an owner is gone (see [`lock::is_gone`]; tests pretend).
@@ -90,19 +97,24 @@ fn buckets_of(locked: &Locked<'_>) -> impl Iterator<Item = usize> {
     std::iter::once(low).chain((high != low).then_some(high))
 }
 
+/// The key of a one-key table's one slot.
+pub const THE_KEY: Digest = (0, 0);
+
 /// The buckets a key's lock covers, in the order they are locked.
 struct Locked<'t> {
     _first: Held<'t>,
     _second: Option<Held<'t>>,
     buckets: [usize; 2],
-    /// The table's time for this call, and how far the caller's time is behind it.
+    /// The time this call is decided at, and how far the caller's time is behind it.
     now: i64,
     behind: u128,
+    /// The table's clock: the latest time any call has used, this one's included.
+    clock: i64,
 }
 
 impl<W: Words> Table<W> {
     /// Write a new table into `words` (all zero, [`Layout::words`] long, see [`Table::layout`])
-    /// and open it.
+    /// and open it. `max_keys` `None` is the one-key form (see the module's docs).
     ///
     /// # Errors
     ///
@@ -110,34 +122,42 @@ impl<W: Words> Table<W> {
     pub fn create(
         words: W,
         config: &Config,
-        max_keys: u64,
+        max_keys: Option<u64>,
         seed: (u64, u64),
         boot: u128,
     ) -> Result<Self, LayoutError> {
         let encoding = config.encode();
         let layout = Self::layout(config, max_keys);
         layout.write_header(&words, &encoding, seed, boot);
-        Self::open(words, config, max_keys)
+        let table = Self::open(words, config, max_keys)?;
+        if table.one {
+            // The one key, not yet anchored: its first call anchors it, as a limiter's does.
+            let slot = Slot::at(&table.words, layout.slot(0, 0), layout);
+            slot.fill(THE_KEY, &table.fresh);
+        }
+        Ok(table)
     }
 
-    /// The layout of a table of `config` and `max_keys`.
+    /// The layout of a table of `config` and `max_keys` (`None`: the one-key form).
     #[must_use]
-    pub fn layout(config: &Config, max_keys: u64) -> Layout {
+    pub fn layout(config: &Config, max_keys: Option<u64>) -> Layout {
         let wide = config
             .specs()
             .iter()
             .any(|spec| u64::try_from(spec.capacity_units()).is_err());
-        Layout::new(config.bands().len(), max_keys, config.encode().len(), wide)
+        let keys = max_keys.unwrap_or(1);
+        Layout::new(config.bands().len(), keys, config.encode().len(), wide)
     }
 
-    /// Open the table in `words`, which must be one of `config` and `max_keys`.
+    /// Open the table in `words`, which must be one of `config` and `max_keys` (`None`: the
+    /// one-key form; the file's name tells the forms apart).
     ///
     /// # Errors
     ///
     /// If the words are not a table of this version, of the size their header says
     /// ([`LayoutError`]), or are a table of another configuration or size
     /// ([`LayoutError::Other`]).
-    pub fn open(words: W, config: &Config, max_keys: u64) -> Result<Self, LayoutError> {
+    pub fn open(words: W, config: &Config, max_keys: Option<u64>) -> Result<Self, LayoutError> {
         let (layout, encoding) = Layout::read(&words)?;
         if encoding != config.encode() || layout != Self::layout(config, max_keys) {
             return Err(LayoutError::Other);
@@ -154,6 +174,7 @@ impl<W: Words> Table<W> {
             layout,
             config: config.clone(),
             seed,
+            one: max_keys.is_none(),
             owner: AtomicU64::new(Owner::this_process().word()),
             gone: lock::is_gone,
         })
@@ -234,17 +255,21 @@ impl<W: Words> Table<W> {
         let second =
             (high != low).then(|| lock::lock(&self.words[self.layout.bucket(high)], me, self.gone));
         let latest = self.words[at::LATEST].fetch_max(biased(now_ns), Ordering::Relaxed);
-        let now = if latest == 0 {
+        let clock = if latest == 0 {
             now_ns
         } else {
             unbiased(latest).max(now_ns)
         };
+        // A keyed table decides at its clock (a key forgotten later must not come back
+        // anchored earlier); the one-key form at the caller's time, as a limiter does.
+        let now = if self.one { now_ns } else { clock };
         Locked {
             _first: first,
             _second: second,
             buckets: [low, high],
             now,
             behind: (i128::from(now) - i128::from(now_ns)).unsigned_abs(),
+            clock,
         }
     }
 
@@ -309,7 +334,10 @@ impl<W: Words> Table<W> {
 
     /// Store `balances` in `slot`, or forget the key if they are now a new key's.
     fn keep(&self, locked: &Locked<'_>, slot: Slot<'_>, balances: &Balances) {
-        if balances.is_full(&self.specs) && balances.is_fresh_at(&self.specs, locked.now) {
+        let fresh = !self.one
+            && balances.is_full(&self.specs)
+            && balances.is_fresh_at(&self.specs, locked.now);
+        if fresh {
             slot.free();
             self.add(locked.buckets[0], 4, 1);
         } else {
@@ -325,7 +353,7 @@ impl<W: Words> Table<W> {
         let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
             let mut balances = slot.balances();
             let decision = balances.acquire(&self.specs, n, now);
-            if decision == Decision::Allowed {
+            if decision == Decision::Allowed || self.one {
                 self.keep(&locked, slot, &balances);
             }
             (
@@ -363,6 +391,9 @@ impl<W: Words> Table<W> {
         let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
             let mut balances = slot.balances();
             let decision = balances.peek(&self.specs, n, now);
+            if self.one {
+                slot.commit(&balances); // a first call anchors, as a limiter's does
+            }
             (
                 KeyedDecision::Decided(decision),
                 balances.available_at(&self.specs, now),
@@ -412,7 +443,7 @@ impl<W: Words> Table<W> {
         let locked = self.locked(digest, now_ns);
         if let Some(slot) = self.find(&locked, digest) {
             let mut balances = slot.balances();
-            balances.refund(&self.specs, n, locked.now, locked.now);
+            balances.refund(&self.specs, n, locked.now, locked.clock);
             self.keep(&locked, slot, &balances);
         }
     }
@@ -433,7 +464,7 @@ impl<W: Words> Table<W> {
             let reservation =
                 balances.reserve(&self.specs, n, now, max_wait_ns.saturating_sub(behind));
             let taken = matches!(reservation, Reservation::Taken { .. });
-            if taken {
+            if taken || self.one {
                 self.keep(&locked, slot, &balances);
             }
             let reservation = reservation.from_caller(behind);
@@ -492,10 +523,13 @@ impl<W: Words> Table<W> {
     /// Whole tokens the key holds at `now_ns` (every band's least).
     pub fn available(&self, digest: Digest, now_ns: i64) -> u128 {
         let locked = self.locked(digest, now_ns);
-        let mut balances = self
-            .find(&locked, digest)
-            .map_or_else(|| self.fresh.clone(), |slot| slot.balances());
-        balances.available_at(&self.specs, locked.now)
+        let found = self.find(&locked, digest);
+        let mut balances = found.map_or_else(|| self.fresh.clone(), |slot| slot.balances());
+        let available = balances.available_at(&self.specs, locked.now);
+        if let Some(slot) = found.filter(|_| self.one) {
+            slot.commit(&balances); // a first call anchors, as a limiter's does
+        }
+        available
     }
 
     /// Whether the key of `digest` is stored.

@@ -2,10 +2,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::LayoutError;
 use super::lock::Owner;
-use super::Table;
+use super::{Table, THE_KEY};
 use crate::core::exact::config::{BandConfig, Config, Ratio};
 use crate::core::exact::keyed::{KeyedDecision, KeyedLimiter, KeyedReservation};
-use crate::core::exact::limiter::{Decision, Reservation};
+use crate::core::exact::limiter::{Decision, Limiter, Reservation};
 
 fn config(bands: &[(u64, u64, u64)]) -> Config {
     Config::new(
@@ -25,13 +25,13 @@ fn config(bands: &[(u64, u64, u64)]) -> Config {
 }
 
 fn words(config: &Config, max_keys: u64) -> Box<[AtomicU64]> {
-    (0..Table::<Box<[AtomicU64]>>::layout(config, max_keys).words())
+    (0..Table::<Box<[AtomicU64]>>::layout(config, Some(max_keys)).words())
         .map(|_| AtomicU64::new(0))
         .collect()
 }
 
 fn table(config: &Config, max_keys: u64) -> Table<Box<[AtomicU64]>> {
-    Table::create(words(config, max_keys), config, max_keys, (11, 22), 7).unwrap()
+    Table::create(words(config, max_keys), config, Some(max_keys), (11, 22), 7).unwrap()
 }
 
 /// A small deterministic generator (xorshift64*), so a failing trace can be replayed.
@@ -204,17 +204,17 @@ fn a_table_of_another_configuration_or_size_is_refused() {
     let ours = config(&[(10, 1, 20)]);
     let theirs = config(&[(10, 1, 21)]);
     let words = words(&ours, 10);
-    let made = Table::create(words, &ours, 10, (1, 2), 3).unwrap();
+    let made = Table::create(words, &ours, Some(10), (1, 2), 3).unwrap();
     let words = made.words;
     assert!(matches!(
-        Table::open(&words[..], &theirs, 10).err(),
+        Table::open(&words[..], &theirs, Some(10)).err(),
         Some(LayoutError::Other)
     ));
     assert!(matches!(
-        Table::open(&words[..], &ours, 11).err(),
+        Table::open(&words[..], &ours, Some(11)).err(),
         Some(LayoutError::Other)
     ));
-    assert!(Table::open(&words[..], &ours, 10).is_ok());
+    assert!(Table::open(&words[..], &ours, Some(10)).is_ok());
 }
 
 #[test]
@@ -247,4 +247,58 @@ fn re_anchoring_keeps_what_each_key_was_owed() {
     shared.re_anchor(-1_000_000_000_000, 8);
     assert_eq!(shared.boot(), 8);
     assert_eq!(shared.available(digest, 2_000_000_000), 2);
+}
+
+#[test]
+fn the_one_key_form_decides_exactly_as_a_limiter_even_when_the_clock_steps_back() {
+    for (seed, bands) in [(7_u64, vec![(1, 1, 1)]), (8, vec![(3, 1, 5), (20, 60, 9)])] {
+        let config = config(&bands);
+        let words: Box<[AtomicU64]> = (0..Table::<Box<[AtomicU64]>>::layout(&config, None).words())
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let shared = Table::create(words, &config, None, (1, 2), 0).unwrap();
+        let mut limiter = Limiter::new(&config.specs(), None, None);
+        let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 5_000_000_000_i64;
+        let mut reserved = Vec::new();
+        for step in 0..20_000 {
+            now += i64::try_from(random.below(700_000_000)).unwrap() - 200_000_000;
+            limiter.on_the_clock(now).unwrap();
+            let n = random.below(6);
+            match random.below(7) {
+                0..=2 => {
+                    let theirs = limiter.acquire(n, now);
+                    let ours = shared.check(THE_KEY, n, now);
+                    assert_eq!(ours.decision, KeyedDecision::Decided(theirs), "step {step}");
+                    assert_eq!(ours.remaining, limiter.available(), "step {step}");
+                }
+                3 => assert_eq!(
+                    shared.peek(THE_KEY, n, now).decision,
+                    KeyedDecision::Decided(limiter.peek(n, now)),
+                    "step {step}"
+                ),
+                4 => {
+                    shared.refund(THE_KEY, n, now);
+                    limiter.refund(n, now);
+                }
+                5 => {
+                    let wait = u128::from(random.below(2_000_000_000));
+                    let theirs = limiter.reserve(n, now, wait);
+                    let ours = shared.reserve(THE_KEY, n, now, wait);
+                    assert_eq!(ours, KeyedReservation::Decided(theirs), "step {step}");
+                    if let Reservation::Taken { after_ns } = theirs {
+                        let at = i128::from(now) + i128::try_from(after_ns).unwrap();
+                        reserved.push((n, i64::try_from(at).unwrap()));
+                    }
+                }
+                _ => {
+                    if let Some((n, at)) = reserved.pop() {
+                        shared.give_back(THE_KEY, n, now, at);
+                        limiter.give_back(n, now, at);
+                    }
+                    assert_eq!(shared.available(THE_KEY, now), limiter.available_at(now));
+                }
+            }
+        }
+    }
 }
