@@ -1351,11 +1351,16 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
             else:
                 batch.answered(call.group, reply)
 
-        try:
+        async def layout() -> None:
+            """The client's layout of the cluster, read if it is not (at first, and after a
+            connection failed: redis-py's asyncio client marks it to be read again then)."""
             initialize = getattr(server.client, "initialize", None)
             if initialize is not None:
                 with contextlib.suppress(*self._unavailable):
-                    await initialize()  # the client's layout, read once (at once if read)
+                    await initialize()
+
+        try:
+            await layout()
             calls = batch.calls()
             for _ in range(_Batch.ROUNDS):
                 work, alone_calls = batch.by_node(calls)
@@ -1363,6 +1368,8 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
                 calls, resend, reroute = batch.settle(work)
                 for call in [*alone_calls, *resend]:
                     await alone(call)
+                if reroute:
+                    await layout()
                 calls += batch.rerouted(reroute)
                 if not calls:
                     break
