@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -87,13 +88,14 @@ class Sends:
     """Each connection's writes, by the port of the node it goes to; ``before(port)`` runs
     before each write (to stop a node as its pipeline goes out, say)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, asyncio_client: bool) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, asyncio_client: bool, package: str = "redis"
+    ) -> None:
         self.counts: collections.Counter[int] = collections.Counter()
         self.before: Callable[[int], None] = lambda port: None
         if asyncio_client:
-            import redis.asyncio.connection
-
-            cls = defining(redis.asyncio.connection.Connection, "send_packed_command")
+            connections = importlib.import_module(f"{package}.asyncio.connection")
+            cls = defining(connections.Connection, "send_packed_command")
             original = vars(cls)["send_packed_command"]
 
             async def counted_async(connection: Any, *args: Any, **kwargs: Any) -> Any:
@@ -103,9 +105,8 @@ class Sends:
 
             monkeypatch.setattr(cls, "send_packed_command", counted_async)
         else:
-            import redis.connection
-
-            cls = defining(redis.connection.Connection, "send_packed_command")
+            connections = importlib.import_module(f"{package}.connection")
+            cls = defining(connections.Connection, "send_packed_command")
             original = vars(cls)["send_packed_command"]
 
             def counted(connection: Any, *args: Any, **kwargs: Any) -> Any:
@@ -214,6 +215,51 @@ def test_an_asyncio_batch_is_one_round_trip_per_node(
         await client.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("form", ["sync", "asyncio"])
+def test_valkey_py_cluster_clients_batch_one_round_trip_per_node(
+    redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, small_calls: int, form: str
+) -> None:
+    """valkey-py's cluster clients (its node's client is ``get_valkey_connection``)."""
+    valkey = pytest.importorskip("valkey", reason="pip install valkey to test valkey-py")
+    keys = KEYS + ["hot"] * 7
+    sends = Sends(monkeypatch, asyncio_client=form == "asyncio", package="valkey")
+    port = redis_cluster.nodes[0].port
+
+    def sync() -> tuple[list[bool], dict[int, int], int]:
+        client = valkey.cluster.ValkeyCluster(host=HOST, port=port)
+        limiter = RedisKeyedRateLimiter(
+            client, 1, name="clients", burst=BURST, per=3600, prefix=unique("valkey")
+        )
+        RedisKeyedRateLimiter(client, 1, name="warm", burst=BURST, per=3600).try_acquire_many(KEYS)
+        sends.reset()
+        answers = limiter.try_acquire_many(keys)
+        counts = dict(sends.counts)
+        left = limiter.available("c0")
+        client.close()
+        return answers, counts, left
+
+    async def asynchronous() -> tuple[list[bool], dict[int, int], int]:
+        from valkey.asyncio.cluster import ValkeyCluster
+
+        client = ValkeyCluster(host=HOST, port=port)
+        await client.initialize()
+        limiter = RedisKeyedRateLimiter(
+            client, 1, name="clients", burst=BURST, per=3600, prefix=unique("avalkey")
+        )
+        await warm_up_async(client)
+        sends.reset()
+        answers = await limiter.try_acquire_many(keys)
+        counts = dict(sends.counts)
+        left = await limiter.available("c0")
+        await client.aclose()
+        return answers, counts, left
+
+    answers, counts, left = sync() if form == "sync" else asyncio.run(asynchronous())
+    assert answers == in_process(keys)
+    assert left == BURST - 1
+    assert counts == {port: 1 for port in masters_of(redis_cluster)}
 
 
 # The in-process answers

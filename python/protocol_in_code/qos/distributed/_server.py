@@ -162,10 +162,13 @@ class Server:
         self.timed_out: type[BaseException] = getattr(exceptions, "TimeoutError", _Never)
         #: A batch sends a pipeline per node (see :meth:`pipelines`) on a cluster client that
         #: shows its nodes: redis-py's and valkey-py's, synchronous or asyncio.
+        self._node_client: Any = getattr(client, "get_redis_connection", None) or getattr(
+            client, "get_valkey_connection", None
+        )
         self.pipelined = (
             self.is_cluster
             and callable(getattr(client, "get_node_from_key", None))
-            and (self.is_async or callable(getattr(client, "get_redis_connection", None)))
+            and (self.is_async or callable(self._node_client))
         )
 
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
@@ -313,7 +316,7 @@ class Server:
             try:
                 for node, calls in work:
                     try:
-                        pool = self.client.get_redis_connection(node).connection_pool
+                        pool = self._node_client(node).connection_pool
                         held.append((pool, _get_connection(pool), calls))
                     except self.pool_full:
                         raise
