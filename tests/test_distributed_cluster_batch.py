@@ -546,20 +546,21 @@ def test_a_cancelled_asyncio_batch_on_the_cluster_gives_back_what_it_took(
             client, 1, name="clients", burst=BURST, per=3600, prefix=unique("cancel")
         )
         await warm_up_async(client)
-        import redis.asyncio.cluster
+        import redis.asyncio.connection
 
-        node_class = redis.asyncio.cluster.ClusterNode
-        execute = node_class.execute_pipeline
+        cls = defining(redis.asyncio.connection.Connection, "send_packed_command")
+        send = vars(cls)["send_packed_command"]
 
-        async def slow(node: Any, commands: Any) -> Any:
-            if node.port == victim.port:
+        async def slow(connection: Any, *args: Any, **kwargs: Any) -> Any:
+            if connection.port == victim.port:
                 await asyncio.sleep(0.5)
-            return await execute(node, commands)
+            return await send(connection, *args, **kwargs)
 
-        monkeypatch.setattr(node_class, "execute_pipeline", slow)
+        monkeypatch.setattr(cls, "send_packed_command", slow)
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(limiter.try_acquire_many(KEYS), 0.2)
-        monkeypatch.setattr(node_class, "execute_pipeline", execute)
+        await asyncio.sleep(0.6)  # the held pipeline written, and read
+        monkeypatch.setattr(cls, "send_packed_command", send)
         deadline = time.monotonic() + 10
         while True:
             left = {key: await limiter.available(key) for key in KEYS}

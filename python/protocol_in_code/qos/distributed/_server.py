@@ -27,6 +27,7 @@ module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -360,6 +361,13 @@ class Server:
     async def _pipeline_async(self, node: Any, calls: Sequence[Call]) -> None:
         for call in calls:
             call.result = None
+        if callable(getattr(node, "acquire_connection", None)) and callable(
+            getattr(node, "release", None)
+        ):
+            await self._read_async(node, calls)
+            return
+        # valkey-py, and redis-py before 6, whose nodes take back a connection only in their
+        # own methods: the node's own pipeline, which packs each call itself.
         commands = [_Command(at, call.command()) for at, call in enumerate(calls)]
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
@@ -376,6 +384,39 @@ class Server:
                 break
         for call, command in zip(calls, commands, strict=True):
             call.result = command.result
+
+    async def _read_async(self, node: Any, calls: Sequence[Call]) -> None:
+        """:meth:`pipelines`' one node, on an asyncio cluster node's own connection (redis-py
+        6 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
+        wait, waited = POOL_WAIT_FIRST, 0.0
+        while True:
+            try:
+                connection = node.acquire_connection()
+                break
+            except self.pool_full as full:
+                waited = self._pool_still_full(full, waited, wait)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+        try:
+            ready = getattr(node, "disconnect_if_needed", None)  # a reconnection it asked for
+            if ready is not None:
+                await ready(connection)
+            await connection.send_packed_command([b"".join(call.packed() for call in calls)])
+            for call in calls:
+                try:
+                    call.result = await connection.read_response()
+                except self.reply_error as error:
+                    call.result = error
+        except BaseException as error:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+            if not isinstance(error, self.unavailable):
+                raise
+            for call in calls:
+                if call.result is None:
+                    call.result = error
+        finally:
+            node.release(connection)
 
 
 #: Whether a connection pool's ``get_connection`` needs a command's name (redis-py before 5.3,
