@@ -366,7 +366,7 @@ class Server:
         ):
             await self._read_async(node, calls)
             return
-        # valkey-py, and redis-py before 6, whose nodes take back a connection only in their
+        # valkey-py, and redis-py before 7, whose nodes take back a connection only in their
         # own methods: the node's own pipeline, which packs each call itself.
         commands = [_Command(at, call.command()) for at, call in enumerate(calls)]
         wait, waited = POOL_WAIT_FIRST, 0.0
@@ -387,7 +387,7 @@ class Server:
 
     async def _read_async(self, node: Any, calls: Sequence[Call]) -> None:
         """:meth:`pipelines`' one node, on an asyncio cluster node's own connection (redis-py
-        6 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
+        7 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
