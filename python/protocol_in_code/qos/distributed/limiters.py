@@ -1054,7 +1054,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
     key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
     refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
-    :meth:`try_acquire_many` decides many keys in one round trip per hash slot.
+    :meth:`try_acquire_many` decides many keys at once: one round trip per cluster node.
 
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
     settlement point gains nothing on that key (the server's clock is one clock anyway).
@@ -1130,11 +1130,11 @@ class RedisKeyedRateLimiter(_ManyKeys):
     def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
     ) -> list[bool]:
-        """:meth:`try_acquire` for each key in turn, in one round trip per hash slot (one in
-        all on a single server): the same answers as one call per key, in the same order.
-
-        On a cluster, the calls of all the slots one node owns go in one pipeline: one round
-        trip per node, the nodes' in parallel. A node found unreachable is not asked again
+        """:meth:`try_acquire` for each key in turn: the same answers as one call per key, in
+        the same order. One script call per hash slot and per 1,000 keys (so that none holds
+        the server long); on a single server they are sent in turn (one in all for up to 1,000
+        keys), and on a cluster the calls of all the slots one node owns go in one pipeline:
+        one round trip per node, the nodes' in parallel. A node found unreachable is not asked again
         within the batch: its other slots go straight to ``on_error``, so a batch waits for at
         most one timeout per unreachable node, not one per slot."""
         batch = _Batch(self._core, keys, n, now_ns)
