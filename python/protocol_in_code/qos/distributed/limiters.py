@@ -547,7 +547,12 @@ class _Batch:
         slow) its calls get the ``on_error`` answer at once; after a refused or broken
         connection (a node gone, perhaps failed over) its first unanswered call is sent once
         more through the client, which re-reads the layout, and the others follow their slot
-        if it has moved."""
+        if it has moved.
+
+        A call sent again is decided after the calls of the round that were answered, so a slot
+        of several calls (a key repeated past :data:`KEYS_PER_CALL`) whose earlier call is sent
+        again and later one not (the script loaded, or the slot migrated, between the two) is
+        decided out of turn: the same number of takes, at other positions."""
         server = self._core.server
         again: list[Call] = []
         alone: list[Call] = []
