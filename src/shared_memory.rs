@@ -229,7 +229,7 @@ fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {
 }
 
 /// Make a new table in a file of its own and link it at `path`; `None` if another process
-/// linked one there first.
+/// linked one there first (or removed the draft: then the caller tries again).
 fn make(
     path: &Path,
     config: &Config,
@@ -247,6 +247,9 @@ fn make(
         .open(&draft)
         .map_err(io_at(&draft))?;
     let made = (|| {
+        // Held from the start, as on every table: another process opening this name removes
+        // the drafts nobody holds (their makers are gone), never one still being made.
+        flock(&file, FlockOperation::LockShared).map_err(|e| io_at(&draft)(e.into()))?;
         file.set_len(bytes).map_err(io_at(&draft))?;
         let words = mapped(&draft, file.try_clone().map_err(io_at(&draft))?)?;
         Table::create(words, config, max_keys, seed(), boot_id())
@@ -254,6 +257,9 @@ fn make(
         match std::fs::hard_link(&draft, path) {
             Ok(()) => Ok(true),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            // Our draft removed as stale in the instant between its making and its lock: make
+            // another.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(error) => Err(io_at(path)(error)),
         }
     })();
