@@ -204,6 +204,9 @@ pub fn open(
         }
         let table = map(&path, file, config, keys)?;
         let table = re_anchored(table, &path)?;
+        if !still_named(&path, &table.words().file)? {
+            continue; // removed while re-anchoring held no lock on it: open it again
+        }
         remove_stale(folder, name, &path);
         return Ok((table, path));
     }
@@ -310,14 +313,30 @@ fn re_anchored(table: Table<Mapped>, path: &Path) -> Result<Table<Mapped>, OpenE
         return Ok(table);
     }
     let file = &table.words().file;
-    flock(file, FlockOperation::LockExclusive).map_err(|e| io_at(path)(e.into()))?;
-    if table.boot() != boot {
-        let by = table
-            .latest()
-            .map_or(0, |latest| monotonic_ns().saturating_sub(latest));
-        table.re_anchor(by, boot);
+    let failed = |e: rustix::io::Errno| io_at(path)(e.into());
+    // Not a blocking wait for the exclusive lock: the first process to move the clock keeps
+    // the table open (its shared lock) for as long as it runs, and a process that had seen the
+    // old boot would wait for it for ever. So: try, and while another holds the file, let go
+    // of it entirely (so that the one that can move the clock does) and look again.
+    while table.boot() != boot {
+        match flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                if table.boot() != boot {
+                    let by = table
+                        .latest()
+                        .map_or(0, |latest| monotonic_ns().saturating_sub(latest));
+                    table.re_anchor(by, boot);
+                }
+                break;
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                flock(file, FlockOperation::Unlock).map_err(failed)?;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(error) => return Err(failed(error)),
+        }
     }
-    flock(file, FlockOperation::LockShared).map_err(|e| io_at(path)(e.into()))?;
+    flock(file, FlockOperation::LockShared).map_err(failed)?;
     Ok(table)
 }
 
