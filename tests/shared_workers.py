@@ -250,3 +250,12 @@ def opens(folder: str, names: int, go: Any, out: Any) -> None:
         except Exception as error:  # reported, to be seen in the parent
             failed.append(f"race-{i}: {error!r}")
     out.put(failed)
+
+
+def opens_all(folder: str, names: list[str], go: Any, done: Any, out: Any) -> None:
+    """From ``go``, open the tables ``names`` one after another and take a token from each;
+    report that, then keep them all open until ``done``, as a server's worker does."""
+    assert go.wait(60), "never told to go"
+    limiters = [SharedRateLimiter(name, 1, burst=100, per=3600, path=folder) for name in names]
+    out.put([limiter.try_acquire() for limiter in limiters])
+    done.wait(60)

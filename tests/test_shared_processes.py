@@ -51,6 +51,7 @@ from shared_workers import (
     holds_lengths,
     load,
     opens,
+    opens_all,
     survivor,
     victim,
 )
@@ -223,6 +224,45 @@ def test_processes_opening_a_new_table_at_once_all_open_the_same_one(tmp_path: P
         limiter = SharedRateLimiter(f"race-{i}", 1, burst=100, per=3600, path=tmp_path)
         assert limiter.available() == 100 - makers
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".table"] * names, "no draft left"
+
+
+def test_processes_opening_a_table_of_another_boot_at_once_all_open_it(tmp_path: Path) -> None:
+    """A table kept on disk (``path=``) across a reboot holds the old boot's clock readings: the
+    first process to open it in the new boot moves them to the new clock. Four workers starting
+    together after the reboot, each keeping the table open, must all get through: the one that
+    moves the clock must not wait for the others to close it, nor they for it. The reboot is
+    made by hand: the header's words 8 and 9 are the boot's id."""
+    names = [f"boot-{i}" for i in range(10)]
+    for name in names:
+        made = SharedRateLimiter(name, 1, burst=100, per=3600, path=tmp_path)
+        assert made.try_acquire()
+        path = made.path
+        del made  # closed: nobody has it open, as after a reboot
+        with open(path, "r+b") as file:
+            file.seek(8 * 8)
+            file.write(struct.pack("<QQ", 0x0123456789ABCDEF, 0xFEDCBA9876543210))
+    ctx = multiprocessing.get_context("fork" if "fork" in METHODS else "spawn")
+    go, done, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    workers = 4
+    processes = [
+        ctx.Process(target=opens_all, args=(str(tmp_path), names, go, done, out), daemon=True)
+        for _ in range(workers)
+    ]
+    start_all(processes)
+    go.set()
+    try:
+        # Every worker opened every table (a worker stuck opening one never reports).
+        reports = [out.get(timeout=20) for _ in processes]
+    finally:
+        done.set()
+        for process in processes:
+            process.join(5)
+            if process.exitcode is None:
+                process.kill()
+    assert reports == [[True] * len(names)] * workers
+    for name in names:  # the old boot's token and each worker's: one table, re-anchored once
+        limiter = SharedRateLimiter(name, 1, burst=100, per=3600, path=tmp_path)
+        assert limiter.available() == 100 - 1 - workers
 
 
 # ---------------------------------------------------------------------------------------------
