@@ -9,8 +9,11 @@ SIGKILL, under a flood of new keys.
   ``now_ns`` from a shared counter), it is exactly the in-process limiter's total.
 * **Kills.** Worker processes are SIGKILLed mid-call hundreds of times while others keep
   deciding: the bound holds, survivors are never blocked, and the table is consistent after.
+* **Opening at once.** Processes that open a new table of one name together all open the same
+  one; workers that open a table of another boot together all get through.
 * **Dead and reused process ids.** A lock word naming a live process that started at another
-  time is taken over; one naming a live owner is waited for until it dies.
+  time is taken over; one naming a live owner is waited for until it dies; a forked child
+  killed while counting keys leaves no lock in its living parent's name.
 * **A flood** of 10^6 new keys neither grows the file nor lets a throttled key off.
 
 Every table is made in ``tmp_path``, never in ``/dev/shm``.
