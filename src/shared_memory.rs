@@ -203,6 +203,9 @@ pub fn open(
         }
         let table = map(&path, file, config, max_keys)?;
         let table = re_anchored(table, &path)?;
+        if !still_named(&path, &table.words().file)? {
+            continue; // removed while re-anchoring held no lock on it: open it again
+        }
         remove_stale(folder, name, &path);
         return Ok((table, path));
     }
@@ -228,7 +231,7 @@ fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {
 }
 
 /// Make a new table in a file of its own and link it at `path`; `None` if another process
-/// linked one there first.
+/// linked one there first (or removed the draft: then the caller tries again).
 fn make(
     path: &Path,
     config: &Config,
@@ -246,6 +249,9 @@ fn make(
         .open(&draft)
         .map_err(io_at(&draft))?;
     let made = (|| {
+        // Held from the start, as on every table: another process opening this name removes
+        // the drafts nobody holds (their makers are gone), never one still being made.
+        flock(&file, FlockOperation::LockShared).map_err(|e| io_at(&draft)(e.into()))?;
         file.set_len(bytes).map_err(io_at(&draft))?;
         let words = mapped(&draft, file.try_clone().map_err(io_at(&draft))?)?;
         Table::create(words, config, max_keys, seed(), boot_id())
@@ -253,6 +259,9 @@ fn make(
         match std::fs::hard_link(&draft, path) {
             Ok(()) => Ok(true),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            // Our draft removed as stale in the instant between its making and its lock: make
+            // another.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(error) => Err(io_at(path)(error)),
         }
     })();
@@ -303,14 +312,30 @@ fn re_anchored(table: Table<Mapped>, path: &Path) -> Result<Table<Mapped>, OpenE
         return Ok(table);
     }
     let file = &table.words().file;
-    flock(file, FlockOperation::LockExclusive).map_err(|e| io_at(path)(e.into()))?;
-    if table.boot() != boot {
-        let by = table
-            .latest()
-            .map_or(0, |latest| monotonic_ns().saturating_sub(latest));
-        table.re_anchor(by, boot);
+    let failed = |e: rustix::io::Errno| io_at(path)(e.into());
+    // Not a blocking wait for the exclusive lock: the first process to move the clock keeps
+    // the table open (its shared lock) for as long as it runs, and a process that had seen the
+    // old boot would wait for it for ever. So: try, and while another holds the file, let go
+    // of it entirely (so that the one that can move the clock does) and look again.
+    while table.boot() != boot {
+        match flock(file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {
+                if table.boot() != boot {
+                    let by = table
+                        .latest()
+                        .map_or(0, |latest| monotonic_ns().saturating_sub(latest));
+                    table.re_anchor(by, boot);
+                }
+                break;
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                flock(file, FlockOperation::Unlock).map_err(failed)?;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(error) => return Err(failed(error)),
+        }
     }
-    flock(file, FlockOperation::LockShared).map_err(|e| io_at(path)(e.into()))?;
+    flock(file, FlockOperation::LockShared).map_err(failed)?;
     Ok(table)
 }
 

@@ -124,6 +124,8 @@ def test_an_inherited_limiter_warns_once_in_the_child() -> None:
             assert len(caught) == 1, [str(w.message) for w in caught]
             assert caught[0].category is RuntimeWarning
             assert f"this {name} was made before os.fork()" in str(caught[0].message)
+            # It names the limiters that do share one limit between the processes of a host.
+            assert "protocol_in_code.qos.shared" in str(caught[0].message)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             RateLimiter(10).try_acquire()  # made in the child: its own
@@ -137,3 +139,22 @@ def test_an_inherited_limiter_warns_once_in_the_child() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert inherited["RateLimiter"].try_acquire(), "still no warning in the parent"
+
+
+def test_an_inherited_shared_limiter_does_not_warn_and_shares_its_limit(tmp_path) -> None:
+    from protocol_in_code.qos.shared import SharedKeyedRateLimiter, SharedRateLimiter
+
+    now = 10**12
+    one = SharedRateLimiter("fork-one", 1, burst=3, per=3600, path=tmp_path)
+    keyed = SharedKeyedRateLimiter("fork-keyed", 1, burst=3, per=3600, max_keys=8, path=tmp_path)
+    assert one.try_acquire(now_ns=now) and keyed.try_acquire("k", now_ns=now)
+
+    def child() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the state is shared: nothing to warn of
+            assert [one.try_acquire(now_ns=now) for _ in range(3)] == [True, True, False]
+            assert [keyed.try_acquire("k", now_ns=now) for _ in range(3)] == [True, True, False]
+
+    assert in_child(child) == 0
+    # The child's takes are the parent's too: one limit.
+    assert not one.try_acquire(now_ns=now) and not keyed.try_acquire("k", now_ns=now)

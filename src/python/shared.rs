@@ -90,14 +90,21 @@ impl Shared {
         })
     }
 
-    /// The table's time for a call at `now`, after making sure this process locks in its own
-    /// name; a `now` too far from the table's clock to be a reading of it is refused.
-    fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
+    /// Make sure this process locks in its own name: after a fork, the child's, not the
+    /// parent's. Every call that takes a lock comes here first: a child killed while holding
+    /// a lock in its living parent's name would leave it held for ever.
+    fn mine(&self) {
         let forks = fork::forks();
         if self.forks.load(Ordering::Relaxed) != forks {
             self.table.adopt(Owner::this_process());
             self.forks.store(forks, Ordering::Relaxed);
         }
+    }
+
+    /// The table's time for a call at `now`, after making sure this process locks in its own
+    /// name; a `now` too far from the table's clock to be a reading of it is refused.
+    fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
+        self.mine();
         match self
             .table
             .latest()
@@ -696,11 +703,13 @@ impl SharedKeyedRateLimiter {
 
     /// How many keys the table holds now.
     fn __len__(&self) -> usize {
+        self.shared.mine();
         self.shared.table.len()
     }
 
     /// Whether `key` is stored (a key not stored is a full, fresh one).
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.shared.mine();
         Ok(self
             .shared
             .table
