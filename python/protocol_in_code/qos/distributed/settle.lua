@@ -61,6 +61,9 @@
 --     explicit time is far behind).
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+-- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
+-- explicit time may be).
+local LAST = 4503599627370496
 
 local token = ARGV[3]
 -- A remembered call: its token, then how many of its requests took on this key (4 bytes).
@@ -87,6 +90,8 @@ local function remember(calls, taken)
 end
 
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
+-- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
+local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
 local config = ARGV[2]
 local version, per_band, count = struct.unpack('>BBI2', config)
 if version ~= 1 or per_band ~= 5 or #config ~= 4 + 40 * count then
@@ -107,7 +112,7 @@ if count == 1 and #KEYS == 1 then
         now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     local capacity = burst * unit
-    local stored = redis.call('HMGET', key, 't', '1', 'c')
+    local stored = redis.call('HMGET', key, 't', '1', 'c', 'w')
     local exists = stored[1] ~= false
     local calls = stored[3] or nil
     local replayed = op ~= 2 and op ~= 4 and remembered(calls)
@@ -123,11 +128,15 @@ if count == 1 and #KEYS == 1 then
     end
     local behind = settled > now and settled - now or 0
 
-    local outcome, wait, changed = 0, 0, false
+    local outcome, wait, changed, at = 0, 0, false, nil
     if replayed then
-        -- Sent before and run: what it took stays taken, once (a refund, given once).
+        -- Sent before and run: what it took stays taken, once (a refund, given once). A
+        -- reservation's moment is not remembered: it is answered with the wait until the
+        -- key's settlement point (its own moment, or a later one), and no moment (see reply).
         if op <= 1 then
             outcome = replayed > 0 and 0 or 1
+        elseif op == 5 then
+            wait = behind
         end
     elseif op <= 2 then -- take, many or peek
         if n > burst then
@@ -143,15 +152,68 @@ if count == 1 and #KEYS == 1 then
             end
         end
     elseif op == 3 then
-        balance = n >= burst and capacity or min(balance + n * unit, capacity)
+        -- A refund while a reservation holds the settlement point ahead is forfeited.
+        if not (behind > 0 and tonumber(stored[4]) == settled) then
+            balance = n >= burst and capacity or min(balance + n * unit, capacity)
+        end
+        changed = true
+    elseif op == 5 then -- reserve
+        if n > burst then
+            outcome = 2
+        else
+            local deficit = n * unit - balance
+            if deficit <= 0 then
+                balance = balance - n * unit
+                changed = true
+            else
+                local refill = ceil(deficit / rate)
+                if refill > LAST - settled or (extra >= 0 and (behind > extra or refill > extra - behind)) then
+                    outcome = 1
+                    wait = refill
+                else
+                    balance = min(balance + refill * rate, capacity) - n * unit
+                    settled = settled + refill
+                    at = settled
+                    behind = settled - now
+                    wait = behind
+                    changed = true
+                end
+            end
+        end
+    elseif op == 6 then -- give back
+        if not (settled > max(extra, now)) then
+            local total = min(balance + n * unit, capacity)
+            if settled <= now then
+                balance = total
+            else
+                local ahead = settled - now
+                local back = floor(total / rate)
+                if back < ahead then
+                    settled = settled - back
+                    balance = total - back * rate
+                else
+                    settled = now
+                    balance = total - ahead * rate
+                end
+                behind = settled > now and settled - now or 0
+            end
+        end
         changed = true
     end
     local remaining = floor(balance / unit)
 
-    if op <= 1 or op == 3 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
+    if op ~= 2 and op ~= 4 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
         local to_full = ceil((capacity - balance) / rate)
         if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
-            if changed and token then
+            if changed and op >= 5 then
+                -- Field "w": the settlement point a reservation (or a give-back) left.
+                if token then
+                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled, 'c',
+                        remember(calls, 1))
+                else
+                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled)
+                end
+            elseif changed and token then
                 redis.call('HSET', key, 't', settled, '1', balance, 'c', remember(calls, 1))
             else
                 redis.call('HSET', key, 't', settled, '1', balance)
@@ -171,6 +233,11 @@ if count == 1 and #KEYS == 1 then
         return tostring(outcome)
     elseif outcome == 1 then
         return {1, remaining, behind, wait}
+    elseif op == 5 and wait > 0 then
+        if at then
+            return {0, remaining, wait, at}
+        end
+        return {0, remaining, wait}
     end
     return 4 * remaining + outcome
 end
@@ -183,7 +250,8 @@ end
 local many = op == 1
 local takes = many or op == 0
 local decides = takes or op == 2
-local writes = takes or op == 3
+local waits = op == 5 or op == 6 -- reserve, give back (one key)
+local writes = takes or op == 3 or waits
 
 local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
 local fields = {'t'}
@@ -199,6 +267,7 @@ for i = 1, count do
     fields[i + 1] = tostring(i)
 end
 fields[count + 2] = 'c'
+fields[count + 3] = 'w'
 
 -- Per key of this call (a batch may name a key twice): what its field "c" held before the
 -- call, how many of the call's requests took there when it ran before (a replay; nil if it did
@@ -247,11 +316,15 @@ for k = 1, #KEYS do
 
     -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
     -- DENIED with the longest wait.
-    local outcome, wait = 0, 0
+    local outcome, wait, changed, at = 0, 0, false, nil
     local replayed = replay_left[key]
     if replayed then
         -- Sent before and run: its first `replayed` requests here took, the rest did not; none
-        -- takes again, and a refund gives nothing again.
+        -- takes again, and a refund gives nothing again. A reservation is answered with the
+        -- wait until the key's settlement point, and no moment (see the fast path).
+        if op == 5 then
+            wait = behind
+        end
         if takes then
             outcome = replayed > 0 and 0 or 1
             replay_left[key] = max(replayed - 1, 0)
@@ -284,12 +357,100 @@ for k = 1, #KEYS do
         end
     elseif op == 3 then
         taken_here[key] = 1
-        for i = 1, count do
-            if n >= burst[i] then
-                balance[i] = capacity[i]
-            else
-                balance[i] = min(balance[i] + n * unit[i], capacity[i])
+        -- A refund while a reservation holds the settlement point ahead is forfeited.
+        if not (behind > 0 and tonumber(stored[count + 3]) == settled) then
+            for i = 1, count do
+                if n >= burst[i] then
+                    balance[i] = capacity[i]
+                else
+                    balance[i] = min(balance[i] + n * unit[i], capacity[i])
+                end
             end
+        end
+    elseif op == 5 then
+        -- Reserve: take n now if every band holds it, else at the first moment every band
+        -- does, if that is within the caller's max wait: every band settled forward to it.
+        local refill = 0
+        for i = 1, count do
+            if n > burst[i] then
+                outcome = 2
+            elseif outcome ~= 2 then
+                local deficit = n * unit[i] - balance[i]
+                if deficit > 0 then
+                    refill = max(refill, ceil(deficit / rate[i]))
+                end
+            end
+        end
+        if outcome ~= 2 then
+            if refill > 0 and (refill > LAST - settled
+                    or (extra >= 0 and (behind > extra or refill > extra - behind))) then
+                outcome = 1
+                wait = refill
+            else
+                for i = 1, count do
+                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+                    balance[i] = min(balance[i] + min(refill, to_full) * rate[i], capacity[i])
+                        - n * unit[i]
+                end
+                if refill > 0 then
+                    settled = settled + refill
+                    at = settled
+                    behind = settled - now
+                    wait = behind
+                end
+                taken_here[key] = 1
+                changed = true
+            end
+        end
+    elseif op == 6 then
+        -- Give back n reserved for `extra`: undone on every band if nobody queues behind it
+        -- (the key is settled no later than max(extra, now)), else forfeited.
+        taken_here[key] = 1
+        changed = true
+        if not (settled > max(extra, now)) then
+            local at_band = {}
+            local latest = now
+            for i = 1, count do
+                local total = min(balance[i] + n * unit[i], capacity[i])
+                at_band[i] = now
+                if settled <= now then
+                    balance[i] = total
+                else
+                    -- Run the settlement backwards from `settled`: the band loses rate units a
+                    -- microsecond, down to an empty band or to now.
+                    local ahead = settled - now
+                    local back = floor(total / rate[i])
+                    if back < ahead then
+                        at_band[i] = settled - back
+                        balance[i] = total - back * rate[i]
+                    else
+                        balance[i] = total - ahead * rate[i]
+                    end
+                end
+                latest = max(latest, at_band[i])
+            end
+            -- One settlement point for the key: the latest band's. A band undone to an earlier
+            -- point is settled forward to it (what it accrues meanwhile); the bands already
+            -- there keep no part of a microsecond's accrual, so nothing they hold can be taken
+            -- before that point.
+            local spread = false
+            for i = 1, count do
+                if at_band[i] < latest then
+                    spread = true
+                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+                    balance[i] = min(balance[i] + min(latest - at_band[i], to_full) * rate[i],
+                        capacity[i])
+                end
+            end
+            if spread then
+                for i = 1, count do
+                    if at_band[i] == latest then
+                        balance[i] = 0
+                    end
+                end
+            end
+            settled = latest
+            behind = settled > now and settled - now or 0
         end
     end
 
@@ -315,9 +476,14 @@ for k = 1, #KEYS do
                 values[2 * i + 1] = fields[i + 1]
                 values[2 * i + 2] = balance[i]
             end
+            if changed and waits then
+                -- Field "w": the settlement point a reservation (or a give-back) left.
+                values[#values + 1] = 'w'
+                values[#values + 1] = settled
+            end
             if token and taken_here[key] > 0 then
-                values[2 * count + 3] = 'c'
-                values[2 * count + 4] = remember(calls_before[key], taken_here[key])
+                values[#values + 1] = 'c'
+                values[#values + 1] = remember(calls_before[key], taken_here[key])
             end
             redis.call('HSET', key, unpack(values))
             if server_clock then
@@ -338,6 +504,11 @@ for k = 1, #KEYS do
         reply[k] = outcome
     elseif outcome == 1 then
         return {1, remaining, behind, wait}
+    elseif op == 5 and wait > 0 then
+        if at then
+            return {0, remaining, wait, at}
+        end
+        return {0, remaining, wait}
     else
         return 4 * remaining + outcome
     end
