@@ -51,7 +51,8 @@ def test_the_fast_path_is_where_the_script_says() -> None:
     assert SOURCE.count(FAST_PATH) == 1
 
 
-OPS = st.sampled_from([0, 2, 3, 4])  # take, peek, refund, available (many is several keys)
+# take, peek, refund, available, reserve and give back (many is several keys)
+OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6])
 
 
 @settings(
@@ -64,7 +65,15 @@ OPS = st.sampled_from([0, 2, 3, 4])  # take, peek, refund, available (many is se
     initial=st.one_of(st.none(), st.integers(0, 20)),
     least_ttl_ms=st.sampled_from([0, 5000]),
     steps=st.lists(
-        st.tuples(OPS, st.integers(0, 25), st.integers(-2_000_000, 5_000_000), st.booleans()),
+        st.tuples(
+            OPS,
+            st.integers(0, 25),
+            st.integers(-2_000_000, 5_000_000),
+            st.booleans(),
+            # A reservation's longest wait (-1: none), or which moment a give-back names: a
+            # reservation's (the last one's, or the one before), or another time.
+            st.one_of(st.just(-1), st.integers(0, 10_000_000)),
+        ),
         min_size=1,
         max_size=25,
     ),
@@ -76,7 +85,7 @@ def test_the_fast_path_and_the_general_path_settle_alike(
     burst: int,
     initial: int | None,
     least_ttl_ms: int,
-    steps: list[tuple[int, int, int, bool]],
+    steps: list[tuple[int, int, int, bool, int]],
 ) -> None:
     if initial is not None and initial > burst:
         initial = burst
@@ -87,13 +96,18 @@ def test_the_fast_path_and_the_general_path_settle_alike(
     redis_client.delete(*keys.values())
     now_us = 10**12
     args: list[bytes] = []
-    for op, n, step, resend in steps:
+    moments = [now_us, now_us]  # the moments reservations were made for
+    for op, n, step, resend, extra in steps:
         if not (resend and args):
             # A new call (with a token when it changes a balance), or the last one sent again,
             # as a client's retry sends it.
             now_us += step
             request = _bands.request(op, min(n, config.largest + 1), now_us) + tail
-            token = [os.urandom(8)] if op in (0, 3) else []
+            if op == 5:
+                request += _bands.extra(extra)
+            elif op == 6:
+                request += _bands.extra(moments[-1 - extra % 2] if extra % 3 else now_us + extra)
+            token = [os.urandom(8)] if op in (0, 3, 5, 6) else []
             args = [request, config.encoding, *token]
         # One transaction per step: no other command runs between the two calls, so neither key
         # can expire before both are read back. (PTTL reads the clock afresh: a millisecond may
@@ -106,6 +120,8 @@ def test_the_fast_path_and_the_general_path_settle_alike(
         for key in keys.values():
             step_both.pttl(key)
         fast, slow, fast_fields, slow_fields, fast_ttl, slow_ttl = step_both.execute()
+        if op == 5 and isinstance(fast, list) and len(fast) == 4:
+            moments.append(int(fast[3]))
         assert fast == slow, (op, n, now_us)
         assert fast_fields == slow_fields, (op, n, now_us)
         assert (fast_ttl < 0) == (slow_ttl < 0) and abs(fast_ttl - slow_ttl) <= 2, (op, n, now_us)
