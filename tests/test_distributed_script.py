@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 import qos_support
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, _bands
 from protocol_in_code.qos.distributed._server import SOURCE
@@ -58,6 +58,21 @@ OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6])
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+# Two waiters queue on an empty key, and the last gives its turn back: the settlement runs back
+# to the first one's turn.
+@example(
+    rate=1,
+    per=1,
+    burst=2,
+    initial=None,
+    least_ttl_ms=0,
+    steps=[
+        (0, 2, 0, False, -1),
+        (5, 1, 0, False, -1),
+        (5, 1, 0, False, -1),
+        (6, 1, 1000, False, 2),
+    ],
+)
 @given(
     rate=st.integers(1, 50),
     per=st.sampled_from([1, 3, 60]),
@@ -101,6 +116,9 @@ def test_the_fast_path_and_the_general_path_settle_alike(
         if not (resend and args):
             # A new call (with a token when it changes a balance), or the last one sent again,
             # as a client's retry sends it.
+            if op in (5, 6):
+                # Waiters queue and give up within moments of each other, for at most a burst.
+                n, step = n % (burst + 2), step % 300_000
             now_us += step
             request = _bands.request(op, min(n, config.largest + 1), now_us) + tail
             if op == 5:
