@@ -8,7 +8,8 @@
 -- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
 --
 -- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
--- "2", ... the balances of its bands in units. A band of p/q tokens per second counts in units
+-- "2", ... the balances of its bands in units, field "w" the settlement point the last
+-- reservation or give-back left (see below), field "c" the calls it remembers (see ARGV[3]). A band of p/q tokens per second counts in units
 -- of 1/(q * 10^6) token, so one microsecond brings exactly p units: accrual is one integer
 -- product and no remainder ever arises. Lua's numbers are doubles, which hold every integer up
 -- to 2^53 exactly; the client refuses any band whose capacity (burst * q * 10^6) plus p exceeds
@@ -18,6 +19,15 @@
 --   * the elapsed time is capped at the time to full, ceil((C - balance) / p), BEFORE it is
 --     multiplied, so a product is at most C - balance + p - 1, and a sum at most C + p - 1;
 --   * times are microseconds of at most 2^52 either side of 0, so differences stay below 2^53;
+--     a settlement point is one of those times, or a reservation's moment, which is refused
+--     (TOO LATE) beyond 2^52: so a settlement point too is within 2^52 of 0, and the wait until
+--     it (at most 2^53) is exact. A reservation's refill is compared with 2^52 - settled (at
+--     most 2^53) before it is added, and with the caller's longest wait (at most 2^52) less the
+--     time the clock is behind, never summed with it first; only a key's expiry, its
+--     settlement point plus its time to full, may pass 2^53, for a band whose time to full is
+--     itself beyond 2^52 microseconds (142 years), and it is then off by a microsecond at most;
+--   * a give-back runs a settlement backwards: it moves back floor(total / p) microseconds for
+--     a total of at most C (a quotient), and takes back * p <= total units off;
 --   * a double quotient a / b of integers with 0 <= a < 2^53 never rounds across an integer,
 --     so floor and ceil of it are the exact integer quotients.
 --
@@ -27,13 +37,33 @@
 -- ARGV[1] is the request, as big-endian doubles (8 bytes each, exact for every integer the
 -- client sends: all are below 2^53), read by one struct.unpack: parsing numbers out of text cost
 -- the server more than the rest of the arithmetic.
---   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available
+--   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available, 5 reserve,
+--           6 give back (reserve and give back on one key)
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
 --   now     in microseconds (ignored when the next number is 1)
 --   server  1: use the server's TIME; 0: use now
 --   least   the least TTL in ms
 --   initial the tokens a new key holds in every band, or -1: full
+--   extra   (reserve and give back only) reserve: the caller's longest wait in microseconds,
+--           at most 2^52, or -1: none; give back: the moment the reservation was made for, or
+--           -2^52 for one made with no wait (any time no later than the give-back's own)
+--
+-- Waiting (src/core/exact/limiter.rs, Balances::reserve and give_back). A reservation takes n
+-- at once if every band holds it; otherwise at the first moment every band does, if that is at
+-- most the longest wait away: every band is settled forward to that moment and n taken there,
+-- so the key's settlement point lies ahead of the clock, and whoever asks next is answered from
+-- it and queues behind (a take, too, is DENIED until then). A waiter that gives up hands back n
+-- with the moment it was given: if the key is settled no later than that moment (or than now,
+-- once it has passed), nobody queues behind it, and the settlement is run backwards, each band
+-- losing p units a microsecond down to an empty band or to now, as if the reservation had never
+-- been made; otherwise waiters behind it hold turns booked from its end, and its tokens are
+-- forfeited, so that nobody is let in before a turn already promised. The bands of one key
+-- share one settlement point here, where the in-process limiter keeps one per band: after a
+-- give-back they stand at the latest band's point, the others settled forward to it, and the
+-- bands at that point keep no part of a microsecond's accrual, so nothing is taken before it.
+-- A refund while a reservation holds the settlement point ahead (field "w" equals it) is
+-- forfeited as well, as in-process: its tokens could be taken at once, on top of the turns.
 --
 -- ARGV[2] is the limit's configuration in its canonical encoding (src/core/exact/config.rs):
 -- a version byte (1), the number of fields per band (5), the number of bands (2 bytes), then
@@ -42,12 +72,15 @@
 -- not know, so a configuration is never misread.
 --
 -- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
--- many, refund). A client may send one call more than once (redis-py re-sends a command that timed
+-- many, refund, reserve, give back). A client may send one call more than once (redis-py re-sends a command that timed
 -- out, and the first sending still reaches the server), so each key remembers, in its field
 -- "c", the last few calls that changed it: each call's token and how many of its requests on
 -- that key took. A sending of a call the key remembers changes nothing again: its takes answer
--- ALLOWED as they did (later ones in a batch DENIED, as they were), and a refund gives nothing
--- more. A key deleted once full forgets its calls; a refund re-sent after that finds it full.
+-- ALLOWED as they did (later ones in a batch DENIED, as they were), a refund or a give-back
+-- gives nothing more, and a reservation takes nothing more: it is answered with the wait until
+-- the key's settlement point (its own moment or a later one, never earlier) and no moment, so
+-- the client cannot give it back and forfeits it if it gives up. A key deleted once full forgets
+-- its calls; a refund re-sent after that finds it full.
 
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
@@ -58,7 +91,11 @@
 --     is at most a burst, far below 2^51); DENIED as {1, remaining, behind, wait}: the
 --     microseconds the clock is behind the settlement point, and the longest band's refill
 --     wait in microseconds (the client adds the two: their sum could pass 2^53 when a caller's
---     explicit time is far behind).
+--     explicit time is far behind);
+--   * op "reserve": taken at once as ALLOWED; NEVER as above; taken later as {0, remaining,
+--     wait, moment} (the wait until the moment, in microseconds: at most 2^53, see above), or
+--     {0, remaining, wait} when a re-sent reservation answers; TOO LATE as DENIED (nothing
+--     taken, and the wait it would have had).
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 -- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
