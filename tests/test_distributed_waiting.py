@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import qos_support
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from protocol_in_code.qos import RateLimiter
 from protocol_in_code.qos.distributed import (
@@ -223,16 +223,19 @@ def test_an_awaited_large_request_among_small_loops_is_admitted(redis_server: An
 
 # -- giving up never over-admits: the script against the in-process rule ------------------------
 #
-# Random traces of reservations (each with a longest wait, or none), give-backs of reservations
-# still held (before or after their turn), plain takes and refunds of them (a refund while a
-# reservation holds the key ahead is forfeited, as in-process), on an explicit clock in whole
+# Random traces of reservations (each with a longest wait, or none), give-backs by waiters still
+# waiting (before their turn, or at its very moment), plain takes and refunds of them at once
+# (a refund while a reservation holds the key ahead is forfeited, as in-process), on an explicit
+# clock in whole
 # milliseconds. Every token interval is a whole number of milliseconds, and every longest wait a
 # millisecond and a half past a whole one, so the in-process limiter (nanoseconds) and the script
 # (microseconds) round nothing differently: with one band, every answer must be the same. With
 # several bands the script keeps one settlement point per key where the in-process limiter keeps
 # one per band, so answers may differ (the script never the more generous), and the bound itself
 # is checked: no interval T admits more than burst + rate * T in any band, counting every take
-# and every reservation kept, at its turn.
+# and every reservation kept, at its turn. (Tokens handed back after their turn has passed are a
+# refund after the fact, which cannot undo the cap of a full band meanwhile, in-process either:
+# a waiter gives up while it waits.)
 
 ONE_BAND = [(Fraction(20), 3), (Fraction(4), 2), (Fraction(5, 2), 4)]  # 50, 250, 400 ms a token
 TWO_BANDS = [[(Fraction(20), 3), (Fraction(4), 5)], [(Fraction(10), 2), (Fraction(5, 2), 6)]]
@@ -240,7 +243,8 @@ TWO_BANDS = [[(Fraction(20), 3), (Fraction(4), 5)], [(Fraction(10), 2), (Fractio
 STEP = st.tuples(
     st.sampled_from(["reserve", "reserve", "give back", "take", "refund"]),
     st.integers(1, 4),  # n
-    st.integers(0, 400),  # milliseconds since the last step
+    # Milliseconds since the last step: often none, so that waiters queue.
+    st.one_of(st.just(0), st.sampled_from([1, 10, 50, 120]), st.integers(0, 400)),
     st.one_of(st.none(), st.integers(0, 2000)),  # the longest wait, in whole milliseconds
     st.integers(0, 10**6),  # which held reservation to give back, or which take to refund
 )
@@ -296,6 +300,26 @@ def over_admitted(admitted: list[tuple[int, int]], bands: list[tuple[Fraction, i
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+# Three waiters queue behind a drained burst, the first gives up: with others behind it, its
+# tokens are forfeited, and the next waiter queues behind the last one.
+@example(
+    bands=[(Fraction(20), 3)],
+    steps=[("reserve", 3, 0, None, 0)]
+    + [("reserve", 1, 0, None, 0)] * 3
+    + [("give back", 1, 0, None, 0), ("reserve", 1, 0, None, 0)],
+)
+# A take refunded at once, while a waiter holds the key ahead: forfeited, so the next take is
+# refused rather than let in before the waiter's turn.
+@example(
+    bands=[(Fraction(20), 3)],
+    steps=[
+        ("take", 1, 0, None, 0),
+        ("reserve", 2, 0, None, 0),
+        ("reserve", 1, 0, None, 0),
+        ("refund", 1, 0, None, 0),
+        ("take", 1, 0, None, 0),
+    ],
+)
 @given(
     bands=st.one_of(st.sampled_from(ONE_BAND).map(lambda band: [band]), st.sampled_from(TWO_BANDS)),
     steps=st.lists(STEP, min_size=1, max_size=30),
@@ -329,8 +353,10 @@ def test_waiters_giving_up_never_over_admit(
                 assert at_us == expected, (kind, n, now_us)
             if at_us is not None:
                 held.append((n, at_us, local_at))
-        elif kind == "give back" and held:
-            n, at_us, local_at = held.pop(pick % len(held))
+        elif kind == "give back" and (waiting := [h for h in held if h[1] >= now_us]):
+            given = waiting[pick % len(waiting)]
+            held.remove(given)
+            n, at_us, local_at = given
             script.give_back(n, now_us, at_us)
             if local_at is not None:
                 local._give_back(n, local_at)
@@ -341,10 +367,11 @@ def test_waiters_giving_up_never_over_admit(
                 assert taken == local.try_acquire(n), (kind, n, now_us)
             if taken:
                 takes.append((now_us, n))
-        elif kind == "refund" and takes:
-            _, n = takes.pop(pick % len(takes))
-            script.refund(n, now_us)
-            local.refund(n)
+        elif kind == "refund" and (refundable := [t for t in takes if t[0] == now_us]):
+            given = refundable[pick % len(refundable)]
+            takes.remove(given)
+            script.refund(given[1], now_us)
+            local.refund(given[1])
     # Every take not refunded, and every reservation kept, at its turn.
     admitted = takes + [(at_us, n) for n, at_us, _ in held]
     assert not over_admitted(admitted, bands), over_admitted(admitted, bands)
