@@ -2,7 +2,9 @@
 
 Every public call is: check the arguments exactly as in-process (before any round trip), one
 script call, and a :class:`Decision` (or ``bool``, ``int``, ``None``) built from its four
-integers. A call the server cannot answer goes to the ``on_error`` policy. The synchronous and
+integers. A call the server cannot answer goes to the ``on_error`` policy. ``acquire`` is one
+script call too, a reservation of the caller's turn on the server, then a sleep until it (see
+:func:`_blocking_acquire`). The synchronous and
 asyncio classes differ only in awaiting the round trip: :class:`_Core` (configuration, checks,
 ``on_error``), :class:`_OneKey` and :class:`_ManyKeys` (what a limiter of each kind holds) and
 :class:`_Batch` (a batch by hash slot) hold everything else.
@@ -946,6 +948,11 @@ class RedisRateLimiter(_OneKey):
       key's TTL runs on the server's real clock.
     * ``initial`` is what a key that does not exist holds: at first, and again once it has
       refilled completely and expired.
+    * ``acquire`` reserves on the server, as in-process: waiters are admitted in the order their
+      reservations reach it, one script call each, and a waiter that gives up hands its turn
+      back (forfeited if others queue behind it, so nobody is let in early). The bands of a key
+      share one settlement point there, so a give-back on a key of several bands may give back
+      a little less than in-process, never more.
 
     Given an asyncio client, construct :class:`AsyncRedisRateLimiter` instead (this class does
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
