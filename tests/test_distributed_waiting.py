@@ -30,7 +30,7 @@ import pytest
 import qos_support
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from protocol_in_code.qos import RateLimiter
+from protocol_in_code.qos import KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos.distributed import (
     AsyncRedisKeyedRateLimiter,
     AsyncRedisRateLimiter,
@@ -446,3 +446,76 @@ def test_cancelled_waiters_hand_their_turns_back(redis_server: Any, client_kind:
     with qos_support.watchdog(60):
         wait_ns = asyncio.run(main())
     assert wait_ns == hour_us // 2 * 1000
+
+
+def test_an_interrupted_blocking_waiter_hands_its_turn_back(redis_client: Any) -> None:
+    """Ctrl-C while a blocking waiter sleeps until its turn: KeyboardInterrupt comes out, and
+    its turn, the last in the queue, is given back (the key is as if it had never waited)."""
+    import signal
+
+    hour_us = 3600 * 10**6
+    limiter = RedisRateLimiter(redis_client, 1, name="hourly", burst=1, per=3600)
+    assert limiter.try_acquire()
+    drained_us = int(redis_client.hget(limiter.redis_key, "t"))
+    counting = Counting(limiter)
+    held: list[int] = []
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 10
+        while counting.calls < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # The turn is held on the server: the key is settled an hour past the drain.
+        held.append(int(redis_client.hget(limiter.redis_key, "t")) - drained_us)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    main = threading.main_thread().ident
+    assert main is not None
+    interrupter = threading.Thread(target=interrupt)
+    with qos_support.watchdog(60):
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            limiter.acquire()
+        interrupter.join()
+    assert held and held[0] >= hour_us - 10**6, held
+    assert counting.calls == 2  # the reservation, then its give-back
+    assert limiter.peek(1, (drained_us + hour_us // 2) * 1000).wait_ns == hour_us // 2 * 1000
+
+
+@pytest.mark.parametrize("form", ["blocking", "awaited"])
+@pytest.mark.parametrize("on_error", ["allow", "deny", "local", "raise"])
+def test_a_waiter_answered_by_on_error_when_the_server_is_gone(
+    own_redis_server: Any, on_error: str, form: str
+) -> None:
+    """The reservation is a script call like any other: a server that cannot answer sends it to
+    ``on_error``, whose DENIED the waiter sleeps on (within its deadline) before asking again."""
+    from protocol_in_code.qos.distributed import LimiterUnavailable
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # No retries: a refused connection is an error at once, well within the deadline (with
+    # them, the question could outlast it, and the waiter would answer False by its deadline).
+    client = own_redis_server.client(
+        socket_timeout=0.2, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
+    policy: Any = KeyedRateLimiter(1, burst=1, per=3600) if on_error == "local" else on_error
+    limiter = RedisKeyedRateLimiter(client, 1, name="clients", burst=1, on_error=policy)
+    assert limiter.acquire("k") is True  # connected, and the script loaded
+    own_redis_server.stop()
+
+    def acquire() -> bool:
+        if form == "blocking":
+            return limiter.acquire("k", timeout=1)
+        return asyncio.run(limiter.acquire_async("k", timeout=1))
+
+    with qos_support.watchdog(60):
+        if on_error == "raise":
+            with pytest.raises(LimiterUnavailable):
+                acquire()
+        else:
+            first, second = acquire(), acquire()
+    if on_error == "allow":
+        assert (first, second) == (True, True)
+    elif on_error == "deny":
+        assert (first, second) == (False, False)
+    elif on_error == "local":
+        assert (first, second) == (True, False)  # the local limiter's one token, then none

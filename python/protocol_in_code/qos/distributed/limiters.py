@@ -402,8 +402,11 @@ def _blocking_acquire(
         end = time.monotonic() + reserved.wait_us / 1e6
         if deadline is not None and end > deadline + ASK_GRACE:
             # The server ran the reservation late (it was slow, or stopped): the turn it gave
-            # comes after the deadline.
-            _questions.submit(_give_back, core, keys, n, reserved)
+            # comes after the deadline. Given back in a worker, so the call keeps its deadline.
+            try:
+                _questions.submit(_give_back, core, keys, n, reserved)
+            except RuntimeError:  # the interpreter is shutting down: no new threads
+                _give_back(core, keys, n, reserved)
             return False
         try:
             while (rest := end - time.monotonic()) > 0:
