@@ -2,12 +2,13 @@
 
 Every public call is: check the arguments exactly as in-process (before any round trip), one
 script call, and a :class:`Decision` (or ``bool``, ``int``, ``None``) built from its four
-integers. A call the server cannot answer goes to the ``on_error`` policy. ``acquire`` is one
-script call too, a reservation of the caller's turn on the server, then a sleep until it (see
-:func:`_blocking_acquire`). The synchronous and
+integers. A call the server cannot answer goes to the ``on_error`` policy. The synchronous and
 asyncio classes differ only in awaiting the round trip: :class:`_Core` (configuration, checks,
 ``on_error``), :class:`_OneKey` and :class:`_ManyKeys` (what a limiter of each kind holds) and
 :class:`_Batch` (a batch by hash slot) hold everything else.
+
+``acquire`` is one script call too, a reservation of the caller's turn on the server, then a
+sleep until it (see :func:`_blocking_acquire`).
 """
 
 from __future__ import annotations
