@@ -11,6 +11,11 @@ timed call is always allowed; every row is one decision on one key through one c
 except the batch rows (per decision) and the last line (eight processes at once on one key).
 Interleaved rounds in one run; medians and ratios, not absolute times.
 
+The "cluster" rows time the same 100 keys through a ``RedisCluster`` client on a three-master
+cluster (started with ``redis-cli --cluster create`` in a temporary folder, or an existing one
+given by ``--cluster-port``; ``--no-cluster`` leaves them out): ``try_acquire`` in a loop
+against ``try_acquire_many``, per decision.
+
 Then the waiting cases (``--waiting`` runs only these): 50 waiters (threads, then asyncio
 tasks) on one key at 20/s with a burst of 1, reaching the server one after another, counted in
 script calls per admission, with the time to admit all 50 (the rate alone allows 2.45 s) and
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import shutil
 import socket
 import subprocess
@@ -69,6 +75,75 @@ def start_server() -> tuple[subprocess.Popen[bytes], int, str]:
             time.sleep(0.05)
     client.close()
     return server, port, folder
+
+
+def start_cluster() -> tuple[list[subprocess.Popen[bytes]], int, str]:
+    """Three cluster-enabled redis-servers made one cluster of three masters; the first port."""
+    ports = []
+    while len(ports) < 3:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port + 10000 < 65536 and port not in ports:
+            ports.append(port)
+    folder = tempfile.mkdtemp(prefix="bench-cluster-")
+    servers = []
+    for port in ports:
+        os.makedirs(f"{folder}/{port}")
+        where = ["--bind", "127.0.0.1", "--port", str(port), "--dir", f"{folder}/{port}"]
+        cluster = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        servers.append(
+            subprocess.Popen(
+                ["redis-server", *where, *cluster, "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+            )
+        )
+    for port in ports:
+        for _ in range(100):
+            ping = subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True)
+            if ping.stdout.strip() == b"PONG":
+                break
+            time.sleep(0.05)
+    addresses = [f"127.0.0.1:{port}" for port in ports]
+    subprocess.run(
+        ["redis-cli", "--cluster", "create", *addresses, "--cluster-yes"],
+        capture_output=True,
+        check=True,
+    )
+    for _ in range(200):
+        states = [
+            subprocess.run(["redis-cli", "-p", str(port), "CLUSTER", "INFO"], capture_output=True)
+            for port in ports
+        ]
+        if all(b"cluster_state:ok" in state.stdout for state in states):
+            break
+        time.sleep(0.05)
+    return servers, ports[0], folder
+
+
+def cluster_cases(port: int) -> dict[str, Callable[[], tuple[Any, ...]]]:
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster(host="127.0.0.1", port=port)
+
+    def loop() -> tuple[Any, ...]:
+        limiter = RedisKeyedRateLimiter(client, HUGE, name="clients")
+        statement = "for key in keys: limiter.try_acquire(key)"
+        return statement, {"limiter": limiter, "keys": BATCH}, len(BATCH)
+
+    def many() -> tuple[Any, ...]:
+        limiter = RedisKeyedRateLimiter(client, HUGE, name="clients")
+        return "limiter.try_acquire_many(keys)", {"limiter": limiter, "keys": BATCH}, len(BATCH)
+
+    return {
+        CLUSTER_LOOP: loop,
+        CLUSTER_MANY: many,
+    }
+
+
+BARE = "bare EVALSHA of `return 1`"
+CLUSTER_LOOP = "cluster: try_acquire(key) x 100 keys, per decision"
+CLUSTER_MANY = "cluster: try_acquire_many(100 keys), per decision"
 
 
 def cases(port: int) -> dict[str, Callable[[], tuple[Any, ...]]]:
@@ -131,7 +206,7 @@ def cases(port: int) -> dict[str, Callable[[], tuple[Any, ...]]]:
         return make
 
     return {
-        "bare EVALSHA of `return 1`": bare_evalsha,
+        BARE: bare_evalsha,
         "PING": ping,
         "RedisRateLimiter.try_acquire()": single,
         "RedisKeyedRateLimiter.try_acquire(key)": keyed,
@@ -320,6 +395,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=2_000)
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--cluster-port", type=int, default=None)
+    parser.add_argument("--no-cluster", action="store_true")
+    parser.add_argument("--only", default=None, help="only the rows whose name holds this text")
     parser.add_argument("--waiting", action="store_true", help="only the waiting cases")
     options = parser.parse_args()
 
@@ -327,27 +405,51 @@ def main() -> None:
     port = options.port
     if port is None:
         server, port, folder = start_server()
+    cluster: list[subprocess.Popen[bytes]] = []
+    cluster_port = options.cluster_port
+    if cluster_port is None and not options.no_cluster and not options.waiting:
+        cluster, cluster_port, cluster_folder = start_cluster()
     try:
         if options.waiting:
             waiting(port)
             return
-        medians = median_ns(cases(port), options.rounds, options.number)
-        bare = medians["bare EVALSHA of `return 1`"]
+        timed = cases(port)
+        if cluster_port is not None:
+            timed.update(cluster_cases(cluster_port))
+        if options.only is not None:
+            timed = {name: make for name, make in timed.items() if options.only in name}
+        timed.setdefault(BARE, cases(port)[BARE])
+        medians = median_ns(timed, options.rounds, options.number)
+        bare = medians[BARE]
         print(f"median of {options.rounds} rounds x {options.number} decisions, us per decision")
-        print(f"{'call':44} {'us':>8} {'/ bare EVALSHA':>15}")
+        width = max(map(len, medians))
+        print(f"{'call':{width}} {'us':>8} {'/ bare EVALSHA':>15}")
         for name, ns in medians.items():
-            print(f"{name:44} {ns / 1000:8.1f} {ns / bare:14.2f}x")
+            print(f"{name:{width}} {ns / 1000:8.1f} {ns / bare:14.2f}x")
         loop = medians.get("try_acquire(key) x 100 keys, per decision")
         many = medians.get("try_acquire_many(100 keys), per decision")
         if loop and many:
             print(f"try_acquire_many is {loop / many:.1f}x cheaper per decision than a loop")
-        print(f"8 processes on one key: {processes_rate(port):,.0f} decisions per second in all")
-        waiting(port)
+        loop, many = medians.get(CLUSTER_LOOP), medians.get(CLUSTER_MANY)
+        if loop and many:
+            print(
+                f"on the cluster, try_acquire_many is {loop / many:.1f}x cheaper per decision "
+                f"than a loop"
+            )
+        if options.only is None:
+            rate = processes_rate(port)
+            print(f"8 processes on one key: {rate:,.0f} decisions per second in all")
+            waiting(port)
     finally:
         if server is not None:
             server.terminate()
             server.wait()
             shutil.rmtree(folder, ignore_errors=True)
+        for node in cluster:
+            node.terminate()
+            node.wait()
+        if cluster:
+            shutil.rmtree(cluster_folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

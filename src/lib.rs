@@ -1,14 +1,23 @@
 //! The "Protocol in Code" QoS track on a Rust core.
 //!
-//! Two rooms, one rule between them:
+//! Two rooms, one rule between them, and a third, small one:
 //!
 //! * [`core`] is plain Rust: the lesson's arithmetic and the state that stores its answers. It knows
 //!   nothing of Python and builds without PyO3 (`cargo test` runs it that way).
 //! * `python` (behind the `python` cargo feature, which maturin turns on) adapts Python objects to
 //!   the core and exports the `protocol_in_code._native` extension module. It holds no algorithm
 //!   of its own: every decision it returns was made by a function in [`core`].
+//! * `shared_memory` maps the file that a table shared by processes lives in, and hands the core
+//!   its words. It is the one place with `unsafe` (the rest of the crate denies it).
+
+#![deny(unsafe_code)]
 
 pub mod core;
+
+// A shared table's file, mapped: the crate's one `unsafe` block, in a room of its own.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub mod shared_memory;
 
 // The glue's doc comments are also the Python docstrings that `help()` shows, where Markdown
 // backticks around every Python name would only be noise.

@@ -441,3 +441,53 @@ def test_a_batch_after_a_promotion_asks_the_promoted_replica(replicated_cluster:
     assert denied and set(denied) <= set(on_victim)
     assert len({client.keyslot(limiter.redis_key(key)) for key in denied}) == 1
     client.close()
+
+
+def test_an_asyncio_batch_after_a_promotion_asks_the_promoted_replica(
+    replicated_cluster: Cluster,
+) -> None:
+    """:func:`test_a_batch_after_a_promotion_asks_the_promoted_replica` on an asyncio client:
+    the dead master's pipeline fails, one of its calls is sent again through the client (which
+    re-reads the layout), and its other slots follow to the promoted replica, in one pipeline.
+    Every key but those of one slot is decided, and each take is remembered once."""
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    cluster = replicated_cluster
+    victim = cluster.masters()[1]
+    replica = cluster.replica_of(victim)
+
+    async def main() -> None:
+        client = AsyncRedisCluster(
+            host=HOST,
+            port=cluster.nodes[0].port,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+        )
+        limiter = RedisKeyedRateLimiter(
+            client, name="clients", **RATE, prefix="abatch:", on_error="deny"
+        )
+        await client.initialize()
+        on_victim = [
+            key
+            for key in KEYS
+            if client.get_node_from_key(limiter.redis_key(key)).port == victim.port
+        ]
+        assert all(await limiter.try_acquire_many(KEYS))
+        wait_until(lambda: caught_up(victim, replica), 5, "the replica caught up")
+        victim.kill()
+        wait_until(lambda: promoted(cluster, replica), FAILOVER_SECONDS, "the replica promoted")
+        wait_until(lambda: serving(cluster, replica), 10, "every node sees the promotion")
+        answers = dict(zip(KEYS, await limiter.try_acquire_many(KEYS), strict=True))
+        denied = [key for key in KEYS if not answers[key]]
+        assert set(denied) <= set(on_victim)
+        assert len({client.keyslot(limiter.redis_key(key)) for key in denied}) <= 1
+        assert len(denied) < len(on_victim)
+        for key in KEYS:
+            remembered = BURST - await limiter.available(key)
+            assert remembered == (1 if key in denied else 2)
+        await client.aclose()
+
+    asyncio.run(main())

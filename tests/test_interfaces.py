@@ -19,7 +19,15 @@ import qos_support
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.limiter")
 
-from protocol_in_code.qos import Band, Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code.qos import (
+    Band,
+    Decision,
+    KeyedRateLimiter,
+    LimitOutcome,
+    RateLimiter,
+    SharedKeyedRateLimiter,
+    SharedRateLimiter,
+)
 from protocol_in_code.qos.asgi import RateLimitMiddleware
 from protocol_in_code.qos.distributed import (
     AsyncRedisKeyedRateLimiter,
@@ -36,7 +44,12 @@ CHECKED = textwrap.dedent(
     import redis
     import redis.asyncio
 
-    from protocol_in_code.qos import KeyedRateLimiter, RateLimiter
+    from protocol_in_code.qos import (
+        KeyedRateLimiter,
+        RateLimiter,
+        SharedKeyedRateLimiter,
+        SharedRateLimiter,
+    )
     from protocol_in_code.qos.distributed import (
         AsyncRedisKeyedRateLimiter,
         AsyncRedisRateLimiter,
@@ -55,7 +68,9 @@ CHECKED = textwrap.dedent(
 
     one: Limiter = RateLimiter(1)
     one = RedisRateLimiter(client, 1, name="k")
+    one = SharedRateLimiter("one", 1)
     keyed: KeyedLimiter[Hashable] = KeyedRateLimiter(1)
+    keyed = SharedKeyedRateLimiter("clients", 1)
     keyed_text: KeyedLimiter[str] = RedisKeyedRateLimiter(client, 1, name="clients")
     awaited: AsyncLimiter = AsyncRedisRateLimiter(aclient, 1, name="k")
     awaited_keyed: AsyncKeyedLimiter[bytes] = AsyncRedisKeyedRateLimiter(aclient, 1, name="clients")
@@ -65,6 +80,8 @@ CHECKED = textwrap.dedent(
     wrong_2: KeyedLimiter[Hashable] = RateLimiter(1)  # type: ignore[assignment]
     wrong_3: Limiter = AsyncRedisRateLimiter(aclient, 1, name="k")  # type: ignore[assignment]
     wrong_4: AsyncLimiter = RedisRateLimiter(client, 1, name="k")  # type: ignore[assignment]
+    wrong_6: Limiter = SharedKeyedRateLimiter("c", 1)  # type: ignore[assignment]
+    wrong_7: KeyedLimiter[Hashable] = SharedRateLimiter("c", 1)  # type: ignore[assignment]
     redis_keyed = RedisKeyedRateLimiter(client, 1, name="c")
     wrong_5: KeyedLimiter[Hashable] = redis_keyed  # type: ignore[assignment]
     """
@@ -80,6 +97,8 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
     [
         (lambda: RateLimiter(1), (False, False)),
         (lambda: KeyedRateLimiter(1), (True, False)),
+        (lambda: SharedRateLimiter("kinds", 1), (False, False)),
+        (lambda: SharedKeyedRateLimiter("kinds", 1, max_keys=8), (True, False)),
         (lambda: RedisRateLimiter(qos_support.NoServer(), 1, name="k"), (False, False)),
         (lambda: RedisKeyedRateLimiter(qos_support.NoServer(), 1, name="clients"), (True, False)),
         (lambda: AsyncRedisRateLimiter(qos_support.AsyncNoServer(), 1, name="k"), (False, True)),
@@ -88,10 +107,22 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
             (True, True),
         ),
     ],
-    ids=["RateLimiter", "KeyedRateLimiter", "Redis", "RedisKeyed", "AsyncRedis", "AsyncRedisKeyed"],
+    ids=[
+        "RateLimiter",
+        "KeyedRateLimiter",
+        "Shared",
+        "SharedKeyed",
+        "Redis",
+        "RedisKeyed",
+        "AsyncRedis",
+        "AsyncRedisKeyed",
+    ],
 )
 def test_kind_of_tells_the_four_apart(make: Any, kind: tuple[bool, bool]) -> None:
-    assert kind_of(make()) == kind
+    limiter = make()
+    assert kind_of(limiter) == kind
+    if isinstance(limiter, (SharedRateLimiter, SharedKeyedRateLimiter)):
+        limiter.remove()
 
 
 def test_kind_of_refuses_what_is_no_limiter_naming_what_it_lacks() -> None:

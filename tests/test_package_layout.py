@@ -54,6 +54,8 @@ SERVICE_EXPORTS = {
     "SingleRateMeter": "meter",
     "TwoRateMeter": "meter",
     "ExcessRateMeter": "meter",
+    "SharedRateLimiter": "shared",
+    "SharedKeyedRateLimiter": "shared",
 }
 
 

@@ -58,6 +58,43 @@ pub fn exact_fraction<'py>(
     })
 }
 
+/// Typed arguments: a method that takes `n: Option<N>` says in its signature what it takes,
+/// and PyO3 reads it (with the checks below, in the order of the signature) before the body
+/// runs. Each names its parameter in its errors, as the course's and the Redis forms do.
+macro_rules! typed_argument {
+    ($(#[$doc:meta])* $name:ident($inner:ty) = $read:ident($parameter:literal)) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name(pub $inner);
+
+        impl<'a, 'py> FromPyObject<'a, 'py> for $name {
+            type Error = PyErr;
+
+            fn extract(value: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+                $read(&value, $parameter).map(Self)
+            }
+        }
+    };
+}
+
+typed_argument!(
+    /// `n`: how many tokens, a [`count`].
+    N(u64) = count("n")
+);
+typed_argument!(
+    /// `now_ns`: a call's time, [`nanoseconds`].
+    NowNs(i64) = nanoseconds("now_ns")
+);
+typed_argument!(
+    /// `timeout`: how long a blocking call may wait, in [`seconds`].
+    Timeout(Duration) = seconds("timeout")
+);
+
+/// `n` as given, or 1.
+pub fn tokens(n: Option<N>) -> u64 {
+    n.map_or(1, |N(n)| n)
+}
+
 /// A count of tokens: an int (or an object with `__index__`), not a bool, from 0 to 2^64 - 1.
 pub fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
     let index = integer(value, name)?;

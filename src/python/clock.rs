@@ -6,8 +6,7 @@
 
 use pyo3::prelude::*;
 
-use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
-use crate::python::args::{count, nanoseconds};
+use crate::python::args::{nanoseconds, tokens, NowNs, N};
 
 /// `None` for the monotonic clock, else a callable.
 pub struct Clock(Option<Py<PyAny>>);
@@ -40,24 +39,28 @@ impl Clock {
     }
 
     /// `now_ns` if given, else this clock's reading.
-    pub fn now(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
+    pub fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
         match (now_ns, &self.0) {
-            (Some(now), _) => nanoseconds(now, "now_ns"),
+            (Some(NowNs(now)), _) => Ok(now),
             (None, None) => monotonic_ns(py),
             (None, Some(clock)) => nanoseconds(&clock.bind(py).call0()?, "clock()"),
         }
     }
 
-    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock), checked in that
-    /// order.
+    /// Nanoseconds from this clock's reading until `at_ns` (0 once it is there).
+    pub fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        let now = self.now(py, None)?;
+        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+    }
+
+    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock).
     pub fn request(
         &self,
         py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<(u64, i64)> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok((n, self.now(py, now_ns)?))
+        Ok((tokens(n), self.now(py, now_ns)?))
     }
 
     /// What a pickle records of where its times come from: for the default clock, the boot of
@@ -139,42 +142,4 @@ pub fn monotonic_ns(_py: Python<'_>) -> PyResult<i64> {
 #[cfg(not(target_os = "linux"))]
 pub fn monotonic_ns(py: Python<'_>) -> PyResult<i64> {
     py.import("time")?.call_method0("monotonic_ns")?.extract()
-}
-
-/// Whose clock a time was too far from (see `core::exact::clock_gap`).
-#[derive(Clone, Copy)]
-pub enum OfClock {
-    Limiter,
-    Table,
-}
-
-/// The error for a time `gap` nanoseconds from a clock (positive when ahead), farther than
-/// `MAX_CLOCK_GAP_NS`: `what` names where the time came from (`now_ns`, or the clock's
-/// reading).
-pub fn clock_error(whose: OfClock, what: &str, now: i64, gap: i128) -> PyErr {
-    const YEAR_NS: f64 = 31_557_600e9;
-    #[allow(clippy::cast_precision_loss)] // a number of years, to one decimal
-    let years = gap.unsigned_abs() as f64 / YEAR_NS;
-    #[allow(clippy::cast_precision_loss)]
-    let bound = MAX_CLOCK_GAP_NS as f64 / YEAR_NS;
-    let latest = i128::from(now) - gap;
-    let (this, one, ahead) = match whose {
-        OfClock::Limiter => ("limiter", "A limiter", "fill it up at once"),
-        OfClock::Table => (
-            "table",
-            "A keyed table",
-            "give every throttled key its whole burst back",
-        ),
-    };
-    let (side, harm) = if gap > 0 {
-        ("ahead of", ahead)
-    } else {
-        ("behind", "make it wait as many years")
-    };
-    pyo3::exceptions::PyValueError::new_err(format!(
-        "{what}={now} is {years:.1} years {side} this {this}'s clock ({latest}), more than the \
-         {bound:.0} years a call's time may be from it: it was read on another clock (say \
-         time.time_ns() given to a {this} on time.monotonic_ns()). {one} keeps one clock; \
-         deciding at this time would {harm}"
-    ))
 }

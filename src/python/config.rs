@@ -18,31 +18,6 @@ use crate::core::exact::quota;
 use crate::python::args::{count, exact_fraction, rational_object};
 use crate::python::record::repr;
 
-/// The Python exception for each way a configuration can be wrong: the one place they are
-/// mapped.
-impl From<ConfigError> for PyErr {
-    fn from(error: ConfigError) -> Self {
-        config_error(&error)
-    }
-}
-
-fn config_error(error: &ConfigError) -> PyErr {
-    match error {
-        // Two ways of saying the period at once is a mistake in how the call is written.
-        ConfigError::PeriodTwice { .. } => PyTypeError::new_err(error.to_string()),
-        ConfigError::NotPositive { .. }
-        | ConfigError::Beyond64Bits { .. }
-        | ConfigError::ZeroBurst
-        | ConfigError::PerSecondBeyond64Bits { .. }
-        | ConfigError::TooFine { .. }
-        | ConfigError::Quota { .. }
-        | ConfigError::NoBands
-        | ConfigError::TooManyBands(_)
-        | ConfigError::InitialAboveBurst { .. }
-        | ConfigError::Unreadable(_) => PyValueError::new_err(error.to_string()),
-    }
-}
-
 /// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
 ///
 /// Band(rate, burst=None, per=None). `per` defaults to one second, or to the period the rate

@@ -120,6 +120,11 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// How many forks this process descends through (0 in a process no fork made).
+pub fn forks() -> u64 {
+    FORKS.load(SeqCst)
+}
+
 /// Which process a limiter was made in, as the number of forks behind it: a limiter used where
 /// that number has grown was inherited across a fork, and says so once.
 pub struct Lineage(AtomicU64);
@@ -139,8 +144,9 @@ impl Lineage {
         let message = format!(
             "this {limiter} was made before os.fork() and is used in the child process \
              {pid}: the child has a copy of its state, no longer shared with the parent, so \
-             each process enforces the limit on its own. Make limiters after the fork, one per \
-             process, or share one limit between processes through a Redis server \
+             each process enforces the limit on its own. To share one limit between the \
+             processes of this host, use protocol_in_code.qos.shared (SharedRateLimiter, \
+             SharedKeyedRateLimiter); between hosts, a Redis server \
              (protocol_in_code.qos.distributed)",
             pid = std::process::id()
         );

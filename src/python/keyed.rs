@@ -6,8 +6,6 @@
 //! interpreter released, after every item has been read and checked, so a bad trace changes
 //! nothing.
 
-use std::time::{Duration, Instant};
-
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
@@ -15,23 +13,23 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{plain_int, Key, KeyRef};
-use crate::core::exact::keyed::{
-    off_the_clock, Answer, KeyedDecision, KeyedLimiter, KeyedReservation, RestoreError, Stats,
-};
-use crate::core::exact::limiter::{Balances, Decision as CoreDecision, Reservation};
+use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedLimiter, Stats};
+use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
-use crate::python::args::count;
+use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
-use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
-    conveniences, max_wait_ns, never, only_the_rate_by_position, rebuilder, refuse_in_event_loop,
-    restore_attributes, sleep_answering_signals, with_attributes, Decision,
+    conveniences, max_wait_ns, only_the_rate_by_position, rebuilder, restore_attributes,
+    with_attributes, Decision,
 };
 use crate::python::record::frozen_record;
+use crate::python::waiting::{wait_for_turn, Reserved};
 
 frozen_record! {
     /// What a keyed limiter has done since it was made: requests allowed, denied (including
@@ -129,17 +127,12 @@ impl KeyedRateLimiter {
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
     /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
     /// The first call in a child process of the one that made the table warns (see `Lineage`).
-    fn on_the_clock(
-        &self,
-        py: Python<'_>,
-        now: i64,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<i64> {
+    fn on_the_clock(&self, py: Python<'_>, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
         self.lineage.check(py, "KeyedRateLimiter")?;
         match self.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
-                let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+                let given = now_ns.is_some();
                 let name = if given {
                     "now_ns"
                 } else {
@@ -211,8 +204,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -233,8 +226,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -248,8 +241,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -264,8 +257,8 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -278,7 +271,7 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;
@@ -301,38 +294,19 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let max_wait = max_wait_ns(timeout)?;
-        if max_wait != 0 {
-            refuse_in_event_loop(py, "KeyedRateLimiter")?;
-        }
-        let started = Instant::now();
+        let n = tokens(n);
         // The key is read at each attempt: its registered form is looked up each time.
-        let (now, at) = loop {
-            let left = max_wait.saturating_sub(started.elapsed().as_nanos());
-            match self.reserve(py, key, n, left)? {
-                Reserved::At(now, at) => break (now, at),
-                Reserved::TooLate => return Ok(false),
-                Reserved::Refused(_) if left == 0 => return Ok(false),
-                Reserved::Refused(retry_in) => {
-                    let wait = retry_in.min(left);
-                    sleep_answering_signals(py, nanos(wait))?;
-                }
-            }
-        };
-        loop {
-            let left = match self.until(py, at) {
-                Ok(0) => return Ok(true),
-                Ok(left) => nanos(left),
-                Err(err) => return Err(self.give_back(py, key, n, (now, at), err)),
-            };
-            if let Err(interrupted) = sleep_answering_signals(py, left) {
-                return Err(self.give_back(py, key, n, (now, at), interrupted));
-            }
-        }
+        wait_for_turn(
+            py,
+            "KeyedRateLimiter",
+            max_wait_ns(timeout),
+            |left| self.reserve(py, key, n, left),
+            |at| self.clock.until(py, at),
+            |turn| self.give_back(py, key, n, turn),
+        )
     }
 
     /// Reserve `n` tokens for `key` as `acquire` does, without sleeping, for `acquire_async`:
@@ -345,32 +319,19 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<(bool, i128)>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        let max_wait = max_wait_ns(timeout)?;
-        Ok(match self.reserve(py, key, n, max_wait)? {
-            Reserved::At(_, at) => Some((true, i128::from(at))),
-            Reserved::Refused(retry_in) => {
-                Some((false, i128::try_from(retry_in).unwrap_or(i128::MAX)))
-            }
-            Reserved::TooLate => None,
-        })
+        let n = tokens(n);
+        Ok(self.reserve(py, key, n, max_wait_ns(timeout))?.for_python())
     }
 
     /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were not
     /// used (a cancelled waiter): undone if no waiter on the key queued behind them, else
     /// forfeited, so nobody is ever let in before a turn already promised (see
     /// `KeyedLimiter::give_back`).
-    fn _give_back(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: &Bound<'_, PyAny>,
-        at_ns: i64,
-    ) -> PyResult<()> {
-        let n = count(n, "n")?;
+    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
         let now = self.clock.now(py, None)?;
         let now = self.on_the_clock(py, now, None)?;
         self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns))
@@ -378,7 +339,7 @@ impl KeyedRateLimiter {
 
     /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.until(py, at_ns)
+        self.clock.until(py, at_ns)
     }
 
     /// Decide a whole trace of integer keys: request `i` is `n[i]` tokens (or `n` for each, 1
@@ -457,18 +418,7 @@ impl KeyedRateLimiter {
     /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten).
     #[getter]
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
-        let Stats {
-            allowed,
-            denied,
-            refused,
-            forgotten,
-        } = self.table.stats();
-        Ok(KeyedStats::from_fields(
-            allowed.into_py_any(py)?,
-            denied.into_py_any(py)?,
-            refused.into_py_any(py)?,
-            forgotten.into_py_any(py)?,
-        ))
+        stats_record(py, self.table.stats())
     }
 
     /// The most keys the table remembers at once.
@@ -623,19 +573,20 @@ impl KeyedRateLimiter {
     }
 }
 
-/// What one reservation for a key found.
-enum Reserved {
-    /// Taken at the first time (the clock's reading), from the second.
-    At(i64, i64),
-    /// A new key and a full table: nothing taken; room may appear after this many nanoseconds.
-    Refused(u128),
-    /// Nothing taken: the tokens would be there later than the caller will wait.
-    TooLate,
-}
-
-/// A wait in nanoseconds as a `Duration` (saturating at about 584 years).
-fn nanos(ns: u128) -> Duration {
-    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+/// A table's counts as the Python record.
+pub fn stats_record(py: Python<'_>, stats: Stats) -> PyResult<KeyedStats> {
+    let Stats {
+        allowed,
+        denied,
+        refused,
+        forgotten,
+    } = stats;
+    Ok(KeyedStats::from_fields(
+        allowed.into_py_any(py)?,
+        denied.into_py_any(py)?,
+        refused.into_py_any(py)?,
+        forgotten.into_py_any(py)?,
+    ))
 }
 
 impl KeyedRateLimiter {
@@ -652,39 +603,18 @@ impl KeyedRateLimiter {
         let now = self.on_the_clock(py, now, None)?;
         let reservation =
             self.with_key(key, true, |key| self.table.reserve(key, n, now, max_wait))?;
-        match reservation {
-            KeyedReservation::Decided(Reservation::Never) => Err(never(n)),
-            KeyedReservation::Decided(Reservation::TooLate(_)) => Ok(Reserved::TooLate),
-            KeyedReservation::Decided(Reservation::Taken { after_ns }) => {
-                let at = i128::from(now).saturating_add_unsigned(after_ns);
-                Ok(Reserved::At(now, i64::try_from(at).unwrap_or(i64::MAX)))
-            }
-            KeyedReservation::Refused { retry_in } => Ok(Reserved::Refused(retry_in)),
-        }
-    }
-
-    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
-    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        let now = self.clock.now(py, None)?;
-        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+        Reserved::of_keyed(reservation, now, n)
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
     /// tokens it reserved for `key` at `reserved_ns` for `at_ns` (see
-    /// `KeyedLimiter::give_back`), then lets `error` go on.
-    fn give_back(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: u64,
-        (reserved_ns, at_ns): (i64, i64),
-        error: PyErr,
-    ) -> PyErr {
+    /// `KeyedLimiter::give_back`).
+    fn give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: u64, turn: (i64, i64)) {
+        let (reserved_ns, at_ns) = turn;
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
         let now = self.on_the_clock(py, now, None).unwrap_or(reserved_ns);
         // A key that cannot be read again keeps its reservation: the error still goes on.
         let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns));
-        error
     }
 
     /// Restore a saved table into this one, which must not have been used yet.
@@ -753,14 +683,7 @@ impl KeyedRateLimiter {
         self.registry.restoring(py, objects, unused, || {
             self.table
                 .restore(seed, entries, latest, counts)
-                .map_err(|error| {
-                    PyValueError::new_err(match error {
-                        RestoreError::Duplicate => "the saved state holds a key twice",
-                        RestoreError::Overfull => {
-                            "the saved state holds more keys than this table's max_keys"
-                        }
-                    })
-                })
+                .map_err(PyErr::from)
         })
     }
 }
@@ -803,7 +726,7 @@ fn saved_limiter(
 
 /// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any
 /// other error (a KeyboardInterrupt in `__iter__`) reaches the caller.
-fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
     match value.try_iter() {
         Ok(_) => Ok(true),
         Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => {
@@ -830,7 +753,7 @@ impl Counts<Vec<u64>> {
 }
 
 /// The Python answer for a table's answer.
-fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
+pub fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
     let Answer {
         decision,
         remaining,
@@ -842,7 +765,7 @@ fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
 }
 
 /// A decision's `LimitOutcome` code, as in `try_acquire_many`'s array.
-fn code(decision: KeyedDecision) -> u8 {
+pub fn code(decision: KeyedDecision) -> u8 {
     match decision {
         KeyedDecision::Decided(CoreDecision::Allowed) => 0,
         KeyedDecision::Decided(CoreDecision::Wait(_)) => 1,

@@ -16,14 +16,16 @@ use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
-use crate::core::exact::limiter::{Decision as CoreDecision, Limiter, Reservation};
+use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, nanoseconds, seconds};
-use crate::python::clock::{clock_error, shifted, Clock, OfClock};
+use crate::python::args::{count, nanoseconds, tokens, NowNs, Timeout, N};
+use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::enums::StrEnum;
+use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::record::frozen_record;
+use crate::python::waiting::{wait_for_turn, Reserved};
 
 /// The outcomes of a limiter's decision.
 pub static LIMIT_OUTCOME: StrEnum = StrEnum::new(
@@ -142,12 +144,9 @@ pub fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
     }
 }
 
-/// A caller's `timeout` in seconds as the longest wait, in nanoseconds, it accepts.
-pub fn max_wait_ns(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
-    Ok(timeout
-        .map(|t| seconds(t, "timeout"))
-        .transpose()?
-        .map_or(u128::MAX, |t| t.as_nanos()))
+/// A caller's `timeout` as the longest wait, in nanoseconds, it accepts (None: for ever).
+pub fn max_wait_ns(timeout: Option<Timeout>) -> u128 {
+    timeout.map_or(u128::MAX, |Timeout(wait)| wait.as_nanos())
 }
 
 /// An exact rate limiter of one or more bands.
@@ -194,12 +193,12 @@ impl RateLimiter {
         &self,
         py: Python<'_>,
         now: i64,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<MutexGuard<'_, Limiter>> {
         self.lineage.check(py, "RateLimiter")?;
         let mut limiter = self.lock();
         limiter.on_the_clock(now).map_err(|gap| {
-            let given = now_ns.is_some_and(|now_ns| !now_ns.is_none());
+            let given = now_ns.is_some();
             let what = if given {
                 "now_ns"
             } else {
@@ -242,46 +241,19 @@ impl RateLimiter {
         Ok(())
     }
 
-    /// Reserve `n` tokens at the clock's time (see `Limiter::reserve`): that time and the time
-    /// from which the tokens are the caller's, or None if that is more than `timeout` away.
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        n: u64,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<(i64, i64)>> {
-        let max_wait = max_wait_ns(timeout)?;
+    /// Reserve `n` tokens at the clock's time, `max_wait` nanoseconds from it at most (see
+    /// `Limiter::reserve`).
+    fn reserve(&self, py: Python<'_>, n: u64, max_wait: u128) -> PyResult<Reserved> {
         let now = self.clock.now(py, None)?;
         let reservation = self.at(py, now, None)?.reserve(n, now, max_wait);
-        match reservation {
-            Reservation::Never => Err(never(n)),
-            Reservation::TooLate(_) => Ok(None),
-            Reservation::Taken { after_ns } => {
-                let at = i128::from(now).saturating_add_unsigned(after_ns);
-                Ok(Some((now, i64::try_from(at).unwrap_or(i64::MAX))))
-            }
-        }
-    }
-
-    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
-    fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        let now = self.clock.now(py, None)?;
-        Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
+        Reserved::of(reservation, now, n)
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`), then lets
-    /// `error` go on.
-    fn give_back(
-        &self,
-        py: Python<'_>,
-        n: u64,
-        (reserved_ns, at_ns): (i64, i64),
-        error: PyErr,
-    ) -> PyErr {
+    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`).
+    fn give_back(&self, py: Python<'_>, n: u64, (reserved_ns, at_ns): (i64, i64)) {
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
         self.lock().give_back(n, now, at_ns);
-        error
     }
 }
 
@@ -322,12 +294,7 @@ impl RateLimiter {
     /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
     /// Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         match self.at(py, now, now_ns)?.acquire(n, now) {
             CoreDecision::Allowed => Ok(true),
@@ -344,8 +311,8 @@ impl RateLimiter {
     fn check<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
@@ -361,8 +328,8 @@ impl RateLimiter {
     fn peek<'py>(
         &self,
         py: Python<'py>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Bound<'py, Decision>> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         let (decision, remaining) = {
@@ -374,12 +341,7 @@ impl RateLimiter {
 
     /// Give `n` tokens back to every band (each capped at its burst).
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn refund(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    fn refund(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<()> {
         let (n, now) = self.clock.request(py, n, now_ns)?;
         self.at(py, now, now_ns)?.refund(n, now);
         Ok(())
@@ -387,7 +349,7 @@ impl RateLimiter {
 
     /// Whole tokens every band holds now: how many 1-token requests would pass at once.
     #[pyo3(signature = (now_ns = None))]
-    fn available(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u128> {
+    fn available(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<u128> {
         let now = self.clock.now(py, now_ns)?;
         Ok(self.at(py, now, now_ns)?.available_at(now))
     }
@@ -402,29 +364,16 @@ impl RateLimiter {
     /// never starved by small ones. Ctrl-C ends the wait with KeyboardInterrupt (signals are
     /// looked at every 50 ms), and the waiter gives its tokens back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
     #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        if max_wait_ns(timeout)? != 0 {
-            refuse_in_event_loop(py, "RateLimiter")?;
-        }
-        let Some((now, at)) = self.reserve(py, n, timeout)? else {
-            return Ok(false);
-        };
-        loop {
-            let left = match self.until(py, at) {
-                Ok(0) => return Ok(true),
-                Ok(left) => Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)),
-                Err(err) => return Err(self.give_back(py, n, (now, at), err)),
-            };
-            if let Err(interrupted) = sleep_answering_signals(py, left) {
-                return Err(self.give_back(py, n, (now, at), interrupted));
-            }
-        }
+    fn acquire(&self, py: Python<'_>, n: Option<N>, timeout: Option<Timeout>) -> PyResult<bool> {
+        let n = tokens(n);
+        wait_for_turn(
+            py,
+            "RateLimiter",
+            max_wait_ns(timeout),
+            |left| self.reserve(py, n, left),
+            |at| self.clock.until(py, at),
+            |turn| self.give_back(py, n, turn),
+        )
     }
 
     /// Reserve `n` tokens as `acquire` does, without sleeping: the time, on the limiter's
@@ -436,18 +385,21 @@ impl RateLimiter {
     fn _reserve(
         &self,
         py: Python<'_>,
-        n: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
     ) -> PyResult<Option<i64>> {
-        let n = n.map_or(Ok(1), |n| count(n, "n"))?;
-        Ok(self.reserve(py, n, timeout)?.map(|(_, at)| at))
+        let n = tokens(n);
+        match self.reserve(py, n, max_wait_ns(timeout))? {
+            Reserved::At(_, at) => Ok(Some(at)),
+            Reserved::TooLate | Reserved::Refused(_) => Ok(None),
+        }
     }
 
     /// Give back `n` tokens that `_reserve` booked for `at_ns` and that were not used (a
     /// cancelled waiter): undone if no waiter queued behind them, else forfeited, so nobody
     /// is ever let in before a turn already promised (see `Limiter::give_back`).
-    fn _give_back(&self, py: Python<'_>, n: &Bound<'_, PyAny>, at_ns: i64) -> PyResult<()> {
-        let n = count(n, "n")?;
+    fn _give_back(&self, py: Python<'_>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
         let now = self.clock.now(py, None)?;
         self.lock().give_back(n, now, at_ns);
         Ok(())
@@ -455,7 +407,7 @@ impl RateLimiter {
 
     /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.until(py, at_ns)
+        self.clock.until(py, at_ns)
     }
 
     /// The bands, each a `Band` as it was written.
@@ -663,10 +615,4 @@ pub fn only_the_rate_by_position_py(
 
 fn repr_or_placeholder(value: &Bound<'_, PyAny>) -> String {
     value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-}
-
-pub fn never(n: u64) -> PyErr {
-    PyValueError::new_err(format!(
-        "n={n} is more than a band's burst: it can never be acquired"
-    ))
 }

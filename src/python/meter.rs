@@ -18,8 +18,8 @@ use crate::core::meter::rfc4115::Rfc4115;
 use crate::core::meter::srtcm::SrTcm;
 use crate::core::meter::trace::{TraceError, TraceMarker};
 use crate::core::meter::trtcm::TrTcm;
-use crate::core::meter::{Color, Meter, MeterError};
-use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object};
+use crate::core::meter::{Color, Meter};
+use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object, NowNs};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::enums::StrEnum;
@@ -128,7 +128,7 @@ impl<M: MeterState> Shared<M> {
         &self,
         py: Python<'py>,
         nbytes: &Bound<'py, PyAny>,
-        now_ns: Option<&Bound<'py, PyAny>>,
+        now_ns: Option<NowNs>,
         color: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let bytes = count(nbytes, "nbytes")?;
@@ -153,7 +153,7 @@ impl<M: MeterState> Shared<M> {
             .transpose()?;
         let n = sizes.len();
         if times.len() != n || colors.as_ref().is_some_and(|c| c.len() != n) {
-            return Err(trace_error(TraceError::Lengths {
+            return Err(PyErr::from(TraceError::Lengths {
                 sizes: n,
                 times: times.len(),
                 colors: colors.as_ref().map(IntBuffer::len),
@@ -165,9 +165,9 @@ impl<M: MeterState> Shared<M> {
             let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
             // On a working copy: a bad packet anywhere leaves the meter as it was.
             *meter = trace.mark(meter.clone(), &mut marked)?;
-            Ok(())
+            Ok::<(), TraceError>(())
         })
-        .map_err(trace_error)?;
+        .map_err(PyErr::from)?;
         code_array(py, marked.iter().map(|&color| code(color)))
     }
 
@@ -266,36 +266,10 @@ impl Trace {
     }
 }
 
-fn trace_error(error: TraceError) -> PyErr {
-    match error {
-        TraceError::Lengths {
-            sizes,
-            times,
-            colors,
-        } => PyValueError::new_err(format!(
-            "sizes ({sizes}), times_ns ({times}){} must have the same length",
-            colors.map_or_else(String::new, |c| format!(" and colors ({c})"))
-        )),
-        TraceError::Backwards { index } => PyValueError::new_err(format!(
-            "times_ns[{index}] is earlier than times_ns[{}]: a trace's times must not go back",
-            index - 1
-        )),
-    }
-}
-
-fn meter_error(error: MeterError) -> PyErr {
-    PyValueError::new_err(match error {
-        MeterError::Rule(rule) => format!("the RFC requires {rule}"),
-        MeterError::TooFine => {
-            "a bucket size times the rate's denominator is too large to hold exactly".to_owned()
-        }
-    })
-}
-
 /// A rate argument: bytes per second, exact, possibly zero; with its normalized Python value.
 fn rate(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResult<(ByteRate, Py<PyAny>)> {
     let (numerator, denominator) = rational(py, value, name)?;
-    let rate = ByteRate::new(numerator, denominator).map_err(meter_error)?;
+    let rate = ByteRate::new(numerator, denominator).map_err(PyErr::from)?;
     let shown = rational_object(py, rate.numerator, rate.denominator)?;
     Ok((rate, shown.unbind()))
 }
@@ -340,7 +314,7 @@ macro_rules! meter_class {
                     config.push((stringify!($arg), shown));
                 )+
                 let $start = start_ns.map(|t| nanoseconds(t, "start_ns")).transpose()?;
-                let meter: $core = $build.map_err(meter_error)?;
+                let meter: $core = $build.map_err(PyErr::from)?;
                 Ok(Self {
                     shared: Shared::new(meter, Clock::new(clock)?),
                     config,
@@ -354,7 +328,7 @@ macro_rules! meter_class {
                 &self,
                 py: Python<'_>,
                 nbytes: &Bound<'_, PyAny>,
-                now_ns: Option<&Bound<'_, PyAny>>,
+                now_ns: Option<NowNs>,
                 color: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<Py<PyAny>> {
                 self.shared.mark(py, nbytes, now_ns, color)

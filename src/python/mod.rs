@@ -17,6 +17,10 @@
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
 //! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
+//! * [`shared`]: the limiters whose table the processes of one host share, on
+//!   `core::exact::shared` and the mapped file of `shared_memory`.
+//! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
+//! * [`errors`]: the one place the core's errors become Python exceptions.
 //! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
 
 // The glue has no `unsafe` of its own: every entry point, conversion and clock read goes through
@@ -29,6 +33,7 @@ mod classes;
 mod clock;
 mod config;
 mod enums;
+mod errors;
 mod fork;
 mod keyed;
 mod keys;
@@ -39,7 +44,9 @@ mod number;
 mod record;
 mod refill;
 mod shaper_loop;
+mod shared;
 mod token_bucket;
+mod waiting;
 
 use pyo3::prelude::*;
 
@@ -119,6 +126,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<keyed::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;
     module.add_class::<keys::KeyDigest>()?;
+    // shared: one limit for the processes of one host
+    module.add_class::<shared::SharedRateLimiter>()?;
+    module.add_class::<shared::SharedKeyedRateLimiter>()?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

@@ -9,6 +9,8 @@ For services, everything is importable from here:
   (:mod:`~protocol_in_code.qos.limiter`).
 * :class:`KeyedRateLimiter`: one such limit per client key, in bounded memory, never letting
   a throttled client off (:mod:`~protocol_in_code.qos.keyed`).
+* :class:`SharedRateLimiter`, :class:`SharedKeyedRateLimiter`: the same two limits shared by
+  the worker processes of one host, with no server (:mod:`~protocol_in_code.qos.shared`).
 * :class:`SingleRateMeter`, :class:`TwoRateMeter`, :class:`ExcessRateMeter`: the RFC 2697,
   2698 and 4115 three-colour meters, in bytes and bytes per second
   (:mod:`~protocol_in_code.qos.meter`).
@@ -42,6 +44,7 @@ from protocol_in_code.qos.limiter import Band, Decision, LimitOutcome, RateLimit
 from protocol_in_code.qos.meter import Color, ExcessRateMeter, SingleRateMeter, TwoRateMeter
 from protocol_in_code.qos.refill import RefillResult, compute_refill
 from protocol_in_code.qos.shaper_loop import EnqueueResult, ToyShaper, run_contention
+from protocol_in_code.qos.shared import SharedKeyedRateLimiter, SharedRateLimiter
 from protocol_in_code.qos.token_bucket import ConsumeOutcome, ConsumeResult, TokenBucket
 from protocol_in_code.qos.token_bucket import try_consume as token_try_consume
 
@@ -63,6 +66,8 @@ __all__ = [
     "OfferResult",
     "RateLimiter",
     "RefillResult",
+    "SharedKeyedRateLimiter",
+    "SharedRateLimiter",
     "SingleRateMeter",
     "TokenBucket",
     "ToyShaper",

@@ -43,11 +43,13 @@ async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> 
     ``n`` is more than a band's burst. A waiter cancelled while it sleeps hands its turn back
     if nobody queued behind it, and otherwise forfeits it (see ``Limiter::give_back``).
     """
-    at_ns = limiter._reserve(n, timeout)
-    if at_ns is None:
-        return False
-    await _sleep_until(limiter._until, at_ns, functools.partial(limiter._give_back, n, at_ns))
-    return True
+
+    def reserve(left: float | None) -> tuple[bool, int] | None:
+        at_ns = limiter._reserve(n, left)
+        return None if at_ns is None else (True, at_ns)
+
+    give_back = functools.partial(limiter._give_back, n)
+    return await _await_turn(reserve, limiter._until, give_back, timeout)
 
 
 async def await_reserved_for(
@@ -61,17 +63,31 @@ async def await_reserved_for(
     tokens would be there later than ``timeout`` seconds from the start (or room has not come
     by then); ValueError if ``n`` is more than a band's burst.
     """
+    reserve = functools.partial(limiter._reserve, key, n)
+    give_back = functools.partial(limiter._give_back, key, n)
+    return await _await_turn(reserve, limiter._until, give_back, timeout)
+
+
+async def _await_turn(
+    reserve: Callable[[float | None], tuple[bool, int] | None],
+    until: Callable[[int], int],
+    give_back: Callable[[int], None],
+    timeout: float | None,
+) -> bool:
+    """The asyncio form of the native deadline loop (``src/python/waiting.rs``): reserve with
+    what is left of ``timeout`` (``(True, at_ns)`` once reserved, ``(False, retry_ns)`` if
+    refused for want of room, None if too late), trying again after a refusal while time is
+    left, then sleep until the turn, giving it back if cancelled."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + seconds(timeout)
     left = timeout
     while True:
-        reserved = limiter._reserve(key, n, left)
+        reserved = reserve(left)
         if reserved is None:
             return False
         taken, ns = reserved
         if taken:
-            give_back = functools.partial(limiter._give_back, key, n, ns)
-            await _sleep_until(limiter._until, ns, give_back)
+            await _sleep_until(until, ns, functools.partial(give_back, ns))
             return True
         delay = ns / 1e9
         if deadline is not None:

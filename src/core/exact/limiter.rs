@@ -141,6 +141,22 @@ pub enum Reservation {
     Never,
 }
 
+impl Reservation {
+    /// This reservation, made at a table's time, with its waits counted from a caller's time
+    /// `behind` nanoseconds earlier (a keyed table decides a late caller at its own clock).
+    #[must_use]
+    pub fn from_caller(self, behind: u128) -> Self {
+        match self {
+            Self::Taken { after_ns: 0 } => Self::Taken { after_ns: 0 },
+            Self::Taken { after_ns } => Self::Taken {
+                after_ns: after_ns.saturating_add(behind),
+            },
+            Self::TooLate(wait) => Self::TooLate(wait.saturating_add(behind)),
+            Self::Never => Self::Never,
+        }
+    }
+}
+
 impl Decision {
     /// The answer of several bands together: never if any says never, else the longest wait.
     fn and(self, other: Self) -> Self {
@@ -346,8 +362,9 @@ impl Balances {
         settled.decide(specs, n, now_ns)
     }
 
-    /// Move every settlement point by `by` nanoseconds (within the clock's range).
-    fn shift(&mut self, by: i64) {
+    /// Move every settlement point by `by` nanoseconds (within the clock's range): balances
+    /// read on one clock, carried over to another.
+    pub fn shift(&mut self, by: i64) {
         for balance in self.iter_mut() {
             balance.settled_at = balance.settled_at.map(|at| at.saturating_add(by));
         }

@@ -20,6 +20,8 @@
 //!   another clock, and is refused.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
+//! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
+//!   against a process killed at any instruction.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
 pub mod clock_gap;
@@ -30,3 +32,4 @@ pub mod limiter;
 pub mod quota;
 pub mod rate;
 pub mod settle;
+pub mod shared;

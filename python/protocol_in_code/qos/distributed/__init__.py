@@ -46,7 +46,8 @@ the server the service already runs, and every decision is one atomic step there
   because each conversion to the smaller burst forgets what did not fit.
 * **Cluster.** The braces make the name, or the key, the hash tag: a decision touches one
   hash, so it never crosses slots, and a keyed limiter's keys spread over the cluster;
-  ``try_acquire_many`` sends one script call per slot.
+  ``try_acquire_many`` makes one script call per slot, and sends all the calls of one node in
+  one pipeline: one round trip per node.
 * **When the server is unreachable**, ``on_error`` decides: ``"raise"``
   (:class:`LimiterUnavailable`, chained to the client's error), ``"allow"``, ``"deny"``, or a
   local ``RateLimiter``/``KeyedRateLimiter`` that decides instead. How long a call may take to

@@ -11,6 +11,11 @@ one call more than once (redis-py re-sends a command that timed out, and the fir
 reaches the server); the script remembers the tokens of the last calls that changed a key, and
 a sending it has already run changes nothing again (see ``settle.lua``).
 
+A batch on a cluster (:meth:`Server.pipelines`) sends all the script calls that one node owns
+in one pipeline on one of that node's connections, written to every node before any is read:
+one round trip per node, whatever the number of slots. Each call in a pipeline is its own
+script call, with its own token, so one holds the server no longer than a call sent alone.
+
 We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
 ``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
 configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its errors, all
@@ -22,6 +27,7 @@ module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -69,6 +75,61 @@ _UNAVAILABLE_NAMES = (
 )
 
 
+class Call:
+    """One script call of a pipelined batch: the batch's positions it decides, their Redis keys,
+    its arguments with its token (drawn once: a call sent again, after a redirection or as
+    ``EVAL`` after ``NOSCRIPT``, is the same call to the script), the node it goes to, and its
+    result (the reply, or the error it met)."""
+
+    __slots__ = ("args", "group", "keys", "node", "node_name", "result", "source")
+
+    def __init__(self, group: list[int], keys: list[bytes], args: Sequence[bytes], node: Any):
+        self.group = group
+        self.keys = keys
+        self.args = (*args, os.urandom(TOKEN_BYTES))
+        self.node = node
+        self.node_name: Any = getattr(node, "name", None)
+        self.source = False  # sent as EVAL, with the script's source
+        self.result: Any = None
+
+    def command(self) -> tuple[Any, ...]:
+        """The command's arguments, as a client packs them."""
+        if self.source:
+            return ("EVAL", SOURCE, len(self.keys), *self.keys, *self.args)
+        return ("EVALSHA", SHA, len(self.keys), *self.keys, *self.args)
+
+    def packed(self) -> bytes:
+        """The command as it goes on the wire (RESP: an array of bulk strings). Packed here,
+        as every argument is bytes already: redis-py's packing, which encodes each argument
+        in turn, cost more than the rest of a call in a batch of one key per slot."""
+        keys, args = self.keys, self.args
+        parts = [b"*%d\r\n" % (3 + len(keys) + len(args))]
+        parts.append(_EVAL_HEAD if self.source else _EVALSHA_HEAD)
+        parts.append(b"$%d\r\n%d\r\n" % (len(str(len(keys))), len(keys)))
+        parts.extend(b"$%d\r\n%s\r\n" % (len(part), part) for part in keys)
+        parts.extend(b"$%d\r\n%s\r\n" % (len(part), part) for part in args)
+        return b"".join(parts)
+
+
+_SOURCE_BYTES = SOURCE.encode()
+_EVALSHA_HEAD = b"$7\r\nEVALSHA\r\n$40\r\n%s\r\n" % SHA.encode()
+_EVAL_HEAD = b"$4\r\nEVAL\r\n$%d\r\n%s\r\n" % (len(_SOURCE_BYTES), _SOURCE_BYTES)
+
+
+class _Command:
+    """A call as an asyncio cluster node's ``execute_pipeline`` reads it (redis-py's and
+    valkey-py's ``PipelineCommand``: ``args``, ``kwargs``, and the ``result`` it sets)."""
+
+    __slots__ = ("args", "command_policies", "kwargs", "position", "result")
+
+    def __init__(self, position: int, args: tuple[Any, ...]) -> None:
+        self.position = position
+        self.args = args
+        self.kwargs: dict[str, Any] = {}
+        self.result: Any = None
+        self.command_policies: Any = None
+
+
 class Server:
     """The caller's client, the script, and the client's errors sorted in two kinds."""
 
@@ -90,12 +151,35 @@ class Server:
         self.unavailable: tuple[type[BaseException], ...] = tuple(
             getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
         ) or (OSError,)
+        #: An error reply, read whole: the connection is still in step with the server.
+        self.reply_error: type[BaseException] = getattr(exceptions, "ResponseError", _Never)
+        #: Replies that send a call elsewhere: the client follows them (and re-reads the
+        #: cluster's layout), so such a call is sent again through the client.
+        self.redirected: tuple[type[BaseException], ...] = tuple(
+            getattr(exceptions, name)
+            for name in ("MovedError", "AskError", "TryAgainError")
+            if hasattr(exceptions, name)
+        )
+        self.timed_out: type[BaseException] = getattr(exceptions, "TimeoutError", _Never)
+        #: A batch sends a pipeline per node (see :meth:`pipelines`) on a cluster client that
+        #: shows its nodes: redis-py's and valkey-py's, synchronous or asyncio.
+        self._node_client: Any = getattr(client, "get_redis_connection", None) or getattr(
+            client, "get_valkey_connection", None
+        )
+        self.pipelined = (
+            self.is_cluster
+            and callable(getattr(client, "get_node_from_key", None))
+            and (self.is_async or callable(self._node_client))
+        )
 
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
         A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
-        args = (*args, os.urandom(TOKEN_BYTES))
+        return self.send(keys, (*args, os.urandom(TOKEN_BYTES)))
+
+    def send(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
+        """:meth:`run` with ``args`` that already end with the call's token."""
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
@@ -113,7 +197,10 @@ class Server:
 
     async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
-        args = (*args, os.urandom(TOKEN_BYTES))
+        return await self.send_async(keys, (*args, os.urandom(TOKEN_BYTES)))
+
+    async def send_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
+        """:meth:`run_async` with ``args`` that already end with the call's token."""
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
@@ -173,6 +260,180 @@ class Server:
         except Exception:  # the client's own view of the slots is not ours to judge
             return None
         return getattr(node, "name", None)
+
+    def node_for(self, key: bytes) -> Any:
+        """The cluster node (the client's own object) that owns ``key``, or None if unknown."""
+        try:
+            return self.client.get_node_from_key(key)
+        except Exception:  # the client's own view of the slots is not ours to judge
+            return None
+
+    def pipelines(self, work: Sequence[tuple[Any, Sequence[Call]]]) -> None:
+        """Each node's calls in one pipeline on one of its connections (a synchronous cluster
+        client), every node written to before any is read: one round trip per node, the nodes
+        in parallel. Sets each call's ``result``: its reply, or the error it met. A node whose
+        connection fails gives that error to the calls it had not answered; the replies read
+        before are kept. Raises only :class:`PoolExhausted`.
+
+        Each call's reply is read as it comes, so none read before a failure is lost (redis-py's
+        own cluster pipeline gives every call of a node the node's error, and sends each again
+        on its own, one timeout each).
+        """
+        for _node, calls in work:
+            for call in calls:
+                call.result = None
+        held = self._connections(work)
+        unread: list[Any] = []  # written to, not read whole: out of step if left so
+        try:
+            for _pool, connection, calls in held:
+                if connection is None:
+                    continue
+                unread.append(connection)
+                try:
+                    connection.send_packed_command([b"".join(call.packed() for call in calls)])
+                except self.unavailable as error:
+                    for call in calls:
+                        call.result = error
+            for _pool, connection, calls in held:
+                if connection is not None and calls[0].result is None:
+                    self._read(connection, calls)
+                    unread.remove(connection)
+        finally:
+            for connection in unread:
+                connection.disconnect()
+            for pool, connection, _calls in held:
+                if connection is not None:
+                    pool.release(connection)
+
+    def _connections(
+        self, work: Sequence[tuple[Any, Sequence[Call]]]
+    ) -> list[tuple[Any, Any, Sequence[Call]]]:
+        """A connection for each node's calls, with its pool (None where it failed: its calls
+        hold the error). A full pool is waited for as in :meth:`run`, with no connection held
+        meanwhile."""
+        wait, waited = POOL_WAIT_FIRST, 0.0
+        while True:
+            held: list[tuple[Any, Any, Sequence[Call]]] = []
+            try:
+                for node, calls in work:
+                    try:
+                        pool = self._node_client(node).connection_pool
+                        held.append((pool, _get_connection(pool), calls))
+                    except self.pool_full:
+                        raise
+                    except self.unavailable as error:
+                        held.append((None, None, calls))
+                        for call in calls:
+                            call.result = error
+                return held
+            except self.pool_full as full:
+                for pool, connection, calls in held:
+                    if connection is not None:
+                        pool.release(connection)
+                    for call in calls:
+                        call.result = None
+                waited = self._pool_still_full(full, waited, wait)
+                time.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+
+    def _read(self, connection: Any, calls: Sequence[Call]) -> None:
+        """Each call's reply in turn. An error reply is that call's result; any other error
+        leaves the connection out of step, so it is closed, and the error is the result of
+        every call not read yet."""
+        for at, call in enumerate(calls):
+            try:
+                call.result = connection.read_response()
+            except self.reply_error as error:
+                call.result = error
+            except BaseException as error:
+                connection.disconnect()
+                if not isinstance(error, self.unavailable):
+                    raise
+                for unread in calls[at:]:
+                    unread.result = error
+                return
+
+    async def pipelines_async(self, work: Sequence[tuple[Any, Sequence[Call]]]) -> None:
+        """:meth:`pipelines` on an asyncio cluster client: each node's pipeline is its
+        ``execute_pipeline``, the nodes' awaited together."""
+        await asyncio.gather(*(self._pipeline_async(node, calls) for node, calls in work))
+
+    async def _pipeline_async(self, node: Any, calls: Sequence[Call]) -> None:
+        for call in calls:
+            call.result = None
+        if callable(getattr(node, "acquire_connection", None)) and callable(
+            getattr(node, "release", None)
+        ):
+            await self._read_async(node, calls)
+            return
+        # valkey-py, and redis-py before 7, whose nodes take back a connection only in their
+        # own methods: the node's own pipeline, which packs each call itself.
+        commands = [_Command(at, call.command()) for at, call in enumerate(calls)]
+        wait, waited = POOL_WAIT_FIRST, 0.0
+        while True:
+            try:
+                await node.execute_pipeline(commands)
+                break
+            except self.pool_full as full:
+                waited = self._pool_still_full(full, waited, wait)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+            except self.unavailable as error:  # connecting or sending: no call was read
+                for command in commands:
+                    command.result = error
+                break
+        for call, command in zip(calls, commands, strict=True):
+            call.result = command.result
+
+    async def _read_async(self, node: Any, calls: Sequence[Call]) -> None:
+        """:meth:`pipelines`' one node, on an asyncio cluster node's own connection (redis-py
+        7 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
+        wait, waited = POOL_WAIT_FIRST, 0.0
+        while True:
+            try:
+                connection = node.acquire_connection()
+                break
+            except self.pool_full as full:
+                waited = self._pool_still_full(full, waited, wait)
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, POOL_WAIT_MOST)
+        try:
+            ready = getattr(node, "disconnect_if_needed", None)  # a reconnection it asked for
+            if ready is not None:
+                await ready(connection)
+            await connection.send_packed_command([b"".join(call.packed() for call in calls)])
+            for call in calls:
+                try:
+                    call.result = await connection.read_response()
+                except self.reply_error as error:
+                    call.result = error
+        except BaseException as error:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+            if not isinstance(error, self.unavailable):
+                raise
+            for call in calls:
+                if call.result is None:
+                    call.result = error
+        finally:
+            node.release(connection)
+
+
+#: Whether a connection pool's ``get_connection`` needs a command's name (redis-py before 5.3,
+#: and valkey-py; later redis-py warns when given one), by the pool's class.
+_NAMED: dict[type, bool] = {}
+
+
+def _get_connection(pool: Any) -> Any:
+    named = _NAMED.get(type(pool))
+    if named is None:
+        try:
+            parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+        except (TypeError, ValueError):
+            parameter = None
+        named = parameter is not None and parameter.default is inspect.Parameter.empty
+        _NAMED[type(pool)] = named
+    return pool.get_connection("EVALSHA") if named else pool.get_connection()
 
 
 class _Never(Exception):

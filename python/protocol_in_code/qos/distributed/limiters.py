@@ -33,7 +33,7 @@ from protocol_in_code._native import (
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos.distributed import _bands
-from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
+from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -601,10 +601,19 @@ class _Batch:
     """One ``try_acquire_many``: the keys grouped by hash slot, their answers, and the nodes
     found unreachable, for a caller that runs each group's script call, blocking or awaited.
 
-    On a cluster, a node found unreachable is not asked again within the batch: its other slots
-    go straight to ``on_error``, so a batch waits for at most one timeout per unreachable node,
-    not one per slot.
+    On a single server each group is one round trip. On a cluster the groups are sent in
+    rounds of pipelines, one per node (see :meth:`Server.pipelines`): the first round sends
+    every group, and a later one only the groups sent again, as ``EVAL`` after ``NOSCRIPT``
+    or to the new owner of their slot (see :meth:`settle`).
+
+    A node found unreachable is not asked again within the batch: its other slots go straight
+    to ``on_error``, so a batch waits for at most one timeout per unreachable node, not one per
+    slot.
     """
+
+    #: The most rounds of pipelines a batch on a cluster sends; a call still unanswered after
+    #: them is sent on its own through the client.
+    ROUNDS = 4
 
     def __init__(self, core: _Core, keys: Iterable[str | bytes], n: Any, now_ns: Any) -> None:
         self.keys = list(keys)
@@ -628,6 +637,100 @@ class _Batch:
         server = self._core.server
         for group in server.slot_groups(self.names):
             yield group, server.node_of(self.names[group[0]]) if server.is_cluster else None
+
+    def calls(self) -> list[Call]:
+        """The script calls of a batch on a cluster, one per group, each with the node that
+        owns its slot (read before anything is sent, as in :meth:`groups`)."""
+        server = self._core.server
+        calls = []
+        for group in server.slot_groups(self.names):
+            names = [self.names[i] for i in group]
+            calls.append(Call(group, names, self.args, server.node_for(names[0])))
+        return calls
+
+    def by_node(self, calls: list[Call]) -> tuple[list[tuple[Any, list[Call]]], list[Call]]:
+        """``calls`` by node, each node's in order, for one round of pipelines; and the calls
+        whose node the client does not know, to send on their own. The calls of a node found
+        unreachable get the ``on_error`` answer here, unsent."""
+        work: dict[Any, tuple[Any, list[Call]]] = {}
+        alone = []
+        for call in calls:
+            if call.node_name is None:
+                alone.append(call)
+            elif call.node_name in self._unreachable:
+                self.failed(call.group, None, self._unreachable[call.node_name])
+            else:
+                work.setdefault(call.node_name, (call.node, []))[1].append(call)
+        return list(work.values()), alone
+
+    def settle(
+        self, work: list[tuple[Any, list[Call]]]
+    ) -> tuple[list[Call], list[Call], list[Call]]:
+        """The answers of a round of pipelines. Returns the calls for another round (those
+        answered ``NOSCRIPT``, to send as ``EVAL``), the calls to send on their own through the
+        client, and the calls to route again once those were sent (see :meth:`rerouted`).
+
+        A call redirected (``MOVED``, ``ASK``, ``TRYAGAIN``) is sent on its own: the client
+        follows the redirection and re-reads the cluster's layout. An error reply (``OOM``,
+        ``BUSY``, ``CLUSTERDOWN``, a script's failure) is that call's ``on_error`` answer. A
+        node whose connection failed is unreachable: after a timeout (a node stopped, or too
+        slow) its calls get the ``on_error`` answer at once; after a refused or broken
+        connection (a node gone, perhaps failed over) its first unanswered call is sent once
+        more through the client, which re-reads the layout, and the others follow their slot
+        if it has moved.
+
+        A call sent again is decided after the calls of the round that were answered, so a slot
+        of several calls (a key repeated past :data:`KEYS_PER_CALL`) whose earlier call is sent
+        again and later one not (the script loaded, or the slot migrated, between the two) is
+        decided out of turn: the same number of takes, at other positions."""
+        server = self._core.server
+        again: list[Call] = []
+        alone: list[Call] = []
+        reroute: list[Call] = []
+        for _node, calls in work:
+            lost = []
+            for call in calls:
+                result, call.result = call.result, None
+                if not isinstance(result, BaseException):
+                    self.answered(call.group, result)
+                elif isinstance(result, server.no_script) and not call.source:
+                    call.source = True
+                    again.append(call)
+                elif isinstance(result, server.redirected):
+                    alone.append(call)
+                elif isinstance(result, server.reply_error):
+                    self.failed(call.group, call.node_name, result)
+                elif isinstance(result, server.unavailable):
+                    lost.append((call, result))
+                else:
+                    raise result
+            if not lost:
+                continue
+            first, error = lost[0]
+            self._unreachable[first.node_name] = error
+            if isinstance(error, server.timed_out):
+                for call, error in lost:
+                    self.failed(call.group, call.node_name, error)
+            else:
+                alone.append(first)
+                reroute.extend(call for call, _ in lost[1:])
+        return again, alone, reroute
+
+    def rerouted(self, calls: list[Call]) -> list[Call]:
+        """The calls of a node found unreachable whose slot the client now says another node
+        owns (after a failover, the promoted replica), for another round; the others get the
+        ``on_error`` answer."""
+        server = self._core.server
+        again = []
+        for call in calls:
+            node = server.node_for(call.keys[0])
+            name = getattr(node, "name", None)
+            if name is None or name in self._unreachable:
+                self.failed(call.group, None, self._unreachable[call.node_name])
+            else:
+                call.node, call.node_name = node, name
+                again.append(call)
+        return again
 
     def names_of(self, group: list[int], node: Any) -> list[bytes]:
         """The Redis keys of ``group``; raises the error of its node if that is unreachable."""
@@ -1089,7 +1192,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
     key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
     refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
-    :meth:`try_acquire_many` decides many keys in one round trip per hash slot.
+    :meth:`try_acquire_many` decides many keys at once: one round trip per cluster node.
 
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
     settlement point gains nothing on that key (the server's clock is one clock anyway).
@@ -1165,21 +1268,46 @@ class RedisKeyedRateLimiter(_ManyKeys):
     def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
     ) -> list[bool]:
-        """:meth:`try_acquire` for each key in turn, in one round trip per hash slot (one in
-        all on a single server): the same answers as one call per key, in the same order.
-
-        On a cluster, a node found unreachable is not asked again within the batch: its other
-        slots go straight to ``on_error``, so a batch waits for at most one timeout per
-        unreachable node, not one per slot."""
+        """:meth:`try_acquire` for each key in turn: the same answers as one call per key, in
+        the same order. One script call per hash slot and per 1,000 keys (so that none holds
+        the server long); on a single server they are sent in turn (one in all for up to 1,000
+        keys), and on a cluster the calls of all the slots one node owns go in one pipeline:
+        one round trip per node, the nodes' in parallel. A node found unreachable is not asked again
+        within the batch: its other slots go straight to ``on_error``, so a batch waits for at
+        most one timeout per unreachable node, not one per slot."""
         batch = _Batch(self._core, keys, n, now_ns)
+        server = self._core.server
+        if server.pipelined and batch.keys:
+            calls = batch.calls()
+            for _ in range(_Batch.ROUNDS):
+                work, alone = batch.by_node(calls)
+                server.pipelines(work)
+                calls, resend, reroute = batch.settle(work)
+                for call in [*alone, *resend]:
+                    self._alone(batch, call)
+                calls += batch.rerouted(reroute)
+                if not calls:
+                    break
+            for call in calls:
+                self._alone(batch, call)
+            return batch.finished()
         for group, node in batch.groups():
             try:
-                reply = self._core.server.run(batch.names_of(group, node), batch.args)
+                reply = server.run(batch.names_of(group, node), batch.args)
             except self._unavailable as error:
                 batch.failed(group, node, error)
             else:
                 batch.answered(group, reply)
         return batch.finished()
+
+    def _alone(self, batch: _Batch, call: Call) -> None:
+        """One call of a batch sent on its own through the client, its token unchanged."""
+        try:
+            reply = self._core.server.send(call.keys, call.args)
+        except self._unavailable as error:
+            batch.failed(call.group, None, error)
+        else:
+            batch.answered(call.group, reply)
 
     def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
         """Block until ``n`` tokens of ``key`` are taken (True); False at once if they would
@@ -1301,11 +1429,14 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
     async def try_acquire_many(
         self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
     ) -> list[bool]:
-        """One round trip per hash slot, awaited in turn (redis-py's asyncio cluster client
-        raced connecting when the slots' trips were gathered at once); a node found
-        unreachable is not asked again within the batch."""
+        """On a cluster, one pipeline per node, the nodes' awaited together; on one server,
+        one round trip per 1,000 keys, awaited in turn. A node found unreachable is not asked
+        again within the batch. A caller cancelled meanwhile is net zero: what the batch took
+        is given back."""
         batch = _Batch(self._core, keys, n, now_ns)
         server, refund = self._core.server, self._core.args(REFUND, n, now_ns)
+        if server.pipelined and batch.keys:
+            return await self._pipelined(batch, refund)
         try:
             for group, node in batch.groups():
                 try:
@@ -1325,6 +1456,67 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         except asyncio.CancelledError:
             # The groups decided so far took tokens nobody will be told of (the one under
             # way gives its own back): net zero, as for a single call.
+            _in_background(batch.give_back())
+            raise
+        return batch.finished()
+
+    async def _pipelined(self, batch: _Batch, refund: list[bytes]) -> list[bool]:
+        """:meth:`try_acquire_many` on a cluster: :meth:`RedisKeyedRateLimiter.try_acquire_many`
+        awaited, each round (and each call sent on its own) net zero if the caller is cancelled
+        while it runs, and the rounds before given back."""
+        server = self._core.server
+
+        async def give_back(names: list[bytes], reply: Any) -> None:
+            for name, taken_here in zip(names, allowed_digits(reply), strict=True):
+                if taken_here:
+                    await server.run_async([name], refund)
+
+        async def round_(work: list[tuple[Any, list[Call]]]) -> list[tuple[Any, list[Call]]]:
+            await server.pipelines_async(work)
+            return work
+
+        async def round_given_back(work: list[tuple[Any, list[Call]]]) -> None:
+            for _node, calls in work:
+                for call in calls:
+                    if call.result is not None and not isinstance(call.result, BaseException):
+                        await give_back(call.keys, call.result)
+
+        async def alone(call: Call) -> None:
+            try:
+                asked = server.send_async(call.keys, call.args)
+                reply = await _net_zero(asked, functools.partial(give_back, call.keys))
+            except self._unavailable as error:
+                batch.failed(call.group, None, error)
+            else:
+                batch.answered(call.group, reply)
+
+        async def layout() -> None:
+            """The client's layout of the cluster, read if it is not (at first, and after a
+            connection failed: redis-py's asyncio client marks it to be read again then)."""
+            initialize = getattr(server.client, "initialize", None)
+            if initialize is not None:
+                with contextlib.suppress(*self._unavailable):
+                    await initialize()
+
+        try:
+            await layout()
+            calls = batch.calls()
+            for _ in range(_Batch.ROUNDS):
+                work, alone_calls = batch.by_node(calls)
+                await _net_zero(round_(work), round_given_back)
+                calls, resend, reroute = batch.settle(work)
+                for call in [*alone_calls, *resend]:
+                    await alone(call)
+                if reroute:
+                    await layout()
+                calls += batch.rerouted(reroute)
+                if not calls:
+                    break
+            for call in calls:
+                await alone(call)
+        except asyncio.CancelledError:
+            # The rounds settled so far took tokens nobody will be told of (the one under way
+            # gives its own back): net zero, as for a single call.
             _in_background(batch.give_back())
             raise
         return batch.finished()

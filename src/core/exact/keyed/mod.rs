@@ -80,6 +80,23 @@ pub enum KeyedDecision {
     Refused { retry_in: u128 },
 }
 
+impl KeyedDecision {
+    /// This decision, made at a table's time, with its waits counted from a caller's time
+    /// `behind` nanoseconds earlier.
+    #[must_use]
+    pub fn from_caller(self, behind: u128) -> Self {
+        match self {
+            Self::Decided(Decision::Wait(ns)) => {
+                Self::Decided(Decision::Wait(ns.saturating_add(behind)))
+            }
+            Self::Refused { retry_in } => Self::Refused {
+                retry_in: retry_in.saturating_add(behind),
+            },
+            decided @ Self::Decided(_) => decided,
+        }
+    }
+}
+
 /// What [`KeyedLimiter::reserve`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyedReservation {

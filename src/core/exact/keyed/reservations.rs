@@ -98,14 +98,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             } else {
                 Decision::Never
             };
-            let reservation = match reservation {
-                Reservation::Taken { after_ns: 0 } => Reservation::Taken { after_ns: 0 },
-                Reservation::Taken { after_ns } => Reservation::Taken {
-                    after_ns: after_ns.saturating_add(behind),
-                },
-                Reservation::TooLate(wait) => Reservation::TooLate(wait.saturating_add(behind)),
-                Reservation::Never => Reservation::Never,
-            };
+            let reservation = reservation.from_caller(behind);
             (
                 KeyedReservation::Decided(reservation),
                 KeyedDecision::Decided(counted),
@@ -116,7 +109,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 own: index,
             };
             let (decision, _) = self.acquire_new(shard, &mut others, hash, key, n, now, false);
-            let reservation = match Self::waits_from_caller(decision, behind) {
+            let reservation = match decision.from_caller(behind) {
                 KeyedDecision::Decided(Decision::Allowed) => {
                     KeyedReservation::Decided(Reservation::Taken { after_ns: 0 })
                 }

@@ -108,7 +108,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         } else {
             self.acquire_new(shard, others, hash, key, n, now, with_remaining)
         };
-        let decision = Self::waits_from_caller(decision, behind);
+        let decision = decision.from_caller(behind);
         shard.stats.count(decision);
         (decision, remaining)
     }
@@ -145,19 +145,6 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 answer(decision);
             }
             self.latest.fetch_max(latest, Ordering::Relaxed);
-        }
-    }
-
-    /// A wait decided at the table's time, counted from the caller's (earlier) time.
-    pub(super) fn waits_from_caller(decision: KeyedDecision, behind: u128) -> KeyedDecision {
-        match decision {
-            KeyedDecision::Decided(Decision::Wait(ns)) => {
-                KeyedDecision::Decided(Decision::Wait(ns.saturating_add(behind)))
-            }
-            KeyedDecision::Refused { retry_in } => KeyedDecision::Refused {
-                retry_in: retry_in.saturating_add(behind),
-            },
-            decided @ KeyedDecision::Decided(_) => decided,
         }
     }
 
@@ -201,7 +188,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             }
         };
         Answer {
-            decision: Self::waits_from_caller(decision, behind),
+            decision: decision.from_caller(behind),
             remaining,
         }
     }

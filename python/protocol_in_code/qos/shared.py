@@ -1,0 +1,56 @@
+"""One host, many worker processes, one limit: limiters whose table the processes share.
+
+A web service on one host usually runs several worker processes (``uvicorn --workers 4``,
+gunicorn, celery). Each has its own memory, so a :class:`~protocol_in_code.qos.RateLimiter` or
+:class:`~protocol_in_code.qos.KeyedRateLimiter` in each enforces the whole limit on its own,
+and together they admit the limit times the number of workers. The limiters here keep their
+state in a table in a file that every process maps, so all of them together are admitted
+exactly what the limit allows, with no server to run:
+
+* :class:`SharedRateLimiter`: ``RateLimiter``'s limit, calls and answers, for one limit.
+* :class:`SharedKeyedRateLimiter`: ``KeyedRateLimiter``'s, one limit per key, in a table of a
+  fixed size (``max_keys``).
+
+Each process opens the table by its name::
+
+    from protocol_in_code.qos import SharedKeyedRateLimiter
+
+    per_client = SharedKeyedRateLimiter("api-clients", "100/minute", burst=20)
+
+    def handle(request):
+        if not per_client.try_acquire(request.client_ip):
+            return 429, "Too Many Requests"
+
+What to know:
+
+* **Where.** The table is a file in ``/dev/shm`` where there is one (a folder in memory: the
+  file outlives the processes, not a reboot), otherwise in the temporary folder, or in the
+  folder ``path=``. It is made with mode 0600: only its user's processes can open it.
+* **Identity.** The bands (and, for the keyed form, ``max_keys``) are part of the table's
+  identity: workers with different limits under one name use different tables, and a deploy
+  that changes the limit starts a fresh one (a client can get one fresh burst at the change,
+  never more). Tables of the name that no process has open any more are removed when a
+  process opens the name, so they do not pile up.
+* **Exact.** Each decision is the in-process limiter's, on the same integer arithmetic, made
+  under a lock per bucket of keys; several bands are all-or-nothing. A process killed at any
+  instruction, even while it holds a lock, never leaves a key's state torn and never blocks
+  the others for more than a few milliseconds.
+* **Keys** are ints, floats, ``str``, ``bytes`` and tuples of these (an object's identity means
+  nothing in another process), stored as 128-bit digests under a seed random per table.
+  A key is forgotten only when it is full again, and a new key that finds no room is
+  ``REFUSED`` with a wait, never let in by evicting anyone.
+* **Time** is the host's monotonic clock, which every process reads alike. ``now_ns=``
+  arguments exist for tests; a table's clock never goes backwards. A table kept on disk across
+  a reboot (``path=``) is moved to the new boot's clock when first opened, each key keeping
+  what it was owed.
+* ``pickle`` and ``copy`` reopen the same table by name, so a limiter passed to a
+  ``multiprocessing`` child (fork, spawn or forkserver) shares the limit with its parent.
+* ``remove()`` deletes the file, for tests and tooling: processes that have the table open keep
+  using it, and the next process to open the name makes a new one.
+"""
+
+from __future__ import annotations
+
+from protocol_in_code._native import SharedKeyedRateLimiter, SharedRateLimiter
+
+__all__ = ["SharedKeyedRateLimiter", "SharedRateLimiter"]

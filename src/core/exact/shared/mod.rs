@@ -1,0 +1,608 @@
+//! One limit shared by the processes of one host: a keyed table in memory they all map.
+//!
+//! [`keyed`](super::keyed) keeps one limiter per key in a process's own memory, so four worker
+//! processes each enforce the whole limit, and together admit four times it. This table keeps
+//! the same [`Balances`] per key in an array of 64-bit words that every process maps from one
+//! file (the mapping itself is `src/shared_memory.rs`'s business; this module sees only the
+//! words). Each decision is the in-process one, run on a slot read from the array:
+//! [`Balances::acquire`], [`Balances::reserve`], [`Balances::give_back`] and the rest, so the
+//! arithmetic is the same code, and a process's decisions are exactly a `KeyedRateLimiter`'s.
+//!
+//! What sharing between processes adds, file by file:
+//!
+//! * [`layout`]: every word's place, and a header that says what the table is, so that a file
+//!   of the wrong size, version or configuration is refused before a slot is read.
+//! * [`lock`]: a lock per bucket of slots that a killed process cannot keep.
+//! * [`slot`]: a key's state in two copies and a state word, so a process killed halfway
+//!   through a write never leaves a slot torn.
+//!
+//! **Where a key lives.** A key is stored as its 128-bit digest under a seed chosen at random
+//! when the table is made (clients choose keys; they cannot choose collisions without the
+//! seed), in one of two buckets of up to eight slots that its digest names ("two choices": the
+//! emptier of two random buckets keeps the buckets even, so a table fills to nearly every
+//! slot before a new key finds both its buckets full). A table of `max_keys` keys has
+//! `max_keys` slots, rounded up to whole buckets, and never grows.
+//!
+//! **Forgetting and refusing,** as in the in-process table: a key is forgotten only when it is
+//! indistinguishable from a new one (every band full, no reservation ahead), and a new key
+//! whose two buckets hold only keys that are not is refused, with the time until one of them
+//! may be, rather than anyone being evicted.
+//!
+//! **One clock.** The table keeps the latest time any call has used, and a call made at an
+//! earlier time is decided at that latest time (its waits still count from the caller's
+//! time), as the in-process table does.
+//!
+//! **The one-key form** (`max_keys` `None`) is a `Limiter` rather than a keyed table: one slot,
+//! holding the key [`THE_KEY`] from the table's making, never forgotten, each call decided at
+//! its own time as `Limiter` decides it. So a one-key table answers exactly as `RateLimiter`
+//! does, a clock that steps back included.
+
+pub mod layout;
+pub mod lock;
+pub mod slot;
+
+use std::hash::Hasher;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::core::exact::config::Config;
+use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation, Stats};
+use crate::core::exact::limiter::{Balances, Decision, Reservation};
+use crate::core::exact::rate::BandSpec;
+use layout::{at, Layout, LayoutError};
+use lock::{Held, Owner};
+use slot::{Digest, Slot};
+
+/// What a table's words can be: anything that derefs to them and may be shared by threads (a
+/// mapping of a file, or a plain array in tests).
+pub trait Words: Deref<Target = [AtomicU64]> + Send + Sync {}
+
+impl<T: Deref<Target = [AtomicU64]> + Send + Sync> Words for T {}
+
+/// A shared keyed table on `words`.
+pub struct Table<W> {
+    words: W,
+    layout: Layout,
+    config: Config,
+    specs: Box<[BandSpec]>,
+    /// A new key's balances: every band full, not yet anchored.
+    fresh: Balances,
+    seed: (u64, u64),
+    /// The one-key form: decided at each call's own time, its one key never forgotten.
+    one: bool,
+    /// Who this process is, for the locks it takes (see [`Table::adopt`]).
+    owner: AtomicU64,
+    /// Whether an owner is gone (see [`lock::is_gone`]; tests pretend).
+    gone: fn(u64) -> bool,
+}
+
+/// The 2^63 bias that makes a signed time's unsigned word order as the time does.
+const BIAS: u64 = 1 << 63;
+
+#[allow(clippy::cast_sign_loss)] // the bias maps i64 onto u64 in order, on purpose
+fn biased(time: i64) -> u64 {
+    (time as u64) ^ BIAS
+}
+
+#[allow(clippy::cast_possible_wrap)]
+fn unbiased(word: u64) -> i64 {
+    (word ^ BIAS) as i64
+}
+
+/// The buckets `locked` holds: one, or two in index order.
+fn buckets_of(locked: &Locked<'_>) -> impl Iterator<Item = usize> {
+    let [low, high] = locked.buckets;
+    std::iter::once(low).chain((high != low).then_some(high))
+}
+
+/// The key of a one-key table's one slot.
+pub const THE_KEY: Digest = (0, 0);
+
+/// The buckets a key's lock covers, in the order they are locked.
+struct Locked<'t> {
+    _first: Held<'t>,
+    _second: Option<Held<'t>>,
+    buckets: [usize; 2],
+    /// The time this call is decided at, and how far the caller's time is behind it.
+    now: i64,
+    behind: u128,
+    /// The table's clock: the latest time any call has used, this one's included.
+    clock: i64,
+}
+
+impl<W: Words> Table<W> {
+    /// Write a new table into `words` (all zero, [`Layout::words`] long, see [`Table::layout`])
+    /// and open it. `max_keys` `None` is the one-key form (see the module's docs).
+    ///
+    /// # Errors
+    ///
+    /// Never for a layout made by [`Table::layout`]; the error is [`Table::open`]'s.
+    pub fn create(
+        words: W,
+        config: &Config,
+        max_keys: Option<u64>,
+        seed: (u64, u64),
+        boot: u128,
+    ) -> Result<Self, LayoutError> {
+        let encoding = config.encode();
+        let layout = Self::layout(config, max_keys);
+        layout.write_header(&words, &encoding, seed, boot);
+        let table = Self::open(words, config, max_keys)?;
+        if table.one {
+            // The one key, not yet anchored: its first call anchors it, as a limiter's does.
+            let slot = Slot::at(&table.words, layout.slot(0, 0), layout);
+            slot.fill(THE_KEY, &table.fresh);
+        }
+        Ok(table)
+    }
+
+    /// The layout of a table of `config` and `max_keys` (`None`: the one-key form).
+    #[must_use]
+    pub fn layout(config: &Config, max_keys: Option<u64>) -> Layout {
+        let wide = config
+            .specs()
+            .iter()
+            .any(|spec| u64::try_from(spec.capacity_units()).is_err());
+        let keys = max_keys.unwrap_or(1);
+        Layout::new(config.bands().len(), keys, config.encode().len(), wide)
+    }
+
+    /// Open the table in `words`, which must be one of `config` and `max_keys` (`None`: the
+    /// one-key form; the file's name tells the forms apart).
+    ///
+    /// # Errors
+    ///
+    /// If the words are not a table of this version, of the size their header says
+    /// ([`LayoutError`]), or are a table of another configuration or size
+    /// ([`LayoutError::Other`]).
+    pub fn open(words: W, config: &Config, max_keys: Option<u64>) -> Result<Self, LayoutError> {
+        let (layout, encoding) = Layout::read(&words)?;
+        if encoding != config.encode() || layout != Self::layout(config, max_keys) {
+            return Err(LayoutError::Other);
+        }
+        let specs: Box<[BandSpec]> = config.specs().into();
+        let seed = (
+            words[at::SEED].load(Ordering::Relaxed),
+            words[at::SEED + 1].load(Ordering::Relaxed),
+        );
+        Ok(Self {
+            fresh: Balances::new(&specs, None, None),
+            specs,
+            words,
+            layout,
+            config: config.clone(),
+            seed,
+            one: max_keys.is_none(),
+            owner: AtomicU64::new(Owner::this_process().word()),
+            gone: lock::is_gone,
+        })
+    }
+
+    /// Use `gone` to tell whether a lock's owner is gone (tests stand in for processes).
+    #[must_use]
+    pub fn with_gone(mut self, gone: fn(u64) -> bool) -> Self {
+        self.gone = gone;
+        self
+    }
+
+    /// From now on this process is `owner`: after a fork the child is another process, and
+    /// must not take locks in its parent's name.
+    pub fn adopt(&self, owner: Owner) {
+        self.owner.store(owner.word(), Ordering::Relaxed);
+    }
+
+    /// The words the table lives in.
+    #[must_use]
+    pub fn words(&self) -> &W {
+        &self.words
+    }
+
+    /// The table's configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The bands' specs.
+    #[must_use]
+    pub fn specs(&self) -> &[BandSpec] {
+        &self.specs
+    }
+
+    /// The table's shape.
+    #[must_use]
+    pub fn shape(&self) -> Layout {
+        self.layout
+    }
+
+    /// The boot the table's times belong to, as written at its making (see
+    /// [`Table::re_anchor`]).
+    #[must_use]
+    pub fn boot(&self) -> u128 {
+        (u128::from(self.words[at::BOOT].load(Ordering::Relaxed)) << 64)
+            | u128::from(self.words[at::BOOT + 1].load(Ordering::Relaxed))
+    }
+
+    /// The latest time a call has used, if any.
+    #[must_use]
+    pub fn latest(&self) -> Option<i64> {
+        match self.words[at::LATEST].load(Ordering::Relaxed) {
+            0 => None,
+            word => Some(unbiased(word)),
+        }
+    }
+
+    /// `key`'s digest under the table's seed.
+    #[must_use]
+    pub fn digest(&self, key: &[u8]) -> Digest {
+        let mut hasher = SipHasher13::new_with_keys(self.seed.0, self.seed.1);
+        hasher.write(key);
+        let hash = hasher.finish128();
+        (hash.h1, hash.h2)
+    }
+
+    /// Lock the buckets of `digest` (in index order, once if they are one), and read the
+    /// table's time for a call at `now_ns`.
+    fn locked(&self, digest: Digest, now_ns: i64) -> Locked<'_> {
+        let buckets = self.layout.buckets as u64;
+        #[allow(clippy::cast_possible_truncation)] // below the bucket count, a usize
+        let (a, b) = ((digest.0 % buckets) as usize, (digest.1 % buckets) as usize);
+        let (low, high) = (a.min(b), a.max(b));
+        let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
+        let first = lock::lock(&self.words[self.layout.bucket(low)], me, self.gone);
+        let second =
+            (high != low).then(|| lock::lock(&self.words[self.layout.bucket(high)], me, self.gone));
+        let latest = self.words[at::LATEST].fetch_max(biased(now_ns), Ordering::Relaxed);
+        let clock = if latest == 0 {
+            now_ns
+        } else {
+            unbiased(latest).max(now_ns)
+        };
+        // A keyed table decides at its clock (a key forgotten later must not come back
+        // anchored earlier); the one-key form at the caller's time, as a limiter does.
+        let now = if self.one { now_ns } else { clock };
+        Locked {
+            _first: first,
+            _second: second,
+            buckets: [low, high],
+            now,
+            behind: (i128::from(now) - i128::from(now_ns)).unsigned_abs(),
+            clock,
+        }
+    }
+
+    fn slots(&self, bucket: usize) -> impl Iterator<Item = Slot<'_>> {
+        (0..self.layout.slots_per_bucket)
+            .map(move |slot| Slot::at(&self.words, self.layout.slot(bucket, slot), self.layout))
+    }
+
+    fn find(&self, locked: &Locked<'_>, digest: Digest) -> Option<Slot<'_>> {
+        buckets_of(locked)
+            .flat_map(|bucket| self.slots(bucket))
+            .find(|slot| slot.holds(digest))
+    }
+
+    fn count(&self, locked: &Locked<'_>, decision: KeyedDecision) {
+        let field = match decision {
+            KeyedDecision::Decided(Decision::Allowed) => 1,
+            KeyedDecision::Decided(Decision::Wait(_) | Decision::Never) => 2,
+            KeyedDecision::Refused { .. } => 3,
+        };
+        self.add(locked.buckets[0], field, 1);
+    }
+
+    /// Add to counter `field` of `bucket` (under its lock: a load and a store suffice).
+    fn add(&self, bucket: usize, field: usize, by: u64) {
+        let word = &self.words[self.layout.bucket(bucket) + field];
+        word.store(
+            word.load(Ordering::Relaxed).wrapping_add(by),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A slot for a new key: a free one in the key's buckets, or one whose key is fresh at
+    /// `now` (forgotten to make room); else the nanoseconds until the first may be, at least 1.
+    fn room(&self, locked: &Locked<'_>) -> Result<Slot<'_>, u128> {
+        let mut first_fresh = i64::MAX;
+        let mut forgettable = None;
+        for bucket in buckets_of(locked) {
+            for slot in self.slots(bucket) {
+                if !slot.is_used() {
+                    return Ok(slot);
+                }
+                if forgettable.is_none() {
+                    let balances = slot.balances();
+                    if balances.is_fresh_at(&self.specs, locked.now) {
+                        forgettable = Some((bucket, slot));
+                    } else {
+                        first_fresh = first_fresh.min(balances.fresh_from(&self.specs));
+                    }
+                }
+            }
+        }
+        if let Some((bucket, slot)) = forgettable {
+            slot.free();
+            self.add(bucket, 4, 1);
+            return Ok(slot);
+        }
+        Err((i128::from(first_fresh) - i128::from(locked.now))
+            .max(1)
+            .unsigned_abs())
+    }
+
+    /// Store `balances` in `slot`, or forget the key if they are now a new key's.
+    fn keep(&self, locked: &Locked<'_>, slot: Slot<'_>, balances: &Balances) {
+        let fresh = !self.one
+            && balances.is_full(&self.specs)
+            && balances.is_fresh_at(&self.specs, locked.now);
+        if fresh {
+            slot.free();
+            self.add(locked.buckets[0], 4, 1);
+        } else {
+            slot.commit(balances);
+        }
+    }
+
+    /// Take `n` tokens for the key of `digest` at `now_ns`, as its own limiter decides, and
+    /// say what it holds after (every band's least whole tokens; 0 if refused).
+    pub fn check(&self, digest: Digest, n: u64, now_ns: i64) -> Answer {
+        let locked = self.locked(digest, now_ns);
+        let now = locked.now;
+        let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            let decision = balances.acquire(&self.specs, n, now);
+            if decision == Decision::Allowed || self.one {
+                self.keep(&locked, slot, &balances);
+            }
+            (
+                KeyedDecision::Decided(decision),
+                balances.available(&self.specs),
+            )
+        } else {
+            let mut balances = self.fresh.clone();
+            let decision = balances.acquire(&self.specs, n, now);
+            let remaining = balances.available(&self.specs);
+            if decision != Decision::Allowed || balances.is_full(&self.specs) {
+                (KeyedDecision::Decided(decision), remaining)
+            } else {
+                match self.room(&locked) {
+                    Ok(slot) => {
+                        slot.fill(digest, &balances);
+                        (KeyedDecision::Decided(decision), remaining)
+                    }
+                    Err(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
+                }
+            }
+        };
+        let decision = decision.from_caller(locked.behind);
+        self.count(&locked, decision);
+        Answer {
+            decision,
+            remaining,
+        }
+    }
+
+    /// What [`Table::check`] would answer, taking nothing and storing nothing.
+    pub fn peek(&self, digest: Digest, n: u64, now_ns: i64) -> Answer {
+        let locked = self.locked(digest, now_ns);
+        let now = locked.now;
+        let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            let decision = balances.peek(&self.specs, n, now);
+            if self.one {
+                slot.commit(&balances); // a first call anchors, as a limiter's does
+            }
+            (
+                KeyedDecision::Decided(decision),
+                balances.available_at(&self.specs, now),
+            )
+        } else {
+            let mut balances = self.fresh.clone();
+            let decision = balances.acquire(&self.specs, n, now);
+            let stores = decision == Decision::Allowed && !balances.is_full(&self.specs);
+            match stores.then(|| self.would_find_room(&locked)).flatten() {
+                Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
+                None => (
+                    KeyedDecision::Decided(decision),
+                    self.fresh.clone().available_at(&self.specs, now),
+                ),
+            }
+        };
+        Answer {
+            decision: decision.from_caller(locked.behind),
+            remaining,
+        }
+    }
+
+    /// `None` if a new key would find room now, else the wait until it may (see
+    /// [`Table::room`]), changing nothing.
+    fn would_find_room(&self, locked: &Locked<'_>) -> Option<u128> {
+        let mut first_fresh = i64::MAX;
+        for slot in buckets_of(locked).flat_map(|bucket| self.slots(bucket)) {
+            if !slot.is_used() {
+                return None;
+            }
+            let balances = slot.balances();
+            if balances.is_fresh_at(&self.specs, locked.now) {
+                return None;
+            }
+            first_fresh = first_fresh.min(balances.fresh_from(&self.specs));
+        }
+        Some(
+            (i128::from(first_fresh) - i128::from(locked.now))
+                .max(1)
+                .unsigned_abs(),
+        )
+    }
+
+    /// Give `n` tokens back to the key (each band capped at its burst); a key not stored is
+    /// full already.
+    pub fn refund(&self, digest: Digest, n: u64, now_ns: i64) {
+        let locked = self.locked(digest, now_ns);
+        if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            balances.refund(&self.specs, n, locked.now, locked.clock);
+            self.keep(&locked, slot, &balances);
+        }
+    }
+
+    /// Reserve `n` tokens for the key at the moment they will be there, if within
+    /// `max_wait_ns` of the caller's time (see [`Balances::reserve`]); counted as a take.
+    pub fn reserve(
+        &self,
+        digest: Digest,
+        n: u64,
+        now_ns: i64,
+        max_wait_ns: u128,
+    ) -> KeyedReservation {
+        let locked = self.locked(digest, now_ns);
+        let (now, behind) = (locked.now, locked.behind);
+        let (reservation, counted) = if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            let reservation =
+                balances.reserve(&self.specs, n, now, max_wait_ns.saturating_sub(behind));
+            let taken = matches!(reservation, Reservation::Taken { .. });
+            if taken || self.one {
+                self.keep(&locked, slot, &balances);
+            }
+            let reservation = reservation.from_caller(behind);
+            let counted = if taken {
+                Decision::Allowed
+            } else {
+                Decision::Never
+            };
+            (
+                KeyedReservation::Decided(reservation),
+                KeyedDecision::Decided(counted),
+            )
+        } else {
+            let mut balances = self.fresh.clone();
+            let decision = balances.acquire(&self.specs, n, now);
+            let stores = decision == Decision::Allowed && !balances.is_full(&self.specs);
+            let room = if stores {
+                self.room(&locked).map(|slot| slot.fill(digest, &balances))
+            } else {
+                Ok(())
+            };
+            match (room, decision) {
+                (Err(retry_in), _) => {
+                    let retry_in = retry_in.saturating_add(behind);
+                    (
+                        KeyedReservation::Refused { retry_in },
+                        KeyedDecision::Refused { retry_in },
+                    )
+                }
+                (Ok(()), Decision::Allowed) => (
+                    KeyedReservation::Decided(Reservation::Taken { after_ns: 0 }),
+                    KeyedDecision::Decided(decision),
+                ),
+                // A new key is full: it allows `n`, or `n` exceeds a burst.
+                (Ok(()), _) => (
+                    KeyedReservation::Decided(Reservation::Never),
+                    KeyedDecision::Decided(decision),
+                ),
+            }
+        };
+        self.count(&locked, counted);
+        reservation
+    }
+
+    /// A waiter that stops waiting hands back the `n` tokens it reserved for `reserved_at`
+    /// (see [`Balances::give_back`]): undone if nobody queues behind them, else forfeited.
+    pub fn give_back(&self, digest: Digest, n: u64, now_ns: i64, reserved_at: i64) {
+        let locked = self.locked(digest, now_ns);
+        if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            balances.give_back(&self.specs, n, locked.now, reserved_at);
+            self.keep(&locked, slot, &balances);
+        }
+    }
+
+    /// Whole tokens the key holds at `now_ns` (every band's least).
+    pub fn available(&self, digest: Digest, now_ns: i64) -> u128 {
+        let locked = self.locked(digest, now_ns);
+        let found = self.find(&locked, digest);
+        let mut balances = found.map_or_else(|| self.fresh.clone(), |slot| slot.balances());
+        let available = balances.available_at(&self.specs, locked.now);
+        if let Some(slot) = found.filter(|_| self.one) {
+            slot.commit(&balances); // a first call anchors, as a limiter's does
+        }
+        available
+    }
+
+    /// Whether the key of `digest` is stored.
+    pub fn contains(&self, digest: Digest) -> bool {
+        let locked = self.locked(digest, i64::MIN);
+        self.find(&locked, digest).is_some()
+    }
+
+    /// How many keys are stored (each bucket counted under its lock, one after another).
+    pub fn len(&self) -> usize {
+        (0..self.layout.buckets)
+            .map(|bucket| {
+                let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
+                let _held = lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone);
+                self.slots(bucket).filter(Slot::is_used).count()
+            })
+            .sum()
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What every process has decided on this table since it was made.
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats::default();
+        for bucket in 0..self.layout.buckets {
+            let start = self.layout.bucket(bucket);
+            let field = |at: usize| self.words[start + at].load(Ordering::Relaxed);
+            stats.allowed += field(1);
+            stats.denied += field(2);
+            stats.refused += field(3);
+            stats.forgotten += field(4);
+        }
+        stats
+    }
+
+    /// Every slot's balances, each bucket read under its lock: for checking a table's
+    /// consistency (tests, tooling).
+    pub fn entries(&self) -> Vec<(Digest, Balances)> {
+        let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
+        let mut entries = Vec::new();
+        for bucket in 0..self.layout.buckets {
+            let _held = lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone);
+            for slot in self.slots(bucket).filter(Slot::is_used) {
+                entries.push((slot.digest(), slot.balances()));
+            }
+        }
+        entries
+    }
+
+    /// Move every stored time by `by` nanoseconds: a table made in an earlier boot, whose
+    /// times were read on a monotonic clock that has since restarted, is re-anchored to this
+    /// boot's clock and recorded as of `boot`. The caller makes sure nobody else uses the
+    /// table meanwhile (the file's exclusive lock).
+    pub fn re_anchor(&self, by: i64, boot: u128) {
+        for bucket in 0..self.layout.buckets {
+            for slot in self.slots(bucket).filter(Slot::is_used) {
+                let mut balances = slot.balances();
+                balances.shift(by);
+                slot.commit(&balances);
+            }
+        }
+        if let Some(latest) = self.latest() {
+            self.words[at::LATEST].store(biased(latest.saturating_add(by)), Ordering::Relaxed);
+        }
+        #[allow(clippy::cast_possible_truncation)] // the two halves of the boot's id
+        let halves = ((boot >> 64) as u64, boot as u64);
+        self.words[at::BOOT].store(halves.0, Ordering::Relaxed);
+        self.words[at::BOOT + 1].store(halves.1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;

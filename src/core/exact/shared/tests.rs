@@ -1,0 +1,304 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::layout::LayoutError;
+use super::lock::Owner;
+use super::{Table, THE_KEY};
+use crate::core::exact::config::{BandConfig, Config, Ratio};
+use crate::core::exact::keyed::{KeyedDecision, KeyedLimiter, KeyedReservation};
+use crate::core::exact::limiter::{Decision, Limiter, Reservation};
+
+fn config(bands: &[(u64, u64, u64)]) -> Config {
+    Config::new(
+        bands
+            .iter()
+            .map(|&(rate, per, burst)| {
+                BandConfig::new(
+                    Ratio::new(rate, 1).unwrap(),
+                    Some(burst),
+                    Some(Ratio::new(per, 1).unwrap()),
+                )
+                .unwrap()
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn words(config: &Config, max_keys: u64) -> Box<[AtomicU64]> {
+    (0..Table::<Box<[AtomicU64]>>::layout(config, Some(max_keys)).words())
+        .map(|_| AtomicU64::new(0))
+        .collect()
+}
+
+fn table(config: &Config, max_keys: u64) -> Table<Box<[AtomicU64]>> {
+    Table::create(words(config, max_keys), config, Some(max_keys), (11, 22), 7).unwrap()
+}
+
+/// A small deterministic generator (xorshift64*), so a failing trace can be replayed.
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
+    }
+}
+
+#[test]
+fn one_process_decides_exactly_as_the_in_process_table() {
+    for (seed, bands) in [
+        (1_u64, vec![(5, 1, 3)]),
+        (2, vec![(2, 1, 4), (10, 60, 6)]),
+        (3, vec![(1, 3600, 1)]),
+    ] {
+        let config = config(&bands);
+        let shared = table(&config, 64);
+        let local = KeyedLimiter::<String>::new(&config.specs(), 1000, 4);
+        let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0_i64;
+        let mut reserved = Vec::new();
+        for step in 0..20_000 {
+            // Mostly forwards, sometimes a caller behind the table's clock.
+            now += i64::try_from(random.below(400_000_000)).unwrap() - 50_000_000;
+            let key = random.below(12).to_string();
+            let key = key.as_str();
+            let digest = shared.digest(key.as_bytes());
+            let n = random.below(5);
+            match random.below(10) {
+                0..=4 => {
+                    let theirs = local.check(key, n, now);
+                    assert_eq!(shared.check(digest, n, now), theirs, "step {step}");
+                }
+                5 => assert_eq!(
+                    shared.peek(digest, n, now),
+                    local.peek(key, n, now),
+                    "step {step}"
+                ),
+                6 => {
+                    shared.refund(digest, n, now);
+                    local.refund(key, n, now);
+                }
+                7 => {
+                    let wait = u128::from(random.below(3_000_000_000));
+                    let theirs = local.reserve(key, n, now, wait);
+                    assert_eq!(shared.reserve(digest, n, now, wait), theirs, "step {step}");
+                    if let KeyedReservation::Decided(Reservation::Taken { after_ns }) = theirs {
+                        let at = i64::try_from(i128::from(now) + i128::try_from(after_ns).unwrap());
+                        reserved.push((key.to_string(), n, at.unwrap()));
+                    }
+                }
+                8 if !reserved.is_empty() => {
+                    let index = usize::try_from(random.below(reserved.len() as u64)).unwrap();
+                    let (key, n, at) = reserved.swap_remove(index);
+                    shared.give_back(shared.digest(key.as_bytes()), n, now, at);
+                    local.give_back(key.as_str(), n, now, at);
+                }
+                _ => assert_eq!(
+                    shared.available(digest, now),
+                    local.available(key, now),
+                    "step {step}"
+                ),
+            }
+        }
+        let (ours, theirs) = (shared.stats(), local.stats());
+        assert_eq!((ours.allowed, ours.denied), (theirs.allowed, theirs.denied));
+        // The traces test something: both answers come up often.
+        assert!(theirs.allowed > 2000 && theirs.denied > 2000, "{theirs:?}");
+    }
+}
+
+#[test]
+fn a_full_table_refuses_new_keys_and_lets_nobody_off() {
+    let config = config(&[(1, 3600, 1)]);
+    let shared = table(&config, 16);
+    let capacity = shared.shape().capacity();
+    let mut stored = Vec::new();
+    for key in 0..10_000_u64 {
+        let digest = shared.digest(&key.to_le_bytes());
+        match shared.check(digest, 1, 0).decision {
+            KeyedDecision::Decided(Decision::Allowed) => stored.push(digest),
+            KeyedDecision::Refused { retry_in } => assert_eq!(retry_in, 3_600_000_000_000),
+            KeyedDecision::Decided(other) => panic!("{other:?}"),
+        }
+    }
+    // Two choices of eight: every slot taken before keys are refused for good.
+    assert_eq!(stored.len(), capacity);
+    for digest in stored {
+        assert_eq!(
+            shared.check(digest, 1, 1).decision,
+            KeyedDecision::Decided(Decision::Wait(3_600_000_000_000 - 1))
+        );
+    }
+    // An hour on, every key is full again: forgotten as new keys need room.
+    let digest = shared.digest(b"newcomer");
+    assert_eq!(
+        shared.check(digest, 1, 3_600_000_000_000).decision,
+        KeyedDecision::Decided(Decision::Allowed)
+    );
+}
+
+#[test]
+fn threads_take_exactly_the_burst_and_what_accrues() {
+    let config = config(&[(1000, 1, 50)]);
+    let shared = table(&config, 8);
+    let digest = shared.digest(b"one");
+    let clock = AtomicU64::new(0);
+    let allowed: u64 = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut allowed = 0;
+                    for _ in 0..20_000 {
+                        // Each call a microsecond on: 1000/s accrues 1 token per millisecond.
+                        let now = i64::try_from(clock.fetch_add(1000, Ordering::Relaxed)).unwrap();
+                        if shared.check(digest, 1, now).decision
+                            == KeyedDecision::Decided(Decision::Allowed)
+                        {
+                            allowed += 1;
+                        }
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap())
+            .sum()
+    });
+    let elapsed_ms = clock.load(Ordering::Relaxed) / 1_000_000;
+    // Calls at times handed out in order, decided in another order by up to a few
+    // microseconds: the table's clock decides each at the latest time seen.
+    assert!(allowed <= 50 + elapsed_ms, "{allowed} > 50 + {elapsed_ms}");
+    assert!(
+        allowed + 4 >= 50 + elapsed_ms - 1,
+        "{allowed} far below the limit"
+    );
+}
+
+#[test]
+fn a_lock_left_by_a_dead_process_is_taken_over_and_its_slot_is_whole() {
+    let config = config(&[(1, 1, 5)]);
+    let shared = table(&config, 1).with_gone(|owner| owner == Owner::new(4242, 1).word());
+    let digest = shared.digest(b"k");
+    assert_eq!(shared.check(digest, 2, 0).remaining, 3);
+    // A process dies holding the bucket's lock, halfway through writing the slot: its spare
+    // copy holds garbage, its state word was never stored.
+    let bucket = shared.shape().bucket(0);
+    shared.words[bucket].store(Owner::new(4242, 1).word(), Ordering::Relaxed);
+    let slot = shared.shape().slot(0, 0);
+    // One band of narrow units: state, digest (2), copy 0 (2), copy 1 (2), the spare.
+    assert_eq!(shared.shape().slot_words(), 7);
+    for word in &shared.words[slot + 5..slot + 7] {
+        word.store(u64::MAX, Ordering::Relaxed);
+    }
+    let answer = shared.check(digest, 1, 0);
+    assert_eq!(answer.decision, KeyedDecision::Decided(Decision::Allowed));
+    assert_eq!(answer.remaining, 2);
+}
+
+#[test]
+fn a_table_of_another_configuration_or_size_is_refused() {
+    let ours = config(&[(10, 1, 20)]);
+    let theirs = config(&[(10, 1, 21)]);
+    let words = words(&ours, 10);
+    let made = Table::create(words, &ours, Some(10), (1, 2), 3).unwrap();
+    let words = made.words;
+    assert!(matches!(
+        Table::open(&words[..], &theirs, Some(10)).err(),
+        Some(LayoutError::Other)
+    ));
+    assert!(matches!(
+        Table::open(&words[..], &ours, Some(11)).err(),
+        Some(LayoutError::Other)
+    ));
+    assert!(Table::open(&words[..], &ours, Some(10)).is_ok());
+}
+
+#[test]
+fn a_band_whose_capacity_needs_more_than_64_bits_is_stored_wide_and_exact() {
+    // 2^40 tokens a second in units of a nanosecond's share: a burst of 2^40 tokens is about
+    // 2^70 units, beyond one word.
+    let config = config(&[(1 << 40, 1, 1 << 40)]);
+    let shared = table(&config, 8);
+    assert_eq!(shared.shape().band_words, 3);
+    let local = KeyedLimiter::<String>::new(&config.specs(), 8, 1);
+    let digest = shared.digest(b"k");
+    for (n, now) in [
+        (1 << 39, 0),
+        (1 << 39, 0),
+        (1, 0),
+        (5, 10),
+        (1 << 20, 1 << 30),
+    ] {
+        assert_eq!(shared.check(digest, n, now), local.check("k", n, now));
+    }
+}
+
+#[test]
+fn re_anchoring_keeps_what_each_key_was_owed() {
+    let config = config(&[(1, 1, 5)]);
+    let shared = table(&config, 4);
+    let digest = shared.digest(b"k");
+    shared.check(digest, 5, 1_000_000_000_000);
+    // The clock restarted at 0: the key still needs its five seconds, counted from now.
+    shared.re_anchor(-1_000_000_000_000, 8);
+    assert_eq!(shared.boot(), 8);
+    assert_eq!(shared.available(digest, 2_000_000_000), 2);
+}
+
+#[test]
+fn the_one_key_form_decides_exactly_as_a_limiter_even_when_the_clock_steps_back() {
+    for (seed, bands) in [(7_u64, vec![(1, 1, 1)]), (8, vec![(3, 1, 5), (20, 60, 9)])] {
+        let config = config(&bands);
+        let words: Box<[AtomicU64]> = (0..Table::<Box<[AtomicU64]>>::layout(&config, None).words())
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let shared = Table::create(words, &config, None, (1, 2), 0).unwrap();
+        let mut limiter = Limiter::new(&config.specs(), None, None);
+        let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 5_000_000_000_i64;
+        let mut reserved = Vec::new();
+        for step in 0..20_000 {
+            now += i64::try_from(random.below(700_000_000)).unwrap() - 200_000_000;
+            limiter.on_the_clock(now).unwrap();
+            let n = random.below(6);
+            match random.below(7) {
+                0..=2 => {
+                    let theirs = limiter.acquire(n, now);
+                    let ours = shared.check(THE_KEY, n, now);
+                    assert_eq!(ours.decision, KeyedDecision::Decided(theirs), "step {step}");
+                    assert_eq!(ours.remaining, limiter.available(), "step {step}");
+                }
+                3 => assert_eq!(
+                    shared.peek(THE_KEY, n, now).decision,
+                    KeyedDecision::Decided(limiter.peek(n, now)),
+                    "step {step}"
+                ),
+                4 => {
+                    shared.refund(THE_KEY, n, now);
+                    limiter.refund(n, now);
+                }
+                5 => {
+                    let wait = u128::from(random.below(2_000_000_000));
+                    let theirs = limiter.reserve(n, now, wait);
+                    let ours = shared.reserve(THE_KEY, n, now, wait);
+                    assert_eq!(ours, KeyedReservation::Decided(theirs), "step {step}");
+                    if let Reservation::Taken { after_ns } = theirs {
+                        let at = i128::from(now) + i128::try_from(after_ns).unwrap();
+                        reserved.push((n, i64::try_from(at).unwrap()));
+                    }
+                }
+                _ => {
+                    if let Some((n, at)) = reserved.pop() {
+                        shared.give_back(THE_KEY, n, now, at);
+                        limiter.give_back(n, now, at);
+                    }
+                    assert_eq!(shared.available(THE_KEY, now), limiter.available_at(now));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The one place where what went wrong in the core becomes a Python exception.
+//!
+//! Each core error is a Rust enum; here each of its kinds is given one Python exception type
+//! (`ValueError` for a value no call could use, `TypeError` for a call written wrongly,
+//! `OSError` for what the file system said), and a message in Python's terms where the core's
+//! own `Display` would name Rust's. Arguments are checked at the door (`args.rs`), before the
+//! core sees them: their errors are not here.
+
+use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
+use pyo3::PyErr;
+
+use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
+use crate::core::exact::config::ConfigError;
+use crate::core::exact::keyed::RestoreError;
+use crate::core::meter::trace::TraceError;
+use crate::core::meter::MeterError;
+use crate::shared_memory::OpenError;
+
+/// A configuration that cannot be: its message is the core's.
+impl From<ConfigError> for PyErr {
+    fn from(error: ConfigError) -> Self {
+        match error {
+            // Two ways of saying the period at once is a mistake in how the call is written.
+            ConfigError::PeriodTwice { .. } => PyTypeError::new_err(error.to_string()),
+            // Every other kind is a value no limiter can take (a new kind is one too, so a
+            // new band option needs nothing here).
+            _ => PyValueError::new_err(error.to_string()),
+        }
+    }
+}
+
+/// A keyed table's saved state that cannot be restored.
+impl From<RestoreError> for PyErr {
+    fn from(error: RestoreError) -> Self {
+        PyValueError::new_err(match error {
+            RestoreError::Duplicate => "the saved state holds a key twice",
+            RestoreError::Overfull => "the saved state holds more keys than this table's max_keys",
+        })
+    }
+}
+
+/// A meter's configuration against its RFC.
+impl From<MeterError> for PyErr {
+    fn from(error: MeterError) -> Self {
+        PyValueError::new_err(match error {
+            MeterError::Rule(rule) => format!("the RFC requires {rule}"),
+            MeterError::TooFine => {
+                "a bucket size times the rate's denominator is too large to hold exactly".to_owned()
+            }
+        })
+    }
+}
+
+/// A trace a meter cannot mark, named by `mark_many`'s parameters.
+impl From<TraceError> for PyErr {
+    fn from(error: TraceError) -> Self {
+        match error {
+            TraceError::Lengths {
+                sizes,
+                times,
+                colors,
+            } => PyValueError::new_err(format!(
+                "sizes ({sizes}), times_ns ({times}){} must have the same length",
+                colors.map_or_else(String::new, |c| format!(" and colors ({c})"))
+            )),
+            TraceError::Backwards { index } => PyValueError::new_err(format!(
+                "times_ns[{index}] is earlier than times_ns[{}]: a trace's times must not go back",
+                index - 1
+            )),
+        }
+    }
+}
+
+/// A shared table that cannot be opened: a bad name or file is a `ValueError`; what the
+/// system said is the `OSError` subclass for its errno (`FileNotFoundError`,
+/// `PermissionError`...), with the path as its filename.
+impl From<OpenError> for PyErr {
+    fn from(error: OpenError) -> Self {
+        match error {
+            OpenError::Name(_) | OpenError::Layout(..) => PyValueError::new_err(error.to_string()),
+            OpenError::Io(path, io) => {
+                let text = io.to_string();
+                match io.raw_os_error() {
+                    Some(errno) => PyOSError::new_err((errno, text, path.display().to_string())),
+                    None => PyOSError::new_err(format!("{}: {text}", path.display())),
+                }
+            }
+        }
+    }
+}
+
+/// A request for more tokens than a band holds: no wait would ever be enough, so the calls
+/// that would otherwise wait or retry for ever raise this instead.
+pub fn never(n: u64) -> PyErr {
+    PyValueError::new_err(format!(
+        "n={n} is more than a band's burst: it can never be acquired"
+    ))
+}
+
+/// Whose clock a time was too far from (see `core::exact::clock_gap`).
+#[derive(Clone, Copy)]
+pub enum OfClock {
+    Limiter,
+    Table,
+}
+
+/// The error for a time `gap` nanoseconds from a clock (positive when ahead), farther than
+/// `MAX_CLOCK_GAP_NS`: `what` names where the time came from (`now_ns`, or the clock's
+/// reading).
+pub fn clock_error(whose: OfClock, what: &str, now: i64, gap: i128) -> PyErr {
+    const YEAR_NS: f64 = 31_557_600e9;
+    #[allow(clippy::cast_precision_loss)] // a number of years, to one decimal
+    let years = gap.unsigned_abs() as f64 / YEAR_NS;
+    #[allow(clippy::cast_precision_loss)]
+    let bound = MAX_CLOCK_GAP_NS as f64 / YEAR_NS;
+    let latest = i128::from(now) - gap;
+    let (this, one, ahead) = match whose {
+        OfClock::Limiter => ("limiter", "A limiter", "fill it up at once"),
+        OfClock::Table => (
+            "table",
+            "A keyed table",
+            "give every throttled key its whole burst back",
+        ),
+    };
+    let (side, harm) = if gap > 0 {
+        ("ahead of", ahead)
+    } else {
+        ("behind", "make it wait as many years")
+    };
+    PyValueError::new_err(format!(
+        "{what}={now} is {years:.1} years {side} this {this}'s clock ({latest}), more than the \
+         {bound:.0} years a call's time may be from it: it was read on another clock (say \
+         time.time_ns() given to a {this} on time.monotonic_ns()). {one} keeps one clock; \
+         deciding at this time would {harm}"
+    ))
+}

@@ -1,0 +1,734 @@
+//! `protocol_in_code.qos.shared` for Python: a limit shared by the processes of one host.
+//!
+//! Both classes open (or make) a table in a file that every process maps (`shared_memory`), and
+//! decide on it with `core::exact::shared::Table`. `SharedKeyedRateLimiter` is
+//! `KeyedRateLimiter`'s interface on such a table; `SharedRateLimiter` is `RateLimiter`'s, on a
+//! table of one key. Arguments are checked as the in-process classes check them, and answers are
+//! the same `Decision`s.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use pyo3::IntoPyObjectExt;
+
+use crate::core::exact::config::Config;
+use crate::core::exact::key::{encode_item, plain_int, KeyRef};
+use crate::core::exact::keyed::{off_the_clock, KeyedDecision};
+use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::shared::lock::Owner;
+use crate::core::exact::shared::slot::Digest;
+use crate::core::exact::shared::{Table, THE_KEY};
+use crate::python::args::{count, tokens, NowNs, Timeout, N};
+use crate::python::buffers::{code_array, IntBuffer};
+use crate::python::clock::Clock;
+use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::errors::{clock_error, never, OfClock};
+use crate::python::fork;
+use crate::python::keyed::{code, decision, is_iterable, stats_record, KeyedStats};
+use crate::python::keys::{classify, Classified};
+use crate::python::limiter::{conveniences, max_wait_ns, only_the_rate_by_position, Decision};
+use crate::python::waiting::{wait_for_turn, Reserved};
+use crate::shared_memory::{self, Mapped};
+
+/// `max_keys` unless given.
+const DEFAULT_MAX_KEYS: u64 = 100_000;
+
+/// A table, this process's name in its locks, and the fork that name was read after.
+struct Shared {
+    table: Table<Mapped>,
+    path: PathBuf,
+    name: String,
+    clock: Clock,
+    /// How many forks this process descends through when it last took its name (see
+    /// [`Shared::at`]): a child must lock in its own name, not its parent's.
+    forks: AtomicU64,
+}
+
+/// Random bits for a new table's key seed, from the operating system (through the standard
+/// library's randomly keyed hasher, whose keys are random per process and differ per use).
+fn random_seed() -> (u64, u64) {
+    use std::hash::BuildHasher;
+    let one = || std::collections::hash_map::RandomState::new().hash_one(0_u8);
+    (one(), one())
+}
+
+impl Shared {
+    fn open(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        config: &Config,
+        max_keys: Option<u64>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let name: String = name.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "name must be a str naming the table, not {}",
+                name.get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?;
+        let folder = match path.filter(|path| !path.is_none()) {
+            None => shared_memory::default_folder(),
+            Some(path) => py
+                .import("os")?
+                .call_method1("fspath", (path,))?
+                .extract::<PathBuf>()?,
+        };
+        let (table, path) = py
+            .detach(|| shared_memory::open(&folder, &name, config, max_keys, random_seed))
+            .map_err(PyErr::from)?;
+        Ok(Self {
+            table,
+            path,
+            name,
+            clock: Clock::checked(py, None)?,
+            forks: AtomicU64::new(fork::forks()),
+        })
+    }
+
+    /// The table's time for a call at `now`, after making sure this process locks in its own
+    /// name; a `now` too far from the table's clock to be a reading of it is refused.
+    fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
+        let forks = fork::forks();
+        if self.forks.load(Ordering::Relaxed) != forks {
+            self.table.adopt(Owner::this_process());
+            self.forks.store(forks, Ordering::Relaxed);
+        }
+        match self
+            .table
+            .latest()
+            .and_then(|latest| off_the_clock(latest, now))
+        {
+            None => Ok(now),
+            Some(gap) => {
+                let given = now_ns.is_some();
+                let name = if given {
+                    "now_ns"
+                } else {
+                    "the clock's reading"
+                };
+                Err(clock_error(OfClock::Table, name, now, gap))
+            }
+        }
+    }
+
+    fn request(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<(u64, i64)> {
+        let (n, now) = self.clock.request(py, n, now_ns)?;
+        Ok((n, self.at(now, now_ns)?))
+    }
+
+    fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
+        let now = self.clock.now(py, now_ns)?;
+        self.at(now, now_ns)
+    }
+
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        digest: Digest,
+        n: u64,
+        max_wait: u128,
+    ) -> PyResult<Reserved> {
+        let now = self.now(py, None)?;
+        Reserved::of_keyed(self.table.reserve(digest, n, now, max_wait), now, n)
+    }
+
+    fn give_back(&self, py: Python<'_>, digest: Digest, n: u64, turn: (i64, i64)) {
+        let (reserved_ns, at_ns) = turn;
+        // Given back as of the reservation's time if the clock cannot be read now.
+        let now = self.now(py, None).unwrap_or(reserved_ns);
+        self.table.give_back(digest, n, now, at_ns);
+    }
+
+    /// A blocking `acquire` of the key of `digest` (see `waiting::wait_for_turn`).
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        digest: Digest,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<bool> {
+        wait_for_turn(
+            py,
+            limiter,
+            max_wait_ns(timeout),
+            |left| self.reserve(py, digest, n, left),
+            |at| self.clock.until(py, at),
+            |turn| self.give_back(py, digest, n, turn),
+        )
+    }
+
+    fn repr(&self, py: Python<'_>, class: &str, extra: &str) -> PyResult<String> {
+        Ok(format!(
+            "{class}({:?}, bands={}{extra})",
+            self.name,
+            bands_repr(py, self.table.config())?
+        ))
+    }
+
+    /// What `copy` and `pickle` rebuild: the same table, opened again by name (in another
+    /// process, that is how it is shared).
+    fn new_args<'py>(
+        &self,
+        py: Python<'py>,
+        max_keys: Option<u64>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("bands", bands_tuple(py, self.table.config())?)?;
+        if let Some(max_keys) = max_keys {
+            kwargs.set_item("max_keys", max_keys)?;
+        }
+        kwargs.set_item("path", self.path.parent())?;
+        Ok((PyTuple::new(py, [self.name.as_str()])?, kwargs))
+    }
+}
+
+/// The digest of a Python key in `table`: the key's canonical encoding (the in-process table's
+/// own), hashed with the table's seed. Every process reads the same key to the same digest, so
+/// only keys whose value says what they are can be shared: an object's identity cannot.
+fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
+    let mut encoded = Vec::with_capacity(32);
+    match classify(key)? {
+        Classified::Plain(plain) => encode_item(plain, &mut encoded),
+        Classified::Tuple(items) => encode_item(KeyRef::Tuple(&items), &mut encoded),
+        Classified::Huge(bytes) => encode_item(KeyRef::Huge(&bytes), &mut encoded),
+        Classified::Object => {
+            return Err(PyTypeError::new_err(format!(
+                "a shared limiter's key must be an int, float, str, bytes, or a tuple of these, \
+                 not {}: other processes cannot tell an object apart by its identity",
+                key.get_type().name()?
+            )))
+        }
+    }
+    Ok(table.digest(&encoded))
+}
+
+/// An exact rate limiter shared by every process of this host that opens it by name.
+///
+/// SharedRateLimiter(name, rate=None, *, burst=None, per=None, bands=None, path=None): the
+/// limit of RateLimiter (the same bands, calls and answers), kept in a table that every
+/// process opening `name` with the same bands maps from one file: in /dev/shm where there is
+/// one, else in the temporary folder, or in the folder `path`. Processes that open the table
+/// independently, or inherit it across a fork, share one limit: together they are admitted no
+/// more than it allows. A table of other bands under the same name is another table (a deploy
+/// that changes the limit starts afresh). Times are the host's monotonic clock.
+#[pyclass(
+    frozen,
+    name = "SharedRateLimiter",
+    module = "protocol_in_code.qos.shared"
+)]
+pub struct SharedRateLimiter {
+    shared: Shared,
+}
+
+#[pymethods]
+impl SharedRateLimiter {
+    #[new]
+    #[pyo3(
+        signature = (name, rate = None, *more, burst = None, per = None, bands = None, path = None),
+        text_signature = "(name, rate=None, *, burst=None, per=None, bands=None, path=None)"
+    )]
+    #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
+    fn __new__(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
+        more: &Bound<'_, PyTuple>,
+        burst: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+        bands: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        only_the_rate_by_position("SharedRateLimiter", rate, more)?;
+        let config = read_config(py, rate, burst, per, bands)?;
+        Ok(Self {
+            shared: Shared::open(py, name, &config, None, path)?,
+        })
+    }
+
+    /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
+    /// Raises ValueError if `n` exceeds a band's burst.
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        match self.shared.table.check(THE_KEY, n, now).decision {
+            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
+            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+            _ => Ok(false),
+        }
+    }
+
+    /// Take `n` tokens if allowed, and say exactly what happened (a Decision).
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn check<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<Bound<'py, Decision>> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        decision(py, self.shared.table.check(THE_KEY, n, now))
+    }
+
+    /// What check(n) would answer now, taking nothing.
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn peek<'py>(
+        &self,
+        py: Python<'py>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<Bound<'py, Decision>> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        decision(py, self.shared.table.peek(THE_KEY, n, now))
+    }
+
+    /// Give `n` tokens back to every band (each capped at its burst).
+    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
+    fn refund(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<()> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        self.shared.table.refund(THE_KEY, n, now);
+        Ok(())
+    }
+
+    /// Whole tokens every band holds now.
+    #[pyo3(signature = (now_ns = None))]
+    fn available(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<u128> {
+        let now = self.shared.now(py, now_ns)?;
+        Ok(self.shared.table.available(THE_KEY, now))
+    }
+
+    /// Take `n` tokens, sleeping until every band holds them; False at once if they would
+    /// only be there after `timeout` seconds. Waiters in every process are served in the order
+    /// they reserved; an interrupted waiter gives its tokens back.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire(&self, py: Python<'_>, n: Option<N>, timeout: Option<Timeout>) -> PyResult<bool> {
+        let n = tokens(n);
+        self.shared
+            .acquire(py, THE_KEY, n, timeout, "SharedRateLimiter")
+    }
+
+    /// Reserve `n` tokens as `acquire` does, without sleeping (for `acquire_async`): the
+    /// time from which they are the caller's, or None if that is more than `timeout` away.
+    #[pyo3(signature = (n = None, timeout = None))]
+    fn _reserve(
+        &self,
+        py: Python<'_>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<i64>> {
+        let n = tokens(n);
+        match self.shared.reserve(py, THE_KEY, n, max_wait_ns(timeout))? {
+            Reserved::At(_, at) => Ok(Some(at)),
+            // One key, in a table of one slot made for it: never refused.
+            Reserved::TooLate | Reserved::Refused(_) => Ok(None),
+        }
+    }
+
+    /// Give back `n` tokens `_reserve` booked for `at_ns` (a cancelled waiter).
+    fn _give_back(&self, py: Python<'_>, n: N, at_ns: i64) -> PyResult<()> {
+        let N(n) = n;
+        let now = self.shared.now(py, None)?;
+        self.shared.table.give_back(THE_KEY, n, now, at_ns);
+        Ok(())
+    }
+
+    /// Nanoseconds from the clock until `at_ns` (0 once it is there).
+    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        self.shared.clock.until(py, at_ns)
+    }
+
+    /// Take `n` tokens, awaiting (asyncio) until allowed, as `acquire` does.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1("await_reserved", (slf, &n, timeout))
+    }
+
+    /// The table's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The file the table lives in.
+    #[getter]
+    fn path(&self) -> &PathBuf {
+        &self.shared.path
+    }
+
+    /// The bands, each a `Band`.
+    #[getter]
+    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        bands_tuple(py, self.shared.table.config())
+    }
+
+    /// Remove the table's file (for tests and tooling): processes using it keep their table;
+    /// the next one to open the name makes a new one.
+    fn remove(&self) -> PyResult<()> {
+        shared_memory::remove(&self.shared.path).map_err(PyErr::from)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        self.shared.repr(py, "SharedRateLimiter", "")
+    }
+
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        self.shared.new_args(py, None)
+    }
+
+    /// Use as a decorator: each call takes one token, as `RateLimiter` does.
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        function: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("decorate", (slf, function))
+    }
+
+    /// `with limiter:` takes one token, waiting as acquire() does.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        slf.call_method0("acquire")?;
+        Ok(slf.clone())
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(_slf: &Bound<'_, Self>, _exc_info: &Bound<'_, PyTuple>) {}
+
+    /// `async with limiter:` takes one token, awaiting as acquire_async() does.
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("enter_async", (slf,))
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        slf: &Bound<'py, Self>,
+        _exc_info: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method0("exit_async")
+    }
+}
+
+/// One exact limiter per key, shared by every process of this host that opens it by name.
+///
+/// SharedKeyedRateLimiter(name, rate=None, *, burst=None, per=None, bands=None,
+/// max_keys=100000, path=None): KeyedRateLimiter's limits, calls and answers, on a table of a
+/// fixed size (max_keys keys, rounded up to whole buckets of eight) in a file every process
+/// opening `name` maps (see SharedRateLimiter). Keys are ints, floats, text, bytes and tuples
+/// of these, stored as seeded 128-bit digests. A key is forgotten only when it is full again,
+/// and a new key that finds no room is REFUSED with a wait, never let in by evicting anyone.
+#[pyclass(
+    frozen,
+    name = "SharedKeyedRateLimiter",
+    module = "protocol_in_code.qos.shared"
+)]
+pub struct SharedKeyedRateLimiter {
+    shared: Shared,
+}
+
+#[pymethods]
+impl SharedKeyedRateLimiter {
+    #[new]
+    #[pyo3(
+        signature = (name, rate = None, *more, burst = None, per = None, bands = None, max_keys = None, path = None),
+        text_signature = "(name, rate=None, *, burst=None, per=None, bands=None, max_keys=100000, path=None)"
+    )]
+    #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
+    fn __new__(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
+        more: &Bound<'_, PyTuple>,
+        burst: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+        bands: Option<&Bound<'_, PyAny>>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
+        let config = read_config(py, rate, burst, per, bands)?;
+        let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
+        if !(1..=crate::core::exact::shared::layout::MOST_KEYS).contains(&max_keys) {
+            return Err(PyValueError::new_err(format!(
+                "max_keys must be between 1 and 2**32, not {max_keys}"
+            )));
+        }
+        Ok(Self {
+            shared: Shared::open(py, name, &config, Some(max_keys), path)?,
+        })
+    }
+
+    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
+    /// (denied, or refused because the table is full). Raises ValueError if `n` exceeds a
+    /// band's burst.
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<bool> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        let digest = key_digest(&self.shared.table, key)?;
+        match self.shared.table.check(digest, n, now).decision {
+            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
+            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+            _ => Ok(false),
+        }
+    }
+
+    /// Take `n` tokens for `key` if allowed, and say exactly what happened: ALLOWED, DENIED,
+    /// NEVER, or REFUSED (a new key and no room; wait_ns says when room may appear).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn check<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<Bound<'py, Decision>> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        let digest = key_digest(&self.shared.table, key)?;
+        decision(py, self.shared.table.check(digest, n, now))
+    }
+
+    /// What check(key, n) would answer now, taking nothing.
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn peek<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<Bound<'py, Decision>> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        let digest = key_digest(&self.shared.table, key)?;
+        decision(py, self.shared.table.peek(digest, n, now))
+    }
+
+    /// Give `n` tokens back to `key` (each band capped at its burst).
+    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    fn refund(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<()> {
+        let (n, now) = self.shared.request(py, n, now_ns)?;
+        let digest = key_digest(&self.shared.table, key)?;
+        self.shared.table.refund(digest, n, now);
+        Ok(())
+    }
+
+    /// Whole tokens `key` holds now (every band's least).
+    #[pyo3(signature = (key, now_ns = None))]
+    fn available(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<u128> {
+        let now = self.shared.now(py, now_ns)?;
+        let digest = key_digest(&self.shared.table, key)?;
+        Ok(self.shared.table.available(digest, now))
+    }
+
+    /// Take `n` tokens for `key`, sleeping until allowed; False at once if they would only be
+    /// there after `timeout` seconds. A key's waiters in every process are served in the order
+    /// they reserved; a refusal (no room) sleeps until room may appear, within `timeout`.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<bool> {
+        let n = tokens(n);
+        let digest = key_digest(&self.shared.table, key)?;
+        self.shared
+            .acquire(py, digest, n, timeout, "SharedKeyedRateLimiter")
+    }
+
+    /// Reserve `n` tokens for `key` as `acquire` does, without sleeping (for `acquire_async`):
+    /// `(True, at_ns)` once reserved, `(False, retry_ns)` if refused, None if too late.
+    #[pyo3(signature = (key, n = None, timeout = None))]
+    fn _reserve(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<(bool, i128)>> {
+        let n = tokens(n);
+        let digest = key_digest(&self.shared.table, key)?;
+        Ok(self
+            .shared
+            .reserve(py, digest, n, max_wait_ns(timeout))?
+            .for_python())
+    }
+
+    /// Give back `n` tokens `_reserve` booked for `key` at `at_ns` (a cancelled waiter).
+    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
+        let digest = key_digest(&self.shared.table, key)?;
+        let N(n) = n;
+        let now = self.shared.now(py, None)?;
+        self.shared.table.give_back(digest, n, now, at_ns);
+        Ok(())
+    }
+
+    /// Nanoseconds from the clock until `at_ns` (0 once it is there).
+    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
+        self.shared.clock.until(py, at_ns)
+    }
+
+    /// Take `n` tokens for `key`, awaiting (asyncio) until allowed, as `acquire` does.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout))
+    }
+
+    /// Decide a whole trace of integer keys, as `KeyedRateLimiter.try_acquire_many` does:
+    /// request `i` is `n[i]` tokens (or `n` for each, 1 by default) for `keys[i]` at
+    /// `now_ns[i]`; an `array('B')` of outcome codes (0 allowed, 1 denied, 2 never, 3 refused).
+    #[pyo3(signature = (keys, now_ns, n = None))]
+    fn try_acquire_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        now_ns: &Bound<'py, PyAny>,
+        n: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let keys: Vec<i128> = IntBuffer::new(keys, "keys")?.narrowed("keys", "be a 64-bit int")?;
+        let times: Vec<i64> =
+            IntBuffer::new(now_ns, "now_ns")?.narrowed("now_ns", "fit in 64 bits")?;
+        let counts: Vec<u64> = match n.filter(|n| !n.is_none()) {
+            None => vec![1; keys.len()],
+            Some(n) if n.extract::<u64>().is_ok() || !is_iterable(n)? => {
+                vec![count(n, "n")?; keys.len()]
+            }
+            Some(n) => IntBuffer::new(n, "n")?.narrowed("n", "be between 0 and 2**64 - 1")?,
+        };
+        if times.len() != keys.len() || counts.len() != keys.len() {
+            return Err(PyValueError::new_err(format!(
+                "keys ({}), now_ns ({}) and n ({}) must have the same length",
+                keys.len(),
+                times.len(),
+                counts.len()
+            )));
+        }
+        for (index, &now) in times.iter().enumerate() {
+            self.shared
+                .at(now, None)
+                .map_err(|_| self.gap_error(index, now))?;
+        }
+        let table = &self.shared.table;
+        let codes: Vec<u8> = fork::detach(py, || {
+            keys.iter()
+                .zip(&times)
+                .zip(&counts)
+                .map(|((&key, &now), &n)| {
+                    let mut encoded = Vec::with_capacity(9);
+                    encode_item(plain_int(key), &mut encoded);
+                    code(table.check(table.digest(&encoded), n, now).decision)
+                })
+                .collect()
+        });
+        code_array(py, codes.into_iter())
+    }
+
+    /// What every process has decided on this table: a KeyedStats(allowed, denied, refused,
+    /// forgotten).
+    #[getter]
+    fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
+        stats_record(py, self.shared.table.stats())
+    }
+
+    /// The most keys the table holds (max_keys rounded up to whole buckets).
+    #[getter]
+    fn max_keys(&self) -> usize {
+        self.shared.table.shape().capacity()
+    }
+
+    /// The table's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The file the table lives in.
+    #[getter]
+    fn path(&self) -> &PathBuf {
+        &self.shared.path
+    }
+
+    /// The bands, each a `Band`.
+    #[getter]
+    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        bands_tuple(py, self.shared.table.config())
+    }
+
+    /// Remove the table's file (for tests and tooling): processes using it keep their table;
+    /// the next one to open the name makes a new one.
+    fn remove(&self) -> PyResult<()> {
+        shared_memory::remove(&self.shared.path).map_err(PyErr::from)
+    }
+
+    /// How many keys the table holds now.
+    fn __len__(&self) -> usize {
+        self.shared.table.len()
+    }
+
+    /// Whether `key` is stored (a key not stored is a full, fresh one).
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self
+            .shared
+            .table
+            .contains(key_digest(&self.shared.table, key)?))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let extra = format!(", max_keys={}", self.shared.table.shape().max_keys);
+        self.shared.repr(py, "SharedKeyedRateLimiter", &extra)
+    }
+
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        self.shared
+            .new_args(py, Some(self.shared.table.shape().max_keys))
+    }
+}
+
+impl SharedKeyedRateLimiter {
+    fn gap_error(&self, index: usize, now: i64) -> PyErr {
+        let gap = self
+            .shared
+            .table
+            .latest()
+            .and_then(|latest| off_the_clock(latest, now))
+            .unwrap_or(0);
+        clock_error(OfClock::Table, &format!("now_ns[{index}]"), now, gap)
+    }
+}

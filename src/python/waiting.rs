@@ -1,0 +1,108 @@
+//! Waiting for a turn: the one deadline loop of every native blocking `acquire`.
+//!
+//! A waiter does not poll. It reserves its tokens at the moment they will be there (the core's
+//! `reserve`), so later callers queue behind it, then sleeps until that moment. A keyed table
+//! may refuse a new key for want of room; the waiter then sleeps until room may appear and
+//! reserves again, while its timeout lasts. A sleep interrupted (Ctrl-C, or a clock that fails)
+//! gives the reservation back before the error goes on. The asyncio form of the same loop is
+//! `await_reserved_for` in `_conveniences.py`, over the `_reserve`, `_until` and `_give_back`
+//! methods that each limiter builds from [`Reserved`].
+
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+
+use crate::core::exact::keyed::KeyedReservation;
+use crate::core::exact::limiter::Reservation;
+use crate::python::errors::never;
+use crate::python::limiter::{refuse_in_event_loop, sleep_answering_signals};
+
+/// What one reservation found.
+pub enum Reserved {
+    /// Taken at the first time (the clock's reading), from the second.
+    At(i64, i64),
+    /// A new key and a full table: nothing taken; room may appear after this many nanoseconds.
+    Refused(u128),
+    /// Nothing taken: the tokens would be there later than the caller will wait.
+    TooLate,
+}
+
+impl Reserved {
+    /// A limiter's reservation of `n` tokens made at `now`; `Never` (more than a burst) is the
+    /// error every form raises.
+    pub fn of(reservation: Reservation, now: i64, n: u64) -> PyResult<Self> {
+        match reservation {
+            Reservation::Never => Err(never(n)),
+            Reservation::TooLate(_) => Ok(Self::TooLate),
+            Reservation::Taken { after_ns } => {
+                let at = i128::from(now).saturating_add_unsigned(after_ns);
+                Ok(Self::At(now, i64::try_from(at).unwrap_or(i64::MAX)))
+            }
+        }
+    }
+
+    /// A keyed table's reservation, as [`Reserved::of`].
+    pub fn of_keyed(reservation: KeyedReservation, now: i64, n: u64) -> PyResult<Self> {
+        match reservation {
+            KeyedReservation::Decided(decided) => Self::of(decided, now, n),
+            KeyedReservation::Refused { retry_in } => Ok(Self::Refused(retry_in)),
+        }
+    }
+
+    /// What `_reserve` returns for `acquire_async` on a keyed limiter: `(True, at_ns)` once
+    /// reserved, `(False, retry_ns)` if refused, None if too late.
+    pub fn for_python(self) -> Option<(bool, i128)> {
+        match self {
+            Self::At(_, at) => Some((true, i128::from(at))),
+            Self::Refused(retry) => Some((false, i128::try_from(retry).unwrap_or(i128::MAX))),
+            Self::TooLate => None,
+        }
+    }
+}
+
+/// Nanoseconds as a `Duration` (saturating at about 584 years).
+pub fn nanos(ns: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// A blocking acquire of `limiter` (named in the error for an event loop's thread): reserve
+/// within `max_wait` nanoseconds (trying again after a refusal, while time is left), then sleep
+/// until the turn. True once the tokens are the caller's, False if they would come too late.
+///
+/// `reserve(left)` reserves with `left` nanoseconds to spare; `until(at)` says how far the
+/// clock is from `at`; `give_back(reserved_at_and_turn)` hands an abandoned turn back.
+pub fn wait_for_turn(
+    py: Python<'_>,
+    limiter: &str,
+    max_wait: u128,
+    mut reserve: impl FnMut(u128) -> PyResult<Reserved>,
+    until: impl Fn(i64) -> PyResult<u128>,
+    give_back: impl FnOnce((i64, i64)),
+) -> PyResult<bool> {
+    if max_wait != 0 {
+        refuse_in_event_loop(py, limiter)?;
+    }
+    let started = Instant::now();
+    let turn = loop {
+        let left = max_wait.saturating_sub(started.elapsed().as_nanos());
+        match reserve(left)? {
+            Reserved::At(now, at) => break (now, at),
+            Reserved::TooLate => return Ok(false),
+            Reserved::Refused(_) if left == 0 => return Ok(false),
+            Reserved::Refused(retry_in) => sleep_answering_signals(py, nanos(retry_in.min(left)))?,
+        }
+    };
+    let stopped = loop {
+        match until(turn.1) {
+            Ok(0) => return Ok(true),
+            Ok(left) => {
+                if let Err(interrupted) = sleep_answering_signals(py, nanos(left)) {
+                    break interrupted;
+                }
+            }
+            Err(error) => break error,
+        }
+    };
+    give_back(turn);
+    Err(stopped)
+}
