@@ -38,6 +38,7 @@ from protocol_in_code.qos.distributed import (
     RedisRateLimiter,
     _bands,
 )
+from protocol_in_code.qos.distributed._server import SHA
 from protocol_in_code.qos.distributed.limiters import GIVE_BACK, REFUND, RESERVE, TAKE
 
 if qos_support.reference_mode():
@@ -564,3 +565,34 @@ def test_waiters_on_a_cluster_with_two_bands_cost_one_script_call_each(redis_clu
         # order would have woken 50 ms late.
         assert sorted(admitted[key]) == list(range(5)), admitted
         assert displacement(admitted[key]) <= 1, admitted
+
+
+def test_a_reservation_or_a_give_back_sent_twice_counts_once(redis_client: Any) -> None:
+    """A client's retry re-sends a call that timed out, with the same token: a reservation sent
+    again takes nothing more (its reply is the wait until the key's settlement point, with no
+    moment, so its waiter cannot give it back: forfeited, never early), and a give-back sent
+    again gives nothing more."""
+    limiter = RedisRateLimiter(redis_client, 10, name="twice", burst=1, min_ttl_ms=60_000)
+    core, keys = limiter._core, [limiter.redis_key]
+    now_us = 10**12
+    assert limiter.try_acquire(1, now_us * 1000)  # drained, and the script loaded
+
+    def send(op: int, n: int, extra: int, token: bytes) -> Any:
+        request, config = core.args(op, n, now_us * 1000)
+        return redis_client.evalsha(SHA, 1, *keys, request + _bands.extra(extra), config, token)
+
+    def settled() -> int:
+        return int(redis_client.hget(limiter.redis_key, "t"))
+
+    first, again = send(RESERVE, 1, -1, b"reserve1"), send(RESERVE, 1, -1, b"reserve1")
+    assert first == [0, 0, 100_000, now_us + 100_000]  # its turn: 100 ms on
+    assert again == [0, 0, 100_000]  # the same wait, no moment, and nothing more taken
+    assert settled() == now_us + 100_000
+    second = send(RESERVE, 1, -1, b"reserve2")
+    assert second == [0, 0, 200_000, now_us + 200_000]
+    # The last one gives its turn back, twice: once undone, then nothing more.
+    send(GIVE_BACK, 1, now_us + 200_000, b"giveback")
+    assert settled() == now_us + 100_000
+    send(GIVE_BACK, 1, now_us + 200_000, b"giveback")
+    assert settled() == now_us + 100_000
+    assert limiter.peek(1, now_us * 1000).wait_ns == 100_000 * 1000 * 2
