@@ -15,11 +15,19 @@ The "cluster" rows time the same 100 keys through a ``RedisCluster`` client on a
 cluster (started with ``redis-cli --cluster create`` in a temporary folder, or an existing one
 given by ``--cluster-port``; ``--no-cluster`` leaves them out): ``try_acquire`` in a loop
 against ``try_acquire_many``, per decision.
+
+Then the waiting cases (``--waiting`` runs only these): 50 waiters (threads, then asyncio
+tasks) on one key at 20/s with a burst of 1, reaching the server one after another, counted in
+script calls per admission, with the time to admit all 50 (the rate alone allows 2.45 s) and
+how far admissions stray from the arrival order; and ``acquire(10)`` among five ``acquire(1)``
+loops at 10/s with a burst of 10, the time until it is admitted (or False after 5 s), beside
+the in-process ``RateLimiter`` in the same race.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import os
 import shutil
@@ -27,11 +35,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, RedisRateLimiter
+from protocol_in_code.qos import RateLimiter
+from protocol_in_code.qos.distributed import (
+    AsyncRedisRateLimiter,
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+)
 from timing import median_ns
 
 HUGE = 10**9  # tokens per second and burst: never denied during a run, within 2**53
@@ -235,6 +249,147 @@ def processes_rate(port: int, processes: int = 8, seconds: float = 3.0) -> float
     return sum(int(worker.communicate()[0]) for worker in workers) / seconds
 
 
+WAITERS = 50
+
+
+class _Counted:
+    """Counts the script calls of a limiter (its ``Server.run`` and ``run_async``)."""
+
+    def __init__(self, limiter: Any) -> None:
+        self.calls = 0
+        self.seen: set[Any] = set()
+        server = limiter._core.server
+        run, run_async = server.run, server.run_async
+        lock = threading.Lock()
+
+        def counted(keys: Any, args: Any) -> Any:
+            try:
+                return run(keys, args)
+            finally:
+                with lock:
+                    self.calls += 1
+                    self.seen.add(threading.current_thread().name)
+
+        async def counted_async(keys: Any, args: Any) -> Any:
+            try:
+                return await run_async(keys, args)
+            finally:
+                self.calls += 1
+                self.seen.add(_waiter.get())
+
+        server.run, server.run_async = counted, counted_async
+
+
+_waiter: Any = None  # a ContextVar, made in waiting_async (contextvars is imported there)
+
+
+def waiting_threads(port: int) -> tuple[float, float, int]:
+    """(script calls per admission, seconds to admit all, the furthest any waiter was admitted
+    from its place in the arrival order) for 50 blocking waiters."""
+    import redis
+
+    client = redis.Redis(port=port)
+    client.flushall()
+    limiter = RedisRateLimiter(client, 20, name="bench-waiting", burst=1)
+    counted = _Counted(limiter)
+    admitted: list[int] = []
+    threads = [
+        threading.Thread(target=lambda i=i: (limiter.acquire(), admitted.append(i)), name=f"w{i}")
+        for i in range(WAITERS)
+    ]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+        while thread.name not in counted.seen:
+            time.sleep(0.0005)
+    for thread in threads:
+        thread.join()
+    took = time.monotonic() - start
+    client.close()
+    stray = max(abs(place - who) for place, who in enumerate(admitted))
+    return counted.calls / WAITERS, took, stray
+
+
+def waiting_async(port: int) -> tuple[float, float, int]:
+    """:func:`waiting_threads` for 50 asyncio tasks on an asyncio client."""
+    import contextvars
+
+    import redis.asyncio
+
+    global _waiter
+    _waiter = contextvars.ContextVar("waiter", default="")
+
+    async def main() -> tuple[float, float, int]:
+        client = redis.asyncio.Redis(port=port)
+        await client.flushall()
+        limiter = AsyncRedisRateLimiter(client, 20, name="bench-waiting", burst=1)
+        counted = _Counted(limiter)
+        admitted: list[int] = []
+
+        async def waiter(i: int) -> None:
+            _waiter.set(i)
+            await limiter.acquire()
+            admitted.append(i)
+
+        start = time.monotonic()
+        tasks = []
+        for i in range(WAITERS):
+            tasks.append(asyncio.create_task(waiter(i)))
+            while i not in counted.seen:
+                await asyncio.sleep(0.0005)
+        await asyncio.gather(*tasks)
+        took = time.monotonic() - start
+        await client.aclose()
+        stray = max(abs(place - who) for place, who in enumerate(admitted))
+        return counted.calls / WAITERS, took, stray
+
+    return asyncio.run(main())
+
+
+def large_among_small(make: Callable[[], Any], timeout: float = 5.0) -> tuple[bool, float]:
+    """Whether ``acquire(10)`` among five ``acquire(1)`` loops was admitted, and after how long
+    (10/s, burst 10, the burst taken before it asks)."""
+    limiter = make()
+    stop = threading.Event()
+
+    def small() -> None:
+        while not stop.is_set():
+            limiter.acquire()
+
+    loops = [threading.Thread(target=small) for _ in range(5)]
+    for loop in loops:
+        loop.start()
+    while limiter.available() > 0:
+        time.sleep(0.01)
+    start = time.monotonic()
+    admitted = limiter.acquire(10, timeout=timeout)
+    took = time.monotonic() - start
+    stop.set()
+    for loop in loops:
+        loop.join()
+    return admitted, took
+
+
+def waiting(port: int) -> None:
+    import redis
+
+    print(f"{WAITERS} waiters on one key, 20/s, burst 1 (the rate alone: 2.45 s)")
+    print(f"{'waiters':24} {'calls/admission':>16} {'all admitted':>13} {'out of order':>13}")
+    for name, run in (("threads", waiting_threads), ("asyncio tasks", waiting_async)):
+        per, took, stray = run(port)
+        print(f"{name:24} {per:16.2f} {took:12.2f}s {stray:13}")
+    client = redis.Redis(port=port, socket_timeout=5)
+    client.flushall()
+    print("acquire(10) among five acquire(1) loops, 10/s, burst 10 (timeout 5 s)")
+    for name, make in (
+        ("RedisRateLimiter", lambda: RedisRateLimiter(client, 10, name="bench-large", burst=10)),
+        ("in-process RateLimiter", lambda: RateLimiter(10, burst=10)),
+    ):
+        admitted, took = large_among_small(make)
+        print(f"{name:24} {'admitted' if admitted else 'False':>9} after {took:.2f} s")
+    client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -243,6 +398,7 @@ def main() -> None:
     parser.add_argument("--cluster-port", type=int, default=None)
     parser.add_argument("--no-cluster", action="store_true")
     parser.add_argument("--only", default=None, help="only the rows whose name holds this text")
+    parser.add_argument("--waiting", action="store_true", help="only the waiting cases")
     options = parser.parse_args()
 
     server = None
@@ -251,9 +407,12 @@ def main() -> None:
         server, port, folder = start_server()
     cluster: list[subprocess.Popen[bytes]] = []
     cluster_port = options.cluster_port
-    if cluster_port is None and not options.no_cluster:
+    if cluster_port is None and not options.no_cluster and not options.waiting:
         cluster, cluster_port, cluster_folder = start_cluster()
     try:
+        if options.waiting:
+            waiting(port)
+            return
         timed = cases(port)
         if cluster_port is not None:
             timed.update(cluster_cases(cluster_port))
@@ -280,6 +439,7 @@ def main() -> None:
         if options.only is None:
             rate = processes_rate(port)
             print(f"8 processes on one key: {rate:,.0f} decisions per second in all")
+            waiting(port)
     finally:
         if server is not None:
             server.terminate()

@@ -87,5 +87,12 @@ def request(op: int, n: int, now_us: int | None) -> bytes:
     return _REQUEST.pack(op, n, now_us, 0)
 
 
+def extra(value: int) -> bytes:
+    """The end of a reservation's or a give-back's first argument, after the tail: the caller's
+    longest wait in microseconds (-1: none), or the reservation's moment (within 2**52 of 0)."""
+    return _EXTRA.pack(value)
+
+
 _REQUEST = struct.Struct(">4d")
+_EXTRA = struct.Struct(">d")
 _TAIL = struct.Struct(">2d")

@@ -6,6 +6,9 @@ integers. A call the server cannot answer goes to the ``on_error`` policy. The s
 asyncio classes differ only in awaiting the round trip: :class:`_Core` (configuration, checks,
 ``on_error``), :class:`_OneKey` and :class:`_ManyKeys` (what a limiter of each kind holds) and
 :class:`_Batch` (a batch by hash slot) hold everything else.
+
+``acquire`` is one script call too, a reservation of the caller's turn on the server, then a
+sleep until it (see :func:`_blocking_acquire`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import inspect
 import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any, ParamSpec, TypeAlias, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeAlias, TypeVar
 
 from protocol_in_code._native import (
     Band,
@@ -39,7 +42,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 UNAVAILABLE_WAIT_NS = 100_000_000
 
 # The script's operations.
-TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
+TAKE, MANY, PEEK, REFUND, AVAILABLE, RESERVE, GIVE_BACK = 0, 1, 2, 3, 4, 5, 6
+
+#: The moment a give-back names for a reservation that had no wait: any time no later than the
+#: give-back's own will do (the script reads it as "now"), and this is the earliest there is.
+_NO_WAIT_AT_US = -_bands.TIME_BOUND_US
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
@@ -245,6 +252,27 @@ class _Core:
             now_us = self.now_us(now_ns)
         return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail, self.config]
 
+    def reserve_args(self, n: Any, left: float | None) -> list[bytes]:
+        """The script's arguments to reserve ``n`` tokens on the server's clock, waiting at most
+        ``left`` seconds (None: as long as it takes), in whole microseconds rounded down."""
+        request, config = self.args(RESERVE, n, None)
+        longest = -1 if left is None else min(int(left * 1e6), _bands.TIME_BOUND_US)
+        return [request + _bands.extra(longest), config]
+
+    def give_back_args(self, n: Any, reserved: Reserved) -> list[bytes] | None:
+        """The script's arguments to give back ``reserved`` (of ``n`` tokens): undone if nobody
+        queued behind it, else forfeited (see ``settle.lua``). None for a reservation whose
+        moment is unknown (a re-sent one, answered by the key's settlement point): it is
+        forfeited, which never lets anyone in early."""
+        if reserved.wait_us == 0:
+            at_us = _NO_WAIT_AT_US
+        elif reserved.at_us is None:
+            return None
+        else:
+            at_us = reserved.at_us
+        request, config = self.args(GIVE_BACK, n, None)
+        return [request + _bands.extra(at_us), config]
+
     def refuse_never(self, n: Any) -> None:
         """A take of more than a band's burst raises, as ``try_acquire`` does (``n`` is
         already checked by :meth:`args`)."""
@@ -299,22 +327,53 @@ def _never(n: Any) -> ValueError:
     return ValueError(f"n={n} is more than a band's burst: it can never be acquired")
 
 
+class Reserved(NamedTuple):
+    """What a reservation took: the caller's turn comes ``wait_us`` microseconds after the script
+    ran, at ``at_us`` on the script's clock (None when there was no wait, or for a re-sent
+    reservation, whose moment the server no longer knows)."""
+
+    wait_us: int
+    at_us: int | None
+
+
+def reservation(reply: Any, n: Any) -> Reserved | None:
+    """The script's reply to a reservation: what it took, or None if it took nothing (the tokens
+    would only be there after the caller's longest wait). NEVER raises ValueError, as
+    in-process."""
+    if type(reply) is int:
+        if reply & 3:
+            raise _never(n)
+        return Reserved(0, None)
+    if reply[0] == 1:
+        return None
+    return Reserved(int(reply[2]), int(reply[3]) if len(reply) > 3 else None)
+
+
 def _blocking_acquire(
-    ask: Callable[[float | None], Decision | None],
+    core: _Core,
+    keys: list[bytes],
     n: Any,
     timeout: Any,
     limiter: str,
-    server: Server,
+    fall_back: Callable[[BaseException], Any],
 ) -> bool:
-    """Ask until allowed, sleeping for each wait; False once ``timeout`` seconds pass. Refused
-    on a thread running an event loop, as the in-process limiters refuse it.
+    """Reserve ``n`` tokens on the server, then sleep until they are there (True); False at once
+    if they would only be there after ``timeout`` seconds, as in-process. Refused on a thread
+    running an event loop, as the in-process limiters refuse it.
 
-    ``ask(left)`` is one question, waited for at most ``left`` seconds when a ``timeout`` is
-    given (None: as long as it takes); it answers None when that ran out. So the call returns
-    by its deadline whatever the client's socket timeout, and a question still under way then
-    gives back what it took (see :func:`_asked_within`). A client with no socket timeout would
-    leave such a question blocked for ever on a stopped server: ``timeout=`` is refused there.
+    One script call per admission: the script books the tokens at the moment they will be there
+    and moves the key's settlement point to it, so later callers queue behind (see
+    ``settle.lua``). A waiter that stops waiting (interrupted, or past its deadline) gives its
+    reservation back, which the script undoes only if nobody queued behind it.
+
+    With a ``timeout``, the reservation is asked in a worker thread and waited for at most what
+    is left of it (plus :data:`ASK_GRACE`), so the call returns by its deadline whatever the
+    client's socket timeout; a reservation answered later is given back. A client with no socket
+    timeout would leave such a question blocked for ever on a stopped server: ``timeout=`` is
+    refused there. When the server cannot answer, ``fall_back`` (the ``on_error`` policy, asked
+    as ``check``) answers instead, and a DENIED from it is slept on and asked again.
     """
+    server = core.server
     limit = _check_timeout(timeout)
     if limit != 0:
         _refuse_in_event_loop(limiter)
@@ -328,81 +387,182 @@ def _blocking_acquire(
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        answer = ask(left)
-        if answer is None:
+        try:
+            reply = _reserve_within(core, keys, n, left)
+        except server.unavailable as error:
+            step = _after_fall_back(fall_back(error), n, deadline, time.monotonic())
+            if isinstance(step, bool):
+                return step
+            time.sleep(step)
+            continue
+        if reply is _NO_REPLY:
             return False
-        if answer.outcome is LimitOutcome.ALLOWED:
-            return True
-        if answer.wait_ns is None:
-            raise _never(n)
-        delay = answer.wait_ns / 1e9
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            delay = min(delay, left)
-        time.sleep(delay)
+        reserved = reservation(reply, n)
+        if reserved is None:
+            return False
+        end = time.monotonic() + reserved.wait_us / 1e6
+        if deadline is not None and end > deadline + ASK_GRACE:
+            # The server ran the reservation late (it was slow, or stopped): the turn it gave
+            # comes after the deadline. Given back in a worker, so the call keeps its deadline.
+            try:
+                _questions.submit(_give_back, core, keys, n, reserved)
+            except RuntimeError:  # the interpreter is shutting down: no new threads
+                _give_back(core, keys, n, reserved)
+            return False
+        try:
+            while (rest := end - time.monotonic()) > 0:
+                time.sleep(rest)
+        except BaseException:
+            _give_back(core, keys, n, reserved)
+            raise
+        return True
 
 
-#: Worker threads for the questions of blocking acquires with a timeout.
+def _after_fall_back(answer: Decision, n: Any, deadline: float | None, now: float) -> bool | float:
+    """What a waiter does with the ``on_error`` answer: True (allowed), the seconds to sleep
+    before it asks again, or False once its deadline has passed."""
+    if answer.outcome is LimitOutcome.ALLOWED:
+        return True
+    if answer.wait_ns is None:
+        raise _never(n)
+    delay = answer.wait_ns / 1e9
+    if deadline is None:
+        return delay
+    if deadline - now <= 0:
+        return False
+    return min(delay, deadline - now)
+
+
+#: Worker threads for the questions of blocking acquires with a timeout, and their give-backs.
 _questions = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="qos-redis-question")
 
+#: What :func:`_reserve_within` answers when no reply came in time.
+_NO_REPLY: Any = object()
 
-def _asked_within(
-    server: Server, keys: list[bytes], take: Any, refund: Any, left: float
-) -> Any | None:
-    """The reply to a take asked in a worker thread, waited for at most ``left`` seconds (plus
-    :data:`ASK_GRACE`); None if it did not come by then. A take that comes later gives back
-    what it took, in its thread: nobody is waiting for its answer any more."""
-    question = _questions.submit(server.run, keys, take)
+
+def _reserve_within(core: _Core, keys: list[bytes], n: Any, left: float | None) -> Any:
+    """The reply to a reservation of ``n`` tokens that waits at most ``left`` seconds (None: as
+    long as it takes), itself waited for at most ``left`` seconds (plus :data:`ASK_GRACE`) in a
+    worker thread; :data:`_NO_REPLY` if it did not come by then. A reservation answered later
+    is given back, in its thread: nobody is waiting for it any more."""
+    server = core.server
+    args = core.reserve_args(n, left)
+    if left is None:
+        return server.run(keys, args)
+    question = _questions.submit(server.run, keys, args)
     try:
         return question.result(timeout=left + ASK_GRACE)
     except concurrent.futures.TimeoutError:
 
         def give_back(done: concurrent.futures.Future[Any]) -> None:
-            if done.exception() is None and took(done.result()):
-                with contextlib.suppress(*server.unavailable):
-                    server.run(keys, refund)
+            if done.exception() is None:
+                with contextlib.suppress(ValueError):  # NEVER: nothing taken
+                    reserved = reservation(done.result(), n)
+                    if reserved is not None:
+                        _give_back(core, keys, n, reserved)
 
         question.add_done_callback(give_back)
-        return None
+        return _NO_REPLY
 
 
-#: How long past its deadline an awaited ``acquire(timeout=...)`` lets its last question run:
-#: a round trip still under way then is cancelled, and gives back what it took.
+def _give_back(core: _Core, keys: list[bytes], n: Any, reserved: Reserved) -> None:
+    """Give back a reservation nobody will use (see :meth:`_Core.give_back_args`); a server that
+    cannot be reached keeps it, as any lost reply's take stands."""
+    args = core.give_back_args(n, reserved)
+    if args is not None:
+        with contextlib.suppress(*core.server.unavailable):
+            core.server.run(keys, args)
+
+
+#: How long past its deadline an ``acquire(timeout=...)`` lets its reservation's round trip
+#: run, and how far past it the turn it was given may come: later than that, the reservation is
+#: given back and the call returns False.
 ASK_GRACE = 0.05
 
 
-async def _awaited_acquire(ask: Callable[[], Awaitable[Decision]], n: Any, timeout: Any) -> bool:
-    """:func:`_blocking_acquire` for asyncio: awaits the answer and the sleep.
+async def _awaited_acquire(
+    core: _Core,
+    keys: list[bytes],
+    n: Any,
+    timeout: Any,
+    run: Callable[[list[bytes], Any], Awaitable[Any]],
+    fall_back: Callable[[BaseException], Any],
+) -> bool:
+    """:func:`_blocking_acquire` for asyncio: awaits the reservation (``run`` runs the script:
+    awaited on an asyncio client, in a worker thread on a synchronous one) and the sleep.
 
-    With a ``timeout``, every question is bounded by what is left of it (plus
+    With a ``timeout``, the reservation is waited for at most what is left of it (plus
     :data:`ASK_GRACE`), whatever the client's socket timeout: a stopped server makes the call
-    return False at its deadline rather than when the client gives up. The question cancelled
-    then is net zero (see :func:`_net_zero`)."""
+    return False at its deadline. A waiter cancelled at any point is net zero: a reservation
+    under way is let finish and given back, and one made is given back (undone if nobody queued
+    behind it, else forfeited, as in-process)."""
     limit = _check_timeout(timeout)
     loop = asyncio.get_running_loop()
     deadline = None if limit is None else loop.time() + limit
+    server = core.server
+
+    def give_back(reserved: Reserved) -> Awaitable[None] | None:
+        args = core.give_back_args(n, reserved)
+        if args is None:
+            return None
+
+        async def give() -> None:
+            with contextlib.suppress(*server.unavailable):
+                await run(keys, args)
+
+        return give()
+
+    def give_back_reply(reply: Any) -> Awaitable[None] | None:
+        try:
+            reserved = reservation(reply, n)
+        except ValueError:  # NEVER: nothing taken
+            return None
+        return None if reserved is None else give_back(reserved)
+
     while True:
-        if deadline is None:
-            answer = await ask()
-        else:
-            try:
-                left = max(deadline - loop.time(), 0.0)
-                answer = await asyncio.wait_for(ask(), left + ASK_GRACE)
-            except asyncio.TimeoutError:
-                return False
-        if answer.outcome is LimitOutcome.ALLOWED:
-            return True
-        if answer.wait_ns is None:
-            raise _never(n)
-        delay = answer.wait_ns / 1e9
-        if deadline is not None:
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            delay = min(delay, left)
-        await asyncio.sleep(delay)
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        asked = _net_zero(run(keys, core.reserve_args(n, left)), give_back_reply)
+        try:
+            if left is None:
+                reply = await asked
+            else:
+                reply = await asyncio.wait_for(asked, left + ASK_GRACE)
+        except asyncio.TimeoutError:
+            return False
+        except server.unavailable as error:
+            step = _after_fall_back(fall_back(error), n, deadline, loop.time())
+            if isinstance(step, bool):
+                return step
+            await asyncio.sleep(step)
+            continue
+        reserved = reservation(reply, n)
+        if reserved is None:
+            return False
+        end = loop.time() + reserved.wait_us / 1e6
+        if deadline is not None and end > deadline + ASK_GRACE:
+            undo = give_back(reserved)
+            if undo is not None:
+                _in_background(undo)
+            return False
+        try:
+            while (rest := end - loop.time()) > 0:
+                await asyncio.sleep(rest)
+        except BaseException:
+            undo = give_back(reserved)
+            if undo is not None:
+                _in_background(undo)
+            raise
+        return True
+
+
+def _in_thread(server: Server) -> Callable[[list[bytes], Any], Awaitable[Any]]:
+    """Run the script on a synchronous client in a worker thread, for an awaiting caller."""
+    return lambda keys, args: asyncio.to_thread(server.run, keys, args)
+
+
+def _awaited(server: Server) -> Callable[[list[bytes], Any], Awaitable[Any]]:
+    """Run the script on an asyncio client."""
+    return lambda keys, args: server.run_async(keys, args)
 
 
 async def _net_zero_if_taking(
@@ -424,36 +584,6 @@ async def _taken(
         return run(keys, refund) if took(reply) else None
 
     return await _net_zero(run(keys, take), give_back)
-
-
-def _check_within(
-    core: _Core, keys: list[bytes], n: Any, left: float, fall_back: Callable[[BaseException], Any]
-) -> Decision | None:
-    """A blocking acquire's question on one key, waited for at most ``left`` seconds: the
-    decision, the ``on_error`` answer (``fall_back``), or None if time ran out."""
-    take, refund = core.args(TAKE, n, None), core.args(REFUND, n, None)
-    try:
-        reply = _asked_within(core.server, keys, take, refund, left)
-    except core.server.unavailable as error:
-        return fall_back(error)  # type: ignore[no-any-return]
-    return None if reply is None else decision(reply)
-
-
-async def _check_in_thread(
-    core: _Core, keys: list[bytes], n: Any, fall_back: Callable[[BaseException], Any]
-) -> Decision:
-    """An awaited acquire's question on one key of a synchronous client, asked in a worker
-    thread, net zero if the waiter is cancelled meanwhile."""
-    server = core.server
-
-    def run(keys: list[bytes], args: Any) -> Awaitable[Any]:
-        return asyncio.to_thread(server.run, keys, args)
-
-    try:
-        reply = await _taken(run, keys, core.args(TAKE, n, None), core.args(REFUND, n, None))
-    except server.unavailable as error:
-        return fall_back(error)  # type: ignore[no-any-return]
-    return decision(reply)
 
 
 #: The questions about one key: the script's operation for each method, and how its reply is
@@ -925,6 +1055,11 @@ class RedisRateLimiter(_OneKey):
       key's TTL runs on the server's real clock.
     * ``initial`` is what a key that does not exist holds: at first, and again once it has
       refilled completely and expired.
+    * ``acquire`` reserves on the server, as in-process: waiters are admitted in the order their
+      reservations reach it, one script call each, and a waiter that gives up hands its turn
+      back (forfeited if others queue behind it, so nobody is let in early). The bands of a key
+      share one settlement point there, so a give-back on a key of several bands may give back
+      a little less than in-process, never more.
 
     Given an asyncio client, construct :class:`AsyncRedisRateLimiter` instead (this class does
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
@@ -998,34 +1133,32 @@ class RedisRateLimiter(_OneKey):
         return self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
 
     def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
-        """Block until ``n`` tokens are taken (True), or ``timeout`` seconds pass (False)."""
-        self._core.args(TAKE, n, None)
+        """Block until ``n`` tokens are taken (True); False at once if they would only be there
+        after ``timeout`` seconds. Waiters are served in the order they reach the server: each
+        reserves its tokens there at the moment they will be there, then sleeps until then, so
+        a large request is never starved by small ones (one script call per admission). A
+        waiter interrupted while it sleeps gives its reservation back."""
+        self._core.args(RESERVE, n, None)
         return _blocking_acquire(
-            lambda left: self._check_within(n, left),
+            self._core,
+            self._keys,
             n,
             timeout,
             type(self).__name__,
-            self._core.server,
-        )
-
-    def _check_within(self, n: Any, left: float | None) -> Decision | None:
-        """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
-        if left is None:
-            return self.check(n)
-        return _check_within(
-            self._core, self._keys, n, left, lambda e: self._fall_back(e, "check", n, None)
+            lambda e: self._fall_back(e, "check", n, None),
         )
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
-        """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
-        cancelled while a round trip runs gives back what that trip took."""
-        self._core.args(TAKE, n, None)
+        """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
+        cancelled at any point gives back what it reserved."""
+        self._core.args(RESERVE, n, None)
         return await _awaited_acquire(
-            lambda: _check_in_thread(
-                self._core, self._keys, n, lambda e: self._fall_back(e, "check", n, None)
-            ),
+            self._core,
+            self._keys,
             n,
             timeout,
+            _in_thread(self._core.server),
+            lambda e: self._fall_back(e, "check", n, None),
         )
 
     def __call__(self, function: _F) -> _F:
@@ -1177,40 +1310,34 @@ class RedisKeyedRateLimiter(_ManyKeys):
             batch.answered(call.group, reply)
 
     def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
-        """Block until ``n`` tokens of ``key`` are taken (True), or ``timeout`` passes (False)."""
-        redis_key(self._prefix, key)
-        self._core.args(TAKE, n, None)
+        """Block until ``n`` tokens of ``key`` are taken (True); False at once if they would
+        only be there after ``timeout`` seconds. The key's waiters are served in the order they
+        reach the server (see :meth:`RedisRateLimiter.acquire`)."""
+        keys = [redis_key(self._prefix, key)]
+        self._core.args(RESERVE, n, None)
         return _blocking_acquire(
-            lambda left: self._check_within(key, n, left),
+            self._core,
+            keys,
             n,
             timeout,
             type(self).__name__,
-            self._core.server,
-        )
-
-    def _check_within(self, key: str | bytes, n: Any, left: float | None) -> Decision | None:
-        """:meth:`check`, waited for at most ``left`` seconds (None: as long as it takes)."""
-        if left is None:
-            return self.check(key, n)
-        keys = [redis_key(self._prefix, key)]
-        return _check_within(
-            self._core, keys, n, left, lambda e: self._fall_back(e, "check", key, n, None)
+            lambda e: self._fall_back(e, "check", key, n, None),
         )
 
     async def acquire_async(
         self, key: str | bytes, n: int = 1, timeout: float | None = None
     ) -> bool:
-        """:meth:`acquire` for asyncio; each round trip runs in a worker thread. A waiter
-        cancelled while a round trip runs gives back what that trip took."""
-        redis_key(self._prefix, key)
-        self._core.args(TAKE, n, None)
+        """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
+        cancelled at any point gives back what it reserved."""
         keys = [redis_key(self._prefix, key)]
+        self._core.args(RESERVE, n, None)
         return await _awaited_acquire(
-            lambda: _check_in_thread(
-                self._core, keys, n, lambda e: self._fall_back(e, "check", key, n, None)
-            ),
+            self._core,
+            keys,
             n,
             timeout,
+            _in_thread(self._core.server),
+            lambda e: self._fall_back(e, "check", key, n, None),
         )
 
 
@@ -1245,8 +1372,15 @@ class AsyncRedisRateLimiter(_OneKey):
         return await self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
 
     async def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
-        self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: self.check(n), n, timeout)
+        self._core.args(RESERVE, n, None)
+        return await _awaited_acquire(
+            self._core,
+            self._keys,
+            n,
+            timeout,
+            _awaited(self._core.server),
+            lambda e: self._fall_back(e, "check", n, None),
+        )
 
     acquire_async = acquire
 
@@ -1388,8 +1522,15 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         return batch.finished()
 
     async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
-        redis_key(self._prefix, key)
-        self._core.args(TAKE, n, None)
-        return await _awaited_acquire(lambda: self.check(key, n), n, timeout)
+        keys = [redis_key(self._prefix, key)]
+        self._core.args(RESERVE, n, None)
+        return await _awaited_acquire(
+            self._core,
+            keys,
+            n,
+            timeout,
+            _awaited(self._core.server),
+            lambda e: self._fall_back(e, "check", key, n, None),
+        )
 
     acquire_async = acquire

@@ -8,7 +8,8 @@
 -- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
 --
 -- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
--- "2", ... the balances of its bands in units. A band of p/q tokens per second counts in units
+-- "2", ... the balances of its bands in units, field "w" the settlement point the last
+-- reservation or give-back left (see below), field "c" the calls it remembers (see ARGV[3]). A band of p/q tokens per second counts in units
 -- of 1/(q * 10^6) token, so one microsecond brings exactly p units: accrual is one integer
 -- product and no remainder ever arises. Lua's numbers are doubles, which hold every integer up
 -- to 2^53 exactly; the client refuses any band whose capacity (burst * q * 10^6) plus p exceeds
@@ -18,6 +19,15 @@
 --   * the elapsed time is capped at the time to full, ceil((C - balance) / p), BEFORE it is
 --     multiplied, so a product is at most C - balance + p - 1, and a sum at most C + p - 1;
 --   * times are microseconds of at most 2^52 either side of 0, so differences stay below 2^53;
+--     a settlement point is one of those times, or a reservation's moment, which is refused
+--     (TOO LATE) beyond 2^52: so a settlement point too is within 2^52 of 0, and the wait until
+--     it (at most 2^53) is exact. A reservation's refill is compared with 2^52 - settled (at
+--     most 2^53) before it is added, and with the caller's longest wait (at most 2^52) less the
+--     time the clock is behind, never summed with it first; only a key's expiry, its
+--     settlement point plus its time to full, may pass 2^53, for a band whose time to full is
+--     itself beyond 2^52 microseconds (142 years), and it is then off by a microsecond at most;
+--   * a give-back runs a settlement backwards: it moves back floor(total / p) microseconds for
+--     a total of at most C (a quotient), and takes back * p <= total units off;
 --   * a double quotient a / b of integers with 0 <= a < 2^53 never rounds across an integer,
 --     so floor and ceil of it are the exact integer quotients.
 --
@@ -27,13 +37,33 @@
 -- ARGV[1] is the request, as big-endian doubles (8 bytes each, exact for every integer the
 -- client sends: all are below 2^53), read by one struct.unpack: parsing numbers out of text cost
 -- the server more than the rest of the arithmetic.
---   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available
+--   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available, 5 reserve,
+--           6 give back (reserve and give back on one key)
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
 --   now     in microseconds (ignored when the next number is 1)
 --   server  1: use the server's TIME; 0: use now
 --   least   the least TTL in ms
 --   initial the tokens a new key holds in every band, or -1: full
+--   extra   (reserve and give back only) reserve: the caller's longest wait in microseconds,
+--           at most 2^52, or -1: none; give back: the moment the reservation was made for, or
+--           -2^52 for one made with no wait (any time no later than the give-back's own)
+--
+-- Waiting (src/core/exact/limiter.rs, Balances::reserve and give_back). A reservation takes n
+-- at once if every band holds it; otherwise at the first moment every band does, if that is at
+-- most the longest wait away: every band is settled forward to that moment and n taken there,
+-- so the key's settlement point lies ahead of the clock, and whoever asks next is answered from
+-- it and queues behind (a take, too, is DENIED until then). A waiter that gives up hands back n
+-- with the moment it was given: if the key is settled no later than that moment (or than now,
+-- once it has passed), nobody queues behind it, and the settlement is run backwards, each band
+-- losing p units a microsecond down to an empty band or to now, as if the reservation had never
+-- been made; otherwise waiters behind it hold turns booked from its end, and its tokens are
+-- forfeited, so that nobody is let in before a turn already promised. The bands of one key
+-- share one settlement point here, where the in-process limiter keeps one per band: after a
+-- give-back they stand at the latest band's point, the others settled forward to it, and the
+-- bands at that point keep no part of a microsecond's accrual, so nothing is taken before it.
+-- A refund while a reservation holds the settlement point ahead (field "w" equals it) is
+-- forfeited as well, as in-process: its tokens could be taken at once, on top of the turns.
 --
 -- ARGV[2] is the limit's configuration in its canonical encoding (src/core/exact/config.rs):
 -- a version byte (1), the number of fields per band (5), the number of bands (2 bytes), then
@@ -42,12 +72,15 @@
 -- not know, so a configuration is never misread.
 --
 -- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
--- many, refund). A client may send one call more than once (redis-py re-sends a command that timed
+-- many, refund, reserve, give back). A client may send one call more than once (redis-py re-sends a command that timed
 -- out, and the first sending still reaches the server), so each key remembers, in its field
 -- "c", the last few calls that changed it: each call's token and how many of its requests on
 -- that key took. A sending of a call the key remembers changes nothing again: its takes answer
--- ALLOWED as they did (later ones in a batch DENIED, as they were), and a refund gives nothing
--- more. A key deleted once full forgets its calls; a refund re-sent after that finds it full.
+-- ALLOWED as they did (later ones in a batch DENIED, as they were), a refund or a give-back
+-- gives nothing more, and a reservation takes nothing more: it is answered with the wait until
+-- the key's settlement point (its own moment or a later one, never earlier) and no moment, so
+-- the client cannot give it back and forfeits it if it gives up. A key deleted once full forgets
+-- its calls; a refund re-sent after that finds it full.
 
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
@@ -58,9 +91,16 @@
 --     is at most a burst, far below 2^51); DENIED as {1, remaining, behind, wait}: the
 --     microseconds the clock is behind the settlement point, and the longest band's refill
 --     wait in microseconds (the client adds the two: their sum could pass 2^53 when a caller's
---     explicit time is far behind).
+--     explicit time is far behind);
+--   * op "reserve": taken at once as ALLOWED; NEVER as above; taken later as {0, remaining,
+--     wait, moment} (the wait until the moment, in microseconds: at most 2^53, see above), or
+--     {0, remaining, wait} when a re-sent reservation answers; TOO LATE as DENIED (nothing
+--     taken, and the wait it would have had).
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+-- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
+-- explicit time may be).
+local LAST = 4503599627370496
 
 local token = ARGV[3]
 -- A remembered call: its token, then how many of its requests took on this key (4 bytes).
@@ -87,6 +127,8 @@ local function remember(calls, taken)
 end
 
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
+-- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
+local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
 local config = ARGV[2]
 local version, per_band, count = struct.unpack('>BBI2', config)
 if version ~= 1 or per_band ~= 5 or #config ~= 4 + 40 * count then
@@ -107,7 +149,7 @@ if count == 1 and #KEYS == 1 then
         now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     local capacity = burst * unit
-    local stored = redis.call('HMGET', key, 't', '1', 'c')
+    local stored = redis.call('HMGET', key, 't', '1', 'c', 'w')
     local exists = stored[1] ~= false
     local calls = stored[3] or nil
     local replayed = op ~= 2 and op ~= 4 and remembered(calls)
@@ -123,11 +165,15 @@ if count == 1 and #KEYS == 1 then
     end
     local behind = settled > now and settled - now or 0
 
-    local outcome, wait, changed = 0, 0, false
+    local outcome, wait, changed, at = 0, 0, false, nil
     if replayed then
-        -- Sent before and run: what it took stays taken, once (a refund, given once).
+        -- Sent before and run: what it took stays taken, once (a refund, given once). A
+        -- reservation's moment is not remembered: it is answered with the wait until the
+        -- key's settlement point (its own moment, or a later one), and no moment (see reply).
         if op <= 1 then
             outcome = replayed > 0 and 0 or 1
+        elseif op == 5 then
+            wait = behind
         end
     elseif op <= 2 then -- take, many or peek
         if n > burst then
@@ -143,15 +189,68 @@ if count == 1 and #KEYS == 1 then
             end
         end
     elseif op == 3 then
-        balance = n >= burst and capacity or min(balance + n * unit, capacity)
+        -- A refund while a reservation holds the settlement point ahead is forfeited.
+        if not (behind > 0 and tonumber(stored[4]) == settled) then
+            balance = n >= burst and capacity or min(balance + n * unit, capacity)
+        end
+        changed = true
+    elseif op == 5 then -- reserve
+        if n > burst then
+            outcome = 2
+        else
+            local deficit = n * unit - balance
+            if deficit <= 0 then
+                balance = balance - n * unit
+                changed = true
+            else
+                local refill = ceil(deficit / rate)
+                if refill > LAST - settled or (extra >= 0 and (behind > extra or refill > extra - behind)) then
+                    outcome = 1
+                    wait = refill
+                else
+                    balance = min(balance + refill * rate, capacity) - n * unit
+                    settled = settled + refill
+                    at = settled
+                    behind = settled - now
+                    wait = behind
+                    changed = true
+                end
+            end
+        end
+    elseif op == 6 then -- give back
+        if not (settled > max(extra, now)) then
+            local total = min(balance + n * unit, capacity)
+            if settled <= now then
+                balance = total
+            else
+                local ahead = settled - now
+                local back = floor(total / rate)
+                if back < ahead then
+                    settled = settled - back
+                    balance = total - back * rate
+                else
+                    settled = now
+                    balance = total - ahead * rate
+                end
+                behind = settled > now and settled - now or 0
+            end
+        end
         changed = true
     end
     local remaining = floor(balance / unit)
 
-    if op <= 1 or op == 3 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
+    if op ~= 2 and op ~= 4 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
         local to_full = ceil((capacity - balance) / rate)
         if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
-            if changed and token then
+            if changed and op >= 5 then
+                -- Field "w": the settlement point a reservation (or a give-back) left.
+                if token then
+                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled, 'c',
+                        remember(calls, 1))
+                else
+                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled)
+                end
+            elseif changed and token then
                 redis.call('HSET', key, 't', settled, '1', balance, 'c', remember(calls, 1))
             else
                 redis.call('HSET', key, 't', settled, '1', balance)
@@ -171,6 +270,11 @@ if count == 1 and #KEYS == 1 then
         return tostring(outcome)
     elseif outcome == 1 then
         return {1, remaining, behind, wait}
+    elseif op == 5 and wait > 0 then
+        if at then
+            return {0, remaining, wait, at}
+        end
+        return {0, remaining, wait}
     end
     return 4 * remaining + outcome
 end
@@ -183,7 +287,8 @@ end
 local many = op == 1
 local takes = many or op == 0
 local decides = takes or op == 2
-local writes = takes or op == 3
+local waits = op == 5 or op == 6 -- reserve, give back (one key)
+local writes = takes or op == 3 or waits
 
 local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
 local fields = {'t'}
@@ -199,6 +304,7 @@ for i = 1, count do
     fields[i + 1] = tostring(i)
 end
 fields[count + 2] = 'c'
+fields[count + 3] = 'w'
 
 -- Per key of this call (a batch may name a key twice): what its field "c" held before the
 -- call, how many of the call's requests took there when it ran before (a replay; nil if it did
@@ -247,11 +353,15 @@ for k = 1, #KEYS do
 
     -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
     -- DENIED with the longest wait.
-    local outcome, wait = 0, 0
+    local outcome, wait, changed, at = 0, 0, false, nil
     local replayed = replay_left[key]
     if replayed then
         -- Sent before and run: its first `replayed` requests here took, the rest did not; none
-        -- takes again, and a refund gives nothing again.
+        -- takes again, and a refund gives nothing again. A reservation is answered with the
+        -- wait until the key's settlement point, and no moment (see the fast path).
+        if op == 5 then
+            wait = behind
+        end
         if takes then
             outcome = replayed > 0 and 0 or 1
             replay_left[key] = max(replayed - 1, 0)
@@ -284,12 +394,100 @@ for k = 1, #KEYS do
         end
     elseif op == 3 then
         taken_here[key] = 1
-        for i = 1, count do
-            if n >= burst[i] then
-                balance[i] = capacity[i]
-            else
-                balance[i] = min(balance[i] + n * unit[i], capacity[i])
+        -- A refund while a reservation holds the settlement point ahead is forfeited.
+        if not (behind > 0 and tonumber(stored[count + 3]) == settled) then
+            for i = 1, count do
+                if n >= burst[i] then
+                    balance[i] = capacity[i]
+                else
+                    balance[i] = min(balance[i] + n * unit[i], capacity[i])
+                end
             end
+        end
+    elseif op == 5 then
+        -- Reserve: take n now if every band holds it, else at the first moment every band
+        -- does, if that is within the caller's max wait: every band settled forward to it.
+        local refill = 0
+        for i = 1, count do
+            if n > burst[i] then
+                outcome = 2
+            elseif outcome ~= 2 then
+                local deficit = n * unit[i] - balance[i]
+                if deficit > 0 then
+                    refill = max(refill, ceil(deficit / rate[i]))
+                end
+            end
+        end
+        if outcome ~= 2 then
+            if refill > 0 and (refill > LAST - settled
+                    or (extra >= 0 and (behind > extra or refill > extra - behind))) then
+                outcome = 1
+                wait = refill
+            else
+                for i = 1, count do
+                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+                    balance[i] = min(balance[i] + min(refill, to_full) * rate[i], capacity[i])
+                        - n * unit[i]
+                end
+                if refill > 0 then
+                    settled = settled + refill
+                    at = settled
+                    behind = settled - now
+                    wait = behind
+                end
+                taken_here[key] = 1
+                changed = true
+            end
+        end
+    elseif op == 6 then
+        -- Give back n reserved for `extra`: undone on every band if nobody queues behind it
+        -- (the key is settled no later than max(extra, now)), else forfeited.
+        taken_here[key] = 1
+        changed = true
+        if not (settled > max(extra, now)) then
+            local at_band = {}
+            local latest = now
+            for i = 1, count do
+                local total = min(balance[i] + n * unit[i], capacity[i])
+                at_band[i] = now
+                if settled <= now then
+                    balance[i] = total
+                else
+                    -- Run the settlement backwards from `settled`: the band loses rate units a
+                    -- microsecond, down to an empty band or to now.
+                    local ahead = settled - now
+                    local back = floor(total / rate[i])
+                    if back < ahead then
+                        at_band[i] = settled - back
+                        balance[i] = total - back * rate[i]
+                    else
+                        balance[i] = total - ahead * rate[i]
+                    end
+                end
+                latest = max(latest, at_band[i])
+            end
+            -- One settlement point for the key: the latest band's. A band undone to an earlier
+            -- point is settled forward to it (what it accrues meanwhile); the bands already
+            -- there keep no part of a microsecond's accrual, so nothing they hold can be taken
+            -- before that point.
+            local spread = false
+            for i = 1, count do
+                if at_band[i] < latest then
+                    spread = true
+                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
+                    balance[i] = min(balance[i] + min(latest - at_band[i], to_full) * rate[i],
+                        capacity[i])
+                end
+            end
+            if spread then
+                for i = 1, count do
+                    if at_band[i] == latest then
+                        balance[i] = 0
+                    end
+                end
+            end
+            settled = latest
+            behind = settled > now and settled - now or 0
         end
     end
 
@@ -315,9 +513,14 @@ for k = 1, #KEYS do
                 values[2 * i + 1] = fields[i + 1]
                 values[2 * i + 2] = balance[i]
             end
+            if changed and waits then
+                -- Field "w": the settlement point a reservation (or a give-back) left.
+                values[#values + 1] = 'w'
+                values[#values + 1] = settled
+            end
             if token and taken_here[key] > 0 then
-                values[2 * count + 3] = 'c'
-                values[2 * count + 4] = remember(calls_before[key], taken_here[key])
+                values[#values + 1] = 'c'
+                values[#values + 1] = remember(calls_before[key], taken_here[key])
             end
             redis.call('HSET', key, unpack(values))
             if server_clock then
@@ -338,6 +541,11 @@ for k = 1, #KEYS do
         reply[k] = outcome
     elseif outcome == 1 then
         return {1, remaining, behind, wait}
+    elseif op == 5 and wait > 0 then
+        if at then
+            return {0, remaining, wait, at}
+        end
+        return {0, remaining, wait}
     else
         return 4 * remaining + outcome
     end
