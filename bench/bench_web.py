@@ -13,6 +13,13 @@ address, with in-memory storage. Ours adds the RateLimit fields to every respons
 default); the peers add no headers (theirs). Interleaved rounds in one run; medians and
 ratios, not absolute times.
 
+With ``on_decision`` (the metrics hook): a no-op hook, and the Prometheus adapter of
+:mod:`protocol_in_code.qos.metrics` (under both servers), each against the same middleware
+without one. And the decision step alone, as the middleware makes it, with no hook: without a
+hook the middleware calls the limiter's own ``check`` (the hook is a wrapper put in its place
+at construction), so this is ``rule.check(key, 1)`` against the ``rule.limiter.check(key, 1)``
+it replaced, the difference being all that having no hook costs a decision.
+
 Then the event loop's longest stall while 1,000 concurrent requests go through the ASGI
 middleware, most of them refused: with a wait of one second and of one day, to show that a
 refusal costs the same, never a sleep; and through the bare application, for scale. A stall is
@@ -93,6 +100,19 @@ def starlette_ours_no_fields() -> tuple[str, dict[str, object], int]:
     return asgi_case(app)
 
 
+def starlette_ours_noop_hook() -> tuple[str, dict[str, object], int]:
+    app = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=lambda event: None)
+    return asgi_case(app)
+
+
+def starlette_ours_prometheus() -> tuple[str, dict[str, object], int]:
+    from prometheus_client import CollectorRegistry
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics(CollectorRegistry())
+    return asgi_case(ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=metrics))
+
+
 def starlette_slowapi() -> tuple[str, dict[str, object], int]:
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
@@ -161,6 +181,34 @@ def flask_bare() -> tuple[str, dict[str, object], int]:
 def flask_ours() -> tuple[str, dict[str, object], int]:
     app = flask_app()
     return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE)))
+
+
+def flask_ours_prometheus() -> tuple[str, dict[str, object], int]:
+    from prometheus_client import CollectorRegistry
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    app = flask_app()
+    metrics = PrometheusMetrics(CollectorRegistry())
+    return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE), on_decision=metrics))
+
+
+def decision_case(statement: str, hook: Any = None) -> tuple[str, dict[str, object], int]:
+    """``statement`` run PER_RUN times on the middleware's rule, with ``hook`` or none."""
+    rule = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=hook).rules.rules[0]
+    loop = f"for _ in range({PER_RUN}):\n    {statement}"
+    return loop, {"rule": rule, "key": "192.0.2.1"}, PER_RUN
+
+
+def decision_limiter_check() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.limiter.check(key, 1)")
+
+
+def decision_no_hook() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.check(key, 1)")
+
+
+def decision_noop_hook() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.check(key, 1)", lambda event: None)
 
 
 def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
@@ -236,6 +284,8 @@ def main() -> None:
             "Starlette, bare": starlette_bare,
             "Starlette + ours (ASGI)": starlette_ours,
             "Starlette + ours, no fields on 200": starlette_ours_no_fields,
+            "Starlette + ours, no-op on_decision": starlette_ours_noop_hook,
+            "Starlette + ours + Prometheus": starlette_ours_prometheus,
             "Starlette + slowapi": starlette_slowapi,
         },
         args.rounds,
@@ -245,6 +295,7 @@ def main() -> None:
         {
             "Flask, bare": flask_bare,
             "Flask + ours (WSGI)": flask_ours,
+            "Flask + ours + Prometheus": flask_ours_prometheus,
             "Flask + flask-limiter": flask_flask_limiter,
         },
         args.rounds,
@@ -262,6 +313,36 @@ def main() -> None:
     if "Flask + flask-limiter" in wsgi:
         peer = wsgi["Flask + flask-limiter"] - wsgi["Flask, bare"]
         print(f"  ours / flask-limiter = {ours_wsgi / peer:.3f}")
+
+    print("\nthe metrics hook, against the same middleware without one:")
+    for label, results, ours in (
+        ("no-op on_decision (ASGI)", asgi, "Starlette + ours (ASGI)"),
+        ("Prometheus (ASGI)", asgi, "Starlette + ours (ASGI)"),
+        ("Prometheus (WSGI)", wsgi, "Flask + ours (WSGI)"),
+    ):
+        name = {
+            "no-op on_decision (ASGI)": "Starlette + ours, no-op on_decision",
+            "Prometheus (ASGI)": "Starlette + ours + Prometheus",
+            "Prometheus (WSGI)": "Flask + ours + Prometheus",
+        }[label]
+        if name in results:
+            added = results[name] - results[ours]
+            share = added / results[ours] * 100
+            print(f"  {label:<26} {added / 1000:+6.2f} µs a request, {share:+5.1f}%")
+
+    decisions = median_ns(
+        {
+            "rule.limiter.check (before hooks)": decision_limiter_check,
+            "rule.check, no hook": decision_no_hook,
+            "rule.check, no-op hook": decision_noop_hook,
+        },
+        args.rounds,
+        number * 5,
+    )
+    print("\nthe decision step alone (a keyed check, median per decision):")
+    base = decisions["rule.limiter.check (before hooks)"]
+    for name, ns in decisions.items():
+        print(f"  {name:<36} {ns:7.1f} ns  ({ns - base:+6.1f} ns)")
 
     print("\n1,000 concurrent requests through the ASGI middleware, burst 10:")
     for label, rate in (("no middleware", None), ("wait of 1 s", 1), ("wait of 1 day", "1/day")):

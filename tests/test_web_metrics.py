@@ -173,3 +173,31 @@ def test_opentelemetry_metrics_scraped_from_uvicorn(clients):
     finally:
         provider.shutdown()  # and the reader leaves the registry
     check(samples)
+
+
+def test_prometheus_counts_every_decision_of_many_threads():
+    # Counted without a lock (itertools.count): none is lost however the threads interleave.
+    import threading
+
+    from protocol_in_code.qos import LimitOutcome
+    from protocol_in_code.qos.asgi import DecisionEvent
+
+    metrics = PrometheusMetrics(prometheus_client.CollectorRegistry())
+    events = [
+        DecisionEvent("default", None, None, outcome, 0, True, None, None)
+        for outcome in (LimitOutcome.ALLOWED, LimitOutcome.DENIED)
+    ]
+
+    def decide() -> None:
+        for i in range(20_000):
+            metrics(events[i % 2])
+
+    threads = [threading.Thread(target=decide) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert metrics.decisions() == {
+        ("allowed", "default", "", "true"): 80_000,
+        ("denied", "default", "", "true"): 80_000,
+    }

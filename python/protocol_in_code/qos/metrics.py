@@ -30,6 +30,7 @@ Both libraries are optional extras: ``pip install 'protocol-in-code-qos[promethe
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -48,6 +49,9 @@ _OUTCOMES = {
     LimitOutcome.NEVER: "never",
     LimitOutcome.REFUSED: "refused",
 }
+
+
+_ALLOWED = LimitOutcome.ALLOWED
 
 
 def _route(route: str | None) -> str:
@@ -83,6 +87,12 @@ class _Tables:
                 yield policy, route, len(table), int(table.max_keys)
 
 
+def _counted(counter: itertools.count[int]) -> int:
+    """How many times ``next()`` was called on ``counter`` (made ``itertools.count()``): its
+    repr is ``count(N)``, read without advancing it."""
+    return int(repr(counter)[6:-1])
+
+
 class PrometheusMetrics:
     """An ``on_decision`` hook counting decisions in ``prometheus_client`` metrics.
 
@@ -90,6 +100,11 @@ class PrometheusMetrics:
     default); ``prefix`` starts every name. The metrics are ``{prefix}_decisions_total``
     (outcome, policy, route, enforced), ``{prefix}_wait_seconds`` (a histogram, policy and
     route), and ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and route).
+
+    The decisions are counted in ``itertools.count`` objects, one per label set, whose
+    ``next()`` is one call into C that the interpreter lock keeps whole, and are read when
+    scraped: a ``prometheus_client.Counter``'s ``inc()`` takes a lock and is several times
+    slower, and this runs for every request.
 
     Keyed tables are found as decisions meet them; :meth:`watch` adds one before its first
     request.
@@ -102,16 +117,11 @@ class PrometheusMetrics:
         prefix: str = "ratelimit",
         buckets: Iterable[float] = WAIT_BUCKETS,
     ) -> None:
-        from prometheus_client import REGISTRY, Counter, Histogram
+        from prometheus_client import REGISTRY, Histogram
 
         if registry is None:
             registry = REGISTRY
-        self.decisions = Counter(
-            f"{prefix}_decisions",
-            "Rate-limit decisions, by outcome, policy and route.",
-            ["outcome", "policy", "route", "enforced"],
-            registry=registry,
-        )
+        self.prefix = prefix
         self.waits = Histogram(
             f"{prefix}_wait_seconds",
             "The waits refused requests were given, in seconds.",
@@ -120,11 +130,13 @@ class PrometheusMetrics:
             registry=registry,
         )
         self.tables = _Tables()
-        registry.register(_TableCollector(self.tables, prefix))
-        # The labelled children, by what labels them: labels() is a lock and a dict of its own
-        # on every call, a few hundred nanoseconds this dict saves.
-        self._counters: dict[tuple[LimitOutcome, str, str | None, bool], Any] = {}
+        self._counts: dict[tuple[int, str, str | None, bool], itertools.count[int]] = {}
+        self._labels: dict[tuple[int, str, str | None, bool], tuple[str, str, str, str]] = {}
+        self._new = threading.Lock()
+        # The histogram's labelled children, by what labels them: labels() is a lock and a
+        # dict of its own on every call.
         self._histograms: dict[tuple[str, str | None], Any] = {}
+        registry.register(_PrometheusCollector(self))
 
     def watch(self, limiter: Any, policy: str = "default", route: str | None = None) -> None:
         """Report ``limiter``'s occupancy (if it is a keyed table) under ``policy`` and
@@ -132,51 +144,70 @@ class PrometheusMetrics:
         self.tables.watch(limiter, policy, route)
 
     def __call__(self, event: DecisionEvent) -> None:
-        where = (event.outcome, event.policy, event.route, event.enforced)
-        counter = self._counters.get(where)
-        if counter is None:
-            counter = self.decisions.labels(
-                _OUTCOMES[event.outcome],
-                event.policy,
-                _route(event.route),
-                "true" if event.enforced else "false",
-            )
-            self._counters[where] = counter
+        # One unpacking, not an attribute read per field; the outcome by identity (members
+        # are singletons), since an Enum's hash is Python code.
+        policy, _, route, outcome, wait_ns, enforced, _, _ = event
+        where = (id(outcome), policy, route, enforced)
+        counts = self._counts.get(where)
+        if counts is None:
+            with self._new:
+                counts = self._counts.setdefault(where, itertools.count())
+                self._labels[where] = (
+                    _OUTCOMES[outcome],
+                    policy,
+                    _route(route),
+                    "true" if enforced else "false",
+                )
             self.tables.meet(event)
-        counter.inc()
-        if event.outcome is not LimitOutcome.ALLOWED and event.wait_ns is not None:
-            place = (event.policy, event.route)
+        next(counts)
+        if outcome is not _ALLOWED and wait_ns is not None:
+            place = (policy, route)
             histogram = self._histograms.get(place)
             if histogram is None:
-                histogram = self.waits.labels(event.policy, _route(event.route))
+                histogram = self.waits.labels(policy, _route(route))
                 self._histograms[place] = histogram
-            histogram.observe(event.wait_ns / 1e9)
+            histogram.observe(wait_ns / 1e9)
+
+    def decisions(self) -> dict[tuple[str, str, str, str], int]:
+        """The decisions counted so far: {(outcome, policy, route, enforced): count}, as
+        labelled."""
+        with self._new:
+            counts = [(self._labels[where], counter) for where, counter in self._counts.items()]
+        return {labels: _counted(counter) for labels, counter in counts}
 
 
-class _TableCollector:
-    """The keyed tables' occupancy, read at each scrape."""
+class _PrometheusCollector:
+    """The decisions and the keyed tables' occupancy, read at each scrape."""
 
-    def __init__(self, tables: _Tables, prefix: str) -> None:
-        self.tables = tables
-        self.prefix = prefix
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self.metrics = metrics
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        prefix = self.metrics.prefix
+        decisions = CounterMetricFamily(
+            f"{prefix}_decisions",
+            "Rate-limit decisions, by outcome, policy and route.",
+            labels=["outcome", "policy", "route", "enforced"],
+        )
+        for labels, count in self.metrics.decisions().items():
+            decisions.add_metric(list(labels), count)
+        yield decisions
         keys = GaugeMetricFamily(
-            f"{self.prefix}_keys",
+            f"{prefix}_keys",
             "Keys a keyed limiter remembers.",
             labels=["policy", "route"],
         )
         most = GaugeMetricFamily(
-            f"{self.prefix}_keys_max",
+            f"{prefix}_keys_max",
             "The most keys a keyed limiter may remember (max_keys).",
             labels=["policy", "route"],
         )
-        for policy, route, count, max_keys in self.tables.occupancy():
+        for policy, route, count, max_keys in self.metrics.tables.occupancy():
             keys.add_metric([policy, route], count)
             most.add_metric([policy, route], max_keys)
         yield keys
