@@ -17,8 +17,9 @@ With ``on_decision`` (the metrics hook): a no-op hook, and the Prometheus adapte
 :mod:`protocol_in_code.qos.metrics` (under both servers), each against the same middleware
 without one. And the decision step alone, as the middleware makes it, with no hook: without a
 hook the middleware calls the limiter's own ``check`` (the hook is a wrapper put in its place
-at construction), so this is ``rule.check(key, 1)`` against the ``rule.limiter.check(key, 1)``
-it replaced, the difference being all that having no hook costs a decision.
+at construction), so this is ``rule.decider.check(key, 1)`` against the
+``rule.limiter.check(key, 1)`` it replaced, the difference being all that having no hook costs
+a decision.
 
 Then the event loop's longest stall while 1,000 concurrent requests go through the ASGI
 middleware, most of them refused: with a wait of one second and of one day, to show that a
@@ -32,7 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import statistics
 import time
+import timeit
 from collections.abc import Callable
 from typing import Any
 
@@ -204,11 +207,11 @@ def decision_limiter_check() -> tuple[str, dict[str, object], int]:
 
 
 def decision_no_hook() -> tuple[str, dict[str, object], int]:
-    return decision_case("rule.check(key, 1)")
+    return decision_case("rule.decider.check(key, 1)")
 
 
 def decision_noop_hook() -> tuple[str, dict[str, object], int]:
-    return decision_case("rule.check(key, 1)", lambda event: None)
+    return decision_case("rule.decider.check(key, 1)", lambda event: None)
 
 
 def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
@@ -218,6 +221,26 @@ def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
     app = flask_app()
     Limiter(get_remote_address, app=app, default_limits=[f"{HUGE}/second"], storage_uri="memory://")
     return wsgi_case(app.wsgi_app)
+
+
+def paired(cases: dict[str, Any], rounds: int, number: int) -> dict[str, float]:
+    """Each case's time as a share of the first's: the median, over rounds, of the ratio of
+    two runs made back to back (their order alternating). On a shared machine whose speed
+    drifts from second to second, a few percent show this way, not as medians apart."""
+    ready = {name: make() for name, make in cases.items()}
+    names = list(ready)
+    base = names[0]
+    ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
+    for i in range(rounds * 3):
+        for name in names[1:]:
+            order = (base, name) if i % 2 else (name, base)
+            got = {}
+            for which in order:
+                stmt, namespace, per_run = ready[which]
+                runs = max(1, number // per_run)
+                got[which] = timeit.timeit(stmt, globals=namespace, number=runs) / runs
+            ratios[name].append(got[name] / got[base])
+    return {name: statistics.median(values) for name, values in ratios.items()}
 
 
 def table(title: str, bare: str, results: dict[str, float]) -> None:
@@ -314,27 +337,26 @@ def main() -> None:
         peer = wsgi["Flask + flask-limiter"] - wsgi["Flask, bare"]
         print(f"  ours / flask-limiter = {ours_wsgi / peer:.3f}")
 
-    print("\nthe metrics hook, against the same middleware without one:")
-    for label, results, ours in (
-        ("no-op on_decision (ASGI)", asgi, "Starlette + ours (ASGI)"),
-        ("Prometheus (ASGI)", asgi, "Starlette + ours (ASGI)"),
-        ("Prometheus (WSGI)", wsgi, "Flask + ours (WSGI)"),
+    print("\nthe metrics hook, against the same middleware without one (paired runs):")
+    for label, cases in (
+        (
+            "ASGI",
+            {
+                "Starlette + ours (ASGI)": starlette_ours,
+                "no-op on_decision": starlette_ours_noop_hook,
+                "Prometheus": starlette_ours_prometheus,
+            },
+        ),
+        ("WSGI", {"Flask + ours (WSGI)": flask_ours, "Prometheus": flask_ours_prometheus}),
     ):
-        name = {
-            "no-op on_decision (ASGI)": "Starlette + ours, no-op on_decision",
-            "Prometheus (ASGI)": "Starlette + ours + Prometheus",
-            "Prometheus (WSGI)": "Flask + ours + Prometheus",
-        }[label]
-        if name in results:
-            added = results[name] - results[ours]
-            share = added / results[ours] * 100
-            print(f"  {label:<26} {added / 1000:+6.2f} µs a request, {share:+5.1f}%")
+        for name, ratio in paired(cases, args.rounds, number).items():
+            print(f"  {label} {name:<22} {(ratio - 1) * 100:+5.1f}% a request")
 
     decisions = median_ns(
         {
             "rule.limiter.check (before hooks)": decision_limiter_check,
-            "rule.check, no hook": decision_no_hook,
-            "rule.check, no-op hook": decision_noop_hook,
+            "rule.decider.check, no hook": decision_no_hook,
+            "rule.decider.check, no-op hook": decision_noop_hook,
         },
         args.rounds,
         number * 5,
@@ -343,6 +365,16 @@ def main() -> None:
     base = decisions["rule.limiter.check (before hooks)"]
     for name, ns in decisions.items():
         print(f"  {name:<36} {ns:7.1f} ns  ({ns - base:+6.1f} ns)")
+    steps = paired(
+        {
+            "rule.limiter.check (before hooks)": decision_limiter_check,
+            "rule.decider.check, no hook": decision_no_hook,
+        },
+        args.rounds,
+        number * 5,
+    )
+    for name, ratio in steps.items():
+        print(f"  paired: {name} = {ratio:.4f} of the check ({(ratio - 1) * base:+.1f} ns)")
 
     print("\n1,000 concurrent requests through the ASGI middleware, burst 10:")
     for label, rate in (("no middleware", None), ("wait of 1 s", 1), ("wait of 1 day", "1/day")):

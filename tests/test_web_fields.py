@@ -202,11 +202,12 @@ def test_within_t_seconds_no_more_than_r_can_be_used_and_r_can_be_used_now(serve
         who = {"X-Who": str(spent)}
         for _ in range(spent - 1):
             client.get(url + "/", headers=who)
-        clock.now += SECOND  # a third of a token accrues, unless the bucket is full
+        clock.now += 3 * SECOND // 2  # half a token accrues, unless the bucket is full
         state = items(client.get(url + "/", headers=who), "RateLimit")["default"]
         r, t = state["r"], state["t"]
-        # The next token is 2 s away (two thirds to go), or 3 s from a bucket just full.
-        assert (r, t) == (5 - spent, 3 if spent == 1 else 2)
+        # The next token is 1.5 s away (half of one to go), rounded down: 1, since within
+        # 2 s one more could be used; or 3 s from a bucket that was full.
+        assert (r, t) == (5 - spent, 3 if spent == 1 else 1)
         clock.now += t * SECOND - 1
         codes = [client.get(url + "/", headers=who).status_code for _ in range(r + 1)]
         assert codes == [200] * r + [429]

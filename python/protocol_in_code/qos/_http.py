@@ -454,8 +454,10 @@ class Rule:
     route: str | None = None
     policy_items: tuple[str, ...] = field(init=False)
     policy_text: str = field(init=False)
-    #: The limiter's ``check``, or it wrapped to tell ``on_decision`` (see :meth:`Rules.hook`).
-    check: Callable[..., Any] = field(init=False)
+    #: What the middleware calls ``check`` on: the limiter itself, or, with ``on_decision``,
+    #: an object whose ``check`` is the limiter's wrapped to tell it (see :meth:`Rules.hook`).
+    #: Without a hook the call is the very one made before hooks existed.
+    decider: Any = field(init=False)
     #: The limiter's ``band_levels`` where the fields need it (several bands, or a band slow
     #: enough that ``t`` can be 1 or more) and it has one; else ``None``.
     levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
@@ -467,7 +469,7 @@ class Rule:
             for name, policy in zip(self.names, self.policies, strict=True)
         )
         self.policy_text = ", ".join(self.policy_items)
-        self.check = self.limiter.check if self.limiter is not None else _no_check
+        self.decider = self.limiter
         levels = getattr(self.limiter, "band_levels", None)
         wanted = len(self.policies) > 1 or any(p.slow for p in self.policies)
         self.levels = levels if wanted and callable(levels) and not self.awaited else None
@@ -483,12 +485,6 @@ class Rule:
         )
 
 
-def _no_check(*args: Any) -> Any:
-    raise AssertionError("an exempt route has no limiter to ask")
-
-
-#: The quota units draft-ietf-httpapi-ratelimit-headers-11 registers.
-REGISTERED_UNITS = ("requests", "content-bytes", "concurrent-requests")
 #: ``qu`` when a cost function applies and no unit was named: the tokens a cost function
 #: counts are not requests, and nothing more is known about them.
 COST_UNIT = "units"
@@ -545,6 +541,15 @@ def _rule(
         name,
         route,
     )
+
+
+class _Hooked:
+    """A rule's :attr:`Rule.decider` when there is a hook: ``check`` is the wrapped one."""
+
+    __slots__ = ("check",)
+
+    def __init__(self, check: Callable[..., Any]) -> None:
+        self.check = check
 
 
 class Rules:
@@ -656,7 +661,7 @@ class Rules:
         if on_decision is not None:
             for rule in self.rules:
                 if rule.limiter is not None:
-                    rule.check = self.hook(rule, on_decision)
+                    rule.decider = _Hooked(self.hook(rule, on_decision))
 
     def hook(self, rule: Rule, on_decision: DecisionHook) -> Callable[..., Any]:
         """``rule``'s ``check``, wrapped to tell ``on_decision`` of every decision.
@@ -795,13 +800,17 @@ def _methods(route: Route, i: int) -> frozenset[str] | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _levels(rule: Rule, decision: Decision, key: Hashable | None) -> list[tuple[int, int]] | None:
-    """Each band's (whole tokens, ns until one more) just after ``decision``, where the limiter
-    can say (:attr:`Rule.levels`); ``None`` where it cannot."""
+def _levels(rule: Rule, key: Hashable | None) -> list[tuple[int, int]] | None:
+    """Each band's (whole tokens, ns until one more) now, just after the decision, where the
+    limiter can say (:attr:`Rule.levels`); ``None`` where it cannot, or where asking fails
+    (the decision is made, and the request must be answered: its fields then say less)."""
     levels = rule.levels
     if levels is None:
         return None
-    return levels(key) if rule.keyed else levels()
+    try:
+        return levels(key) if rule.keyed else levels()
+    except Exception:
+        return None
 
 
 def answer(
@@ -853,7 +862,7 @@ def answer(
         fields.append(("RateLimit-Policy", rule.policy_text))
         return status, fields
     pk_parameter = "" if pk is None else ";pk=" + pk
-    levels = _levels(rule, decision, key)
+    levels = _levels(rule, key)
     items = []
     if levels is None:
         for name, policy in zip(rule.names, rule.policies, strict=True):
@@ -912,7 +921,7 @@ def violated_policies(
     if outcome is LimitOutcome.NEVER:
         return [name for name, p in zip(names, rule.policies, strict=True) if p.burst < n]
     if outcome is LimitOutcome.DENIED:
-        levels = _levels(rule, decision, key)
+        levels = _levels(rule, key)
         if levels is not None:
             short = [name for name, (tokens, _) in zip(names, levels, strict=True) if tokens < n]
             if short:

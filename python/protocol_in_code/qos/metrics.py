@@ -52,6 +52,9 @@ _OUTCOMES = {
 
 
 _ALLOWED = LimitOutcome.ALLOWED
+#: How many allowed events are remembered by identity (one per limit is what the middleware
+#: makes; more are forgotten, all at once, and found again by their labels).
+EVENTS_KEPT = 64
 
 
 def _route(route: str | None) -> str:
@@ -132,6 +135,7 @@ class PrometheusMetrics:
         self.tables = _Tables()
         self._counts: dict[tuple[int, str, str | None, bool], itertools.count[int]] = {}
         self._labels: dict[tuple[int, str, str | None, bool], tuple[str, str, str, str]] = {}
+        self._seen: dict[int, tuple[DecisionEvent, itertools.count[int]]] = {}
         self._new = threading.Lock()
         # The histogram's labelled children, by what labels them: labels() is a lock and a
         # dict of its own on every call.
@@ -144,6 +148,13 @@ class PrometheusMetrics:
         self.tables.watch(limiter, policy, route)
 
     def __call__(self, event: DecisionEvent) -> None:
+        # The middleware tells of every allowed decision of a limit with one event object:
+        # found by identity, it is counted without reading it. The event is held with its
+        # counter, so its id is not another's while the entry lasts.
+        seen = self._seen.get(id(event))
+        if seen is not None and seen[0] is event:
+            next(seen[1])
+            return
         # One unpacking, not an attribute read per field; the outcome by identity (members
         # are singletons), since an Enum's hash is Python code.
         policy, _, route, outcome, wait_ns, enforced, _, _ = event
@@ -160,7 +171,11 @@ class PrometheusMetrics:
                 )
             self.tables.meet(event)
         next(counts)
-        if outcome is not _ALLOWED and wait_ns is not None:
+        if outcome is _ALLOWED and event.key is None:
+            if len(self._seen) >= EVENTS_KEPT:
+                self._seen.clear()
+            self._seen[id(event)] = (event, counts)
+        elif wait_ns is not None:
             place = (policy, route)
             histogram = self._histograms.get(place)
             if histogram is None:

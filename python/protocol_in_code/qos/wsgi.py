@@ -175,9 +175,9 @@ class RateLimitMiddleware:
         if rule.keyed:
             key = key_of(rules, rule, info)
             pk = rules.partition_key(key)
-            decision = rule.check(key, n)
+            decision = rule.decider.check(key, n)
         else:
-            decision = rule.check(n)
+            decision = rule.decider.check(n)
         status, fields = answer(rules, rule, decision, pk, key)
         if status:
             content_type, body = refusal(rules, rule, decision, status, n, key)
