@@ -891,15 +891,20 @@ mod tests {
         // 10 per second, bursts of 3; and 1 per second, bursts of 5.
         let mut limiter = Limiter::new(&[band(10, 3), band(1, 5)], None, None);
         assert_eq!(limiter.acquire(2, 0), Decision::Allowed);
-        let levels = limiter.levels_at(SECOND / 20);
-        // The fast band: 1 token and a half; the next whole one in 50 ms.
-        assert_eq!(levels[0], Level { tokens: 1, next_ns: 50_000_000 });
-        // The slow band: 3 tokens and a twentieth; the next in 950 ms.
-        assert_eq!(levels[1], Level { tokens: 3, next_ns: 950_000_000 });
+        let pairs = |levels: Vec<Level>| -> Vec<(u128, u128)> {
+            levels.iter().map(|l| (l.tokens, l.next_ns)).collect()
+        };
+        // The fast band: 1 token and a half, the next whole one in 50 ms; the slow band: 3
+        // tokens and a twentieth, the next in 950 ms.
+        assert_eq!(
+            pairs(limiter.levels_at(SECOND / 20)),
+            [(1, 50_000_000), (3, 950_000_000)]
+        );
         // A full band gives one more a whole token's time after it is spent from.
-        let levels = limiter.levels_at(10 * SECOND);
-        assert_eq!(levels[0], Level { tokens: 3, next_ns: 100_000_000 });
-        assert_eq!(levels[1], Level { tokens: 5, next_ns: 1_000_000_000 });
+        assert_eq!(
+            pairs(limiter.levels_at(10 * SECOND)),
+            [(3, 100_000_000), (5, 1_000_000_000)]
+        );
     }
 
     #[test]
