@@ -481,3 +481,19 @@ def test_bad_hook_and_unit_arguments_raise_at_construction(middleware):
         _around(middleware, RateLimiter(1), quota_unit="bytes\n")
     with pytest.raises(ValueError, match=r"routes\[0\]\.unit"):
         _around(middleware, None, routes=[Route("/a", RateLimiter(1), unit="")])
+
+
+def test_band_levels_say_each_band_s_tokens_and_next_token():
+    # What r and t are read from: whole tokens, and ns until one more, band by band.
+    clock = Clock()
+    bands = [Band(10, burst=3), Band(1, burst=5)]
+    keyed = KeyedRateLimiter(bands=bands, clock=clock)
+    single = RateLimiter(bands=bands, clock=clock)
+    assert keyed.check("a", 2) and single.check(2)
+    clock.now += SECOND // 20
+    want = [(1, 50_000_000), (3, 950_000_000)]
+    assert keyed.band_levels("a") == want
+    assert single.band_levels() == want
+    # A key never seen is full, and asking stores nothing.
+    assert keyed.band_levels("b") == [(3, 100_000_000), (5, SECOND)]
+    assert "b" not in keyed
