@@ -497,3 +497,76 @@ def test_band_levels_say_each_band_s_tokens_and_next_token():
     # A key never seen is full, and asking stores nothing.
     assert keyed.band_levels("b") == [(3, 100_000_000), (5, SECOND)]
     assert "b" not in keyed
+
+
+def test_redis_limiters_tell_the_hook_and_say_the_least_band_without_t(redis_server):
+    # A Redis limiter has no band_levels: every band says the least band's r, no t; the hook
+    # is awaited under ASGI (an asyncio limiter) and called under WSGI, without the key.
+    import redis.asyncio
+    from protocol_in_code.qos.distributed import AsyncRedisKeyedRateLimiter, RedisKeyedRateLimiter
+
+    bands = [Band(1, burst=2), Band("6/minute", burst=5)]
+    sync = redis_server.client()
+    sync.flushall()
+    events: list[DecisionEvent] = []
+    wsgi = WSGIMiddleware(
+        _ok_wsgi,
+        RedisKeyedRateLimiter(sync, bands=bands, name="clients", prefix="w:"),
+        problem_json=True,
+        on_decision=events.append,
+    )
+    got: list[Any] = []
+
+    def start_response(status: str, fields: Any, exc_info: Any = None) -> None:
+        got.append((status, dict(fields)))
+
+    for _ in range(3):
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
+        body = b"".join(wsgi(environ, start_response))
+    status, fields = got[-1]
+    assert status.startswith("429")
+    assert items_of(fields["RateLimit"]) == {"default-1": {"r": 0}, "default-2": {"r": 0}}
+    # Which band is short cannot be told: every band the least one's r leaves short.
+    assert json.loads(body)["violated-policies"] == ["default-1", "default-2"]
+    assert [e.outcome for e in events] == [LimitOutcome.ALLOWED] * 2 + [LimitOutcome.DENIED]
+    assert all(e.key is None for e in events)
+
+    async def run() -> list[DecisionEvent]:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        told: list[DecisionEvent] = []
+        try:
+            limiter = AsyncRedisKeyedRateLimiter(client, bands=bands, name="clients", prefix="a:")
+            app = ASGIMiddleware(_ok_asgi, limiter, on_decision=told.append, on_decision_key=True)
+            for _ in range(3):
+                await app(
+                    {
+                        "type": "http",
+                        "method": "GET",
+                        "path": "/",
+                        "headers": [],
+                        "client": ("192.0.2.1", 1),
+                    },
+                    _receive,
+                    _discard,
+                )
+        finally:
+            await client.aclose()
+        return told
+
+    told = asyncio.run(run())
+    assert [e.outcome for e in told] == [LimitOutcome.ALLOWED] * 2 + [LimitOutcome.DENIED]
+    assert [e.key for e in told] == ["192.0.2.1"] * 3
+
+
+async def _receive() -> dict[str, Any]:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _discard(message: dict[str, Any]) -> None:
+    return None
+
+
+def items_of(value: str) -> dict[str, dict[str, Any]]:
+    """A RateLimit field's text as {policy name: parameters}, without ``pk``."""
+    parsed = http_sf.parse(value.encode("ascii"), tltype="list")
+    return {name: {k: v for k, v in p.items() if k != "pk"} for name, p in parsed}

@@ -419,9 +419,10 @@ class Route:
     ``None`` is every method. GET brings HEAD with it: frameworks answer HEAD with the GET
     handler, so ``{"GET"}`` limits (or exempts) both. ``cost`` overrides the middleware's cost
     function for this route; ``name`` is the policy name the RateLimit fields give (the
-    prefix, by default, percent-encoded where it is not ASCII). ``limiter`` ``None`` exempts
-    the route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as
-    under ASGI.
+    prefix, by default, percent-encoded where it is not ASCII); ``unit`` is its quota unit,
+    ``qu`` (the middleware's ``quota_unit`` by default). ``limiter`` ``None`` exempts the
+    route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as under
+    ASGI.
     """
 
     prefix: str
@@ -429,7 +430,6 @@ class Route:
     methods: Iterable[str] | None = None
     cost: CostFunction | None = None
     name: str | None = None
-    #: The quota unit (``qu``) of this route's policies; see the middleware's ``quota_unit``.
     unit: str | None = None
 
 
@@ -697,7 +697,7 @@ class Rules:
 
             async def checked_async(*args: Any) -> Decision:
                 decision: Decision = await check(*args)
-                tell(decision, args[0])
+                tell(decision, args[0] if rule.keyed else None)
                 return decision
 
             return checked_async
