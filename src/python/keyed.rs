@@ -286,7 +286,7 @@ impl KeyedRateLimiter {
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
-        now_ns: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
     ) -> PyResult<Vec<(u128, u128)>> {
         let now = self.clock.now(py, now_ns)?;
         let now = self.on_the_clock(py, now, now_ns)?;

@@ -358,11 +358,7 @@ impl RateLimiter {
     /// full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of `bands`.
     /// Until `next_ns` has passed, no band can give more than its `tokens`. Takes nothing.
     #[pyo3(signature = (now_ns = None))]
-    fn band_levels(
-        &self,
-        py: Python<'_>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<(u128, u128)>> {
+    fn band_levels(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<Vec<(u128, u128)>> {
         let now = self.clock.now(py, now_ns)?;
         let levels = self.at(py, now, now_ns)?.levels_at(now);
         Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
