@@ -13,6 +13,14 @@ address, with in-memory storage. Ours adds the RateLimit fields to every respons
 default); the peers add no headers (theirs). Interleaved rounds in one run; medians and
 ratios, not absolute times.
 
+With ``on_decision`` (the metrics hook): a no-op hook, and the Prometheus adapter of
+:mod:`protocol_in_code.qos.metrics` (under both servers), each against the same middleware
+without one. And the decision step alone, as the middleware makes it, with no hook: without a
+hook the middleware calls the limiter's own ``check`` (the hook is a wrapper put in its place
+at construction), so this is ``rule.decider.check(key, 1)`` against the
+``rule.limiter.check(key, 1)`` it replaced, the difference being all that having no hook costs
+a decision.
+
 Then the event loop's longest stall while 1,000 concurrent requests go through the ASGI
 middleware, most of them refused: with a wait of one second and of one day, to show that a
 refusal costs the same, never a sleep; and through the bare application, for scale. A stall is
@@ -25,7 +33,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import statistics
 import time
+import timeit
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +101,19 @@ def starlette_ours() -> tuple[str, dict[str, object], int]:
 def starlette_ours_no_fields() -> tuple[str, dict[str, object], int]:
     app = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), headers_on_allowed=False)
     return asgi_case(app)
+
+
+def starlette_ours_noop_hook() -> tuple[str, dict[str, object], int]:
+    app = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=lambda event: None)
+    return asgi_case(app)
+
+
+def starlette_ours_prometheus() -> tuple[str, dict[str, object], int]:
+    from prometheus_client import CollectorRegistry
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics(CollectorRegistry())
+    return asgi_case(ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=metrics))
 
 
 def starlette_slowapi() -> tuple[str, dict[str, object], int]:
@@ -163,6 +186,41 @@ def flask_ours() -> tuple[str, dict[str, object], int]:
     return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE)))
 
 
+def flask_ours_prometheus() -> tuple[str, dict[str, object], int]:
+    from prometheus_client import CollectorRegistry
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    app = flask_app()
+    metrics = PrometheusMetrics(CollectorRegistry())
+    return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE), on_decision=metrics))
+
+
+def decision_case(statement: str, hook: Any = None) -> tuple[str, dict[str, object], int]:
+    """``statement`` run PER_RUN times on the middleware's rule, with ``hook`` or none."""
+    rule = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=hook).rules.rules[0]
+    loop = f"for _ in range({PER_RUN}):\n    {statement}"
+    return loop, {"rule": rule, "key": "192.0.2.1"}, PER_RUN
+
+
+def decision_limiter_check() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.limiter.check(key, 1)")
+
+
+def decision_no_hook() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.decider.check(key, 1)")
+
+
+def decision_noop_hook() -> tuple[str, dict[str, object], int]:
+    return decision_case("rule.decider.check(key, 1)", lambda event: None)
+
+
+def decision_prometheus() -> tuple[str, dict[str, object], int]:
+    from prometheus_client import CollectorRegistry
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    return decision_case("rule.decider.check(key, 1)", PrometheusMetrics(CollectorRegistry()))
+
+
 def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
     from flask_limiter import Limiter
     from flask_limiter.util import get_remote_address
@@ -170,6 +228,40 @@ def flask_flask_limiter() -> tuple[str, dict[str, object], int]:
     app = flask_app()
     Limiter(get_remote_address, app=app, default_limits=[f"{HUGE}/second"], storage_uri="memory://")
     return wsgi_case(app.wsgi_app)
+
+
+def paired(cases: dict[str, Any], rounds: int, number: int) -> dict[str, float]:
+    """Each case's time as a share of the first's: the median, over rounds, of the ratio of
+    two runs made back to back (their order alternating). On a shared machine whose speed
+    drifts from second to second, a few percent show this way, not as medians apart."""
+    ready = {name: make() for name, make in cases.items()}
+    names = list(ready)
+    base = names[0]
+    ratios: dict[str, list[float]] = {name: [] for name in names[1:]}
+    for i in range(rounds * 3):
+        for name in names[1:]:
+            order = (base, name) if i % 2 else (name, base)
+            got = {}
+            for which in order:
+                stmt, namespace, per_run = ready[which]
+                runs = max(1, number // per_run)
+                got[which] = timeit.timeit(stmt, globals=namespace, number=runs) / runs
+            ratios[name].append(got[name] / got[base])
+    return {name: statistics.median(values) for name, values in ratios.items()}
+
+
+def minimum_ns(cases: dict[str, Any], repeats: int = 25, number: int = 20_000) -> dict[str, float]:
+    """The fastest of ``repeats`` runs of ``number`` calls of each case, the cases alternating:
+    the noise of a shared machine only ever adds time, so the minimum shows differences of a
+    few nanoseconds that medians do not."""
+    ready = {name: make() for name, make in cases.items()}
+    best = dict.fromkeys(ready, float("inf"))
+    for _ in range(repeats):
+        for name, (stmt, namespace, per_run) in ready.items():
+            runs = max(1, number // per_run)
+            ns = timeit.timeit(stmt, globals=namespace, number=runs) / (runs * per_run) * 1e9
+            best[name] = min(best[name], ns)
+    return best
 
 
 def table(title: str, bare: str, results: dict[str, float]) -> None:
@@ -236,6 +328,8 @@ def main() -> None:
             "Starlette, bare": starlette_bare,
             "Starlette + ours (ASGI)": starlette_ours,
             "Starlette + ours, no fields on 200": starlette_ours_no_fields,
+            "Starlette + ours, no-op on_decision": starlette_ours_noop_hook,
+            "Starlette + ours + Prometheus": starlette_ours_prometheus,
             "Starlette + slowapi": starlette_slowapi,
         },
         args.rounds,
@@ -245,6 +339,7 @@ def main() -> None:
         {
             "Flask, bare": flask_bare,
             "Flask + ours (WSGI)": flask_ours,
+            "Flask + ours + Prometheus": flask_ours_prometheus,
             "Flask + flask-limiter": flask_flask_limiter,
         },
         args.rounds,
@@ -262,6 +357,54 @@ def main() -> None:
     if "Flask + flask-limiter" in wsgi:
         peer = wsgi["Flask + flask-limiter"] - wsgi["Flask, bare"]
         print(f"  ours / flask-limiter = {ours_wsgi / peer:.3f}")
+
+    print("\nthe metrics hook, against the same middleware without one (paired runs):")
+    for label, cases in (
+        (
+            "ASGI",
+            {
+                "Starlette + ours (ASGI)": starlette_ours,
+                "no-op on_decision": starlette_ours_noop_hook,
+                "Prometheus": starlette_ours_prometheus,
+            },
+        ),
+        ("WSGI", {"Flask + ours (WSGI)": flask_ours, "Prometheus": flask_ours_prometheus}),
+    ):
+        for name, ratio in paired(cases, args.rounds, number).items():
+            print(f"  {label} {name:<22} {(ratio - 1) * 100:+5.1f}% a request")
+
+    decisions = median_ns(
+        {
+            "rule.limiter.check (before hooks)": decision_limiter_check,
+            "rule.decider.check, no hook": decision_no_hook,
+            "rule.decider.check, no-op hook": decision_noop_hook,
+            "rule.decider.check, Prometheus": decision_prometheus,
+        },
+        args.rounds,
+        number * 5,
+    )
+    print("\nthe decision step alone (a keyed check, median per decision):")
+    base = decisions["rule.limiter.check (before hooks)"]
+    for name, ns in decisions.items():
+        print(f"  {name:<36} {ns:7.1f} ns  ({ns - base:+6.1f} ns)")
+    fastest = minimum_ns(
+        {
+            "rule.limiter.check (before hooks)": decision_limiter_check,
+            "rule.decider.check, no hook": decision_no_hook,
+            "rule.decider.check, Prometheus": decision_prometheus,
+        }
+    )
+    print("  the fastest of 25 alternating runs of 20,000 decisions each:")
+    base = fastest["rule.limiter.check (before hooks)"]
+    for name, ns in fastest.items():
+        print(f"  {name:<36} {ns:7.1f} ns  ({ns - base:+6.1f} ns)")
+    added = fastest["rule.decider.check, Prometheus"] - base
+    for label, results, ours in (
+        ("ASGI", asgi, "Starlette + ours (ASGI)"),
+        ("WSGI", wsgi, "Flask + ours (WSGI)"),
+    ):
+        share = added / results[ours] * 100
+        print(f"  Prometheus's {added:.0f} ns, of a median {label} request: {share:.1f}%")
 
     print("\n1,000 concurrent requests through the ASGI middleware, burst 10:")
     for label, rate in (("no middleware", None), ("wait of 1 s", 1), ("wait of 1 day", "1/day")):

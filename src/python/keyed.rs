@@ -278,6 +278,22 @@ impl KeyedRateLimiter {
         self.with_key(key, false, |key| self.table.available(key, now))
     }
 
+    /// Each band's whole tokens for `key` now, and the nanoseconds until it can give one more
+    /// (for a full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of
+    /// `bands`. A key not remembered is full. Takes and stores nothing.
+    #[pyo3(signature = (key, now_ns = None))]
+    fn band_levels(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<Vec<(u128, u128)>> {
+        let now = self.clock.now(py, now_ns)?;
+        let now = self.on_the_clock(py, now, now_ns)?;
+        let levels = self.with_key(key, false, |key| self.table.levels(key, now))?;
+        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
+    }
+
     /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
     /// True once taken, or False at once if they would only be there after `timeout` seconds;
     /// ValueError if `n` exceeds a burst.

@@ -354,6 +354,16 @@ impl RateLimiter {
         Ok(self.at(py, now, now_ns)?.available_at(now))
     }
 
+    /// Each band's whole tokens now, and the nanoseconds until it can give one more (for a
+    /// full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of `bands`.
+    /// Until `next_ns` has passed, no band can give more than its `tokens`. Takes nothing.
+    #[pyo3(signature = (now_ns = None))]
+    fn band_levels(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<Vec<(u128, u128)>> {
+        let now = self.clock.now(py, now_ns)?;
+        let levels = self.at(py, now, now_ns)?.levels_at(now);
+        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
+    }
+
     /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds
     /// them. Returns True once taken, or False at once if they would only be there after
     /// `timeout` seconds. Raises ValueError if `n` exceeds a band's burst, since no wait would

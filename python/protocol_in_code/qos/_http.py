@@ -18,8 +18,12 @@ write a response:
   keyed table is full of clients still being limited) is ``503 Service Unavailable`` with
   ``Retry-After``: the server, not this client, is out of room.
 * **What fields?** The RateLimit fields of draft-ietf-httpapi-ratelimit-headers (as its
-  revisions 08 and 09 define them), one policy per band; see :class:`Policy` for what ``q``,
-  ``w``, ``r`` and ``t`` mean for a token bucket.
+  revision 11 defines them), one policy per band; see :class:`Policy` for what ``q``, ``w``,
+  ``r`` and ``t`` mean for a token bucket. With ``problem_json`` a refusal's body is a problem
+  document (RFC 9457) of one of the draft's problem types.
+* **Who is told?** ``on_decision`` is called once per decision with a :class:`DecisionEvent`
+  (policy, route, outcome, wait; the key only if asked for); ``enforce=False`` decides and
+  tells, and lets every request through.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import json
+import logging
 import os
 import re
 import reprlib
@@ -77,6 +83,45 @@ class RequestInfo:
 
 KeyFunction: TypeAlias = Callable[[RequestInfo], Hashable]
 CostFunction: TypeAlias = Callable[[RequestInfo], int]
+
+
+class DecisionEvent(NamedTuple):
+    """One decision, as ``on_decision`` is told of it.
+
+    * ``policy``: the limit's name (``name=``, or the route's), as the RateLimit fields give it
+      (a limiter of several bands is one policy here, ``name``, whose bands are ``name-1``...).
+    * ``plan``: the client's plan, for limiters with plans; ``None`` otherwise.
+    * ``route``: the matched :class:`Route`'s prefix, ``None`` for the middleware's own
+      ``limiter``.
+    * ``outcome``: the limiter's :class:`LimitOutcome`, whether or not it was enforced.
+    * ``wait_ns``: the decision's wait (0 when allowed; ``None`` for NEVER).
+    * ``enforced``: ``False`` under ``enforce=False``, where no request is refused.
+    * ``key``: the client's key, only with ``on_decision_key=True`` (else ``None``), so that
+      what is labelled by these values has as many label sets as there are policies and
+      routes, not clients.
+    * ``limiter``: the limiter that decided (to read a keyed table's ``len()``).
+
+    A named tuple, as a frozen dataclass is four times slower to make: this is made for
+    every request.
+    """
+
+    policy: str
+    plan: str | None
+    route: str | None
+    outcome: LimitOutcome
+    wait_ns: int | None
+    enforced: bool
+    key: Hashable | None
+    limiter: Any
+
+    @property
+    def wait(self) -> float | None:
+        """``wait_ns`` in seconds."""
+        return None if self.wait_ns is None else self.wait_ns / NS_PER_SECOND
+
+
+DecisionHook: TypeAlias = Callable[[DecisionEvent], object]
+_log = logging.getLogger("protocol_in_code.qos")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,15 +362,17 @@ class Policy:
     of ``burst`` tokens refilled at ``rate`` tokens per second. We say:
 
     * ``q`` = the burst: the most a client can ever spend at once.
-    * ``w`` = the seconds an empty bucket takes to fill, ``burst / rate``, rounded up: so
-      ``q / w`` never exceeds the rate, and a client that sends ``q`` per ``w`` is never
-      refused.
-    * ``r`` (remaining) = whole tokens left after this request, a lower bound on what can be
-      spent now. With several bands the limiter answers the smallest across them, which every
-      band has at least.
-    * ``t`` = seconds until the bucket is full again (the draft's "quota resets"), computed
-      from ``r`` and rounded up, so it is an upper bound: after ``t`` seconds ``q`` units are
-      surely available. On a denial it is at least the ``Retry-After``.
+    * ``w`` = the seconds an empty bucket takes to fill, ``burst / rate``, rounded up (and at
+      least 1): so ``q / w`` never exceeds the rate, and a client that sends ``q`` per ``w``
+      is never refused.
+    * ``r`` (available quota) = this band's own whole tokens after this request: a client
+      can spend that many now.
+    * ``t`` (effective window) = whole seconds before this band can give one token more than
+      ``r`` (the next token's arrival, or for a full band a token's refill time), rounded
+      down: within ``t`` seconds the client can use no more than ``r``, which is what the
+      draft's effective window says. It is omitted when it would be 0, and is never more than
+      a ``Retry-After`` sent with it. See ``docs/web.md`` for why this is the honest ``t`` of
+      a token bucket.
     """
 
     name: str
@@ -338,8 +385,14 @@ class Policy:
         rate = Fraction(rate)
         return cls(name, rate, burst, max(1, _ceil(burst / rate)))
 
+    @property
+    def slow(self) -> bool:
+        """Whether a token takes a second or more to refill: only then can ``t`` be 1 or more."""
+        return self.rate <= 1
+
     def reset_seconds(self, remaining: int) -> int:
-        """``t`` for ``remaining`` whole tokens: when the bucket is full again, rounded up."""
+        """When the bucket is full again, rounded up, for ``remaining`` whole tokens: the legacy
+        ``X-RateLimit-Reset``."""
         missing = self.burst - min(remaining, self.burst)
         # ceil(missing / (p/q)) in integers: this runs for every response.
         return -(-missing * self.rate.denominator // self.rate.numerator)
@@ -366,9 +419,10 @@ class Route:
     ``None`` is every method. GET brings HEAD with it: frameworks answer HEAD with the GET
     handler, so ``{"GET"}`` limits (or exempts) both. ``cost`` overrides the middleware's cost
     function for this route; ``name`` is the policy name the RateLimit fields give (the
-    prefix, by default, percent-encoded where it is not ASCII). ``limiter`` ``None`` exempts
-    the route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as
-    under ASGI.
+    prefix, by default, percent-encoded where it is not ASCII); ``unit`` is its quota unit,
+    ``qu`` (the middleware's ``quota_unit`` by default). ``limiter`` ``None`` exempts the
+    route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as under
+    ASGI.
     """
 
     prefix: str
@@ -376,6 +430,7 @@ class Route:
     methods: Iterable[str] | None = None
     cost: CostFunction | None = None
     name: str | None = None
+    unit: str | None = None
 
 
 @dataclass
@@ -391,15 +446,33 @@ class Rule:
     prefix: str = ""
     methods: frozenset[str] | None = None
     redis: bool = False
+    #: ``qu``, quoted, or ``None`` for requests (the draft's default, not sent).
+    unit: str | None = None
+    #: The policy name without band suffixes, and the route's prefix (``None`` for the
+    #: middleware's own limiter): what ``on_decision`` is told.
+    policy: str = "default"
+    route: str | None = None
     policy_items: tuple[str, ...] = field(init=False)
     policy_text: str = field(init=False)
+    #: What the middleware calls ``check`` on: the limiter itself, or, with ``on_decision``,
+    #: an object whose ``check`` is the limiter's wrapped to tell it (see :meth:`Rules.hook`).
+    #: Without a hook the call is the very one made before hooks existed.
+    decider: Any = field(init=False)
+    #: The limiter's ``band_levels`` where the fields need it (several bands, or a band slow
+    #: enough that ``t`` can be 1 or more) and it has one; else ``None``.
+    levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
 
     def __post_init__(self) -> None:
+        unit = "" if self.unit is None else f";qu={self.unit}"
         self.policy_items = tuple(
-            f"{name};q={policy.burst};w={policy.window}"
+            f"{name};q={policy.burst}{unit};w={policy.window}"
             for name, policy in zip(self.names, self.policies, strict=True)
         )
         self.policy_text = ", ".join(self.policy_items)
+        self.decider = self.limiter
+        levels = getattr(self.limiter, "band_levels", None)
+        wanted = len(self.policies) > 1 or any(p.slow for p in self.policies)
+        self.levels = levels if wanted and callable(levels) and not self.awaited else None
 
     def matches(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
@@ -412,6 +485,20 @@ class Rule:
         )
 
 
+#: ``qu`` when a cost function applies and no unit was named: the tokens a cost function
+#: counts are not requests, and nothing more is known about them.
+COST_UNIT = "units"
+
+
+def _unit(unit: str | None, cost: bool, parameter: str) -> str | None:
+    """``qu``, quoted, for a rule: the unit named, else :data:`COST_UNIT` when a cost function
+    applies; ``None`` (nothing sent: the default, requests) for requests."""
+    if unit is None:
+        unit = COST_UNIT if cost else "requests"
+    quoted = _sf_string(unit, parameter)
+    return None if unit == "requests" else quoted
+
+
 def _rule(
     limiter: Any,
     name: str,
@@ -420,6 +507,8 @@ def _rule(
     cost: CostFunction | None = None,
     prefix: str = "",
     methods: frozenset[str] | None = None,
+    unit: str | None = None,
+    route: str | None = None,
 ) -> Rule:
     keyed, awaited, redis = _limiter_kind(limiter, parameter)
     if awaited and not allow_async:
@@ -438,7 +527,29 @@ def _rule(
     )
     if cost is not None and not callable(cost):
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
-    return Rule(limiter, keyed, awaited, cost, policies, quoted, prefix, methods, redis)
+    return Rule(
+        limiter,
+        keyed,
+        awaited,
+        cost,
+        policies,
+        quoted,
+        prefix,
+        methods,
+        redis,
+        unit,
+        name,
+        route,
+    )
+
+
+class _Hooked:
+    """A rule's :attr:`Rule.decider` when there is a hook: ``check`` is the wrapped one."""
+
+    __slots__ = ("check",)
+
+    def __init__(self, check: Callable[..., Any]) -> None:
+        self.check = check
 
 
 class Rules:
@@ -463,6 +574,11 @@ class Rules:
         legacy_headers: bool,
         partition_secret: bytes | None,
         allow_async: bool,
+        quota_unit: str | None = None,
+        problem_json: bool = False,
+        enforce: bool = True,
+        on_decision: DecisionHook | None = None,
+        on_decision_key: bool = False,
     ) -> None:
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
@@ -477,6 +593,8 @@ class Rules:
             if route.limiter is None:
                 rules.append(Rule(None, False, False, None, (), (), prefix, methods))
                 continue
+            costed = route.cost is not None or cost is not None
+            unit = route.unit if route.unit is not None else quota_unit
             rules.append(
                 _rule(
                     route.limiter,
@@ -486,10 +604,13 @@ class Rules:
                     route.cost,
                     prefix,
                     methods,
+                    _unit(unit, costed, f"routes[{i}].unit"),
+                    route.prefix,
                 )
             )
         if limiter is not None:
-            rules.append(_rule(limiter, name, "limiter", allow_async))
+            unit = _unit(quota_unit, cost is not None, "quota_unit")
+            rules.append(_rule(limiter, name, "limiter", allow_async, unit=unit))
         elif not rules:
             raise ValueError("limiter: give a limiter, or routes with limiters, or both")
         self.rules = tuple(rules)
@@ -529,6 +650,73 @@ class Rules:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
         self._partition_keys: dict[bytes, str] = {}
+        self.problem_json = bool(problem_json)
+        self.enforce = bool(enforce)
+        if on_decision is not None and not callable(on_decision):
+            raise TypeError(
+                f"on_decision must be a function of a DecisionEvent, not {on_decision!r}"
+            )
+        self.on_decision = on_decision
+        self.on_decision_key = bool(on_decision_key)
+        if on_decision is not None:
+            for rule in self.rules:
+                if rule.limiter is not None:
+                    rule.decider = _Hooked(self.hook(rule, on_decision))
+
+    def hook(self, rule: Rule, on_decision: DecisionHook) -> Callable[..., Any]:
+        """``rule``'s ``check``, wrapped to tell ``on_decision`` of every decision.
+
+        Without a hook the middleware calls the limiter's own ``check``: no hook costs no
+        instruction at all. An exception in the hook is logged (``protocol_in_code.qos``) and
+        the request answered all the same, since the limiter has decided (and may have spent).
+        """
+        check = rule.limiter.check
+        enforced = self.enforce
+        with_key = self.on_decision_key and rule.keyed
+        policy, route, limiter = rule.policy, rule.route, rule.limiter
+        allowed = LimitOutcome.ALLOWED
+        # Most decisions are this one, and an event is immutable: it is made once, since
+        # making one costs more than the rest of the hook's path (200 ns).
+        every_allowed = DecisionEvent(policy, None, route, allowed, 0, enforced, None, limiter)
+
+        def tell(decision: Decision, key: Hashable | None) -> None:
+            outcome = decision.outcome
+            wait_ns = decision.wait_ns
+            if outcome is allowed and wait_ns == 0 and not with_key:
+                event = every_allowed
+            else:
+                if not with_key:
+                    key = None
+                event = DecisionEvent(policy, None, route, outcome, wait_ns, enforced, key, limiter)
+            try:
+                on_decision(event)
+            except Exception:
+                _log.exception("on_decision raised; the request is answered all the same")
+
+        if rule.awaited:
+
+            async def checked_async(*args: Any) -> Decision:
+                decision: Decision = await check(*args)
+                tell(decision, args[0] if rule.keyed else None)
+                return decision
+
+            return checked_async
+
+        if rule.keyed:
+
+            def checked_keyed(key: Hashable, n: int) -> Decision:
+                decision: Decision = check(key, n)
+                tell(decision, key)
+                return decision
+
+            return checked_keyed
+
+        def checked(n: int) -> Decision:
+            decision: Decision = check(n)
+            tell(decision, None)
+            return decision
+
+        return checked
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The first rule for this request; ``None`` if it is exempt or no rule matches."""
@@ -612,13 +800,41 @@ def _methods(route: Route, i: int) -> frozenset[str] | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _levels(rule: Rule, key: Hashable | None) -> list[tuple[int, int]] | None:
+    """Each band's (whole tokens, ns until one more) now, just after the decision, where the
+    limiter can say (:attr:`Rule.levels`); ``None`` where it cannot, or where asking fails
+    (the decision is made, and the request must be answered: its fields then say less)."""
+    levels = rule.levels
+    if levels is None:
+        return None
+    try:
+        return levels(key) if rule.keyed else levels()
+    except Exception:
+        return None
+
+
 def answer(
-    rules: Rules, rule: Rule, decision: Decision, pk: str | None
+    rules: Rules,
+    rule: Rule,
+    decision: Decision,
+    pk: str | None,
+    key: Hashable | None = None,
 ) -> tuple[int, list[tuple[str, str]]]:
     """The status (0 to pass the request on) and the header fields for ``decision``.
 
     ``pk`` is the key's partition key (``None`` for a limiter without keys), made before the
     limiter was asked: nothing here can fail, so a request that spent a token is answered.
+    ``key`` is the key asked about, to read each band's own level where the limiter can tell
+    it (``band_levels``).
+
+    Each band's item says its own ``r`` and, where the limiter tells when its next token
+    comes, ``t``: the whole seconds within which no more than ``r`` can be used, omitted when
+    0, and never more than the ``Retry-After`` beside it. Where the limiter cannot tell (the
+    Redis and shared limiters, any other object), every band says the decision's
+    ``remaining`` (the least of all bands, which every band holds) and no ``t``.
+
+    Under ``enforce=False`` a refusal is only said: the status is 0, and there is no
+    ``Retry-After``, since the request goes on.
     """
     outcome = decision.outcome
     remaining = decision.remaining
@@ -628,6 +844,8 @@ def answer(
         status = 0
         if not rules.headers_on_allowed:
             return status, fields
+    elif not rules.enforce:
+        status = 0
     elif outcome is LimitOutcome.DENIED:
         status = DENIED_STATUS
     elif outcome is LimitOutcome.NEVER:
@@ -644,10 +862,18 @@ def answer(
         fields.append(("RateLimit-Policy", rule.policy_text))
         return status, fields
     pk_parameter = "" if pk is None else ";pk=" + pk
+    levels = _levels(rule, key)
     items = []
-    for name, policy in zip(rule.names, rule.policies, strict=True):
-        t = max(policy.reset_seconds(remaining), retry)
-        items.append(f"{name};r={min(remaining, policy.burst)};t={t}{pk_parameter}")
+    if levels is None:
+        for name, policy in zip(rule.names, rule.policies, strict=True):
+            items.append(f"{name};r={min(remaining, policy.burst)}{pk_parameter}")
+    else:
+        for name, (tokens, next_ns) in zip(rule.names, levels, strict=True):
+            t = next_ns // NS_PER_SECOND
+            if retry and t > retry:
+                t = retry
+            window = f";t={t}" if t else ""
+            items.append(f"{name};r={tokens}{window}{pk_parameter}")
     if pk_parameter:
         fields.append(
             (
@@ -660,14 +886,74 @@ def answer(
     fields.append(("RateLimit", ", ".join(items)))
     if rules.legacy_headers:
         first = rule.policies[0]
+        first_remaining = min(remaining, first.burst) if levels is None else levels[0][0]
         fields.append(("X-RateLimit-Limit", str(first.burst)))
-        fields.append(("X-RateLimit-Remaining", str(min(remaining, first.burst))))
-        fields.append(("X-RateLimit-Reset", str(max(first.reset_seconds(remaining), retry))))
+        fields.append(("X-RateLimit-Remaining", str(first_remaining)))
+        fields.append(("X-RateLimit-Reset", str(max(first.reset_seconds(first_remaining), retry))))
     return status, fields
 
 
 def refusal_body(status: int) -> bytes:
     return f"{REASONS.get(status, 'Refused')}\n".encode("ascii")
+
+
+#: The problem types of draft-ietf-httpapi-ratelimit-headers-11, section 5.
+PROBLEM_TYPES = "https://iana.org/assignments/http-problem-types#"
+QUOTA_EXCEEDED = PROBLEM_TYPES + "quota-exceeded"
+TEMPORARY_REDUCED_CAPACITY = PROBLEM_TYPES + "temporary-reduced-capacity"
+PROBLEM_JSON = "application/problem+json"
+TEXT_PLAIN = "text/plain; charset=utf-8"
+
+
+def violated_policies(
+    rule: Rule, decision: Decision, n: int, key: Hashable | None = None
+) -> list[str]:
+    """The names of the policies a refusal of ``n`` tokens broke.
+
+    NEVER: every band whose burst is less than ``n``. DENIED: every band that holds fewer
+    than ``n`` tokens, where the limiter tells each band's level; where it cannot, every band
+    the decision's ``remaining`` (the least band's) leaves short, which names the least band
+    and any band that may be as low. REFUSED (a full keyed table): every policy of the limit,
+    since the client could be given none of them.
+    """
+    names = [policy.name for policy in rule.policies]
+    outcome = decision.outcome
+    if outcome is LimitOutcome.NEVER:
+        return [name for name, p in zip(names, rule.policies, strict=True) if p.burst < n]
+    if outcome is LimitOutcome.DENIED:
+        levels = _levels(rule, key)
+        if levels is not None:
+            short = [name for name, (tokens, _) in zip(names, levels, strict=True) if tokens < n]
+            if short:
+                return short
+        return names
+    return names
+
+
+def refusal(
+    rules: Rules,
+    rule: Rule,
+    decision: Decision,
+    status: int,
+    n: int = 1,
+    key: Hashable | None = None,
+) -> tuple[str, bytes]:
+    """The content type and body of a refusal: a line of text, or with ``problem_json`` a
+    problem document of the draft's type for it (``quota-exceeded`` on a 429,
+    ``temporary-reduced-capacity`` on a 503) naming the ``violated-policies``."""
+    if not rules.problem_json:
+        return TEXT_PLAIN, refusal_body(status)
+    if status == REFUSED_STATUS:
+        kind, title = TEMPORARY_REDUCED_CAPACITY, "Temporary Reduced Capacity"
+    else:
+        kind, title = QUOTA_EXCEEDED, "Quota Exceeded"
+    problem = {
+        "type": kind,
+        "title": title,
+        "status": status,
+        "violated-policies": violated_policies(rule, decision, n, key),
+    }
+    return PROBLEM_JSON, json.dumps(problem).encode("utf-8")
 
 
 #: The largest cost every limiter takes: ``n`` is an unsigned 64-bit count.

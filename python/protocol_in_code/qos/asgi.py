@@ -29,6 +29,8 @@ from typing import Any, TypeAlias
 
 from protocol_in_code.qos._http import (
     CostFunction,
+    DecisionEvent,
+    DecisionHook,
     KeyFunction,
     RequestInfo,
     Route,
@@ -37,10 +39,10 @@ from protocol_in_code.qos._http import (
     client_address,
     cost_of,
     key_of,
-    refusal_body,
+    refusal,
 )
 
-__all__ = ["RateLimitMiddleware", "RequestInfo", "Route"]
+__all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route"]
 
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
@@ -80,6 +82,16 @@ class RateLimitMiddleware:
       ``legacy_headers`` adds ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``.
     * ``partition_secret``: the key of the hash that makes ``pk``; give the same one to every
       worker so that a client's ``pk`` is the same whichever answers. Random by default.
+    * ``quota_unit``: the unit of the quota, ``qu`` (``"content-bytes"``...): by default
+      requests, or ``"units"`` where a ``cost`` function counts something else
+      (``Route(unit=...)`` for a route's).
+    * ``problem_json``: refusals carry ``application/problem+json`` bodies of the draft's
+      problem types, naming the violated policies (off by default: a line of text).
+    * ``enforce``: ``False`` decides, counts and sends the fields, but refuses nothing (shadow
+      mode: a would-be refusal goes on to the application, without ``Retry-After``).
+    * ``on_decision(event)``: called once per decision with a :class:`DecisionEvent` (policy,
+      route, outcome, wait); ``on_decision_key=True`` adds the client's key to it.
+      :mod:`protocol_in_code.qos.metrics` has such hooks for Prometheus and OpenTelemetry.
     """
 
     def __init__(
@@ -97,6 +109,11 @@ class RateLimitMiddleware:
         headers_on_allowed: bool = True,
         legacy_headers: bool = False,
         partition_secret: bytes | None = None,
+        quota_unit: str | None = None,
+        problem_json: bool = False,
+        enforce: bool = True,
+        on_decision: DecisionHook | None = None,
+        on_decision_key: bool = False,
         websocket: bool = False,
     ) -> None:
         if not callable(app):
@@ -114,6 +131,11 @@ class RateLimitMiddleware:
             headers_on_allowed=headers_on_allowed,
             legacy_headers=legacy_headers,
             partition_secret=partition_secret,
+            quota_unit=quota_unit,
+            problem_json=problem_json,
+            enforce=enforce,
+            on_decision=on_decision,
+            on_decision_key=on_decision_key,
             allow_async=True,
         )
         self.websocket = bool(websocket)
@@ -148,23 +170,23 @@ class RateLimitMiddleware:
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
         n = cost_of(rules, rule, info)
-        pk = None
+        pk = key = None
         if rule.keyed:
             key = key_of(rules, rule, info)
             pk = rules.partition_key(key)
-            decision = rule.limiter.check(key, n)
+            decision = rule.decider.check(key, n)
         else:
-            decision = rule.limiter.check(n)
+            decision = rule.decider.check(n)
         if rule.awaited:
             decision = await decision
-        status, fields = answer(rules, rule, decision, pk)
+        status, fields = answer(rules, rule, decision, pk, key)
         if status:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
-            body = refusal_body(status)
+            content_type, body = refusal(rules, rule, decision, status, n, key)
             raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
-            raw.append((b"content-type", b"text/plain; charset=utf-8"))
+            raw.append((b"content-type", content_type.encode("latin-1")))
             raw.append((b"content-length", str(len(body)).encode("ascii")))
             await send({"type": "http.response.start", "status": status, "headers": raw})
             await send({"type": "http.response.body", "body": body})

@@ -25,6 +25,8 @@ from typing import Any, TypeAlias
 from protocol_in_code.qos._http import (
     REASONS,
     CostFunction,
+    DecisionEvent,
+    DecisionHook,
     KeyFunction,
     RequestInfo,
     Route,
@@ -33,10 +35,10 @@ from protocol_in_code.qos._http import (
     client_address,
     cost_of,
     key_of,
-    refusal_body,
+    refusal,
 )
 
-__all__ = ["RateLimitMiddleware", "RequestInfo", "Route"]
+__all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route"]
 
 Environ: TypeAlias = dict[str, Any]
 StartResponse: TypeAlias = Callable[..., Any]
@@ -97,8 +99,9 @@ class RateLimitMiddleware:
     """Limit the requests that reach ``app``: the parameters are the ASGI middleware's.
 
     ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
-    ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers`` and
-    ``partition_secret`` mean what they mean for
+    ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers``,
+    ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``, ``on_decision`` and
+    ``on_decision_key`` mean what they mean for
     :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
     Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
     path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
@@ -120,6 +123,11 @@ class RateLimitMiddleware:
         headers_on_allowed: bool = True,
         legacy_headers: bool = False,
         partition_secret: bytes | None = None,
+        quota_unit: str | None = None,
+        problem_json: bool = False,
+        enforce: bool = True,
+        on_decision: DecisionHook | None = None,
+        on_decision_key: bool = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, not {app!r}")
@@ -136,6 +144,11 @@ class RateLimitMiddleware:
             headers_on_allowed=headers_on_allowed,
             legacy_headers=legacy_headers,
             partition_secret=partition_secret,
+            quota_unit=quota_unit,
+            problem_json=problem_json,
+            enforce=enforce,
+            on_decision=on_decision,
+            on_decision_key=on_decision_key,
             allow_async=False,
         )
 
@@ -158,17 +171,17 @@ class RateLimitMiddleware:
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
         n = cost_of(rules, rule, info)
-        pk = None
+        pk = key = None
         if rule.keyed:
             key = key_of(rules, rule, info)
             pk = rules.partition_key(key)
-            decision = rule.limiter.check(key, n)
+            decision = rule.decider.check(key, n)
         else:
-            decision = rule.limiter.check(n)
-        status, fields = answer(rules, rule, decision, pk)
+            decision = rule.decider.check(n)
+        status, fields = answer(rules, rule, decision, pk, key)
         if status:
-            body = refusal_body(status)
-            fields.append(("Content-Type", "text/plain; charset=utf-8"))
+            content_type, body = refusal(rules, rule, decision, status, n, key)
+            fields.append(("Content-Type", content_type))
             fields.append(("Content-Length", str(len(body))))
             start_response(f"{status} {REASONS[status]}", fields)
             return [body]

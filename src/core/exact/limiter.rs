@@ -114,6 +114,32 @@ impl Band {
     fn whole_tokens(&self) -> u128 {
         self.balance.units / self.spec.rate.units_per_token()
     }
+
+    /// Whole tokens held, and the nanoseconds from `now_ns` until this band could give one
+    /// more: until the next whole token accrues, or, for a full band, the time one token
+    /// takes to accrue once it is spent from. Until then, nobody can take more than the
+    /// whole tokens held.
+    fn level(&self, now_ns: i64) -> Level {
+        let per_token = self.spec.rate.units_per_token();
+        let whole = self.balance.units / per_token;
+        let deficit = (whole + 1) * per_token - self.balance.units;
+        let behind = self.balance.settled_at.map_or(0, |settled_at| {
+            (i128::from(settled_at) - i128::from(now_ns))
+                .max(0)
+                .unsigned_abs()
+        });
+        Level {
+            tokens: whole,
+            next_ns: behind + deficit.div_ceil(self.spec.rate.units_per_ns()),
+        }
+    }
+}
+
+/// One band's whole tokens, and the nanoseconds until it can give one more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Level {
+    pub tokens: u128,
+    pub next_ns: u128,
 }
 
 /// The answer to "may I take `n` tokens now?".
@@ -451,6 +477,18 @@ impl Balances {
         settled.settle(specs, now_ns);
         settled.available(specs)
     }
+
+    /// Each band's [`Level`] if settled at `now_ns` (anchoring new balances, as
+    /// [`Balances::peek`] does), in the order of the specs.
+    pub fn levels_at(&mut self, specs: &[BandSpec], now_ns: i64) -> Vec<Level> {
+        self.anchor(now_ns);
+        let mut settled = self.clone();
+        settled.settle(specs, now_ns);
+        settled
+            .bands(specs)
+            .map(|band| band.level(now_ns))
+            .collect()
+    }
 }
 
 /// Bands consumed all-or-nothing: their specs, their [`Balances`], and the limiter's clock.
@@ -593,6 +631,11 @@ impl Limiter {
     /// See [`Balances::available_at`].
     pub fn available_at(&mut self, now_ns: i64) -> u128 {
         self.balances.available_at(&self.specs, now_ns)
+    }
+
+    /// See [`Balances::levels_at`].
+    pub fn levels_at(&mut self, now_ns: i64) -> Vec<Level> {
+        self.balances.levels_at(&self.specs, now_ns)
     }
 }
 
@@ -840,6 +883,27 @@ mod tests {
         assert_eq!(
             limiter.acquire(1, 5 * SECOND),
             Decision::Wait(1_000_000_000)
+        );
+    }
+
+    #[test]
+    fn each_band_says_its_own_tokens_and_when_it_can_give_one_more() {
+        // 10 per second, bursts of 3; and 1 per second, bursts of 5.
+        let mut limiter = Limiter::new(&[band(10, 3), band(1, 5)], None, None);
+        assert_eq!(limiter.acquire(2, 0), Decision::Allowed);
+        let pairs = |levels: Vec<Level>| -> Vec<(u128, u128)> {
+            levels.iter().map(|l| (l.tokens, l.next_ns)).collect()
+        };
+        // The fast band: 1 token and a half, the next whole one in 50 ms; the slow band: 3
+        // tokens and a twentieth, the next in 950 ms.
+        assert_eq!(
+            pairs(limiter.levels_at(SECOND / 20)),
+            [(1, 50_000_000), (3, 950_000_000)]
+        );
+        // A full band gives one more a whole token's time after it is spent from.
+        assert_eq!(
+            pairs(limiter.levels_at(10 * SECOND)),
+            [(3, 100_000_000), (5, 1_000_000_000)]
         );
     }
 

@@ -8,7 +8,7 @@ use hashbrown::Equivalent;
 
 use super::room::Others;
 use super::{lock, Answer, KeyedDecision, KeyedLimiter, Locked, Shard};
-use crate::core::exact::limiter::{Balances, Decision};
+use crate::core::exact::limiter::{Balances, Decision, Level};
 use crate::core::exact::rate::BandSpec;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
@@ -207,6 +207,23 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Self::find(&mut shard, hash, key)
             .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
             .available_at(&self.specs, now)
+    }
+
+    /// Each band's [`Level`] for `key` at `now_ns` (a key not remembered is full), storing
+    /// nothing.
+    pub fn levels<Q>(&self, key: &Q, now_ns: i64) -> Vec<Level>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let Locked {
+            mut shard,
+            hash,
+            now,
+            ..
+        } = self.locked(key, now_ns);
+        Self::find(&mut shard, hash, key)
+            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
+            .levels_at(&self.specs, now)
     }
 }
 
