@@ -348,10 +348,15 @@ pub fn read_plans(
     per: Option<&Bound<'_, PyAny>>,
     bands: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Plans> {
-    let given: Vec<&str> = [("rate", rate), ("burst", burst), ("per", per), ("bands", bands)]
-        .into_iter()
-        .filter_map(|(name, value)| value.map(|_| name))
-        .collect();
+    let given: Vec<&str> = [
+        ("rate", rate),
+        ("burst", burst),
+        ("per", per),
+        ("bands", bands),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| value.map(|_| name))
+    .collect();
     if !given.is_empty() {
         return Err(PyTypeError::new_err(format!(
             "give plans or {}, not both: each plan's value is its rate or its bands, as in \
@@ -425,7 +430,11 @@ fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
 }
 
 /// `{'free': [Band(...)], 'pro': [...]}`, for a limiter's repr.
-pub fn plans_repr(py: Python<'_>, names: &[(String, usize)], configs: &[&Config]) -> PyResult<String> {
+pub fn plans_repr(
+    py: Python<'_>,
+    names: &[(String, usize)],
+    configs: &[&Config],
+) -> PyResult<String> {
     Ok(plans_dict(py, names, configs)?.repr()?.to_string())
 }
 
@@ -447,6 +456,7 @@ pub fn plans_dict<'py>(
 /// read them (see [`read_plans`]): each plan's name with the index of its bands, and each
 /// distinct configuration's bands, a tuple of `Band`.
 #[pyfunction]
+#[allow(clippy::type_complexity)] // the names with their indices, and the bands
 #[pyo3(name = "_read_plans", signature = (plans, rate = None, burst = None, per = None, bands = None))]
 pub fn read_plans_py<'py>(
     py: Python<'py>,

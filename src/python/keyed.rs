@@ -618,16 +618,15 @@ impl KeyedRateLimiter {
         kwargs.set_item("max_keys", first.max_keys())?;
         kwargs.set_item("shards", first.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;
-        let state = match &this.plans {
-            None => this.tables[0].saved(py, &this.clock)?,
-            Some(_) => {
-                let tables = this
-                    .tables
-                    .iter()
-                    .map(|plan| plan.saved(py, &this.clock))
-                    .collect::<PyResult<Vec<_>>>()?;
-                ("plans", tables).into_pyobject(py)?.into_any()
-            }
+        let state = if this.plans.is_none() {
+            this.tables[0].saved(py, &this.clock)?
+        } else {
+            let tables = this
+                .tables
+                .iter()
+                .map(|plan| plan.saved(py, &this.clock))
+                .collect::<PyResult<Vec<_>>>()?;
+            ("plans", tables).into_pyobject(py)?.into_any()
         };
         let state = with_attributes(slf.as_any(), state)?;
         Ok((rebuilder(slf.as_any(), &kwargs)?, PyTuple::empty(py), state))
@@ -644,25 +643,24 @@ impl KeyedRateLimiter {
         let (table, attributes) = state;
         let this = slf.get();
         let py = slf.py();
-        match &this.plans {
-            None => this.tables[0].restore_saved(py, &this.clock, &table)?,
-            Some(_) => {
-                let planned = table.len() == 2
-                    && table.get_item(0)?.extract::<String>().ok().as_deref() == Some("plans");
-                if !planned {
-                    return Err(PyValueError::new_err(
-                        "a keyed limiter with plans is restored from the state of one",
-                    ));
-                }
-                let tables: Vec<Bound<'_, PyTuple>> = table.get_item(1)?.extract()?;
-                if tables.len() != this.tables.len() {
-                    return Err(PyValueError::new_err(
-                        "the saved state has a different number of plans' tables",
-                    ));
-                }
-                for (plan, saved) in this.tables.iter().zip(&tables) {
-                    plan.restore_saved(py, &this.clock, saved)?;
-                }
+        if this.plans.is_none() {
+            this.tables[0].restore_saved(py, &this.clock, &table)?;
+        } else {
+            let planned = table.len() == 2
+                && table.get_item(0)?.extract::<String>().ok().as_deref() == Some("plans");
+            if !planned {
+                return Err(PyValueError::new_err(
+                    "a keyed limiter with plans is restored from the state of one",
+                ));
+            }
+            let tables: Vec<Bound<'_, PyTuple>> = table.get_item(1)?.extract()?;
+            if tables.len() != this.tables.len() {
+                return Err(PyValueError::new_err(
+                    "the saved state has a different number of plans' tables",
+                ));
+            }
+            for (plan, saved) in this.tables.iter().zip(&tables) {
+                plan.restore_saved(py, &this.clock, saved)?;
             }
         }
         restore_attributes(slf.as_any(), &attributes)
