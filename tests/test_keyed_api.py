@@ -251,7 +251,12 @@ SIGNATURES: dict[str, list[tuple[str, Any]]] = {
     "refund": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None), ("plan", None)],
     "available": [("key", inspect.Parameter.empty), ("now_ns", None), ("plan", None)],
     "acquire": [("key", inspect.Parameter.empty), ("n", 1), ("timeout", None), ("plan", None)],
-    "acquire_async": [("key", inspect.Parameter.empty), ("n", 1), ("timeout", None), ("plan", None)],
+    "acquire_async": [
+        ("key", inspect.Parameter.empty),
+        ("n", 1),
+        ("timeout", None),
+        ("plan", None),
+    ],
     "try_acquire_many": [
         ("keys", inspect.Parameter.empty),
         ("now_ns", inspect.Parameter.empty),

@@ -66,9 +66,8 @@ async def await_reserved_for(
     by then); ValueError if ``n`` is more than a band's burst. With ``plan``, the key's
     tokens are those of its state under that plan.
     """
-    planned = {} if plan is None else {"plan": plan}
-    reserve = functools.partial(limiter._reserve, key, n, **planned)
-    give_back = functools.partial(limiter._give_back, key, n, **planned)
+    reserve = functools.partial(limiter._reserve, key, n, plan=plan)
+    give_back = functools.partial(limiter._give_back, key, n, plan=plan)
     return await _await_turn(reserve, limiter._until, give_back, timeout)
 
 
