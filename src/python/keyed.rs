@@ -69,9 +69,16 @@ const DEFAULT_SHARDS: u64 = 16;
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
-/// KeyedRateLimiter(rate, *, burst=None, per=1, bands=None, max_keys=100_000, shards=None,
-/// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
-/// starts full. The table is split into shards locks (default min(16, max_keys)), which share
+/// KeyedRateLimiter(rate, *, burst=None, per=1, bands=None, plans=None, max_keys=100_000,
+/// shards=None, clock=None): every key is limited by the same bands, given as for RateLimiter.
+/// Each key starts full.
+///
+/// Or plans={"free": "100/hour", "pro": [Band("10/second", burst=20)]}, in place of
+/// rate/bands: every per-key call then names the key's plan (plan="pro", required), and each
+/// plan keeps its own state per key, in a table of its own (max_keys and shards hold per
+/// plan). A key's first request under a plan finds that plan's full burst; back on an earlier
+/// plan, it finds its state there as it left it. Plans of the same bands are one plan. bands
+/// then raises AttributeError: read plans. The table is split into shards locks (default min(16, max_keys)), which share
 /// one count of keys: a new key is refused only when the table holds max_keys keys and none
 /// of them has refilled.
 ///

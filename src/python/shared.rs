@@ -432,6 +432,10 @@ impl SharedRateLimiter {
 /// opening `name` maps (see SharedRateLimiter). Keys are ints, floats, text, bytes and tuples
 /// of these, stored as seeded 128-bit digests. A key is forgotten only when it is full again,
 /// and a new key that finds no room is REFUSED with a wait, never let in by evicting anyone.
+///
+/// plans={"free": "100/hour", "pro": [...]} in place of rate/bands limits each key by its plan
+/// (plan= on every per-key call), as KeyedRateLimiter does: each plan is the table of its
+/// bands under the name, a file of its own (see paths).
 #[pyclass(
     frozen,
     name = "SharedKeyedRateLimiter",

@@ -1179,6 +1179,9 @@ class RedisKeyedRateLimiter(_ManyKeys):
     anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
     key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
     refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
+    ``plans={"free": ..., "pro": ...}`` in place of ``rate``/``bands`` limits each key by its
+    plan (``plan=`` on every per-key call, required), as in-process: a plan's keys are those of
+    its bands' fingerprint, so a call under a plan is still one script call.
     :meth:`try_acquire_many` decides many keys at once: one round trip per cluster node.
 
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
