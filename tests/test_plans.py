@@ -512,13 +512,10 @@ def test_len_in_iteration_and_stats_add_up_over_plans(tmp_path: Path) -> None:
 
 
 def test_an_in_process_limiter_with_plans_pickles_with_every_plans_state() -> None:
-    clock = FakeClock()
-    limiter = KeyedRateLimiter(plans=PLANS, clock=None, max_keys=50, shards=2)
+    limiter = KeyedRateLimiter(plans=PLANS, max_keys=50, shards=2)
     limiter.try_acquire("a", 2, now_ns=0, plan="free")
     limiter.try_acquire("a", 15, now_ns=0, plan="pro")
     limiter.try_acquire(("t", 1), now_ns=0, plan="pro")
-    key = object.__new__(type("K", (), {}))
-    del clock, key
     for copied in [pickle.loads(pickle.dumps(limiter)), copy.deepcopy(limiter)]:
         assert copied.plans == limiter.plans
         assert (copied.max_keys, len(copied), copied.stats) == (50, 3, limiter.stats)
@@ -569,3 +566,71 @@ def test_the_redis_keys_of_a_plan_carry_its_fingerprint(redis_client: Any) -> No
     assert limiter.redis_key("a", plan="free") == one.redis_key("a")
     assert limiter.redis_key("a", plan="pro") != one.redis_key("a")
     assert LimitOutcome.ALLOWED == limiter.check("a", plan="pro").outcome
+
+
+def test_a_local_fallback_is_asked_under_the_same_plan() -> None:
+    from test_distributed_api import unreachable_client
+
+    local = KeyedRateLimiter(plans=PLANS)
+    remote = RedisKeyedRateLimiter(unreachable_client(), name="fb", plans=PLANS, on_error=local)
+    assert [remote.try_acquire("a", now_ns=0, plan="free") for _ in range(4)] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert remote.check("a", now_ns=0, plan="pro").remaining == 19
+    assert remote.available("a", now_ns=0, plan="trial") == 0  # "free"'s state
+    assert remote.try_acquire_many(["b"] * 4, now_ns=0, plan="trial") == [True, True, True, False]
+    remote.refund("b", 2, now_ns=0, plan="free")
+    assert local.available("b", now_ns=0, plan="free") == 2
+
+
+def test_the_asyncio_redis_limiter_takes_plans(redis_server: Any) -> None:
+    import redis.asyncio
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(port=redis_server.port)
+        limiter = AsyncRedisKeyedRateLimiter(
+            client, name="aplans", plans=PLANS, prefix=f"a{next(_names)}:"
+        )
+        assert limiter.plans == {plan: as_bands(value) for plan, value in PLANS.items()}
+        assert await limiter.try_acquire_many(["a"] * 4, plan="free") == [True, True, True, False]
+        assert not await limiter.try_acquire("a", plan="trial")
+        assert (await limiter.check("a", 20, plan="pro")).allowed
+        assert await limiter.available("a", plan="pro") == 0
+        await limiter.refund("a", 5, plan="pro")
+        assert await limiter.acquire("a", 5, plan="pro")
+        assert not (await limiter.peek("a", plan="pro")).allowed
+        with pytest.raises(TypeError, match="plan= is required"):
+            await limiter.check("a")
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+class Client:
+    """A key of the program's own: numbered by each plan's registry."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Client) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def test_object_keys_under_plans_wait_and_pickle() -> None:
+    limiter = KeyedRateLimiter(plans=PLANS)
+    alice = Client("alice")
+    assert limiter.acquire(alice, 3, plan="free")
+    assert limiter.acquire(alice, 20, plan="pro")
+    assert not limiter.try_acquire(Client("alice"), plan="trial")
+    assert limiter.available(Client("alice"), plan="pro") == 0
+    copied = pickle.loads(pickle.dumps(limiter))
+    assert copied.available(Client("alice"), plan="free") == 0
+    assert copied.available(Client("alice"), plan="pro") == 0
+    assert [key.name for key in copied] == ["alice"]
+    assert Client("alice") in copied and Client("bob") not in copied
