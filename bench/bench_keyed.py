@@ -8,6 +8,8 @@ Rows, in one run (medians of interleaved rounds; read the ratios, not the times)
 
 * ``try_acquire(key)`` with a str key, against an empty ``def f(key)`` called the same way and
   against token-bucket's ``Limiter.consume(key)`` (optional: ``pip install '.[bench]'``);
+* the same on a limiter of three plans, with ``plan="pro"`` (the third), against the row above:
+  the cost of a plan, its keyword and its name looked up;
 * the same over 10,000 distinct keys in turn (a table that really holds them);
 * ``try_acquire_many`` over a trace of int keys, per decision, against ``try_acquire`` called
   for each item in a Python loop;
@@ -62,6 +64,12 @@ Case = Callable[[], tuple[str, dict[str, object], int]]
 
 def native_one_key() -> tuple[str, dict[str, object], int]:
     return "limiter.try_acquire(key)", {"limiter": keyed(), "key": "client-42"}, 1
+
+
+def planned_one_key() -> tuple[str, dict[str, object], int]:
+    plans = {"free": HUGE // 2, "team": HUGE // 3, "pro": HUGE}
+    limiter = KeyedRateLimiter(plans=plans, max_keys=2 * CLIENTS)
+    return 'limiter.try_acquire(key, plan="pro")', {"limiter": limiter, "key": "client-42"}, 1
 
 
 def empty_one_key() -> tuple[str, dict[str, object], int]:
@@ -162,6 +170,7 @@ def long_str_key() -> tuple[str, dict[str, object], int]:
 
 CASES: dict[str, Case] = {
     "try_acquire(key), one str key (native)": native_one_key,
+    'try_acquire(key, plan="pro"), of 3 plans': planned_one_key,
     "empty def f(key)": empty_one_key,
     "token-bucket consume(key)": token_bucket_one_key,
     "try_acquire(key), 10k str keys (native)": native_many_keys,
@@ -180,6 +189,7 @@ CASES: dict[str, Case] = {
 
 RATIOS = [
     ("try_acquire(key), one str key (native)", "empty def f(key)"),
+    ('try_acquire(key, plan="pro"), of 3 plans', "try_acquire(key), one str key (native)"),
     ("token-bucket consume(key)", "try_acquire(key), one str key (native)"),
     ("try_acquire(key), 10k str keys (native)", "empty def f(next(keys))"),
     ("token-bucket consume, 10k keys", "try_acquire(key), 10k str keys (native)"),

@@ -186,6 +186,8 @@ def test_the_signature_is_explicit_with_the_rate_alone_by_position(cls: type) ->
     expected = ["burst", "per", "bands", "on_error", "min_ttl_ms", "prefix"]
     if cls in ONE_KEY:
         expected.insert(3, "initial")
+    else:
+        expected.insert(3, "plans")  # the keyed limiters' plans, in place of rate/bands
     assert list(parameters)[3:] == expected
     assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in expected)
     assert parameters["prefix"].default == "qos:"

@@ -84,6 +84,13 @@ CHECKED = textwrap.dedent(
     wrong_7: KeyedLimiter[Hashable] = SharedRateLimiter("c", 1)  # type: ignore[assignment]
     redis_keyed = RedisKeyedRateLimiter(client, 1, name="c")
     wrong_5: KeyedLimiter[Hashable] = redis_keyed  # type: ignore[assignment]
+
+    # With plans (every call then takes plan=), each is still of its own kind.
+    keyed = KeyedRateLimiter(plans={"free": "100/hour", "pro": 10})
+    keyed = SharedKeyedRateLimiter("planned", plans={"free": 1})
+    keyed_text = RedisKeyedRateLimiter(client, name="planned", plans={"free": 1})
+    awaited_keyed = AsyncRedisKeyedRateLimiter(aclient, name="planned", plans={"free": 1})
+    keyed.check(1, plan="free")
     """
 )
 
@@ -97,6 +104,12 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
     [
         (lambda: RateLimiter(1), (False, False)),
         (lambda: KeyedRateLimiter(1), (True, False)),
+        (lambda: KeyedRateLimiter(plans={"free": 1}), (True, False)),
+        (lambda: SharedKeyedRateLimiter("kinds", plans={"a": 1}, max_keys=8), (True, False)),
+        (
+            lambda: RedisKeyedRateLimiter(qos_support.NoServer(), name="c", plans={"a": 1}),
+            (True, False),
+        ),
         (lambda: SharedRateLimiter("kinds", 1), (False, False)),
         (lambda: SharedKeyedRateLimiter("kinds", 1, max_keys=8), (True, False)),
         (lambda: RedisRateLimiter(qos_support.NoServer(), 1, name="k"), (False, False)),
@@ -110,6 +123,9 @@ def test_mypy_finds_every_limiter_of_its_own_interface_and_of_no_other(tmp_path:
     ids=[
         "RateLimiter",
         "KeyedRateLimiter",
+        "KeyedRateLimiter with plans",
+        "SharedKeyed with plans",
+        "RedisKeyed with plans",
         "Shared",
         "SharedKeyed",
         "Redis",

@@ -116,6 +116,7 @@ def test_the_constructor_signature() -> None:
         ("burst", inspect.Parameter.KEYWORD_ONLY, None),
         ("per", inspect.Parameter.KEYWORD_ONLY, None),
         ("bands", inspect.Parameter.KEYWORD_ONLY, None),
+        ("plans", inspect.Parameter.KEYWORD_ONLY, None),
         ("max_keys", inspect.Parameter.KEYWORD_ONLY, 100_000),
         ("shards", inspect.Parameter.KEYWORD_ONLY, None),
         ("clock", inspect.Parameter.KEYWORD_ONLY, None),
@@ -244,17 +245,23 @@ def test_the_shards_share_max_keys_exactly(
 # ---------------------------------------------------------------------------------------------
 
 SIGNATURES: dict[str, list[tuple[str, Any]]] = {
-    "try_acquire": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None)],
-    "check": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None)],
-    "peek": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None)],
-    "refund": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None)],
-    "available": [("key", inspect.Parameter.empty), ("now_ns", None)],
-    "acquire": [("key", inspect.Parameter.empty), ("n", 1), ("timeout", None)],
-    "acquire_async": [("key", inspect.Parameter.empty), ("n", 1), ("timeout", None)],
+    "try_acquire": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None), ("plan", None)],
+    "check": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None), ("plan", None)],
+    "peek": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None), ("plan", None)],
+    "refund": [("key", inspect.Parameter.empty), ("n", 1), ("now_ns", None), ("plan", None)],
+    "available": [("key", inspect.Parameter.empty), ("now_ns", None), ("plan", None)],
+    "acquire": [("key", inspect.Parameter.empty), ("n", 1), ("timeout", None), ("plan", None)],
+    "acquire_async": [
+        ("key", inspect.Parameter.empty),
+        ("n", 1),
+        ("timeout", None),
+        ("plan", None),
+    ],
     "try_acquire_many": [
         ("keys", inspect.Parameter.empty),
         ("now_ns", inspect.Parameter.empty),
         ("n", None),
+        ("plan", None),
     ],
 }
 

@@ -315,3 +315,161 @@ pub fn canonical<'py>(
     let config = read_config(py, None, None, None, Some(bands))?;
     Ok((PyBytes::new(py, &config.encode()), config.fingerprint()))
 }
+
+/// The plans a keyed limiter was given (`plans={"free": "100/hour", "pro": [Band(...), ...]}`):
+/// each plan's name with the index of its configuration in `configs`. Plans whose bands are the
+/// same limit (the same canonical encoding, so the same fingerprint) share one configuration:
+/// the shared and Redis tables are found by fingerprint, so every store keeps them as one.
+pub struct Plans {
+    pub names: Vec<(String, usize)>,
+    pub configs: Vec<Config>,
+}
+
+impl Plans {
+    /// The names, as a message lists them: `'free', 'pro'`.
+    pub fn listed(names: &[(String, usize)]) -> String {
+        names
+            .iter()
+            .map(|(name, _)| format!("'{name}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The configurations of a limiter given `plans` (a dict of plan name to what `rate=` or
+/// `bands=` takes), refusing `plans` with any of `rate`, `burst`, `per` and `bands`. Each
+/// plan's value is read by [`read_config`] (a `Band`, or any non-str iterable, as `bands`;
+/// anything else as `rate`), so its errors are those of `rate=` and `bands=`, said of the plan.
+pub fn read_plans(
+    py: Python<'_>,
+    plans: &Bound<'_, PyAny>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+    bands: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Plans> {
+    let given: Vec<&str> = [
+        ("rate", rate),
+        ("burst", burst),
+        ("per", per),
+        ("bands", bands),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| value.map(|_| name))
+    .collect();
+    if !given.is_empty() {
+        return Err(PyTypeError::new_err(format!(
+            "give plans or {}, not both: each plan's value is its rate or its bands, as in \
+             plans={{\"free\": \"100/hour\", \"pro\": [Band(\"10/second\", burst=20)]}}",
+            given.join(", ")
+        )));
+    }
+    let Ok(dict) = plans.cast::<pyo3::types::PyDict>() else {
+        return Err(PyTypeError::new_err(format!(
+            "plans must be a dict of plan name to its rate or bands, not {}",
+            plans.get_type().name()?
+        )));
+    };
+    if dict.is_empty() {
+        return Err(PyValueError::new_err(
+            "plans must name at least one plan, not {}: for one limit give rate or bands",
+        ));
+    }
+    let mut names: Vec<(String, usize)> = Vec::with_capacity(dict.len());
+    let mut configs: Vec<Config> = Vec::new();
+    for (name, value) in dict.iter() {
+        let text = match name.cast::<PyString>() {
+            Ok(text) => text.to_str().map(str::to_owned).ok(),
+            Err(_) => None,
+        };
+        let Some(text) = text.filter(|text| !text.is_empty()) else {
+            return Err(PyTypeError::new_err(format!(
+                "a plan's name must be a non-empty str, not {} ({})",
+                name.repr()?,
+                name.get_type().name()?
+            )));
+        };
+        let config = plan_config(py, &value).map_err(|error| {
+            // The same error as rate= or bands= gives, said of the plan.
+            let message = error.value(py).to_string();
+            let said = format!("plans['{text}']: {message}");
+            if error.is_instance_of::<PyTypeError>(py) {
+                PyTypeError::new_err(said)
+            } else {
+                PyValueError::new_err(said)
+            }
+        })?;
+        let encoded = config.encode();
+        let index = configs
+            .iter()
+            .position(|known| known.encode() == encoded)
+            .unwrap_or_else(|| {
+                configs.push(config);
+                configs.len() - 1
+            });
+        names.push((text, index));
+    }
+    Ok(Plans { names, configs })
+}
+
+/// One plan's configuration: a `Band`, or a non-str iterable of bands, as `bands`; anything else
+/// (a quota string, a number) as `rate`.
+fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
+    if value.cast::<Band>().is_ok() {
+        let bands = PyTuple::new(py, [value])?;
+        return read_config(py, None, None, None, Some(bands.as_any()));
+    }
+    let iterable = !value.is_instance_of::<PyString>()
+        && !value.is_instance_of::<PyBytes>()
+        && crate::python::keyed::is_iterable(value)?;
+    if iterable {
+        read_config(py, None, None, None, Some(value))
+    } else {
+        read_config(py, Some(value), None, None, None)
+    }
+}
+
+/// `{'free': [Band(...)], 'pro': [...]}`, for a limiter's repr.
+pub fn plans_repr(
+    py: Python<'_>,
+    names: &[(String, usize)],
+    configs: &[&Config],
+) -> PyResult<String> {
+    Ok(plans_dict(py, names, configs)?.repr()?.to_string())
+}
+
+/// The plans as a dict of name to a tuple of `Band`: what a limiter's `plans` answers, and what
+/// its pickle rebuilds it from.
+pub fn plans_dict<'py>(
+    py: Python<'py>,
+    names: &[(String, usize)],
+    configs: &[&Config],
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let dict = pyo3::types::PyDict::new(py);
+    for (name, index) in names {
+        dict.set_item(name, bands_tuple(py, configs[*index])?)?;
+    }
+    Ok(dict)
+}
+
+/// The plans a limiter written in Python (the Redis ones) was given, read as the native ones
+/// read them (see [`read_plans`]): each plan's name with the index of its bands, and each
+/// distinct configuration's bands, a tuple of `Band`.
+#[pyfunction]
+#[allow(clippy::type_complexity)] // the names with their indices, and the bands
+#[pyo3(name = "_read_plans", signature = (plans, rate = None, burst = None, per = None, bands = None))]
+pub fn read_plans_py<'py>(
+    py: Python<'py>,
+    plans: &Bound<'py, PyAny>,
+    rate: Option<&Bound<'py, PyAny>>,
+    burst: Option<&Bound<'py, PyAny>>,
+    per: Option<&Bound<'py, PyAny>>,
+    bands: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Vec<(String, usize)>, Vec<Bound<'py, PyTuple>>)> {
+    let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+    let bands = configs
+        .iter()
+        .map(|config| bands_tuple(py, config))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((names, bands))
+}

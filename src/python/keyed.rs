@@ -6,9 +6,9 @@
 //! interpreter released, after every item has been read and checked, so a bad trace changes
 //! nothing.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList, PyTuple};
+use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
@@ -20,7 +20,9 @@ use crate::core::exact::settle::Balance;
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
-use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::config::{
+    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans, Plans,
+};
 use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::{self, Lineage};
 use crate::python::keys::{classify, key_object, Classified, Registry};
@@ -67,9 +69,16 @@ const DEFAULT_SHARDS: u64 = 16;
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
-/// KeyedRateLimiter(rate, *, burst=None, per=1, bands=None, max_keys=100_000, shards=None,
-/// clock=None): every key is limited by the same bands, given as for RateLimiter. Each key
-/// starts full. The table is split into shards locks (default min(16, max_keys)), which share
+/// KeyedRateLimiter(rate, *, burst=None, per=1, bands=None, plans=None, max_keys=100_000,
+/// shards=None, clock=None): every key is limited by the same bands, given as for RateLimiter.
+/// Each key starts full.
+///
+/// Or plans={"free": "100/hour", "pro": [Band("10/second", burst=20)]}, in place of
+/// rate/bands: every per-key call then names the key's plan (plan="pro", required), and each
+/// plan keeps its own state per key, in a table of its own (max_keys and shards hold per
+/// plan). A key's first request under a plan finds that plan's full burst; back on an earlier
+/// plan, it finds its state there as it left it. Plans of the same bands are one plan. bands
+/// then raises AttributeError: read plans. The table is split into shards locks (default min(16, max_keys)), which share
 /// one count of keys: a new key is refused only when the table holds max_keys keys and none
 /// of them has refilled.
 ///
@@ -94,14 +103,23 @@ const DEFAULT_SHARDS: u64 = 16;
     module = "protocol_in_code.qos.keyed"
 )]
 pub struct KeyedRateLimiter {
-    table: KeyedLimiter<Key>,
-    registry: Registry,
+    /// One table per plan (one in all without plans), each with its own keys, registry and
+    /// clock: a key's state under one plan is never seen by another.
+    tables: Box<[PlanTable]>,
+    /// Each plan's name and its table's index; `None` without plans.
+    plans: Option<Box<[(String, usize)]>>,
     clock: Clock,
-    config: Config,
     lineage: Lineage,
 }
 
-impl KeyedRateLimiter {
+/// One plan's keys: a table, the registry of its object keys, and the bands it limits by.
+struct PlanTable {
+    table: KeyedLimiter<Key>,
+    registry: Registry,
+    config: Config,
+}
+
+impl PlanTable {
     /// Run `decide` on the table key of `key`; `stores` says whether it may remember a new key.
     fn with_key<R>(
         &self,
@@ -123,13 +141,40 @@ impl KeyedRateLimiter {
             Classified::Object => self.registry.with_object(key, &self.table, stores, decide),
         }
     }
+}
+
+impl KeyedRateLimiter {
+    /// The table of `plan`: the only one without plans (then `plan` must not be given), else
+    /// the named plan's, which must be one of them.
+    #[inline]
+    fn plan(&self, plan: Option<&Bound<'_, PyAny>>) -> PyResult<&PlanTable> {
+        match (&self.plans, plan) {
+            (None, None) => Ok(&self.tables[0]),
+            (plans, plan) => self.named(plans.as_deref(), plan),
+        }
+    }
+
+    #[cold]
+    fn named(
+        &self,
+        plans: Option<&[(String, usize)]>,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<&PlanTable> {
+        plan_index(plans, plan).map(|index| &self.tables[index])
+    }
 
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
     /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
     /// The first call in a child process of the one that made the table warns (see `Lineage`).
-    fn on_the_clock(&self, py: Python<'_>, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
+    fn on_the_clock(
+        &self,
+        py: Python<'_>,
+        plan: &PlanTable,
+        now: i64,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<i64> {
         self.lineage.check(py, "KeyedRateLimiter")?;
-        match self.table.off_the_clock(now) {
+        match plan.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
                 let given = now_ns.is_some();
@@ -148,8 +193,8 @@ impl KeyedRateLimiter {
 impl KeyedRateLimiter {
     #[new]
     #[pyo3(
-        signature = (rate = None, *more, burst = None, per = None, bands = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
-        text_signature = "(rate=None, *, burst=None, per=None, bands=None, max_keys=100000, shards=None, clock=None)"
+        signature = (rate = None, *more, burst = None, per = None, bands = None, plans = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
+        text_signature = "(rate=None, *, burst=None, per=None, bands=None, plans=None, max_keys=100000, shards=None, clock=None)"
     )]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
     fn __new__(
@@ -159,12 +204,19 @@ impl KeyedRateLimiter {
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
         bands: Option<&Bound<'_, PyAny>>,
+        plans: Option<&Bound<'_, PyAny>>,
         max_keys: KeyCount,
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
-        let config = read_config(py, rate, burst, per, bands)?;
+        let (names, configs) = match plans {
+            None => (None, vec![read_config(py, rate, burst, per, bands)?]),
+            Some(plans) => {
+                let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+                (Some(names.into_boxed_slice()), configs)
+            }
+        };
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
@@ -181,17 +233,21 @@ impl KeyedRateLimiter {
                 "{name}={value} is more than this machine can address"
             ))
         };
-        let table = KeyedLimiter::new(
-            &config.specs(),
-            usize::try_from(max_keys).map_err(|_| too_many("max_keys", max_keys))?,
-            usize::try_from(shards).map_err(|_| too_many("shards", shards))?,
-        )
-        .watching(Key::is_registered);
+        let max_keys = usize::try_from(max_keys).map_err(|_| too_many("max_keys", max_keys))?;
+        let shards = usize::try_from(shards).map_err(|_| too_many("shards", shards))?;
+        let tables = configs
+            .into_iter()
+            .map(|config| PlanTable {
+                table: KeyedLimiter::new(&config.specs(), max_keys, shards)
+                    .watching(Key::is_registered),
+                registry: Registry::new(),
+                config,
+            })
+            .collect();
         Ok(Self {
-            table,
-            registry: Registry::new(),
+            tables,
+            plans: names,
             clock: Clock::checked(py, clock)?,
-            config,
             lineage: Lineage::new(),
         })
     }
@@ -199,17 +255,19 @@ impl KeyedRateLimiter {
     /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
     /// (denied, or refused because the table is full). Raises ValueError if `n` exceeds a
     /// band's burst, since no wait would ever be enough.
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn try_acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        let plan = self.plan(plan)?;
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        let decision = self.with_key(key, true, |key| self.table.acquire(key, n, now))?;
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        let decision = plan.with_key(key, true, |key| plan.table.acquire(key, n, now))?;
         match decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
             // No wait would ever be enough: a loop retrying on False would spin for ever.
@@ -221,76 +279,87 @@ impl KeyedRateLimiter {
     /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is
     /// ALLOWED, DENIED (with the exact wait_ns), NEVER (n exceeds a burst) or REFUSED (a new
     /// key and a full table; wait_ns says when room may appear).
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn check<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
+        let plan = self.plan(plan)?;
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        let answer = self.with_key(key, true, |key| self.table.check(key, n, now))?;
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        let answer = plan.with_key(key, true, |key| plan.table.check(key, n, now))?;
         decision(py, answer)
     }
 
     /// What check(key, n) would answer now, taking nothing.
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn peek<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
+        let plan = self.plan(plan)?;
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        let answer = self.with_key(key, false, |key| self.table.peek(key, n, now))?;
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        let answer = plan.with_key(key, false, |key| plan.table.peek(key, n, now))?;
         decision(py, answer)
     }
 
     /// Give `n` tokens back to `key` (each band capped at its burst; a key not remembered is
     /// already full).
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn refund(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        let plan = self.plan(plan)?;
         let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        self.with_key(key, false, |key| self.table.refund(key, n, now))
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        plan.with_key(key, false, |key| plan.table.refund(key, n, now))
     }
 
     /// Whole tokens `key` holds now (every band's least).
-    #[pyo3(signature = (key, now_ns = None))]
+    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
     fn available(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u128> {
+        let plan = self.plan(plan)?;
         let now = self.clock.now(py, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        self.with_key(key, false, |key| self.table.available(key, now))
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        plan.with_key(key, false, |key| plan.table.available(key, now))
     }
 
     /// Each band's whole tokens for `key` now, and the nanoseconds until it can give one more
     /// (for a full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of
-    /// `bands`. A key not remembered is full. Takes and stores nothing.
-    #[pyo3(signature = (key, now_ns = None))]
+    /// `bands` (of `plan`'s, with plans). A key not remembered is full. Takes and stores
+    /// nothing.
+    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
     fn band_levels(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(u128, u128)>> {
+        let plan = self.plan(plan)?;
         let now = self.clock.now(py, now_ns)?;
-        let now = self.on_the_clock(py, now, now_ns)?;
-        let levels = self.with_key(key, false, |key| self.table.levels(key, now))?;
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        let levels = plan.with_key(key, false, |key| plan.table.levels(key, now))?;
         Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
     }
 
@@ -305,23 +374,25 @@ impl KeyedRateLimiter {
     /// KeyboardInterrupt (signals are looked at every 50 ms), and the waiter gives its tokens
     /// back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic
     /// clock does.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
     fn acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         timeout: Option<Timeout>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        let plan = self.plan(plan)?;
         let n = tokens(n);
         // The key is read at each attempt: its registered form is looked up each time.
         wait_for_turn(
             py,
             "KeyedRateLimiter",
             max_wait_ns(timeout),
-            |left| self.reserve(py, key, n, left),
+            |left| self.reserve(py, plan, key, n, left),
             |at| self.clock.until(py, at),
-            |turn| self.give_back(py, key, n, turn),
+            |turn| self.give_back(py, plan, key, n, turn),
         )
     }
 
@@ -330,27 +401,40 @@ impl KeyedRateLimiter {
     /// caller's), `(False, retry_ns)` if refused (a new key and a full table: try again after
     /// that long), or None, taking nothing, if they would only be there after `timeout`
     /// seconds. Raises ValueError if `n` exceeds a burst.
-    #[pyo3(signature = (key, n = None, timeout = None))]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None))]
     fn _reserve(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         timeout: Option<Timeout>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<(bool, i128)>> {
+        let plan = self.plan(plan)?;
         let n = tokens(n);
-        Ok(self.reserve(py, key, n, max_wait_ns(timeout))?.for_python())
+        Ok(self
+            .reserve(py, plan, key, n, max_wait_ns(timeout))?
+            .for_python())
     }
 
     /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were not
     /// used (a cancelled waiter): undone if no waiter on the key queued behind them, else
     /// forfeited, so nobody is ever let in before a turn already promised (see
     /// `KeyedLimiter::give_back`).
-    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
+    #[pyo3(signature = (key, n, at_ns, *, plan = None))]
+    fn _give_back(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: N,
+        at_ns: i64,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let plan = self.plan(plan)?;
         let N(n) = n;
         let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(py, now, None)?;
-        self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns))
+        let now = self.on_the_clock(py, plan, now, None)?;
+        plan.with_key(key, false, |key| plan.table.give_back(key, n, now, at_ns))
     }
 
     /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
@@ -363,14 +447,16 @@ impl KeyedRateLimiter {
     /// allowed, 1 denied, 2 never, 3 refused), exactly what `check` would have said one call at
     /// a time, with the same effect. Any buffer of integers works (numpy, array.array,
     /// memoryview), or a list. A bad trace raises, naming the index, and changes nothing.
-    #[pyo3(signature = (keys, now_ns, n = None))]
+    #[pyo3(signature = (keys, now_ns, n = None, *, plan = None))]
     fn try_acquire_many<'py>(
         &self,
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
         now_ns: &Bound<'py, PyAny>,
         n: Option<&Bound<'py, PyAny>>,
+        plan: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let plan = self.plan(plan)?;
         let keys = IntBuffer::new(keys, "keys")?;
         let times = IntBuffer::new(now_ns, "now_ns")?;
         let length = keys.len();
@@ -398,7 +484,7 @@ impl KeyedRateLimiter {
         let keys: Vec<i128> = keys.narrowed("keys", "be a 64-bit int")?;
         let times: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
         // Each time is checked against the table's clock as it will be when its turn comes.
-        let mut clock = self.table.latest();
+        let mut clock = plan.table.latest();
         for (index, &now) in times.iter().enumerate() {
             if let Some(gap) = clock.and_then(|latest| off_the_clock(latest, now)) {
                 return Err(clock_error(
@@ -423,35 +509,63 @@ impl KeyedRateLimiter {
                 (key, counts.at(i), times[i])
             });
             // Waited for with the interpreter released: only a restore holds it long.
-            self.registry.with_plain(|| {
-                self.table
+            plan.registry.with_plain(|| {
+                plan.table
                     .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
             });
         });
         code_array(py, codes.into_iter())
     }
 
-    /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten).
+    /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten); with plans,
+    /// the sums over every plan's table.
     #[getter]
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
-        stats_record(py, self.table.stats())
+        let mut sum = Stats::default();
+        for plan in &self.tables {
+            let Stats {
+                allowed,
+                denied,
+                refused,
+                forgotten,
+            } = plan.table.stats();
+            sum.allowed += allowed;
+            sum.denied += denied;
+            sum.refused += refused;
+            sum.forgotten += forgotten;
+        }
+        stats_record(py, sum)
     }
 
-    /// The most keys the table remembers at once.
+    /// The most keys the table remembers at once (with plans, each plan's table).
     #[getter]
     fn max_keys(&self) -> usize {
-        self.table.max_keys()
+        self.tables[0].table.max_keys()
     }
 
-    /// The bands every key is limited by, each a `Band` as it was written.
+    /// The bands every key is limited by, each a `Band` as it was written. A limiter with
+    /// plans has no bands of its own: it raises AttributeError, pointing to `plans`.
     #[getter]
     fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        bands_tuple(py, &self.config)
+        match &self.plans {
+            None => bands_tuple(py, &self.tables[0].config),
+            Some(names) => Err(no_bands("KeyedRateLimiter", names)),
+        }
     }
 
-    /// How many keys are remembered now.
+    /// Each plan's bands, a dict of plan name to a tuple of `Band`; None without plans.
+    #[getter]
+    fn plans<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.plans
+            .as_deref()
+            .map(|names| plans_dict(py, names, &self.configs()))
+            .transpose()
+    }
+
+    /// How many keys are remembered now (with plans, in every plan's table: a key remembered
+    /// under two plans counts twice).
     fn __len__(&self) -> usize {
-        self.table.len()
+        self.tables.iter().map(|plan| plan.table.len()).sum()
     }
 
     /// Always True, however many keys are remembered. Without it an empty table would be
@@ -461,85 +575,90 @@ impl KeyedRateLimiter {
         true
     }
 
-    /// Whether `key` is remembered now (a key not remembered is full).
+    /// Whether `key` is remembered now (a key not remembered is full); with plans, under any
+    /// plan.
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        self.with_key(key, false, |key| self.table.contains(key))
+        for plan in &self.tables {
+            if plan.with_key(key, false, |key| plan.table.contains(key))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The keys remembered now (a snapshot); a key longer than 128 bytes as its `KeyDigest`.
+    /// With plans, each key once, whichever plans it is remembered under.
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let keys = self.registry.reading(|| self.table.keys());
-        let keys = keys
-            .iter()
-            .map(|key| key_object(py, key, &self.registry))
-            .filter_map(Result::transpose)
-            .collect::<PyResult<Vec<_>>>()?;
-        PyList::new(py, keys)?.try_iter().map(Bound::into_any)
+        let mut all = Vec::new();
+        for plan in &self.tables {
+            let keys = plan.registry.reading(|| plan.table.keys());
+            for key in &keys {
+                if let Some(key) = key_object(py, key, &plan.registry)? {
+                    all.push(key);
+                }
+            }
+        }
+        if self.tables.len() > 1 {
+            // A key under two plans is one key: kept once, in the order first seen.
+            let seen = pyo3::types::PySet::empty(py)?;
+            let mut once = Vec::with_capacity(all.len());
+            for key in all {
+                if !seen.contains(&key)? {
+                    seen.add(&key)?;
+                    once.push(key);
+                }
+            }
+            all = once;
+        }
+        PyList::new(py, all)?.try_iter().map(Bound::into_any)
     }
 
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let this = slf.get();
+        let py = slf.py();
+        let limits = match &this.plans {
+            None => format!("bands={}", bands_repr(py, &this.tables[0].config)?),
+            Some(names) => format!("plans={}", plans_repr(py, names, &this.configs())?),
+        };
         Ok(format!(
-            "{}(bands={}, max_keys={}, keys={})",
+            "{}({limits}, max_keys={}, keys={})",
             slf.get_type().qualname()?,
-            bands_repr(slf.py(), &this.config)?,
-            this.table.max_keys(),
-            this.table.len()
+            this.tables[0].table.max_keys(),
+            this.__len__()
         ))
     }
 
     /// Pickle and copy: rebuilt from its configuration, then given back every remembered
-    /// key's balances, the table's clock and its counts.
+    /// key's balances, the table's clock and its counts (with plans, each plan's table's).
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let this = slf.get();
         let kwargs = PyDict::new(py);
-        kwargs.set_item("bands", bands_tuple(py, &this.config)?)?;
-        kwargs.set_item("max_keys", this.table.max_keys())?;
-        kwargs.set_item("shards", this.table.shard_count())?;
-        kwargs.set_item("clock", this.clock.callable(py))?;
-        let mut entries = Vec::new();
-        let (saved, counts) = this
-            .registry
-            .reading(|| (this.table.entries(), this.table.stats()));
-        for (key, limiter) in saved {
-            // An object key keeps its number: its hash, so its shard, depends on it.
-            let number = match key {
-                Key::Object(number) => Some(number),
-                _ => None,
-            };
-            let Some(key) = key_object(py, &key, &this.registry)? else {
-                continue;
-            };
-            let balances: Vec<_> = limiter
-                .iter()
-                .map(|balance| (balance.units, balance.settled_at))
-                .collect();
-            entries.push((key, number, balances));
+        let first = &this.tables[0].table;
+        match &this.plans {
+            None => kwargs.set_item("bands", bands_tuple(py, &this.tables[0].config)?)?,
+            Some(names) => kwargs.set_item("plans", plans_dict(py, names, &this.configs())?)?,
         }
-        let Stats {
-            allowed,
-            denied,
-            refused,
-            forgotten,
-        } = counts;
-        let state = (
-            this.table.seed(),
-            entries,
-            this.table.latest(),
-            (allowed, denied, refused, forgotten),
-            this.clock.origin(),
-        )
-            .into_pyobject(py)?
-            .into_any();
+        kwargs.set_item("max_keys", first.max_keys())?;
+        kwargs.set_item("shards", first.shard_count())?;
+        kwargs.set_item("clock", this.clock.callable(py))?;
+        let state = if this.plans.is_none() {
+            this.tables[0].saved(py, &this.clock)?
+        } else {
+            let tables = this
+                .tables
+                .iter()
+                .map(|plan| plan.saved(py, &this.clock))
+                .collect::<PyResult<Vec<_>>>()?;
+            ("plans", tables).into_pyobject(py)?.into_any()
+        };
         let state = with_attributes(slf.as_any(), state)?;
         Ok((rebuilder(slf.as_any(), &kwargs)?, PyTuple::empty(py), state))
     }
 
     /// Restore what `__reduce__` saved, into a table that has remembered nothing yet.
-    #[allow(clippy::type_complexity)] // the saved state's shape, spelled out once
     /// Saved on another machine, or before a reboot, with the default clock, the table's times
     /// are moved to this clock (see `Clock::shift`): a restored table never waits longer than
     /// its balances need.
@@ -548,22 +667,28 @@ impl KeyedRateLimiter {
         state: (Bound<'_, PyTuple>, Bound<'_, PyDict>),
     ) -> PyResult<()> {
         let (table, attributes) = state;
-        if !(4..=5).contains(&table.len()) {
-            return Err(PyValueError::new_err(
-                "a keyed limiter's saved state has 5 parts (4 before its clock's origin was saved)",
-            ));
+        let this = slf.get();
+        let py = slf.py();
+        if this.plans.is_none() {
+            this.tables[0].restore_saved(py, &this.clock, &table)?;
+        } else {
+            let planned = table.len() == 2
+                && table.get_item(0)?.extract::<String>().ok().as_deref() == Some("plans");
+            if !planned {
+                return Err(PyValueError::new_err(
+                    "a keyed limiter with plans is restored from the state of one",
+                ));
+            }
+            let tables: Vec<Bound<'_, PyTuple>> = table.get_item(1)?.extract()?;
+            if tables.len() != this.tables.len() {
+                return Err(PyValueError::new_err(
+                    "the saved state has a different number of plans' tables",
+                ));
+            }
+            for (plan, saved) in this.tables.iter().zip(&tables) {
+                plan.restore_saved(py, &this.clock, saved)?;
+            }
         }
-        let origin: Option<String> = match table.len() {
-            4 => None,
-            _ => table.get_item(4)?.extract()?,
-        };
-        let saved = (
-            table.get_item(0)?.extract()?,
-            table.get_item(1)?.extract()?,
-            table.get_item(2)?.extract()?,
-            table.get_item(3)?.extract()?,
-        );
-        slf.get().restore(slf.py(), saved, origin.as_deref())?;
         restore_attributes(slf.as_any(), &attributes)
     }
 
@@ -571,21 +696,27 @@ impl KeyedRateLimiter {
     /// once if they would only be there after `timeout` seconds; ValueError if `n` exceeds a
     /// burst. Served in order of arrival, as `acquire`; a cancelled waiter gives its tokens
     /// back. A refusal (full table) awaits until room may appear, then tries again.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         key: Bound<'py, PyAny>,
         n: Option<Bound<'py, PyAny>>,
         timeout: Option<Bound<'py, PyAny>>,
+        plan: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
+        // A bad plan raises here, not when the coroutine first runs.
+        slf.get().plan(plan.as_ref())?;
         let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout))
+        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout, plan))
     }
 
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.clock.traverse(&visit)?;
-        self.registry.traverse(&visit)
+        for plan in &self.tables {
+            plan.registry.traverse(&visit)?;
+        }
+        Ok(())
     }
 }
 
@@ -611,26 +742,107 @@ impl KeyedRateLimiter {
     fn reserve(
         &self,
         py: Python<'_>,
+        plan: &PlanTable,
         key: &Bound<'_, PyAny>,
         n: u64,
         max_wait: u128,
     ) -> PyResult<Reserved> {
         let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(py, now, None)?;
+        let now = self.on_the_clock(py, plan, now, None)?;
         let reservation =
-            self.with_key(key, true, |key| self.table.reserve(key, n, now, max_wait))?;
+            plan.with_key(key, true, |key| plan.table.reserve(key, n, now, max_wait))?;
         Reserved::of_keyed(reservation, now, n)
     }
 
     /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
     /// tokens it reserved for `key` at `reserved_ns` for `at_ns` (see
     /// `KeyedLimiter::give_back`).
-    fn give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: u64, turn: (i64, i64)) {
+    fn give_back(
+        &self,
+        py: Python<'_>,
+        plan: &PlanTable,
+        key: &Bound<'_, PyAny>,
+        n: u64,
+        turn: (i64, i64),
+    ) {
         let (reserved_ns, at_ns) = turn;
         let now = self.clock.now(py, None).unwrap_or(reserved_ns);
-        let now = self.on_the_clock(py, now, None).unwrap_or(reserved_ns);
+        let now = self
+            .on_the_clock(py, plan, now, None)
+            .unwrap_or(reserved_ns);
         // A key that cannot be read again keeps its reservation: the error still goes on.
-        let _ = self.with_key(key, false, |key| self.table.give_back(key, n, now, at_ns));
+        let _ = plan.with_key(key, false, |key| plan.table.give_back(key, n, now, at_ns));
+    }
+
+    /// Every table's configuration, by the index the plans name.
+    fn configs(&self) -> Vec<&Config> {
+        self.tables.iter().map(|plan| &plan.config).collect()
+    }
+}
+
+impl PlanTable {
+    /// What `__reduce__` saves of this table: its seed, every remembered key's balances, its
+    /// clock, its counts and its clock's origin.
+    fn saved<'py>(&self, py: Python<'py>, clock: &Clock) -> PyResult<Bound<'py, PyAny>> {
+        let mut entries = Vec::new();
+        let (saved, counts) = self
+            .registry
+            .reading(|| (self.table.entries(), self.table.stats()));
+        for (key, limiter) in saved {
+            // An object key keeps its number: its hash, so its shard, depends on it.
+            let number = match key {
+                Key::Object(number) => Some(number),
+                _ => None,
+            };
+            let Some(key) = key_object(py, &key, &self.registry)? else {
+                continue;
+            };
+            let balances: Vec<_> = limiter
+                .iter()
+                .map(|balance| (balance.units, balance.settled_at))
+                .collect();
+            entries.push((key, number, balances));
+        }
+        let Stats {
+            allowed,
+            denied,
+            refused,
+            forgotten,
+        } = counts;
+        Ok((
+            self.table.seed(),
+            entries,
+            self.table.latest(),
+            (allowed, denied, refused, forgotten),
+            clock.origin(),
+        )
+            .into_pyobject(py)?
+            .into_any())
+    }
+
+    /// Restore one table's saved state (as `saved` made it).
+    fn restore_saved(
+        &self,
+        py: Python<'_>,
+        clock: &Clock,
+        table: &Bound<'_, PyTuple>,
+    ) -> PyResult<()> {
+        if !(4..=5).contains(&table.len()) {
+            return Err(PyValueError::new_err(
+                "a keyed limiter's saved state has 5 parts (4 before its clock's origin was saved)",
+            ));
+        }
+        let origin: Option<String> = match table.len() {
+            4 => None,
+            _ => table.get_item(4)?.extract()?,
+        };
+        let saved = (
+            table.get_item(0)?.extract()?,
+            table.get_item(1)?.extract()?,
+            table.get_item(2)?.extract()?,
+            table.get_item(3)?.extract()?,
+        );
+        self.restore(py, clock, saved, origin.as_deref())
     }
 
     /// Restore a saved table into this one, which must not have been used yet.
@@ -638,6 +850,7 @@ impl KeyedRateLimiter {
     fn restore(
         &self,
         py: Python<'_>,
+        clock: &Clock,
         state: (
             (u64, u64),
             Vec<(Bound<'_, PyAny>, Option<u64>, Vec<(u128, Option<i64>)>)>,
@@ -647,7 +860,7 @@ impl KeyedRateLimiter {
         origin: Option<&str>,
     ) -> PyResult<()> {
         let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
-        let by = self.clock.shift(py, origin, latest)?;
+        let by = clock.shift(py, origin, latest)?;
         let latest = shifted(latest, by);
         let unused = || {
             if self.table.is_empty() && self.table.latest().is_none() {
@@ -788,4 +1001,58 @@ pub fn code(decision: KeyedDecision) -> u8 {
         KeyedDecision::Decided(CoreDecision::Never) => 2,
         KeyedDecision::Refused { .. } => 3,
     }
+}
+
+/// The index of the table of `plan`, among `plans` (each a name and its table's index): the
+/// only table, 0, without plans (then `plan` must not be given); else the named plan's, which
+/// must be one of them.
+pub fn plan_index(
+    plans: Option<&[(String, usize)]>,
+    plan: Option<&Bound<'_, PyAny>>,
+) -> PyResult<usize> {
+    let shown = |plan: &Bound<'_, PyAny>| {
+        plan.repr()
+            .map_or_else(|_| "?".into(), |shown| shown.to_string())
+    };
+    match (plans, plan) {
+        (None, None) => Ok(0),
+        (None, Some(plan)) => Err(PyTypeError::new_err(format!(
+            "plan={} was given, but this limiter has no plans: give it \
+             plans={{name: rate or bands, ...}} to limit each key by its plan",
+            shown(plan)
+        ))),
+        (Some(names), None) => Err(PyTypeError::new_err(format!(
+            "plan= is required: this limiter's plans are {}",
+            Plans::listed(names)
+        ))),
+        (Some(names), Some(plan)) => {
+            let Ok(text) = plan.cast::<PyString>() else {
+                return Err(PyTypeError::new_err(format!(
+                    "plan must be a str naming one of this limiter's plans ({}), not {}",
+                    Plans::listed(names),
+                    shown(plan)
+                )));
+            };
+            let text = text.to_cow()?;
+            names
+                .iter()
+                .find(|(name, _)| *name == text)
+                .map(|&(_, index)| index)
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "unknown plan {}: this limiter's plans are {}",
+                        shown(plan),
+                        Plans::listed(names)
+                    ))
+                })
+        }
+    }
+}
+
+/// What `bands` raises on a limiter with plans.
+pub fn no_bands(class: &str, names: &[(String, usize)]) -> PyErr {
+    pyo3::exceptions::PyAttributeError::new_err(format!(
+        "a {class} with plans has no bands of its own: read .plans, each plan's bands ({})",
+        Plans::listed(names)
+    ))
 }

@@ -115,6 +115,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<limiter::Decision>()?;
     module.add_class::<config::Band>()?;
     module.add_function(wrap_pyfunction!(config::canonical, module)?)?;
+    module.add_function(wrap_pyfunction!(config::read_plans_py, module)?)?;
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;

@@ -24,10 +24,14 @@ use crate::core::exact::shared::{Table, THE_KEY};
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
-use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::config::{
+    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans, Plans,
+};
 use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork;
-use crate::python::keyed::{code, decision, is_iterable, stats_record, KeyedStats};
+use crate::python::keyed::{
+    code, decision, is_iterable, no_bands, plan_index, stats_record, KeyedStats,
+};
 use crate::python::keys::{classify, Classified};
 use crate::python::limiter::{conveniences, max_wait_ns, only_the_rate_by_position, Decision};
 use crate::python::waiting::{wait_for_turn, Reserved};
@@ -435,21 +439,28 @@ impl SharedRateLimiter {
 /// opening `name` maps (see SharedRateLimiter). Keys are ints, floats, text, bytes and tuples
 /// of these, stored as seeded 128-bit digests. A key is forgotten only when it is full again,
 /// and a new key that finds no room is REFUSED with a wait, never let in by evicting anyone.
+///
+/// plans={"free": "100/hour", "pro": [...]} in place of rate/bands limits each key by its plan
+/// (plan= on every per-key call), as KeyedRateLimiter does: each plan is the table of its
+/// bands under the name, a file of its own (see paths).
 #[pyclass(
     frozen,
     name = "SharedKeyedRateLimiter",
     module = "protocol_in_code.qos.shared"
 )]
 pub struct SharedKeyedRateLimiter {
-    shared: Shared,
+    /// One table per plan (one in all without plans), each in its own file.
+    tables: Box<[Shared]>,
+    /// Each plan's name and its table's index; `None` without plans.
+    plans: Option<Box<[(String, usize)]>>,
 }
 
 #[pymethods]
 impl SharedKeyedRateLimiter {
     #[new]
     #[pyo3(
-        signature = (name, rate = None, *more, burst = None, per = None, bands = None, max_keys = None, path = None),
-        text_signature = "(name, rate=None, *, burst=None, per=None, bands=None, max_keys=100000, path=None)"
+        signature = (name, rate = None, *more, burst = None, per = None, bands = None, plans = None, max_keys = None, path = None),
+        text_signature = "(name, rate=None, *, burst=None, per=None, bands=None, plans=None, max_keys=100000, path=None)"
     )]
     #[allow(clippy::too_many_arguments)] // the constructor's keywords are its interface
     fn __new__(
@@ -460,36 +471,52 @@ impl SharedKeyedRateLimiter {
         burst: Option<&Bound<'_, PyAny>>,
         per: Option<&Bound<'_, PyAny>>,
         bands: Option<&Bound<'_, PyAny>>,
+        plans: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
-        let config = read_config(py, rate, burst, per, bands)?;
+        let (names, configs) = match plans {
+            None => (None, vec![read_config(py, rate, burst, per, bands)?]),
+            Some(plans) => {
+                let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+                (Some(names.into_boxed_slice()), configs)
+            }
+        };
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
         if !(1..=crate::core::exact::shared::layout::MOST_KEYS).contains(&max_keys) {
             return Err(PyValueError::new_err(format!(
                 "max_keys must be between 1 and 2**32, not {max_keys}"
             )));
         }
+        // Each plan's table is the table of its bands under the name: its own file, since the
+        // bands' fingerprint is in the file's name.
+        let tables = configs
+            .iter()
+            .map(|config| Shared::open(py, name, config, Some(max_keys), path))
+            .collect::<PyResult<_>>()?;
         Ok(Self {
-            shared: Shared::open(py, name, &config, Some(max_keys), path)?,
+            tables,
+            plans: names,
         })
     }
 
     /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
     /// (denied, or refused because the table is full). Raises ValueError if `n` exceeds a
     /// band's burst.
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn try_acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let (n, now) = self.shared.request(py, n, now_ns)?;
-        let digest = key_digest(&self.shared.table, key)?;
-        match self.shared.table.check(digest, n, now).decision {
+        let shared = self.plan(plan)?;
+        let (n, now) = shared.request(py, n, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        match shared.table.check(digest, n, now).decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
             KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
             _ => Ok(false),
@@ -498,134 +525,159 @@ impl SharedKeyedRateLimiter {
 
     /// Take `n` tokens for `key` if allowed, and say exactly what happened: ALLOWED, DENIED,
     /// NEVER, or REFUSED (a new key and no room; wait_ns says when room may appear).
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn check<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
-        let (n, now) = self.shared.request(py, n, now_ns)?;
-        let digest = key_digest(&self.shared.table, key)?;
-        decision(py, self.shared.table.check(digest, n, now))
+        let shared = self.plan(plan)?;
+        let (n, now) = shared.request(py, n, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        decision(py, shared.table.check(digest, n, now))
     }
 
     /// What check(key, n) would answer now, taking nothing.
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn peek<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
-        let (n, now) = self.shared.request(py, n, now_ns)?;
-        let digest = key_digest(&self.shared.table, key)?;
-        decision(py, self.shared.table.peek(digest, n, now))
+        let shared = self.plan(plan)?;
+        let (n, now) = shared.request(py, n, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        decision(py, shared.table.peek(digest, n, now))
     }
 
     /// Give `n` tokens back to `key` (each band capped at its burst).
-    #[pyo3(signature = (key, n = None, now_ns = None), text_signature = "($self, key, n=1, now_ns=None)")]
+    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
     fn refund(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let (n, now) = self.shared.request(py, n, now_ns)?;
-        let digest = key_digest(&self.shared.table, key)?;
-        self.shared.table.refund(digest, n, now);
+        let shared = self.plan(plan)?;
+        let (n, now) = shared.request(py, n, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        shared.table.refund(digest, n, now);
         Ok(())
     }
 
     /// Whole tokens `key` holds now (every band's least).
-    #[pyo3(signature = (key, now_ns = None))]
+    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
     fn available(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u128> {
-        let now = self.shared.now(py, now_ns)?;
-        let digest = key_digest(&self.shared.table, key)?;
-        Ok(self.shared.table.available(digest, now))
+        let shared = self.plan(plan)?;
+        let now = shared.now(py, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        Ok(shared.table.available(digest, now))
     }
 
     /// Take `n` tokens for `key`, sleeping until allowed; False at once if they would only be
     /// there after `timeout` seconds. A key's waiters in every process are served in the order
     /// they reserved; a refusal (no room) sleeps until room may appear, within `timeout`.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
     fn acquire(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         timeout: Option<Timeout>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        let shared = self.plan(plan)?;
         let n = tokens(n);
-        let digest = key_digest(&self.shared.table, key)?;
-        self.shared
-            .acquire(py, digest, n, timeout, "SharedKeyedRateLimiter")
+        let digest = key_digest(&shared.table, key)?;
+        shared.acquire(py, digest, n, timeout, "SharedKeyedRateLimiter")
     }
 
     /// Reserve `n` tokens for `key` as `acquire` does, without sleeping (for `acquire_async`):
     /// `(True, at_ns)` once reserved, `(False, retry_ns)` if refused, None if too late.
-    #[pyo3(signature = (key, n = None, timeout = None))]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None))]
     fn _reserve(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         n: Option<N>,
         timeout: Option<Timeout>,
+        plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<(bool, i128)>> {
+        let shared = self.plan(plan)?;
         let n = tokens(n);
-        let digest = key_digest(&self.shared.table, key)?;
-        Ok(self
-            .shared
+        let digest = key_digest(&shared.table, key)?;
+        Ok(shared
             .reserve(py, digest, n, max_wait_ns(timeout))?
             .for_python())
     }
 
     /// Give back `n` tokens `_reserve` booked for `key` at `at_ns` (a cancelled waiter).
-    fn _give_back(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N, at_ns: i64) -> PyResult<()> {
-        let digest = key_digest(&self.shared.table, key)?;
+    #[pyo3(signature = (key, n, at_ns, *, plan = None))]
+    fn _give_back(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: N,
+        at_ns: i64,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let shared = self.plan(plan)?;
+        let digest = key_digest(&shared.table, key)?;
         let N(n) = n;
-        let now = self.shared.now(py, None)?;
-        self.shared.table.give_back(digest, n, now, at_ns);
+        let now = shared.now(py, None)?;
+        shared.table.give_back(digest, n, now, at_ns);
         Ok(())
     }
 
     /// Nanoseconds from the clock until `at_ns` (0 once it is there).
     fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.shared.clock.until(py, at_ns)
+        // Every plan's table reads the host's one monotonic clock.
+        self.tables[0].clock.until(py, at_ns)
     }
 
     /// Take `n` tokens for `key`, awaiting (asyncio) until allowed, as `acquire` does.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
     fn acquire_async<'py>(
         slf: &Bound<'py, Self>,
         key: Bound<'py, PyAny>,
         n: Option<Bound<'py, PyAny>>,
         timeout: Option<Bound<'py, PyAny>>,
+        plan: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
+        // A bad plan raises here, not when the coroutine first runs.
+        slf.get().plan(plan.as_ref())?;
         let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout))
+        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout, plan))
     }
 
     /// Decide a whole trace of integer keys, as `KeyedRateLimiter.try_acquire_many` does:
     /// request `i` is `n[i]` tokens (or `n` for each, 1 by default) for `keys[i]` at
     /// `now_ns[i]`; an `array('B')` of outcome codes (0 allowed, 1 denied, 2 never, 3 refused).
-    #[pyo3(signature = (keys, now_ns, n = None))]
+    #[pyo3(signature = (keys, now_ns, n = None, *, plan = None))]
     fn try_acquire_many<'py>(
         &self,
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
         now_ns: &Bound<'py, PyAny>,
         n: Option<&Bound<'py, PyAny>>,
+        plan: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let shared = self.plan(plan)?;
         let keys: Vec<i128> = IntBuffer::new(keys, "keys")?.narrowed("keys", "be a 64-bit int")?;
         let times: Vec<i64> =
             IntBuffer::new(now_ns, "now_ns")?.narrowed("now_ns", "fit in 64 bits")?;
@@ -645,11 +697,11 @@ impl SharedKeyedRateLimiter {
             )));
         }
         for (index, &now) in times.iter().enumerate() {
-            self.shared
+            shared
                 .at(now, None)
-                .map_err(|_| self.gap_error(index, now))?;
+                .map_err(|_| Self::gap_error(shared, index, now))?;
         }
-        let table = &self.shared.table;
+        let table = &shared.table;
         let codes: Vec<u8> = fork::detach(py, || {
             keys.iter()
                 .zip(&times)
@@ -665,75 +717,158 @@ impl SharedKeyedRateLimiter {
     }
 
     /// What every process has decided on this table: a KeyedStats(allowed, denied, refused,
-    /// forgotten).
+    /// forgotten); with plans, the sums over every plan's table.
     #[getter]
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
-        stats_record(py, self.shared.table.stats())
+        let mut sum = crate::core::exact::keyed::Stats::default();
+        for shared in &self.tables {
+            let stats = shared.table.stats();
+            sum.allowed += stats.allowed;
+            sum.denied += stats.denied;
+            sum.refused += stats.refused;
+            sum.forgotten += stats.forgotten;
+        }
+        stats_record(py, sum)
     }
 
-    /// The most keys the table holds (max_keys rounded up to whole buckets).
+    /// The most keys the table holds (max_keys rounded up to whole buckets); with plans, each
+    /// plan's table.
     #[getter]
     fn max_keys(&self) -> usize {
-        self.shared.table.shape().capacity()
+        self.tables[0].table.shape().capacity()
     }
 
     /// The table's name.
     #[getter]
     fn name(&self) -> &str {
-        &self.shared.name
+        &self.tables[0].name
     }
 
-    /// The file the table lives in.
+    /// The file the table lives in. A limiter with plans has one file per plan: it raises
+    /// AttributeError, pointing to `paths`.
     #[getter]
-    fn path(&self) -> &PathBuf {
-        &self.shared.path
+    fn path(&self) -> PyResult<&PathBuf> {
+        match &self.plans {
+            None => Ok(&self.tables[0].path),
+            Some(_) => Err(pyo3::exceptions::PyAttributeError::new_err(
+                "a SharedKeyedRateLimiter with plans keeps each plan's table in a file of its \
+                 own: read .paths",
+            )),
+        }
     }
 
-    /// The bands, each a `Band`.
+    /// Each plan's file, a dict of plan name to path; None without plans.
+    #[getter]
+    fn paths<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(names) = &self.plans else {
+            return Ok(None);
+        };
+        let paths = PyDict::new(py);
+        for (name, index) in names {
+            paths.set_item(name, &self.tables[*index].path)?;
+        }
+        Ok(Some(paths))
+    }
+
+    /// The bands, each a `Band`. A limiter with plans has no bands of its own: it raises
+    /// AttributeError, pointing to `plans`.
     #[getter]
     fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        bands_tuple(py, self.shared.table.config())
+        match &self.plans {
+            None => bands_tuple(py, self.tables[0].table.config()),
+            Some(names) => Err(no_bands("SharedKeyedRateLimiter", names)),
+        }
     }
 
-    /// Remove the table's file (for tests and tooling): processes using it keep their table;
-    /// the next one to open the name makes a new one.
+    /// Each plan's bands, a dict of plan name to a tuple of `Band`; None without plans.
+    #[getter]
+    fn plans<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.plans
+            .as_deref()
+            .map(|names| plans_dict(py, names, &self.configs()))
+            .transpose()
+    }
+
+    /// Remove the table's file (with plans, every plan's), for tests and tooling: processes
+    /// using it keep their table; the next one to open the name makes a new one.
     fn remove(&self) -> PyResult<()> {
-        shared_memory::remove(&self.shared.path).map_err(PyErr::from)
+        for shared in &self.tables {
+            shared_memory::remove(&shared.path).map_err(PyErr::from)?;
+        }
+        Ok(())
     }
 
-    /// How many keys the table holds now.
+    /// How many keys the table holds now (with plans, every plan's table: a key stored under
+    /// two plans counts twice).
     fn __len__(&self) -> usize {
-        self.shared.mine();
-        self.shared.table.len()
+        self.tables
+            .iter()
+            .map(|shared| {
+                shared.mine();
+                shared.table.len()
+            })
+            .sum()
     }
 
-    /// Whether `key` is stored (a key not stored is a full, fresh one).
+    /// Whether `key` is stored (a key not stored is a full, fresh one); with plans, under any
+    /// plan.
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        self.shared.mine();
-        Ok(self
-            .shared
-            .table
-            .contains(key_digest(&self.shared.table, key)?))
+        for shared in &self.tables {
+            shared.mine();
+            if shared.table.contains(key_digest(&shared.table, key)?) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let extra = format!(", max_keys={}", self.shared.table.shape().max_keys);
-        self.shared.repr(py, "SharedKeyedRateLimiter", &extra)
+        let first = &self.tables[0];
+        let extra = format!(", max_keys={}", first.table.shape().max_keys);
+        match &self.plans {
+            None => first.repr(py, "SharedKeyedRateLimiter", &extra),
+            Some(names) => Ok(format!(
+                "SharedKeyedRateLimiter({:?}, plans={}{extra})",
+                first.name,
+                plans_repr(py, names, &self.configs())?
+            )),
+        }
     }
 
     fn __getnewargs_ex__<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        self.shared
-            .new_args(py, Some(self.shared.table.shape().max_keys))
+        let first = &self.tables[0];
+        let (args, kwargs) = first.new_args(py, Some(first.table.shape().max_keys))?;
+        if let Some(names) = &self.plans {
+            kwargs.del_item("bands")?;
+            kwargs.set_item("plans", plans_dict(py, names, &self.configs())?)?;
+        }
+        Ok((args, kwargs))
     }
 }
 
 impl SharedKeyedRateLimiter {
-    fn gap_error(&self, index: usize, now: i64) -> PyErr {
-        let gap = self
-            .shared
+    /// The table of `plan` (see `keyed::plan_index`).
+    #[inline]
+    fn plan(&self, plan: Option<&Bound<'_, PyAny>>) -> PyResult<&Shared> {
+        match (&self.plans, plan) {
+            (None, None) => Ok(&self.tables[0]),
+            (plans, plan) => plan_index(plans.as_deref(), plan).map(|index| &self.tables[index]),
+        }
+    }
+
+    /// Every table's configuration, by the index the plans name.
+    fn configs(&self) -> Vec<&Config> {
+        self.tables
+            .iter()
+            .map(|shared| shared.table.config())
+            .collect()
+    }
+
+    fn gap_error(shared: &Shared, index: usize, now: i64) -> PyErr {
+        let gap = shared
             .table
             .latest()
             .and_then(|latest| off_the_clock(latest, now))

@@ -30,9 +30,11 @@ class _Reserving(Protocol):
 
 
 class _ReservingPerKey(Protocol):
-    def _reserve(self, key: Any, n: int, timeout: float | None) -> tuple[bool, int] | None: ...
+    def _reserve(
+        self, key: Any, n: int, timeout: float | None, *, plan: str | None = None
+    ) -> tuple[bool, int] | None: ...
     def _until(self, at_ns: int) -> int: ...
-    def _give_back(self, key: Any, n: int, at_ns: int) -> None: ...
+    def _give_back(self, key: Any, n: int, at_ns: int, *, plan: str | None = None) -> None: ...
 
 
 async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> bool:
@@ -53,7 +55,7 @@ async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> 
 
 
 async def await_reserved_for(
-    limiter: _ReservingPerKey, key: Any, n: int, timeout: float | None
+    limiter: _ReservingPerKey, key: Any, n: int, timeout: float | None, plan: str | None = None
 ) -> bool:
     """``await_reserved`` for one key of a keyed limiter: reserve ``n`` tokens for ``key``, then
     sleep until they are there, so the key's waiters are served in the order they reserved.
@@ -61,10 +63,11 @@ async def await_reserved_for(
     A key the table has no room for is refused, taking nothing: the waiter sleeps until room
     may appear and tries again, as long as ``timeout`` allows. False, taking nothing, once the
     tokens would be there later than ``timeout`` seconds from the start (or room has not come
-    by then); ValueError if ``n`` is more than a band's burst.
+    by then); ValueError if ``n`` is more than a band's burst. With ``plan``, the key's
+    tokens are those of its state under that plan.
     """
-    reserve = functools.partial(limiter._reserve, key, n)
-    give_back = functools.partial(limiter._give_back, key, n)
+    reserve = functools.partial(limiter._reserve, key, n, plan=plan)
+    give_back = functools.partial(limiter._give_back, key, n, plan=plan)
     return await _await_turn(reserve, limiter._until, give_back, timeout)
 
 

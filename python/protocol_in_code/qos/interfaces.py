@@ -113,13 +113,16 @@ def kind_of(limiter: object) -> tuple[bool, bool]:
     anything else is refused), and an awaited one is the one whose ``check`` is a coroutine
     function.
     """
-    if not isinstance(limiter, AsyncLimiter):  # the names every kind has
-        missing = [name for name in _NAMES if not hasattr(limiter, name)]
+    # The names every kind has, looked up without running them: a keyed limiter with plans has
+    # a ``bands`` that raises AttributeError (read its ``plans``), and is still keyed.
+    missing = [name for name in _NAMES if not _has(limiter, name)]
+    if missing:
         raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
+    check = limiter.check  # type: ignore[attr-defined]  # every kind has it, found above
     try:
-        parameters = list(inspect.signature(limiter.check).parameters)
+        parameters = list(inspect.signature(check).parameters)
     except (TypeError, ValueError):  # no signature to read: the batch method tells
-        keyed = isinstance(limiter, AsyncKeyedLimiter)
+        keyed = _has(limiter, "try_acquire_many")
     else:
         first = parameters[0] if parameters else None
         if first not in ("n", "key"):
@@ -128,8 +131,17 @@ def kind_of(limiter: object) -> tuple[bool, bool]:
                 f"(one limit per key), as the interfaces declare, not {first}"
             )
         keyed = first == "key"
-    awaited = inspect.iscoroutinefunction(limiter.check)
+    awaited = inspect.iscoroutinefunction(check)
     return keyed, awaited
+
+
+def _has(limiter: object, name: str) -> bool:
+    """Whether ``limiter`` has the attribute ``name``, without running a property's code."""
+    try:
+        inspect.getattr_static(limiter, name)
+    except AttributeError:
+        return False
+    return True
 
 
 #: The names every kind of limiter has.

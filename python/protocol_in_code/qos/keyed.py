@@ -35,6 +35,11 @@ Usage, in a web-style handler::
             return 429, "Too Many Requests"
         ...
 
+Per-client plans: ``KeyedRateLimiter(plans={"free": "100/hour", "pro": [Band("10/second",
+burst=20)]})`` and ``try_acquire(key, plan="pro")``. Each plan keeps its own state per key, so a
+key that changes plan starts fresh on the new plan: never more than one new burst of it (see
+``docs/keyed.md``, "Plans").
+
 ``try_acquire_many(keys, now_ns)`` decides a whole trace of integer keys (numpy arrays or any
 integer buffer) with the GIL released, exactly as the calls one by one would.
 """

@@ -43,6 +43,9 @@ What to know:
   arguments exist for tests; a table's clock never goes backwards. A table kept on disk across
   a reboot (``path=``) is moved to the new boot's clock when first opened, each key keeping
   what it was owed.
+* **Plans.** ``SharedKeyedRateLimiter(name, plans={"free": ..., "pro": ...})`` and
+  ``plan=`` on every per-key call, as in-process: each plan is the table of its bands under the
+  name, a file of its own (``paths``).
 * ``pickle`` and ``copy`` reopen the same table by name, so a limiter passed to a
   ``multiprocessing`` child (fork, spawn or forkserver) shares the limit with its parent.
 * ``remove()`` deletes the file, for tests and tooling: processes that have the table open keep

@@ -29,6 +29,7 @@ from protocol_in_code._native import (
     KeyedRateLimiter,
     LimitOutcome,
     RateLimiter,
+    _read_plans,
     _refuse_in_event_loop,
 )
 from protocol_in_code.qos import _conveniences
@@ -295,11 +296,12 @@ class _Core:
             )
         return micros
 
-    def unavailable(self, error: BaseException, method: str, *args: Any) -> Any:
+    def unavailable(self, error: BaseException, method: str, *args: Any, **kwargs: Any) -> Any:
         """What ``method`` answers when the server cannot: the ``on_error`` policy.
 
-        ``args`` are the method's own arguments (with the key first for a keyed limiter), so a
-        local limiter given as the policy is simply asked the same question.
+        ``args`` are the method's own arguments (with the key first for a keyed limiter), and
+        ``kwargs`` its ``plan=`` if it has one, so a local limiter given as the policy is simply
+        asked the same question.
         """
         policy = self.on_error
         if policy == "raise":
@@ -308,7 +310,7 @@ class _Core:
                 f"({type(error).__name__}: {error})"
             ) from error
         if not isinstance(policy, str):
-            return getattr(policy, method)(*args)
+            return getattr(policy, method)(*args, **kwargs)
         allow = policy == "allow"
         if method == "try_acquire":
             return allow
@@ -615,8 +617,17 @@ class _Batch:
     #: them is sent on its own through the client.
     ROUNDS = 4
 
-    def __init__(self, core: _Core, keys: Iterable[str | bytes], n: Any, now_ns: Any) -> None:
+    def __init__(
+        self,
+        core: _Core,
+        keys: Iterable[str | bytes],
+        n: Any,
+        now_ns: Any,
+        planned: dict[str, str] | None = None,
+    ) -> None:
         self.keys = list(keys)
+        #: ``{"plan": name}`` with plans (what a local fallback is asked with), else empty.
+        self._planned = planned or {}
         self.names = [redis_key(core.key_prefix, key) for key in self.keys]
         self.args = core.args(MANY, n, now_ns)
         if self.keys:
@@ -758,7 +769,9 @@ class _Batch:
         local = not isinstance(self._core.on_error, str)
         for i in group:
             self.answers[i] = bool(
-                self._core.unavailable(error, "try_acquire", self.keys[i], self._n, self._now_ns)
+                self._core.unavailable(
+                    error, "try_acquire", self.keys[i], self._n, self._now_ns, **self._planned
+                )
             )
             if local and self.answers[i]:
                 self.taken_locally.append(self.keys[i])
@@ -776,7 +789,7 @@ class _Batch:
         policy = core.on_error
         if isinstance(policy, KeyedRateLimiter):
             for key in self.taken_locally:
-                policy.refund(key, self._n, self._now_ns)
+                policy.refund(key, self._n, self._now_ns, **self._planned)
 
     def finished(self) -> list[bool]:
         """The answers, once every group was asked; under ``"raise"``, a
@@ -792,6 +805,25 @@ class _Batch:
             f"{self._error}); the others were decided, and are in this error's answers",
             answers,
         ) from self._error
+
+
+def _listed(plans: dict[str, Any]) -> str:
+    """The plans' names, as an error lists them: ``'free', 'pro'``."""
+    return ", ".join(f"'{plan}'" for plan in plans)
+
+
+def _check_fallback_plans(on_error: Any, plans: dict[str, _Core]) -> None:
+    """A local fallback of a limiter with plans must know every one of them, with the same
+    bands, so that it can be asked what the server would have been."""
+    if not isinstance(on_error, KeyedRateLimiter):
+        return
+    local = on_error.plans or {}
+    for plan, core in plans.items():
+        if plan not in local or _read_plans({plan: local[plan]})[1] != [core.validator.bands]:
+            raise ValueError(
+                f"on_error is a local KeyedRateLimiter without the plan {plan!r} of the same "
+                "bands: give the fallback the same plans as this limiter"
+            )
 
 
 _P = ParamSpec("_P")
@@ -983,23 +1015,62 @@ class _ManyKeys:
         burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
+        plans: dict[str, Any] | None = None,
         on_error: OnError = "raise",
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
     ) -> None:
-        self._core = core = _Core(
-            client,
-            rate,
-            name,
-            burst,
-            per,
-            bands,
-            None,
-            on_error,
-            min_ttl_ms,
-            prefix,
-            KeyedRateLimiter,
-        )
+        #: Each plan's core, by name; None without plans.
+        self._plans: dict[str, _Core] | None = None
+        if plans is None:
+            self._core = core = _Core(
+                client,
+                rate,
+                name,
+                burst,
+                per,
+                bands,
+                None,
+                on_error,
+                min_ttl_ms,
+                prefix,
+                KeyedRateLimiter,
+            )
+        else:
+            names, configurations = _read_plans(plans, rate, burst, per, bands)
+            for index, configuration in enumerate(configurations):
+                try:
+                    _bands.parse(None, None, None, configuration, None)
+                except ValueError as error:  # a band beyond the script's bound
+                    said = next(plan for plan, at in names if at == index)
+                    raise ValueError(f"plans[{said!r}]: {error}") from None
+            cores = [
+                _Core(
+                    client,
+                    None,
+                    name,
+                    None,
+                    None,
+                    configuration,
+                    None,
+                    on_error,
+                    min_ttl_ms,
+                    prefix,
+                    KeyedRateLimiter,
+                )
+                for configuration in configurations
+            ]
+            # One server (its script loaded once) for every plan.
+            for other in cores[1:]:
+                other.server = cores[0].server
+            self._plans = {plan: cores[index] for plan, index in names}
+            self._core = core = cores[0]
+            _check_fallback_plans(on_error, self._plans)
+        if plans is None and isinstance(on_error, KeyedRateLimiter) and on_error.plans:
+            raise TypeError(
+                "on_error is a local KeyedRateLimiter with plans, but this limiter has none: "
+                "give the fallback the same bands, or both the same plans"
+            )
         self._unavailable = core.server.unavailable
         self._prefix = core.key_prefix
 
@@ -1011,20 +1082,69 @@ class _ManyKeys:
 
     @property
     def bands(self) -> tuple[Band, ...]:
-        """The bands, each a :class:`Band` as it was written, as in-process."""
+        """The bands, each a :class:`Band` as it was written, as in-process. A limiter with
+        plans has no bands of its own: AttributeError, pointing to :attr:`plans`."""
+        if self._plans is not None:
+            raise AttributeError(
+                f"a {type(self).__name__} with plans has no bands of its own: read .plans, "
+                f"each plan's bands ({_listed(self._plans)})"
+            )
         return self._core.validator.bands
 
-    def redis_key(self, key: str | bytes) -> bytes:
-        """The hash on the server that holds ``key``'s limit: ``prefix``
-        ``name:fingerprint:{key}``."""
-        return redis_key(self._prefix, key)
+    @property
+    def plans(self) -> dict[str, tuple[Band, ...]] | None:
+        """Each plan's bands, a dict of plan name to a tuple of :class:`Band`; None without
+        plans."""
+        if self._plans is None:
+            return None
+        return {plan: core.validator.bands for plan, core in self._plans.items()}
 
-    def _fall_back(self, error: BaseException, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+    def redis_key(self, key: str | bytes, *, plan: str | None = None) -> bytes:
+        """The hash on the server that holds ``key``'s limit (under ``plan``): ``prefix``
+        ``name:fingerprint:{key}``, the fingerprint being that of the plan's bands."""
+        return redis_key(self._core_of(plan).key_prefix, key)
+
+    def _core_of(self, plan: Any) -> _Core:
+        """The core of ``plan``: the only one without plans (then ``plan`` must not be given),
+        else the named plan's, which must be one of them (the native limiters' errors)."""
+        plans = self._plans
+        if plans is None:
+            if plan is None:
+                return self._core
+            raise TypeError(
+                f"plan={plan!r} was given, but this limiter has no plans: give it "
+                "plans={name: rate or bands, ...} to limit each key by its plan"
+            )
+        if plan is None:
+            raise TypeError(f"plan= is required: this limiter's plans are {_listed(plans)}")
+        if not isinstance(plan, str):
+            raise TypeError(
+                f"plan must be a str naming one of this limiter's plans ({_listed(plans)}), "
+                f"not {plan!r}"
+            )
+        core = plans.get(plan)
+        if core is None:
+            raise ValueError(f"unknown plan {plan!r}: this limiter's plans are {_listed(plans)}")
+        return core
+
+    def _fall_back(
+        self,
+        error: BaseException,
+        method: str,
+        key: Any,
+        n: Any,
+        now_ns: Any,
+        plan: str | None = None,
+        core: _Core | None = None,
+    ) -> Any:
         """The ``on_error`` answer to ``method`` asked with these arguments."""
         args = (key, now_ns) if method == "available" else (key, n, now_ns)
-        return self._core.unavailable(error, method, *args)
+        planned = {} if plan is None else {"plan": plan}
+        return (core or self._core).unavailable(error, method, *args, **planned)
 
     def __repr__(self) -> str:
+        if self._plans is not None:
+            return f"{type(self).__name__}(name={self.name!r}, plans={self.plans!r})"
         return f"{type(self).__name__}(name={self.name!r}, bands={list(self.bands)!r})"
 
 
@@ -1192,6 +1312,9 @@ class RedisKeyedRateLimiter(_ManyKeys):
     anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
     key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
     refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
+    ``plans={"free": ..., "pro": ...}`` in place of ``rate``/``bands`` limits each key by its
+    plan (``plan=`` on every per-key call, required), as in-process: a plan's keys are those of
+    its bands' fingerprint, so a call under a plan is still one script call.
     :meth:`try_acquire_many` decides many keys at once: one round trip per cluster node.
 
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
@@ -1207,6 +1330,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         burst: int | None = None,
         per: Any = None,
         bands: Iterable[Any] | None = None,
+        plans: dict[str, Any] | None = None,
         on_error: OnError = "raise",
         min_ttl_ms: int = 0,
         prefix: str | bytes = "qos:",
@@ -1219,26 +1343,30 @@ class RedisKeyedRateLimiter(_ManyKeys):
                 burst=burst,
                 per=per,
                 bands=bands,
+                plans=plans,
                 on_error=on_error,
                 min_ttl_ms=min_ttl_ms,
                 prefix=prefix,
             )
         return super().__new__(cls)
 
-    def _ask(self, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+    def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(op, n, now_ns)
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        args = core.args(op, n, now_ns)
         try:
-            reply = self._core.server.run(keys, args)
+            reply = core.server.run(keys, args)
         except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns)
+            return self._fall_back(error, method, key, n, now_ns, plan, core)
         return read(reply)
 
-    def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
+    def try_acquire(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> bool:
         """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
-        core = self._core
-        keys = [redis_key(self._prefix, key)]
+        core = self._core if plan is None and self._plans is None else self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
         if type(n) is int and n == 1 and now_ns is None:
             args = core.take_one
         else:
@@ -1246,27 +1374,40 @@ class RedisKeyedRateLimiter(_ManyKeys):
         try:
             reply = core.server.run(keys, args)
         except self._unavailable as error:
-            return bool(self._fall_back(error, "try_acquire", key, n, now_ns))
+            return bool(self._fall_back(error, "try_acquire", key, n, now_ns, plan, core))
         return taken(reply, n)
 
-    def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+    def check(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        return self._ask("check", key, n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
-    def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
+    def peek(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
-        return self._ask("peek", key, n, now_ns)  # type: ignore[no-any-return]
+        return self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
-    def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
+    def refund(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> None:
         """Give ``n`` tokens back to every band of ``key``, each capped at its burst."""
-        self._ask("refund", key, n, now_ns)
+        self._ask("refund", key, n, now_ns, plan)
 
-    def available(self, key: str | bytes, now_ns: int | None = None) -> int:
+    def available(
+        self, key: str | bytes, now_ns: int | None = None, *, plan: str | None = None
+    ) -> int:
         """Whole tokens every band of ``key`` holds now."""
-        return self._ask("available", key, 0, now_ns)  # type: ignore[no-any-return]
+        return self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     def try_acquire_many(
-        self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
+        self,
+        keys: Iterable[str | bytes],
+        n: int = 1,
+        now_ns: int | None = None,
+        *,
+        plan: str | None = None,
     ) -> list[bool]:
         """:meth:`try_acquire` for each key in turn: the same answers as one call per key, in
         the same order. One script call per hash slot and per 1,000 keys (so that none holds
@@ -1275,8 +1416,9 @@ class RedisKeyedRateLimiter(_ManyKeys):
         one round trip per node, the nodes' in parallel. A node found unreachable is not asked again
         within the batch: its other slots go straight to ``on_error``, so a batch waits for at
         most one timeout per unreachable node, not one per slot."""
-        batch = _Batch(self._core, keys, n, now_ns)
-        server = self._core.server
+        core = self._core_of(plan)
+        batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
+        server = core.server
         if server.pipelined and batch.keys:
             calls = batch.calls()
             for _ in range(_Batch.ROUNDS):
@@ -1309,35 +1451,49 @@ class RedisKeyedRateLimiter(_ManyKeys):
         else:
             batch.answered(call.group, reply)
 
-    def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
+    def acquire(
+        self,
+        key: str | bytes,
+        n: int = 1,
+        timeout: float | None = None,
+        *,
+        plan: str | None = None,
+    ) -> bool:
         """Block until ``n`` tokens of ``key`` are taken (True); False at once if they would
         only be there after ``timeout`` seconds. The key's waiters are served in the order they
         reach the server (see :meth:`RedisRateLimiter.acquire`)."""
-        keys = [redis_key(self._prefix, key)]
-        self._core.args(RESERVE, n, None)
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        core.args(RESERVE, n, None)
         return _blocking_acquire(
-            self._core,
+            core,
             keys,
             n,
             timeout,
             type(self).__name__,
-            lambda e: self._fall_back(e, "check", key, n, None),
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
         )
 
     async def acquire_async(
-        self, key: str | bytes, n: int = 1, timeout: float | None = None
+        self,
+        key: str | bytes,
+        n: int = 1,
+        timeout: float | None = None,
+        *,
+        plan: str | None = None,
     ) -> bool:
         """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
         cancelled at any point gives back what it reserved."""
-        keys = [redis_key(self._prefix, key)]
-        self._core.args(RESERVE, n, None)
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        core.args(RESERVE, n, None)
         return await _awaited_acquire(
-            self._core,
+            core,
             keys,
             n,
             timeout,
-            _in_thread(self._core.server),
-            lambda e: self._fall_back(e, "check", key, n, None),
+            _in_thread(core.server),
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
         )
 
 
@@ -1400,41 +1556,58 @@ class AsyncRedisRateLimiter(_OneKey):
 class AsyncRedisKeyedRateLimiter(_ManyKeys):
     """:class:`RedisKeyedRateLimiter` on an asyncio client: every call is awaited."""
 
-    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any) -> Any:
+    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
-        keys = [redis_key(self._prefix, key)]
-        args = self._core.args(op, n, now_ns)
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        args = core.args(op, n, now_ns)
         try:
-            reply = await _net_zero_if_taking(self._core, keys, op, args, n, now_ns)
+            reply = await _net_zero_if_taking(core, keys, op, args, n, now_ns)
         except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns)
+            return self._fall_back(error, method, key, n, now_ns, plan, core)
         return read(reply)
 
-    async def try_acquire(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> bool:
-        answer = await self._ask("try_acquire", key, n, now_ns)
+    async def try_acquire(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> bool:
+        answer = await self._ask("try_acquire", key, n, now_ns, plan)
         return answer if isinstance(answer, bool) else allowed(answer, n)
 
-    async def check(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask("check", key, n, now_ns)  # type: ignore[no-any-return]
+    async def check(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        return await self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
-    async def peek(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask("peek", key, n, now_ns)  # type: ignore[no-any-return]
+    async def peek(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        return await self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
-    async def refund(self, key: str | bytes, n: int = 1, now_ns: int | None = None) -> None:
-        await self._ask("refund", key, n, now_ns)
+    async def refund(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> None:
+        await self._ask("refund", key, n, now_ns, plan)
 
-    async def available(self, key: str | bytes, now_ns: int | None = None) -> int:
-        return await self._ask("available", key, 0, now_ns)  # type: ignore[no-any-return]
+    async def available(
+        self, key: str | bytes, now_ns: int | None = None, *, plan: str | None = None
+    ) -> int:
+        return await self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     async def try_acquire_many(
-        self, keys: Iterable[str | bytes], n: int = 1, now_ns: int | None = None
+        self,
+        keys: Iterable[str | bytes],
+        n: int = 1,
+        now_ns: int | None = None,
+        *,
+        plan: str | None = None,
     ) -> list[bool]:
         """On a cluster, one pipeline per node, the nodes' awaited together; on one server,
         one round trip per 1,000 keys, awaited in turn. A node found unreachable is not asked
         again within the batch. A caller cancelled meanwhile is net zero: what the batch took
         is given back."""
-        batch = _Batch(self._core, keys, n, now_ns)
-        server, refund = self._core.server, self._core.args(REFUND, n, now_ns)
+        core = self._core_of(plan)
+        batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
+        server, refund = core.server, core.args(REFUND, n, now_ns)
         if server.pipelined and batch.keys:
             return await self._pipelined(batch, refund)
         try:
@@ -1521,16 +1694,24 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
             raise
         return batch.finished()
 
-    async def acquire(self, key: str | bytes, n: int = 1, timeout: float | None = None) -> bool:
-        keys = [redis_key(self._prefix, key)]
-        self._core.args(RESERVE, n, None)
+    async def acquire(
+        self,
+        key: str | bytes,
+        n: int = 1,
+        timeout: float | None = None,
+        *,
+        plan: str | None = None,
+    ) -> bool:
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        core.args(RESERVE, n, None)
         return await _awaited_acquire(
-            self._core,
+            core,
             keys,
             n,
             timeout,
-            _awaited(self._core.server),
-            lambda e: self._fall_back(e, "check", key, n, None),
+            _awaited(core.server),
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
         )
 
     acquire_async = acquire
