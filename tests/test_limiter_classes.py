@@ -67,14 +67,18 @@ def test_the_public_classes_are_the_native_ones() -> None:
     ("make", "expected"),
     [
         (plain, ["n", "now_ns"]),
-        (keyed, ["key", "n", "now_ns"]),
+        (keyed, ["key", "n", "now_ns", "plan"]),
     ],
 )
 def test_try_acquire_shows_its_signature(make: Any, expected: list[str]) -> None:
     limiter = make()
     parameters = inspect.signature(limiter.try_acquire).parameters
     assert list(parameters) == expected
-    assert [p.default for p in parameters.values() if p.name != "key"] == [1, None]
+    defaults = [p.default for p in parameters.values() if p.name not in ("key", "plan")]
+    assert defaults == [1, None]
+    if "plan" in parameters:  # a keyed limiter's plan is a keyword, None without plans
+        assert parameters["plan"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert parameters["plan"].default is None
     assert "True if taken" in (type(limiter).try_acquire.__doc__ or "")
 
 
