@@ -108,7 +108,7 @@ fn main() {
     println!("         a 9-byte key's SipHash-1-3 digest      {digesting:8.1}");
     let shape = table.shape();
     let slot = shape.slot_words() * 8;
-    let per_key = slot as f64 + 5.0 * 8.0 / shape.slots_per_bucket as f64;
+    let per_key = slot as f64 + 6.0 * 8.0 / shape.slots_per_bucket as f64;
     println!(
         "bytes per key: slot {slot} (state 8, digest 16, two copies of {} per band), \
          {per_key:.0} with its share of the bucket's lock and counters",

@@ -283,12 +283,12 @@ def bucket_locks(words: Any) -> list[int]:
     """The byte offsets of a table's bucket lock words, read from its header (see
     ``src/core/exact/shared/layout.rs``): word 2 is the bands, 3 the buckets, 4 the slots per
     bucket, 11 the words per band in a copy, 12 the configuration's length in bytes (packed 8
-    bytes to a word after the 13 header words). Each bucket is a lock word, 4 counters and its
-    slots of 3 words and two copies of the bands."""
+    bytes to a word after the 13 header words). Each bucket is a lock word, 4 counters, a
+    clock word and its slots of 3 words and two copies of the bands."""
     bands, buckets, per_bucket = struct.unpack_from("<3Q", words, 2 * 8)
     band_words, config_bytes = struct.unpack_from("<2Q", words, 11 * 8)
     header = 13 + -(-config_bytes // 8)
-    bucket = 5 + per_bucket * (3 + 2 * band_words * bands)
+    bucket = 6 + per_bucket * (3 + 2 * band_words * bands)
     return [(header + i * bucket) * 8 for i in range(buckets)]
 
 

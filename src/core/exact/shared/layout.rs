@@ -8,11 +8,12 @@
 //!
 //! ```text
 //! header   magic, version, shape (bands, buckets, slots per bucket, max_keys), the key seed,
-//!          the boot the clock readings belong to, the table's clock, counters, and the limit's
+//!          the boot the clock readings belong to, the table's clock, and the limit's
 //!          configuration in its canonical encoding (config.rs), packed 8 bytes to a word
 //! bucket   a lock word, four counters (allowed, denied, refused, forgotten: counted under the
-//!          bucket's lock, so that no shared word is written by every decision), then
-//!          `slots_per_bucket` slots
+//!          bucket's lock, so that no shared word is written by every decision), a clock word
+//!          (the one-key form's clock, kept beside its one lock), then `slots_per_bucket`
+//!          slots
 //! slot     a state word, the key's 128-bit digest, and two copies of the balances: for each
 //!          band its units and its settlement time. Units take one word when every band's
 //!          capacity fits 64 bits (a slot of one band is then 56 bytes), two (low, high)
@@ -62,9 +63,11 @@ pub(super) mod at {
     pub const CONFIG: usize = 13;
 }
 
-/// Words at the start of a bucket: its lock, then its counters, in the order of
-/// [`Stats`](crate::core::exact::keyed::Stats)' fields.
-pub(super) const BUCKET_HEAD_WORDS: usize = 5;
+/// Words at the start of a bucket: its lock, its counters in the order of
+/// [`Stats`](crate::core::exact::keyed::Stats)' fields, and its clock word.
+pub(super) const BUCKET_HEAD_WORDS: usize = 6;
+/// The clock word's place in a bucket's head (used by the one-key form's one bucket).
+pub(super) const BUCKET_CLOCK: usize = 5;
 
 /// Words per band in one copy of a slot's balances: units (one word, or low and high), then
 /// the settlement time.

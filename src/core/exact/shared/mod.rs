@@ -228,7 +228,7 @@ impl<W: Words> Table<W> {
     /// The latest time a call has used, if any.
     #[must_use]
     pub fn latest(&self) -> Option<i64> {
-        match self.words[at::LATEST].load(Ordering::Relaxed) {
+        match self.clock_word().load(Ordering::Relaxed) {
             0 => None,
             word => Some(unbiased(word)),
         }
@@ -254,7 +254,9 @@ impl<W: Words> Table<W> {
         let first = lock::lock(&self.words[self.layout.bucket(low)], me, self.gone);
         let second =
             (high != low).then(|| lock::lock(&self.words[self.layout.bucket(high)], me, self.gone));
-        let latest = self.words[at::LATEST].fetch_max(biased(now_ns), Ordering::Relaxed);
+        let latest = self
+            .clock_word()
+            .fetch_max(biased(now_ns), Ordering::Relaxed);
         let clock = if latest == 0 {
             now_ns
         } else {
@@ -270,6 +272,17 @@ impl<W: Words> Table<W> {
             now,
             behind: (i128::from(now) - i128::from(now_ns)).unsigned_abs(),
             clock,
+        }
+    }
+
+    /// The word that holds the table's clock: the header's, which every bucket's keys share;
+    /// in the one-key form, its one bucket's own, on the cache line its lock is on, so that
+    /// processes deciding on the one key at once take turns at one line, not two.
+    fn clock_word(&self) -> &AtomicU64 {
+        if self.one {
+            &self.words[self.layout.bucket(0) + layout::BUCKET_CLOCK]
+        } else {
+            &self.words[at::LATEST]
         }
     }
 
@@ -595,7 +608,8 @@ impl<W: Words> Table<W> {
             }
         }
         if let Some(latest) = self.latest() {
-            self.words[at::LATEST].store(biased(latest.saturating_add(by)), Ordering::Relaxed);
+            let moved = biased(latest.saturating_add(by));
+            self.clock_word().store(moved, Ordering::Relaxed);
         }
         #[allow(clippy::cast_possible_truncation)] // the two halves of the boot's id
         let halves = ((boot >> 64) as u64, boot as u64);
