@@ -1,0 +1,69 @@
+"""A Django site for the framework-form tests, served in the test's own process (by waitress),
+so that its limiters can read a clock the test holds.
+
+Django's settings are the process's: they are configured once, here, with this module as the
+URL configuration. :func:`create_app` puts the limited view (``@limit``) or the middleware
+(``RateLimitMiddleware``, configured by its ``options``) in place, then makes a new WSGI
+handler, which reads both: one site at a time, which is how the tests serve it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+
+urlpatterns: list[Any] = []
+
+
+def configure() -> None:
+    if not settings.configured:
+        settings.configure(
+            DEBUG=False,
+            ALLOWED_HOSTS=["*"],
+            ROOT_URLCONF=__name__,
+            MIDDLEWARE=[],
+            INSTALLED_APPS=[],
+            SECRET_KEY="not a secret: a test site on loopback " * 2,
+            USE_TZ=True,
+        )
+        django.setup()
+
+
+def hello(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"hello": "world"})
+
+
+def health(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def create_app(limiter: Any, form: str = "decorator", **options: Any) -> Any:
+    """A WSGI application: ``/`` limited by ``limiter`` through ``form`` (``"decorator"`` or
+    ``"middleware"``), and ``/health`` never limited."""
+    configure()
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.urls import clear_url_caches, path
+    from protocol_in_code.qos.for_django import limit
+
+    if form == "decorator":
+        view = limit(limiter, **options)(hello)
+        settings.MIDDLEWARE = []
+    else:
+        view = hello
+        Limited.options = {"limiter": limiter, "exempt": ["/health"], **options}
+        settings.MIDDLEWARE = [f"{__name__}.Limited"]
+    urlpatterns[:] = [path("", view), path("health", health)]
+    clear_url_caches()
+    return WSGIHandler()
+
+
+configure()
+
+from protocol_in_code.qos.for_django import RateLimitMiddleware  # noqa: E402
+
+
+class Limited(RateLimitMiddleware):
+    """The middleware as a site names it in ``MIDDLEWARE``; its options are the test's."""
