@@ -26,9 +26,9 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+# Django ships no type hints (django-stubs would bring them): read as Any here.
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
+from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
 
 from protocol_in_code.qos._http import (
     CostFunction,
@@ -178,6 +178,10 @@ class RateLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         options = self.options
         if options is None:
+            # Imported here: Django's settings object raises on any look at it (help(), the
+            # documentation's inspection) until the settings are configured.
+            from django.conf import settings  # type: ignore[import-untyped, unused-ignore]
+
             options = getattr(settings, "QOS_RATE_LIMIT", None)
         if options is None:
             raise ImproperlyConfigured(
