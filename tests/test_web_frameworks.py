@@ -344,6 +344,23 @@ def test_fastapi_without_the_handler_answers_its_own_http_exception(clients):
     assert without_pk(parsed(refused, "RateLimit")) == {"default": {"r": 0, "t": 1}}
 
 
+def test_a_django_async_view_awaits_an_asyncio_limiter_under_uvicorn(clients):
+    limiter = AsyncKeyed(KeyedRateLimiter(2, burst=3, clock=Clock()))
+    server = Uvicorn(web_django_app.create_asgi_app(limiter, name="async")).start()
+    try:
+        responses = [clients[0].get(server.url + "/") for _ in range(4)]
+        other = clients[1].get(server.url + "/")
+    finally:
+        server.stop()
+    assert [r.status_code for r in responses] == [200] * 3 + [429]
+    assert limiter.checks == 5
+    assert responses[0].json() == {"hello": "async"}
+    assert without_pk(parsed(responses[0], "RateLimit")) == {"async": {"r": 2}}
+    assert responses[3].headers["Retry-After"] == "1"
+    assert without_pk(parsed(responses[3], "RateLimit")) == {"async": {"r": 0}}
+    assert other.status_code == 200
+
+
 def test_synchronous_forms_refuse_an_asyncio_limiter_at_once():
     limiter = AsyncKeyed(KeyedRateLimiter(1))
     with pytest.raises(TypeError, match="asyncio"):

@@ -18,18 +18,23 @@ from django.http import HttpRequest, JsonResponse
 urlpatterns: list[Any] = []
 
 
+SITE = {
+    "DEBUG": False,
+    "ALLOWED_HOSTS": ["*"],
+    "ROOT_URLCONF": __name__,
+    "MIDDLEWARE": [],
+    "SECRET_KEY": "not a secret: a test site on loopback " * 2,
+}
+
+
 def configure() -> None:
+    """This site's settings; where something else in the process (a page's example) configured
+    Django first, this site's are set over its."""
     if not settings.configured:
-        settings.configure(
-            DEBUG=False,
-            ALLOWED_HOSTS=["*"],
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=[],
-            INSTALLED_APPS=[],
-            SECRET_KEY="not a secret: a test site on loopback " * 2,
-            USE_TZ=True,
-        )
+        settings.configure(INSTALLED_APPS=[], USE_TZ=True, **SITE)
         django.setup()
+    for name, value in SITE.items():
+        setattr(settings, name, value)
 
 
 def hello(request: HttpRequest) -> JsonResponse:
@@ -38,6 +43,23 @@ def hello(request: HttpRequest) -> JsonResponse:
 
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
+
+
+async def hello_async(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"hello": "async"})
+
+
+def create_asgi_app(limiter: Any, **options: Any) -> Any:
+    """An ASGI application: ``/`` is an ``async def`` view limited by ``@limit``."""
+    configure()
+    from django.core.handlers.asgi import ASGIHandler
+    from django.urls import clear_url_caches, path
+    from protocol_in_code.qos.for_django import limit
+
+    settings.MIDDLEWARE = []
+    urlpatterns[:] = [path("", limit(limiter, **options)(hello_async)), path("health", health)]
+    clear_url_caches()
+    return ASGIHandler()
 
 
 def create_app(limiter: Any, form: str = "decorator", **options: Any) -> Any:
