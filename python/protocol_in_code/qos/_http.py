@@ -1000,3 +1000,116 @@ def key_of(rules: Rules, rule: Rule, info: RequestInfo) -> Hashable:
             "its keys are hashable, as dict keys are (str, bytes, int, tuples of them...)"
         ) from None
     return key
+
+
+# ---------------------------------------------------------------------------------------------
+# One request, decided: what the framework forms (for_fastapi, for_flask, for_django) call
+# ---------------------------------------------------------------------------------------------
+
+
+class Verdict(NamedTuple):
+    """A request decided, as a framework's view answers it.
+
+    ``status`` 0 lets the view run, and its response carries ``fields``; any other status is
+    the refusal to send instead, with ``fields`` (``Retry-After`` and the RateLimit fields),
+    ``content_type`` and ``body`` (see :func:`refusal`).
+    """
+
+    status: int
+    fields: list[tuple[str, str]]
+    content_type: str
+    body: bytes
+
+
+def _asked(rules: Rules, rule: Rule, info: RequestInfo) -> tuple[Any, int, Hashable, str | None]:
+    """What the middleware do before the limiter answers: the cost and key (each of which may
+    raise, before anything is spent), the ``pk``, and the limiter's ``check`` called (its
+    result is awaitable for an asyncio limiter)."""
+    n = cost_of(rules, rule, info)
+    if rule.keyed:
+        key = key_of(rules, rule, info)
+        pk = rules.partition_key(key)
+        return rule.decider.check(key, n), n, key, pk
+    return rule.decider.check(n), n, None, None
+
+
+def _verdict(
+    rules: Rules, rule: Rule, decision: Decision, n: int, key: Hashable, pk: str | None
+) -> Verdict:
+    status, fields = answer(rules, rule, decision, pk, key)
+    if not status:
+        return Verdict(0, fields, "", b"")
+    content_type, body = refusal(rules, rule, decision, status, n, key)
+    return Verdict(status, fields, content_type, body)
+
+
+def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
+    """Decide ``info`` under ``rule`` (a synchronous limiter's), as the middleware do."""
+    if rule.awaited:
+        raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
+    decision, n, key, pk = _asked(rules, rule, info)
+    return _verdict(rules, rule, decision, n, key, pk)
+
+
+async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
+    """:func:`decide`, awaiting the limiter's ``check`` where it is an asyncio limiter's (an
+    in-process limiter's never sleeps, so it is called directly, as the ASGI middleware do)."""
+    decision, n, key, pk = _asked(rules, rule, info)
+    if rule.awaited:
+        decision = await decision
+    return _verdict(rules, rule, decision, n, key, pk)
+
+
+def view_rules(
+    limiter: Any,
+    *,
+    allow_async: bool,
+    burst: int | None = None,
+    key: KeyFunction | None = None,
+    cost: CostFunction | None = None,
+    trusted_proxies: Iterable[str] = (),
+    forwarded_header: str = "X-Forwarded-For",
+    name: str = "default",
+    headers_on_allowed: bool = True,
+    legacy_headers: bool = False,
+    partition_secret: bytes | None = None,
+    quota_unit: str | None = None,
+    problem_json: bool = False,
+    enforce: bool = True,
+    on_decision: DecisionHook | None = None,
+    on_decision_key: bool = False,
+) -> tuple[Rules, Rule]:
+    """The rules of one view's limit, and its one rule: the middleware's, without routes.
+
+    ``limiter`` is a limiter of any of the four interfaces, or a rate (``"5/minute"``, ``10``)
+    with an optional ``burst``, which makes a :class:`KeyedRateLimiter` of it: one limit per
+    client. Every other parameter means what it means for the middleware.
+    """
+    if isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool):
+        from protocol_in_code.qos.keyed import KeyedRateLimiter
+
+        limiter = KeyedRateLimiter(limiter, burst=burst)
+    elif burst is not None:
+        raise TypeError("burst is for a rate (limit('5/minute', burst=10)), not a limiter")
+    if limiter is None:
+        raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
+    rules = Rules(
+        limiter,
+        routes=(),
+        key=key,
+        cost=cost,
+        exempt=None,
+        trusted_proxies=trusted_proxies,
+        forwarded_header=forwarded_header,
+        name=name,
+        headers_on_allowed=headers_on_allowed,
+        legacy_headers=legacy_headers,
+        partition_secret=partition_secret,
+        allow_async=allow_async,
+        quota_unit=quota_unit,
+        problem_json=problem_json,
+        enforce=enforce,
+        on_decision=on_decision,
+        on_decision_key=on_decision_key,
+    )
+    return rules, rules.rules[0]

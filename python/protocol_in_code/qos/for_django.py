@@ -1,0 +1,205 @@
+"""Limits for Django: a view decorator, and a middleware.
+
+:func:`limit` decides each request of the view it decorates, and :class:`RateLimitMiddleware`
+each request of the whole site, exactly as the WSGI middleware (:mod:`protocol_in_code.qos.wsgi`)
+would, from the same code: a refused request is answered with 429 (or 503), ``Retry-After``
+and the RateLimit fields, without running the view; an allowed one runs it, and its response
+carries the fields::
+
+    from django.http import JsonResponse
+    from protocol_in_code.qos.for_django import limit
+
+    @limit("5/minute")
+    def login(request):
+        return JsonResponse({"ok": True})
+
+The middleware takes the WSGI middleware's parameters from the ``QOS_RATE_LIMIT`` setting (a
+dict: ``{"limiter": KeyedRateLimiter("100/minute"), "exempt": ["/health"]}``), or from the
+``options`` of a subclass of it. The module is named ``for_django``, not ``django``, so that
+``from protocol_in_code.qos import for_django`` never hides the framework's own package.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+# Django ships no type hints (django-stubs would bring them): read as Any here.
+from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
+from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
+
+from protocol_in_code.qos._http import (
+    CostFunction,
+    DecisionEvent,
+    DecisionHook,
+    KeyFunction,
+    RequestInfo,
+    Route,
+    Rules,
+    Verdict,
+    client_address,
+    decide,
+    decide_async,
+    view_rules,
+)
+from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
+from protocol_in_code.qos.wsgi import _headers, _peer
+
+__all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route", "limit"]
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def _info(rules: Rules, request: HttpRequest) -> RequestInfo:
+    """The request as the key, cost and exemption functions see it: the peer is
+    ``REMOTE_ADDR`` and the headers are ``HTTP_*`` of ``request.META``, as under WSGI."""
+    meta = request.META
+    headers = _headers(meta)
+    return RequestInfo(
+        request.method or "GET",
+        request.path_info,
+        client_address(_peer(meta), headers, rules.proxies, rules.forwarded_header),
+        headers,
+    )
+
+
+def _refusal(verdict: Verdict) -> HttpResponse:
+    return HttpResponse(
+        verdict.body,
+        status=verdict.status,
+        content_type=verdict.content_type,
+        headers=dict(verdict.fields),
+    )
+
+
+def _with_fields(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
+    for field, value in verdict.fields:
+        response[field] = value
+    return response
+
+
+def limit(
+    limiter: Any,
+    *,
+    burst: int | None = None,
+    key: KeyFunction | None = None,
+    cost: CostFunction | None = None,
+    trusted_proxies: Iterable[str] = (),
+    forwarded_header: str = "X-Forwarded-For",
+    name: str = "default",
+    headers_on_allowed: bool = True,
+    legacy_headers: bool = False,
+    partition_secret: bytes | None = None,
+    quota_unit: str | None = None,
+    problem_json: bool = False,
+    enforce: bool = True,
+    on_decision: DecisionHook | None = None,
+    on_decision_key: bool = False,
+) -> Callable[[View], View]:
+    """A decorator limiting the view (a function of the request) it decorates.
+
+    ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces`, or a rate
+    (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one limit
+    per client. An asyncio limiter needs an ``async def`` view, where it is awaited. The other
+    parameters are the WSGI middleware's. One decorator is one limit: made once and put on
+    several views, it limits them together.
+    """
+    rules, rule = view_rules(
+        limiter,
+        allow_async=True,
+        burst=burst,
+        key=key,
+        cost=cost,
+        trusted_proxies=trusted_proxies,
+        forwarded_header=forwarded_header,
+        name=name,
+        headers_on_allowed=headers_on_allowed,
+        legacy_headers=legacy_headers,
+        partition_secret=partition_secret,
+        quota_unit=quota_unit,
+        problem_json=problem_json,
+        enforce=enforce,
+        on_decision=on_decision,
+        on_decision_key=on_decision_key,
+    )
+
+    def decorate(view: View) -> View:
+        if inspect.iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                verdict = await decide_async(rules, rule, _info(rules, request))
+                if verdict.status:
+                    return _refusal(verdict)
+                return _with_fields(await view(request, *args, **kwargs), verdict)
+
+            limited_async.limiter = rule.limiter  # type: ignore[attr-defined]
+            return limited_async  # type: ignore[return-value]
+        if rule.awaited:
+            raise TypeError(
+                f"limiter: an asyncio limiter cannot limit {view.__name__}, a synchronous "
+                "view; make it an async def view, or give a synchronous limiter"
+            )
+
+        @functools.wraps(view)
+        def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            verdict = decide(rules, rule, _info(rules, request))
+            if verdict.status:
+                return _refusal(verdict)
+            return _with_fields(view(request, *args, **kwargs), verdict)
+
+        limited.limiter = rule.limiter  # type: ignore[attr-defined]
+        return limited  # type: ignore[return-value]
+
+    return decorate
+
+
+def _no_app(environ: Any, start_response: Any) -> list[bytes]:  # pragma: no cover
+    raise AssertionError("never called: only the WSGI middleware's rules are used")
+
+
+class RateLimitMiddleware:
+    """A Django middleware limiting every request, as the WSGI middleware does.
+
+    Its parameters (``limiter``, ``routes``, ``key``, ``cost``, ``exempt``...: every one of
+    :class:`protocol_in_code.qos.wsgi.RateLimitMiddleware`'s) are the ``options`` of a
+    subclass, or else the ``QOS_RATE_LIMIT`` setting. They are checked when Django builds its
+    middleware (at the first request, or at startup under runserver), raising ``TypeError`` or
+    ``ValueError`` as the WSGI middleware does. An asyncio limiter cannot be used here.
+    """
+
+    sync_capable = True
+    async_capable = False
+    #: The parameters, in place of the ``QOS_RATE_LIMIT`` setting when not ``None``.
+    options: ClassVar[Mapping[str, Any] | None] = None
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        options = self.options
+        if options is None:
+            # Imported here: Django's settings object raises on any look at it (help(), the
+            # documentation's inspection) until the settings are configured.
+            from django.conf import settings  # type: ignore[import-untyped, unused-ignore]
+
+            options = getattr(settings, "QOS_RATE_LIMIT", None)
+        if options is None:
+            raise ImproperlyConfigured(
+                "RateLimitMiddleware: set QOS_RATE_LIMIT = {'limiter': ...} in the settings, "
+                "or subclass it with options = {'limiter': ...}"
+            )
+        self.rules: Rules = _WSGIMiddleware(_no_app, **options).rules
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        rules = self.rules
+        rule = rules.rule_for(request.method or "GET", request.path_info)
+        if rule is None:
+            return self.get_response(request)
+        info = _info(rules, request)
+        if rules.exempt is not None and rules.exempt(info):
+            return self.get_response(request)
+        verdict = decide(rules, rule, info)
+        if verdict.status:
+            return _refusal(verdict)
+        return _with_fields(self.get_response(request), verdict)
