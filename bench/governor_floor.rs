@@ -73,6 +73,31 @@ fn median_ns(mut run: impl FnMut()) -> f64 {
     samples[RUNS / 2]
 }
 
+/// Decisions per second of two threads deciding at once, against one thread alone.
+fn alone_and_together(decide: impl Fn() -> bool + Sync) -> f64 {
+    const CALLS: u64 = 1_000_000;
+    let run = |threads: u64| {
+        let mut samples: Vec<f64> = (0..RUNS)
+            .map(|_| {
+                let started = Instant::now();
+                std::thread::scope(|scope| {
+                    for _ in 0..threads {
+                        scope.spawn(|| {
+                            for _ in 0..CALLS {
+                                black_box(decide());
+                            }
+                        });
+                    }
+                });
+                (threads * CALLS) as f64 / started.elapsed().as_secs_f64()
+            })
+            .collect();
+        samples.sort_by(f64::total_cmp);
+        samples[RUNS / 2]
+    };
+    run(2) / run(1)
+}
+
 /// Bytes allocated by `fill`, per key.
 fn bytes_per_key(fill: impl FnOnce()) -> f64 {
     let before = LIVE.load(Ordering::Relaxed);
@@ -138,8 +163,25 @@ fn main() {
         }
     });
 
+    // One key, one thread, against two threads on it at once (each on its own core, as two
+    // processes would be): the floor of what sharing one key's state between cores costs,
+    // for one word changed by one compare-and-swap (governor) and for the shared table.
+    let one = RateLimiter::keyed(quota);
+    let words: Box<[AtomicU64]> = (0..Table::<Box<[AtomicU64]>>::layout(&config, None).words())
+        .map(|_| AtomicU64::new(0))
+        .collect();
+    let single = Table::create(words, &config, None, (1, 2), 0).unwrap();
+    let governor_ratio = alone_and_together(|| black_box(one.check_key(&7_u64).is_ok()));
+    let shared_ratio = alone_and_together(|| {
+        black_box(single.check((0, 0), 1, 0));
+        true
+    });
+
     println!("100,000 int keys, one band: bytes per key, ns per decision (median of {RUNS})");
     println!("  shared table (its whole file)     {shared_bytes:6.1} B {shared_ns:8.1} ns");
     println!("  in-process KeyedLimiter<Key>      {local_bytes:6.1} B {local_ns:8.1} ns");
     println!("  governor keyed (u64)              {governor_bytes:6.1} B {governor_ns:8.1} ns");
+    println!("one key, two threads at once: their decisions per second against one thread's");
+    println!("  governor keyed                    {governor_ratio:.2}x");
+    println!("  shared table, one-key form        {shared_ratio:.2}x");
 }

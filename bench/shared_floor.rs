@@ -99,7 +99,31 @@ fn main() {
         }
     });
 
+    // Two threads on the one key at once, each on its own core (as two processes would be):
+    // their combined decisions against one thread's alone, over the same number of calls.
+    let alone = median_ns(100_000, || {
+        for i in 0..100_000 {
+            black_box(single.check((0, 0), 1, i));
+        }
+    });
+    let together = median_ns(200_000, || {
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for i in 0..100_000 {
+                        black_box(single.check((0, 0), 1, i));
+                    }
+                });
+            }
+        });
+    });
+
     println!("shared table, one band, ns per decision (median of {RUNS} runs)");
+    println!(
+        "  one key, two threads at once: {together:.1} ns per decision in all, against \
+         {alone:.1} for one thread alone ({:.2}x the decisions per second)",
+        alone / together
+    );
     println!("  one key, again and again                      {one_key:8.1}");
     println!("  10,000 keys in turn, by digest                {many_digests:8.1}");
     println!("  10,000 keys in turn, from the key's bytes     {many_bytes:8.1}");
