@@ -29,6 +29,7 @@ write a response:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -452,6 +453,11 @@ class Rule:
     #: middleware's own limiter): what ``on_decision`` is told.
     policy: str = "default"
     route: str | None = None
+    #: For one plan of a limiter with plans, the plan's name (what ``on_decision`` is told).
+    plan: str | None = None
+    #: For a limiter with plans, each plan's rule (the request's plan chooses one; see
+    #: :meth:`Rules.planned`); ``None`` otherwise.
+    plans: dict[str, Rule] | None = None
     policy_items: tuple[str, ...] = field(init=False)
     policy_text: str = field(init=False)
     #: What the middleware calls ``check`` on: the limiter itself, or, with ``on_decision``,
@@ -516,6 +522,70 @@ def _rule(
             f"{parameter}: an asyncio Redis limiter cannot serve WSGI; give it a "
             "synchronous client (redis.Redis)"
         )
+    plans = _plans_of(limiter)
+    if plans is not None:
+        # One rule per plan, each asking the limiter with its plan; the request's plan chooses.
+        parent = Rule(limiter, keyed, awaited, cost, (), (), prefix, methods, redis, unit, name)
+        parent.route = route
+        parent.plans = {
+            plan: _banded(
+                _PlanView(limiter, plan, bands),
+                f"{name}-{plan}",
+                parameter,
+                (keyed, awaited, redis),
+                cost,
+                prefix,
+                methods,
+                unit,
+                route,
+                policy=name,
+                plan=plan,
+            )
+            for plan, bands in plans.items()
+        }
+        return parent
+    return _banded(
+        limiter, name, parameter, (keyed, awaited, redis), cost, prefix, methods, unit, route
+    )
+
+
+def _plans_of(limiter: Any) -> dict[str, tuple[Any, ...]] | None:
+    """A limiter's plans (name to bands), or ``None`` for a limiter without plans."""
+    try:
+        plans = getattr(limiter, "plans", None)
+    except Exception:  # a limiter of another kind whose attribute fails: no plans
+        return None
+    return dict(plans) if isinstance(plans, Mapping) else None
+
+
+class _PlanView:
+    """One plan of a limiter with plans, as a rule asks it: ``check`` (and ``band_levels``)
+    with the plan given, and the plan's bands."""
+
+    __slots__ = ("band_levels", "bands", "check", "limiter", "plan")
+
+    def __init__(self, limiter: Any, plan: str, bands: tuple[Any, ...]) -> None:
+        self.limiter, self.plan, self.bands = limiter, plan, tuple(bands)
+        self.check = functools.partial(limiter.check, plan=plan)
+        levels = getattr(limiter, "band_levels", None)
+        self.band_levels = None if levels is None else functools.partial(levels, plan=plan)
+
+
+def _banded(
+    limiter: Any,
+    name: str,
+    parameter: str,
+    kind: tuple[bool, bool, bool],
+    cost: CostFunction | None = None,
+    prefix: str = "",
+    methods: frozenset[str] | None = None,
+    unit: str | None = None,
+    route: str | None = None,
+    policy: str | None = None,
+    plan: str | None = None,
+) -> Rule:
+    """The rule of a limiter (or of one plan of it) whose bands are ``limiter.bands``."""
+    keyed, awaited, redis = kind
     bands = tuple(limiter.bands)
     if len(bands) == 1:
         names: tuple[str, ...] = (name,)
@@ -538,9 +608,15 @@ def _rule(
         methods,
         redis,
         unit,
-        name,
+        name if policy is None else policy,
         route,
+        plan,
     )
+
+
+def _names(rule: Rule) -> str:
+    """A limiter's plans, listed for an error."""
+    return ", ".join(repr(name) for name in rule.plans or {})
 
 
 class _Hooked:
@@ -579,6 +655,7 @@ class Rules:
         enforce: bool = True,
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
+        plan: Callable[[RequestInfo], str] | None = None,
     ) -> None:
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
@@ -658,10 +735,37 @@ class Rules:
             )
         self.on_decision = on_decision
         self.on_decision_key = bool(on_decision_key)
+        planned = [rule for rule in self.rules if rule.plans is not None]
+        if plan is not None and not callable(plan):
+            raise TypeError(f"plan must be a function of the request, not {plan!r}")
+        if planned and plan is None:
+            raise TypeError(
+                f"plan: the limiter has plans ({_names(planned[0])}): give plan=, a function of "
+                "the request that returns the name of the client's plan"
+            )
+        if plan is not None and not planned:
+            raise TypeError("plan= was given, but no limiter here has plans")
+        self.plan = plan
         if on_decision is not None:
             for rule in self.rules:
-                if rule.limiter is not None:
-                    rule.decider = _Hooked(self.hook(rule, on_decision))
+                for one in rule.plans.values() if rule.plans is not None else (rule,):
+                    if one.limiter is not None:
+                        one.decider = _Hooked(self.hook(one, on_decision))
+
+    def planned(self, rule: Rule, info: RequestInfo) -> Rule:
+        """``rule``, or for a limiter with plans the rule of the request's plan (``plan=``)."""
+        plans = rule.plans
+        if plans is None:
+            return rule
+        assert self.plan is not None  # checked at construction
+        name = self.plan(info)
+        chosen = plans.get(name) if isinstance(name, str) else None
+        if chosen is None:
+            raise ValueError(
+                f"plan() returned {name!r} for {info.method} {info.path}: not one of the "
+                f"limiter's plans ({_names(rule)})"
+            )
+        return chosen
 
     def hook(self, rule: Rule, on_decision: DecisionHook) -> Callable[..., Any]:
         """``rule``'s ``check``, wrapped to tell ``on_decision`` of every decision.
@@ -673,11 +777,12 @@ class Rules:
         check = rule.limiter.check
         enforced = self.enforce
         with_key = self.on_decision_key and rule.keyed
-        policy, route, limiter = rule.policy, rule.route, rule.limiter
+        policy, plan, route = rule.policy, rule.plan, rule.route
+        limiter = rule.limiter.limiter if isinstance(rule.limiter, _PlanView) else rule.limiter
         allowed = LimitOutcome.ALLOWED
         # Most decisions are this one, and an event is immutable: it is made once, since
         # making one costs more than the rest of the hook's path (200 ns).
-        every_allowed = DecisionEvent(policy, None, route, allowed, 0, enforced, None, limiter)
+        every_allowed = DecisionEvent(policy, plan, route, allowed, 0, enforced, None, limiter)
 
         def tell(decision: Decision, key: Hashable | None) -> None:
             outcome = decision.outcome
@@ -687,7 +792,7 @@ class Rules:
             else:
                 if not with_key:
                     key = None
-                event = DecisionEvent(policy, None, route, outcome, wait_ns, enforced, key, limiter)
+                event = DecisionEvent(policy, plan, route, outcome, wait_ns, enforced, key, limiter)
             try:
                 on_decision(event)
             except Exception:
@@ -1047,6 +1152,7 @@ def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     """Decide ``info`` under ``rule`` (a synchronous limiter's), as the middleware do."""
     if rule.awaited:
         raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
+    rule = rules.planned(rule, info)
     decision, n, key, pk = _asked(rules, rule, info)
     return _verdict(rules, rule, decision, n, key, pk)
 
@@ -1054,6 +1160,7 @@ def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
 async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     """:func:`decide`, awaiting the limiter's ``check`` where it is an asyncio limiter's (an
     in-process limiter's never sleeps, so it is called directly, as the ASGI middleware do)."""
+    rule = rules.planned(rule, info)
     decision, n, key, pk = _asked(rules, rule, info)
     if rule.awaited:
         decision = await decision
@@ -1078,6 +1185,7 @@ def view_rules(
     enforce: bool = True,
     on_decision: DecisionHook | None = None,
     on_decision_key: bool = False,
+    plan: Callable[[RequestInfo], str] | None = None,
 ) -> tuple[Rules, Rule]:
     """The rules of one view's limit, and its one rule: the middleware's, without routes.
 
@@ -1111,5 +1219,6 @@ def view_rules(
         enforce=enforce,
         on_decision=on_decision,
         on_decision_key=on_decision_key,
+        plan=plan,
     )
     return rules, rules.rules[0]

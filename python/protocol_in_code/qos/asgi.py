@@ -114,6 +114,7 @@ class RateLimitMiddleware:
         enforce: bool = True,
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
+        plan: Callable[[RequestInfo], str] | None = None,
         websocket: bool = False,
     ) -> None:
         if not callable(app):
@@ -136,6 +137,7 @@ class RateLimitMiddleware:
             enforce=enforce,
             on_decision=on_decision,
             on_decision_key=on_decision_key,
+            plan=plan,
             allow_async=True,
         )
         self.websocket = bool(websocket)
@@ -169,6 +171,8 @@ class RateLimitMiddleware:
             return
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
+        if rule.plans is not None:
+            rule = rules.planned(rule, info)
         n = cost_of(rules, rule, info)
         pk = key = None
         if rule.keyed:

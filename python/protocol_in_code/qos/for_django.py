@@ -97,6 +97,7 @@ def limit(
     enforce: bool = True,
     on_decision: DecisionHook | None = None,
     on_decision_key: bool = False,
+    plan: Callable[[RequestInfo], str] | None = None,
 ) -> Callable[[View], View]:
     """A decorator limiting the view (a function of the request) it decorates.
 
@@ -123,6 +124,7 @@ def limit(
         enforce=enforce,
         on_decision=on_decision,
         on_decision_key=on_decision_key,
+        plan=plan,
     )
 
     def decorate(view: View) -> View:

@@ -21,7 +21,7 @@ import for_fastapi`` never hides the framework's own package in the application'
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -110,6 +110,7 @@ class RateLimit:
         enforce: bool = True,
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
+        plan: Callable[[RequestInfo], str] | None = None,
     ) -> None:
         self.rules, self.rule = view_rules(
             limiter,
@@ -128,6 +129,7 @@ class RateLimit:
             enforce=enforce,
             on_decision=on_decision,
             on_decision_key=on_decision_key,
+            plan=plan,
         )
         self.limiter = self.rule.limiter
 

@@ -64,6 +64,7 @@ def limit(
     enforce: bool = True,
     on_decision: DecisionHook | None = None,
     on_decision_key: bool = False,
+    plan: Callable[[RequestInfo], str] | None = None,
 ) -> Callable[[View], View]:
     """A decorator limiting the view it decorates.
 
@@ -94,6 +95,7 @@ def limit(
         enforce=enforce,
         on_decision=on_decision,
         on_decision_key=on_decision_key,
+        plan=plan,
     )
 
     def decorate(view: View) -> View:

@@ -128,6 +128,7 @@ class RateLimitMiddleware:
         enforce: bool = True,
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
+        plan: Callable[[RequestInfo], str] | None = None,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, not {app!r}")
@@ -149,6 +150,7 @@ class RateLimitMiddleware:
             enforce=enforce,
             on_decision=on_decision,
             on_decision_key=on_decision_key,
+            plan=plan,
             allow_async=False,
         )
 
@@ -170,6 +172,8 @@ class RateLimitMiddleware:
             return self.app(environ, start_response)
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
+        if rule.plans is not None:
+            rule = rules.planned(rule, info)
         n = cost_of(rules, rule, info)
         pk = key = None
         if rule.keyed:
