@@ -14,6 +14,7 @@ use pyo3::types::{PyBytes, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
+use crate::core::exact::plans::Plans;
 use crate::core::exact::quota;
 use crate::python::args::{count, exact_fraction, rational_object};
 use crate::python::record::repr;
@@ -316,26 +317,6 @@ pub fn canonical<'py>(
     Ok((PyBytes::new(py, &config.encode()), config.fingerprint()))
 }
 
-/// The plans a keyed limiter was given (`plans={"free": "100/hour", "pro": [Band(...), ...]}`):
-/// each plan's name with the index of its configuration in `configs`. Plans whose bands are the
-/// same limit (the same canonical encoding, so the same fingerprint) share one configuration:
-/// the shared and Redis tables are found by fingerprint, so every store keeps them as one.
-pub struct Plans {
-    pub names: Vec<(String, usize)>,
-    pub configs: Vec<Config>,
-}
-
-impl Plans {
-    /// The names, as a message lists them: `'free', 'pro'`.
-    pub fn listed(names: &[(String, usize)]) -> String {
-        names
-            .iter()
-            .map(|(name, _)| format!("'{name}'"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
 /// The configurations of a limiter given `plans` (a dict of plan name to what `rate=` or
 /// `bands=` takes), refusing `plans` with any of `rate`, `burst`, `per` and `bands`. Each
 /// plan's value is read by [`read_config`] (a `Band`, or any non-str iterable, as `bands`;
@@ -375,8 +356,7 @@ pub fn read_plans(
             "plans must name at least one plan, not {}: for one limit give rate or bands",
         ));
     }
-    let mut names: Vec<(String, usize)> = Vec::with_capacity(dict.len());
-    let mut configs: Vec<Config> = Vec::new();
+    let mut named: Vec<(String, Config)> = Vec::with_capacity(dict.len());
     for (name, value) in dict.iter() {
         let text = match name.cast::<PyString>() {
             Ok(text) => text.to_str().map(str::to_owned).ok(),
@@ -399,17 +379,9 @@ pub fn read_plans(
                 PyValueError::new_err(said)
             }
         })?;
-        let encoded = config.encode();
-        let index = configs
-            .iter()
-            .position(|known| known.encode() == encoded)
-            .unwrap_or_else(|| {
-                configs.push(config);
-                configs.len() - 1
-            });
-        names.push((text, index));
+        named.push((text, config));
     }
-    Ok(Plans { names, configs })
+    Ok(Plans::new(named))
 }
 
 /// One plan's configuration: a `Band`, or a non-str iterable of bands, as `bands`; anything else

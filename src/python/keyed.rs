@@ -15,13 +15,14 @@ use crate::core::exact::config::Config;
 use crate::core::exact::key::{plain_int, Key, KeyRef};
 use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedLimiter, Stats};
 use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
+use crate::core::exact::plans::Plans;
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans, Plans,
+    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans,
 };
 use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork::{self, Lineage};
@@ -1033,18 +1034,13 @@ pub fn plan_index(
                     shown(plan)
                 )));
             };
-            let text = text.to_cow()?;
-            names
-                .iter()
-                .find(|(name, _)| *name == text)
-                .map(|&(_, index)| index)
-                .ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "unknown plan {}: this limiter's plans are {}",
-                        shown(plan),
-                        Plans::listed(names)
-                    ))
-                })
+            Plans::index_of(names, &text.to_cow()?).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "unknown plan {}: this limiter's plans are {}",
+                    shown(plan),
+                    Plans::listed(names)
+                ))
+            })
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::core::exact::config::Config;
 use crate::core::exact::key::{encode_item, plain_int, KeyRef};
 use crate::core::exact::keyed::{off_the_clock, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::plans::Plans;
 use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
@@ -25,7 +26,7 @@ use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
 use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans, Plans,
+    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans,
 };
 use crate::python::errors::{clock_error, never, OfClock};
 use crate::python::fork;

@@ -16,6 +16,8 @@
 //! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
 //! * [`config`]: a limit's configuration, decided in one place: its bands, their defaults and
 //!   checks, and the one canonical encoding (with its fingerprint) every store reads.
+//! * [`plans`]: one keyed limit whose bands depend on the client's plan, each plan a named
+//!   configuration.
 //! * [`clock_gap`]: a call's time more than ten years from a limiter's clock was read on
 //!   another clock, and is refused.
 //! * [`keyed`]: one limiter per key in bounded memory, forgetting a key only when it is
@@ -29,6 +31,7 @@ pub mod config;
 pub mod key;
 pub mod keyed;
 pub mod limiter;
+pub mod plans;
 pub mod quota;
 pub mod rate;
 pub mod settle;
