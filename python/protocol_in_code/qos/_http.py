@@ -519,8 +519,8 @@ def _rule(
     keyed, awaited, redis = _limiter_kind(limiter, parameter)
     if awaited and not allow_async:
         raise TypeError(
-            f"{parameter}: an asyncio Redis limiter cannot serve WSGI; give it a "
-            "synchronous client (redis.Redis)"
+            f"{parameter}: an asyncio Redis limiter cannot serve WSGI or a synchronous view; "
+            "give it a synchronous client (redis.Redis)"
         )
     plans = _plans_of(limiter)
     if plans is not None:
