@@ -53,7 +53,7 @@ BANDS = st.lists(
 #: A request: the operation, the key, n, and how far the clock moves first (sometimes back).
 STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["try_acquire", "check", "peek", "refund", "available"]),
+        st.sampled_from(["try_acquire", "check", "peek", "refund", "available", "band_levels"]),
         st.sampled_from(["a", "b", 7, ("t", 1), b"a", 2.5]),
         st.integers(0, 9),
         st.integers(-SECOND // 10, 3 * SECOND),
@@ -65,7 +65,7 @@ STEPS = st.lists(
 def call(limiter: Any, op: str, key: Any, n: int, now: int, keyed: bool) -> Any:
     args = (key,) if keyed else ()
     try:
-        if op == "available":
+        if op in ("available", "band_levels"):
             return getattr(limiter, op)(*args, now_ns=now)
         return getattr(limiter, op)(*args, n, now_ns=now)
     except ValueError as error:  # NEVER from try_acquire: the same error on both sides

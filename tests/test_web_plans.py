@@ -168,3 +168,18 @@ def test_a_framework_form_takes_plan_as_the_middleware_does() -> None:
     pro = [client.get("/", headers={"X-Plan": "pro"}) for _ in range(6)]
     assert [r.status_code for r in pro] == [200] * 5 + [429]
     assert pro[0].headers["RateLimit-Policy"].startswith('"default-pro-1";q=5;w=1')
+
+
+def test_a_shared_limiter_gives_each_band_its_own_r(tmp_path: Path) -> None:
+    bands = [Band(1, burst=2, per=60), Band(5, burst=5, per=3600)]
+    limiter = SharedKeyedRateLimiter("bands", bands=bands, path=tmp_path)
+    answered: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> None:
+        answered.update(status=status, headers=dict(headers))
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
+    WSGIMiddleware(wsgi_app, limiter=limiter)(environ, start_response)
+    fields = http_sf.parse(answered["headers"]["RateLimit"].encode("ascii"), tltype="list")
+    # Each band's own whole tokens after the request (band_levels), not the smallest for all.
+    assert {name: params["r"] for name, params in fields} == {"default-1": 1, "default-2": 4}

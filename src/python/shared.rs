@@ -314,6 +314,15 @@ impl SharedRateLimiter {
         Ok(self.shared.table.available(THE_KEY, now))
     }
 
+    /// Each band's whole tokens now, and the nanoseconds until it can give one more, as
+    /// `RateLimiter.band_levels` says them. Takes nothing.
+    #[pyo3(signature = (now_ns = None))]
+    fn band_levels(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<Vec<(u128, u128)>> {
+        let now = self.shared.now(py, now_ns)?;
+        let levels = self.shared.table.levels(THE_KEY, now);
+        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
+    }
+
     /// Take `n` tokens, sleeping until every band holds them; False at once if they would
     /// only be there after `timeout` seconds. Waiters in every process are served in the order
     /// they reserved; an interrupted waiter gives its tokens back.
@@ -587,6 +596,24 @@ impl SharedKeyedRateLimiter {
         let now = shared.now(py, now_ns)?;
         let digest = key_digest(&shared.table, key)?;
         Ok(shared.table.available(digest, now))
+    }
+
+    /// Each band's whole tokens for `key` now, and the nanoseconds until it can give one more,
+    /// as `KeyedRateLimiter.band_levels` says them (of `plan`'s bands, with plans). Takes
+    /// nothing.
+    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
+    fn band_levels(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(u128, u128)>> {
+        let shared = self.plan(plan)?;
+        let now = shared.now(py, now_ns)?;
+        let digest = key_digest(&shared.table, key)?;
+        let levels = shared.table.levels(digest, now);
+        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
     }
 
     /// Take `n` tokens for `key`, sleeping until allowed; False at once if they would only be

@@ -49,7 +49,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::core::exact::config::Config;
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation, Stats};
-use crate::core::exact::limiter::{Balances, Decision, Reservation};
+use crate::core::exact::limiter::{Balances, Decision, Level, Reservation};
 use crate::core::exact::rate::BandSpec;
 use layout::{at, Layout, LayoutError};
 use lock::{Held, Owner};
@@ -535,14 +535,34 @@ impl<W: Words> Table<W> {
 
     /// Whole tokens the key holds at `now_ns` (every band's least).
     pub fn available(&self, digest: Digest, now_ns: i64) -> u128 {
+        self.read(digest, now_ns, |balances, specs, now| {
+            balances.available_at(specs, now)
+        })
+    }
+
+    /// Each band's whole tokens for the key at `now_ns`, and the time until it can give one
+    /// more (see [`Balances::levels_at`]).
+    pub fn levels(&self, digest: Digest, now_ns: i64) -> Vec<Level> {
+        self.read(digest, now_ns, Balances::levels_at)
+    }
+
+    /// What `look` reads of the key's balances at the table's time for `now_ns` (a key not
+    /// stored is a new one), taking nothing; the one-key form keeps the anchoring a first call
+    /// makes, as a limiter does.
+    fn read<R>(
+        &self,
+        digest: Digest,
+        now_ns: i64,
+        look: impl FnOnce(&mut Balances, &[BandSpec], i64) -> R,
+    ) -> R {
         let locked = self.locked(digest, now_ns);
         let found = self.find(&locked, digest);
         let mut balances = found.map_or_else(|| self.fresh.clone(), |slot| slot.balances());
-        let available = balances.available_at(&self.specs, locked.now);
+        let answer = look(&mut balances, &self.specs, locked.now);
         if let Some(slot) = found.filter(|_| self.one) {
             slot.commit(&balances); // a first call anchors, as a limiter's does
         }
-        available
+        answer
     }
 
     /// Whether the key of `digest` is stored.
