@@ -198,6 +198,6 @@ def test_prometheus_counts_every_decision_of_many_threads():
     for thread in threads:
         thread.join()
     assert metrics.decisions() == {
-        ("allowed", "default", "", "true"): 80_000,
-        ("denied", "default", "", "true"): 80_000,
+        ("allowed", "default", "", "", "true"): 80_000,
+        ("denied", "default", "", "", "true"): 80_000,
     }

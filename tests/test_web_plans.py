@@ -183,3 +183,23 @@ def test_a_shared_limiter_gives_each_band_its_own_r(tmp_path: Path) -> None:
     fields = http_sf.parse(answered["headers"]["RateLimit"].encode("ascii"), tltype="list")
     # Each band's own whole tokens after the request (band_levels), not the smallest for all.
     assert {name: params["r"] for name, params in fields} == {"default-1": 1, "default-2": 4}
+
+
+def test_metrics_count_each_plan_apart() -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from protocol_in_code.qos.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics(prometheus_client.CollectorRegistry())
+    limiter = KeyedRateLimiter(plans=PLANS, clock=Clock())
+    middleware = WSGIMiddleware(wsgi_app, limiter=limiter, plan=plan_of, on_decision=metrics)
+    for plan, requests in (("free", 3), ("pro", 6)):
+        for _ in range(requests):
+            environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
+            environ["HTTP_X_PLAN"] = plan
+            middleware(environ, lambda status, headers, *exc: None)
+    assert metrics.decisions() == {
+        ("allowed", "default", "free", "", "true"): 2,
+        ("denied", "default", "free", "", "true"): 1,
+        ("allowed", "default", "pro", "", "true"): 5,
+        ("denied", "default", "pro", "", "true"): 1,
+    }

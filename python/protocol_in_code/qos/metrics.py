@@ -14,15 +14,17 @@ and its WSGI twin::
 and records, for every decision:
 
 * a counter of decisions by ``outcome`` (``allowed``, ``denied``, ``never``, ``refused``),
-  ``policy`` (the limit's name) and ``route`` (the matched route's prefix, ``""`` for the
-  middleware's own limiter), and ``enforced`` (``"false"`` under ``enforce=False``, where
-  the outcome was only said);
+  ``policy`` (the limit's name), ``plan`` (the client's plan, for a limiter with plans; ``""``
+  otherwise), ``route`` (the matched route's prefix, ``""`` for the middleware's own
+  limiter), and ``enforced`` (``"false"`` under ``enforce=False``, where the outcome was only
+  said);
 * a histogram of the waits refusals gave (DENIED and REFUSED; an allowed request waits 0 and
-  a NEVER has no wait), in seconds, by policy and route;
+  a NEVER has no wait), in seconds, by policy, plan and route;
 * the occupancy of each keyed table met (a limiter with ``len()`` and ``max_keys``): keys
   remembered and the most it may, by policy and route, read when scraped.
 
-No label is ever the client's key: a label set per policy and route, however many clients.
+No label is ever the client's key: a label set per policy, plan and route, however many
+clients.
 
 Both libraries are optional extras: ``pip install 'protocol-in-code-qos[prometheus]'`` or
 ``[otel]``. Nothing is imported from them until an adapter is made.
@@ -52,9 +54,15 @@ _OUTCOMES = {
 
 
 _ALLOWED = LimitOutcome.ALLOWED
+#: What a decision is counted under: the outcome (by identity), policy, plan, route, enforced.
+_Where = tuple[int, str, "str | None", "str | None", bool]
 #: How many allowed events are remembered by identity (one per limit is what the middleware
 #: makes; more are forgotten, all at once, and found again by their labels).
 EVENTS_KEPT = 64
+
+
+def _plan(plan: str | None) -> str:
+    return "" if plan is None else plan
 
 
 def _route(route: str | None) -> str:
@@ -101,8 +109,9 @@ class PrometheusMetrics:
 
     ``registry`` is where the metrics are registered (``prometheus_client.REGISTRY`` by
     default); ``prefix`` starts every name. The metrics are ``{prefix}_decisions_total``
-    (outcome, policy, route, enforced), ``{prefix}_wait_seconds`` (a histogram, policy and
-    route), and ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and route).
+    (outcome, policy, plan, route, enforced), ``{prefix}_wait_seconds`` (a histogram, policy,
+    plan and route), and ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and
+    route: a table with plans counts every plan's keys).
 
     The decisions are counted in ``itertools.count`` objects, one per label set, whose
     ``next()`` is one call into C that the interpreter lock keeps whole, and are read when
@@ -128,18 +137,18 @@ class PrometheusMetrics:
         self.waits = Histogram(
             f"{prefix}_wait_seconds",
             "The waits refused requests were given, in seconds.",
-            ["policy", "route"],
+            ["policy", "plan", "route"],
             buckets=tuple(buckets),
             registry=registry,
         )
         self.tables = _Tables()
-        self._counts: dict[tuple[int, str, str | None, bool], itertools.count[int]] = {}
-        self._labels: dict[tuple[int, str, str | None, bool], tuple[str, str, str, str]] = {}
+        self._counts: dict[_Where, itertools.count[int]] = {}
+        self._labels: dict[_Where, tuple[str, str, str, str, str]] = {}
         self._seen: dict[int, tuple[DecisionEvent, itertools.count[int]]] = {}
         self._new = threading.Lock()
         # The histogram's labelled children, by what labels them: labels() is a lock and a
         # dict of its own on every call.
-        self._histograms: dict[tuple[str, str | None], Any] = {}
+        self._histograms: dict[tuple[str, str | None, str | None], Any] = {}
         registry.register(_PrometheusCollector(self))
 
     def watch(self, limiter: Any, policy: str = "default", route: str | None = None) -> None:
@@ -157,8 +166,8 @@ class PrometheusMetrics:
             return
         # One unpacking, not an attribute read per field; the outcome by identity (members
         # are singletons), since an Enum's hash is Python code.
-        policy, _, route, outcome, wait_ns, enforced, _, _ = event
-        where = (id(outcome), policy, route, enforced)
+        policy, plan, route, outcome, wait_ns, enforced, _, _ = event
+        where = (id(outcome), policy, plan, route, enforced)
         counts = self._counts.get(where)
         if counts is None:
             with self._new:
@@ -166,6 +175,7 @@ class PrometheusMetrics:
                 self._labels[where] = (
                     _OUTCOMES[outcome],
                     policy,
+                    _plan(plan),
                     _route(route),
                     "true" if enforced else "false",
                 )
@@ -176,15 +186,15 @@ class PrometheusMetrics:
                 self._seen.clear()
             self._seen[id(event)] = (event, counts)
         elif wait_ns is not None:
-            place = (policy, route)
+            place = (policy, plan, route)
             histogram = self._histograms.get(place)
             if histogram is None:
-                histogram = self.waits.labels(policy, _route(route))
+                histogram = self.waits.labels(policy, _plan(plan), _route(route))
                 self._histograms[place] = histogram
             histogram.observe(wait_ns / 1e9)
 
-    def decisions(self) -> dict[tuple[str, str, str, str], int]:
-        """The decisions counted so far: {(outcome, policy, route, enforced): count}, as
+    def decisions(self) -> dict[tuple[str, str, str, str, str], int]:
+        """The decisions counted so far: {(outcome, policy, plan, route, enforced): count}, as
         labelled."""
         with self._new:
             counts = [(self._labels[where], counter) for where, counter in self._counts.items()]
@@ -206,8 +216,8 @@ class _PrometheusCollector:
         prefix = self.metrics.prefix
         decisions = CounterMetricFamily(
             f"{prefix}_decisions",
-            "Rate-limit decisions, by outcome, policy and route.",
-            labels=["outcome", "policy", "route", "enforced"],
+            "Rate-limit decisions, by outcome, policy, plan and route.",
+            labels=["outcome", "policy", "plan", "route", "enforced"],
         )
         for labels, count in self.metrics.decisions().items():
             decisions.add_metric(list(labels), count)
@@ -234,10 +244,11 @@ class OpenTelemetryMetrics:
 
     ``meter`` is the meter to record with (``opentelemetry.metrics.get_meter(...)`` of the
     global meter provider by default). The instruments are ``{prefix}.decisions`` (a counter;
-    attributes outcome, policy, route, enforced), ``{prefix}.wait`` (a histogram, in seconds;
-    policy, route), and ``{prefix}.keys`` and ``{prefix}.keys.max`` (observable gauges; policy,
-    route). Whatever reader the meter provider has exports them (the Prometheus one serves
-    them as ``{prefix}_decisions_total``, ``{prefix}_wait_seconds``...).
+    attributes outcome, policy, plan, route, enforced), ``{prefix}.wait`` (a histogram, in
+    seconds; policy, plan, route), and ``{prefix}.keys`` and ``{prefix}.keys.max``
+    (observable gauges; policy, route). Whatever reader the meter provider has exports them
+    (the Prometheus one serves them as ``{prefix}_decisions_total``,
+    ``{prefix}_wait_seconds``...).
     """
 
     def __init__(self, meter: Any = None, *, prefix: str = "ratelimit") -> None:
@@ -248,7 +259,7 @@ class OpenTelemetryMetrics:
         self.decisions = meter.create_counter(
             f"{prefix}.decisions",
             unit="{decision}",
-            description="Rate-limit decisions, by outcome, policy and route.",
+            description="Rate-limit decisions, by outcome, policy, plan and route.",
         )
         self.waits = meter.create_histogram(
             f"{prefix}.wait",
@@ -268,19 +279,22 @@ class OpenTelemetryMetrics:
             unit="{key}",
             description="The most keys a keyed limiter may remember (max_keys).",
         )
-        self._attributes: dict[tuple[LimitOutcome, str, str | None, bool], dict[str, str]] = {}
+        self._attributes: dict[
+            tuple[LimitOutcome, str, str | None, str | None, bool], dict[str, str]
+        ] = {}
 
     def watch(self, limiter: Any, policy: str = "default", route: str | None = None) -> None:
         """As :meth:`PrometheusMetrics.watch`."""
         self.tables.watch(limiter, policy, route)
 
     def __call__(self, event: DecisionEvent) -> None:
-        where = (event.outcome, event.policy, event.route, event.enforced)
+        where = (event.outcome, event.policy, event.plan, event.route, event.enforced)
         attributes = self._attributes.get(where)
         if attributes is None:
             attributes = {
                 "outcome": _OUTCOMES[event.outcome],
                 "policy": event.policy,
+                "plan": _plan(event.plan),
                 "route": _route(event.route),
                 "enforced": "true" if event.enforced else "false",
             }
@@ -288,7 +302,11 @@ class OpenTelemetryMetrics:
             self.tables.meet(event)
         self.decisions.add(1, attributes)
         if event.outcome is not LimitOutcome.ALLOWED and event.wait_ns is not None:
-            place = {"policy": event.policy, "route": _route(event.route)}
+            place = {
+                "policy": event.policy,
+                "plan": _plan(event.plan),
+                "route": _route(event.route),
+            }
             self.waits.record(event.wait_ns / 1e9, place)
 
     def _keys(self, options: Any) -> Iterator[Any]:
