@@ -14,6 +14,9 @@
 
 pub mod core;
 
+// The host's boot and monotonic clock, which saved limiters and shared tables both ask.
+pub mod host;
+
 // A shared table's file, mapped: the crate's one `unsafe` block, in a room of its own.
 #[cfg(unix)]
 #[allow(unsafe_code)]

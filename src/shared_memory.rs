@@ -47,6 +47,7 @@ use rustix::fs::{flock, FlockOperation};
 use crate::core::exact::config::Config;
 use crate::core::exact::shared::layout::LayoutError;
 use crate::core::exact::shared::Table;
+use crate::host;
 
 /// The first part of every table's file name.
 const PREFIX: &str = "protocol-in-code-qos.";
@@ -158,22 +159,6 @@ pub fn table_path(
     Ok(folder.join(format!("{PREFIX}{name}.{form}.{fingerprint:016x}.table")))
 }
 
-/// The id of this boot (Linux's `boot_id`), or 0 where there is none.
-fn boot_id() -> u128 {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .and_then(|text| u128::from_str_radix(&text.trim().replace('-', ""), 16).ok())
-        .unwrap_or(0)
-}
-
-/// The monotonic clock, as the limiters read it.
-fn monotonic_ns() -> i64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    now.tv_sec
-        .saturating_mul(1_000_000_000)
-        .saturating_add(now.tv_nsec)
-}
-
 /// Open the table `name` of `config` in `folder`, making it if there is none; `max_keys`
 /// `None` is the one-key form (one slot). `seed` gives a new table's key seed.
 ///
@@ -254,7 +239,7 @@ fn make(
         flock(&file, FlockOperation::LockShared).map_err(|e| io_at(&draft)(e.into()))?;
         file.set_len(bytes).map_err(io_at(&draft))?;
         let words = mapped(&draft, file.try_clone().map_err(io_at(&draft))?)?;
-        Table::create(words, config, max_keys, seed(), boot_id())
+        Table::create(words, config, max_keys, seed(), host::boot_number())
             .map_err(|error| OpenError::Layout(draft.clone(), error))?;
         match std::fs::hard_link(&draft, path) {
             Ok(()) => Ok(true),
@@ -307,7 +292,7 @@ fn map(
 /// `table`, its times moved to this boot's clock if it was written in another (see the
 /// module's docs), under the file's exclusive lock so that nobody decides meanwhile.
 fn re_anchored(table: Table<Mapped>, path: &Path) -> Result<Table<Mapped>, OpenError> {
-    let boot = boot_id();
+    let boot = host::boot_number();
     if table.boot() == boot {
         return Ok(table);
     }
@@ -323,7 +308,7 @@ fn re_anchored(table: Table<Mapped>, path: &Path) -> Result<Table<Mapped>, OpenE
                 if table.boot() != boot {
                     let by = table
                         .latest()
-                        .map_or(0, |latest| monotonic_ns().saturating_sub(latest));
+                        .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
                     table.re_anchor(by, boot);
                 }
                 break;

@@ -108,19 +108,7 @@ impl Clock {
     }
 }
 
-/// This boot of this machine (Linux's random boot id): the monotonic clock's readings mean
-/// something only on it. None where the platform has no such id: saved times are then kept.
-pub fn boot_id() -> Option<&'static str> {
-    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    BOOT_ID
-        .get_or_init(|| {
-            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                .ok()
-                .map(|id| id.trim().to_owned())
-                .filter(|id| !id.is_empty())
-        })
-        .as_deref()
-}
+pub use crate::host::boot_id;
 
 /// A saved time moved by `by` nanoseconds (see [`Clock::shift`]), within the clock's range.
 #[must_use]
@@ -129,14 +117,11 @@ pub fn shifted(time: Option<i64>, by: i64) -> Option<i64> {
 }
 
 /// The monotonic clock behind `time.monotonic_ns`, read without calling Python where the
-/// platform allows.
+/// platform allows (asking Python would cost a call per decision).
 #[cfg(target_os = "linux")]
 #[allow(clippy::unnecessary_wraps)] // the same signature as the other platforms' form
 pub fn monotonic_ns(_py: Python<'_>) -> PyResult<i64> {
-    // `std::time::Instant` reads the same clock but never shows its value, and asking Python
-    // for `time.monotonic_ns()` would cost a call per decision.
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    Ok(now.tv_sec * 1_000_000_000 + now.tv_nsec)
+    Ok(crate::host::monotonic_ns())
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -16,7 +16,7 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{encode_item, plain_int, KeyRef};
-use crate::core::exact::keyed::{off_the_clock, KeyedDecision};
+use crate::core::exact::keyed::{off_the_clock, random_seed, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::Plans;
 use crate::core::exact::shared::lock::Owner;
@@ -50,14 +50,6 @@ struct Shared {
     /// How many forks this process descends through when it last took its name (see
     /// [`Shared::at`]): a child must lock in its own name, not its parent's.
     forks: AtomicU64,
-}
-
-/// Random bits for a new table's key seed, from the operating system (through the standard
-/// library's randomly keyed hasher, whose keys are random per process and differ per use).
-fn random_seed() -> (u64, u64) {
-    use std::hash::BuildHasher;
-    let one = || std::collections::hash_map::RandomState::new().hash_one(0_u8);
-    (one(), one())
 }
 
 impl Shared {
@@ -523,9 +515,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let shared = self.plan(plan)?;
-        let (n, now) = shared.request(py, n, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, n, now) = self.request(py, key, n, now_ns, plan)?;
         match shared.table.check(digest, n, now).decision {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
             KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
@@ -544,9 +534,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
-        let shared = self.plan(plan)?;
-        let (n, now) = shared.request(py, n, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, n, now) = self.request(py, key, n, now_ns, plan)?;
         decision(py, shared.table.check(digest, n, now))
     }
 
@@ -560,9 +548,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, Decision>> {
-        let shared = self.plan(plan)?;
-        let (n, now) = shared.request(py, n, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, n, now) = self.request(py, key, n, now_ns, plan)?;
         decision(py, shared.table.peek(digest, n, now))
     }
 
@@ -576,9 +562,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let shared = self.plan(plan)?;
-        let (n, now) = shared.request(py, n, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, n, now) = self.request(py, key, n, now_ns, plan)?;
         shared.table.refund(digest, n, now);
         Ok(())
     }
@@ -592,9 +576,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u128> {
-        let shared = self.plan(plan)?;
-        let now = shared.now(py, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, now) = self.at_key(py, key, now_ns, plan)?;
         Ok(shared.table.available(digest, now))
     }
 
@@ -609,9 +591,7 @@ impl SharedKeyedRateLimiter {
         now_ns: Option<NowNs>,
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(u128, u128)>> {
-        let shared = self.plan(plan)?;
-        let now = shared.now(py, now_ns)?;
-        let digest = key_digest(&shared.table, key)?;
+        let (shared, digest, now) = self.at_key(py, key, now_ns, plan)?;
         let levels = shared.table.levels(digest, now);
         Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
     }
@@ -885,6 +865,34 @@ impl SharedKeyedRateLimiter {
             (None, None) => Ok(&self.tables[0]),
             (plans, plan) => plan_index(plans.as_deref(), plan).map(|index| &self.tables[index]),
         }
+    }
+
+    /// A per-key call's table (its plan's), the key's digest in it, its `n` and its time,
+    /// checked in that order.
+    fn request(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(&Shared, Digest, u64, i64)> {
+        let shared = self.plan(plan)?;
+        let (n, now) = shared.request(py, n, now_ns)?;
+        Ok((shared, key_digest(&shared.table, key)?, n, now))
+    }
+
+    /// [`Self::request`] for a call that takes no `n`.
+    fn at_key(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(&Shared, Digest, i64)> {
+        let shared = self.plan(plan)?;
+        let now = shared.now(py, now_ns)?;
+        Ok((shared, key_digest(&shared.table, key)?, now))
     }
 
     /// Every table's configuration, by the index the plans name.

@@ -356,6 +356,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     }
 }
 
+/// Two random words for a table's key seed: std's `RandomState` draws its keys from the OS,
+/// and hashing two constants with it gives two random words. Clients choose keys; without the
+/// seed they cannot choose ones that collide.
+#[must_use]
+pub fn random_seed() -> (u64, u64) {
+    let random = RandomState::new();
+    (random.hash_one(0_u8), random.hash_one(1_u8))
+}
+
 /// A SipHash-1-3 seed, random per table unless restored. Atomic only so that a restore can set
 /// it through a shared reference; it never changes while the table is in use.
 struct Seed {
@@ -365,12 +374,10 @@ struct Seed {
 
 impl Seed {
     fn random() -> Self {
-        // std's RandomState draws its keys from the OS; hashing two constants with it gives
-        // two random words.
-        let random = RandomState::new();
+        let (k0, k1) = random_seed();
         Self {
-            k0: AtomicU64::new(random.hash_one(0_u8)),
-            k1: AtomicU64::new(random.hash_one(1_u8)),
+            k0: AtomicU64::new(k0),
+            k1: AtomicU64::new(k1),
         }
     }
 
