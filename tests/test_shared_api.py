@@ -398,3 +398,23 @@ def test_a_table_from_another_boot_is_moved_to_this_clock_keeping_what_was_owed(
     with path.open("rb") as file:
         file.seek(8 * 8)
         assert file.read(16) != b"\xff" * 16
+
+
+def test_a_cancelled_asyncio_waiter_hands_its_turn_back(tmp_path: Path) -> None:
+    # 10/s, burst 1: drained, a waiter reserves the next token (0.1 s away) and is cancelled
+    # while it sleeps. Nobody queued behind it, so its turn is undone: the next token is free
+    # again, not 0.2 s away behind a turn nobody will use.
+    for limiter in (SharedKeyedRateLimiter("cancel", 10, burst=1, path=tmp_path), None):
+        limiter = limiter or KeyedRateLimiter(10, burst=1)
+
+        async def main(limiter: Any = limiter) -> int:
+            assert limiter.try_acquire("k")
+            waiter = asyncio.ensure_future(limiter.acquire_async("k", timeout=5))
+            await asyncio.sleep(0.01)  # it has reserved its turn, and sleeps
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            return int(limiter.peek("k").wait_ns)
+
+        wait = asyncio.run(main())
+        assert wait < 100_000_000, (type(limiter).__name__, wait)
