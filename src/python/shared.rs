@@ -260,7 +260,7 @@ impl SharedRateLimiter {
     #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
     fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
         let (n, now) = self.shared.request(py, n, now_ns)?;
-        match self.shared.table.check(THE_KEY, n, now).decision {
+        match self.shared.table.acquire(THE_KEY, n, now) {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
             KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
             _ => Ok(false),
@@ -516,7 +516,7 @@ impl SharedKeyedRateLimiter {
         plan: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (shared, digest, n, now) = self.request(py, key, n, now_ns, plan)?;
-        match shared.table.check(digest, n, now).decision {
+        match shared.table.acquire(digest, n, now) {
             KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
             KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
             _ => Ok(false),
@@ -717,7 +717,7 @@ impl SharedKeyedRateLimiter {
                 .map(|((&key, &now), &n)| {
                     let mut encoded = Vec::with_capacity(9);
                     encode_item(plain_int(key), &mut encoded);
-                    code(table.check(table.digest(&encoded), n, now).decision)
+                    code(table.acquire(table.digest(&encoded), n, now))
                 })
                 .collect()
         });

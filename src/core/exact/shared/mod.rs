@@ -358,9 +358,26 @@ impl<W: Words> Table<W> {
         }
     }
 
-    /// Take `n` tokens for the key of `digest` at `now_ns`, as its own limiter decides, and
-    /// say what it holds after (every band's least whole tokens; 0 if refused).
+    /// Take `n` tokens for the key of `digest` at `now_ns`, as its own limiter decides.
+    pub fn acquire(&self, digest: Digest, n: u64, now_ns: i64) -> KeyedDecision {
+        self.take(digest, n, now_ns, false).decision
+    }
+
+    /// [`Table::acquire`], also saying what the key holds after (every band's least whole
+    /// tokens; 0 if refused).
     pub fn check(&self, digest: Digest, n: u64, now_ns: i64) -> Answer {
+        self.take(digest, n, now_ns, true)
+    }
+
+    /// Take `n` tokens; what remains is counted only `with_remaining` (a division per band).
+    fn take(&self, digest: Digest, n: u64, now_ns: i64, with_remaining: bool) -> Answer {
+        let remaining_of = |balances: &Balances| {
+            if with_remaining {
+                balances.available(&self.specs)
+            } else {
+                0
+            }
+        };
         let locked = self.locked(digest, now_ns);
         let now = locked.now;
         let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
@@ -369,14 +386,11 @@ impl<W: Words> Table<W> {
             if decision == Decision::Allowed || self.one {
                 self.keep(&locked, slot, &balances);
             }
-            (
-                KeyedDecision::Decided(decision),
-                balances.available(&self.specs),
-            )
+            (KeyedDecision::Decided(decision), remaining_of(&balances))
         } else {
             let mut balances = self.fresh.clone();
             let decision = balances.acquire(&self.specs, n, now);
-            let remaining = balances.available(&self.specs);
+            let remaining = remaining_of(&balances);
             if decision != Decision::Allowed || balances.is_full(&self.specs) {
                 (KeyedDecision::Decided(decision), remaining)
             } else {
