@@ -24,6 +24,8 @@
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 //! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
 //!   against a process killed at any instruction.
+//! * [`stack`]: one request under several limits at once (global, route, client), taken from
+//!   all of them or from none.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
 pub mod clock_gap;
@@ -36,3 +38,4 @@ pub mod quota;
 pub mod rate;
 pub mod settle;
 pub mod shared;
+pub mod stack;

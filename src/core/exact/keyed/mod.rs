@@ -44,10 +44,12 @@
 //! for the next sweep, and a new key refused meanwhile. The table is full either way.
 
 //!
-//! The table lives in five files: this one (the types, the shards and the seed), `table.rs`
+//! The table lives in six files: this one (the types, the shards and the seed), `table.rs`
 //! (deciding one request or a trace), `room.rs` (new keys, and the room they need),
-//! `reservations.rs` (waiters, and tokens handed back) and `restore.rs` (a saved table).
+//! `reservations.rs` (waiters, and tokens handed back), `restore.rs` (a saved table) and
+//! `held.rs` (a key held while other limits decide the same request).
 
+pub mod held;
 mod reservations;
 mod restore;
 mod room;
