@@ -42,6 +42,7 @@ __all__ = [
     "ValidationOutcome",
     "ValidationResult",
     "_canonical",
+    "_check_together",
     "_only_the_rate_by_position",
     "_read_plans",
     "_refuse_in_event_loop",
@@ -261,6 +262,9 @@ def _read_plans(
 def _timeout_seconds(timeout: Any) -> float: ...
 def _refuse_in_event_loop(limiter: str) -> None: ...
 def _only_the_rate_by_position(limiter: str, rate: Any, more: tuple[Any, ...]) -> None: ...
+def _check_together(
+    parts: list[tuple[Any, Any, Any, Any]], now_ns: int | None = None, peek: bool = False
+) -> tuple[bool, list[Decision]]: ...
 
 @disjoint_base
 class RateLimiter:

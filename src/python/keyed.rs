@@ -164,6 +164,21 @@ impl KeyedRateLimiter {
         plan_index(plans, plan).map(|index| &self.tables[index])
     }
 
+    /// The table of `plan` as a part of a stacked request (see `python::stack`), and the time
+    /// of the call, checked against the table's clock. From here on no restore may re-seed the
+    /// table: the stack hashes its key once, then decides under the shard's lock.
+    pub(crate) fn stacked(
+        &self,
+        py: Python<'_>,
+        plan: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<(&KeyedLimiter<Key>, i64)> {
+        let plan = self.plan(plan)?;
+        let now = plan.registry.with_plain(|| self.clock.now(py, now_ns))?;
+        let now = self.on_the_clock(py, plan, now, now_ns)?;
+        Ok((&plan.table, now))
+    }
+
     /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
     /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
     /// The first call in a child process of the one that made the table warns (see `Lineage`).

@@ -209,6 +209,17 @@ impl RateLimiter {
         Ok(limiter)
     }
 
+    /// This limiter as a part of a stacked request (see `python::stack`): its lock, and the
+    /// time of the call. The core checks the time against the clock once it holds the lock.
+    pub(crate) fn stacked(
+        &self,
+        py: Python<'_>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<(&Mutex<Limiter>, i64)> {
+        self.lineage.check(py, "RateLimiter")?;
+        Ok((&self.state, self.clock.now(py, now_ns)?))
+    }
+
     /// Set the balances `__reduce__` saved, after checking them all.
     fn restore(
         &self,

@@ -19,6 +19,7 @@
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 //! * [`shared`]: the limiters whose table the processes of one host share, on
 //!   `core::exact::shared` and the mapped file of `shared_memory`.
+//! * [`stack`]: one request under several in-process limiters, taken from all or none.
 //! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
 //! * [`errors`]: the one place the core's errors become Python exceptions.
 //! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
@@ -45,6 +46,7 @@ mod record;
 mod refill;
 mod shaper_loop;
 mod shared;
+mod stack;
 mod token_bucket;
 mod waiting;
 
@@ -118,6 +120,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(config::read_plans_py, module)?)?;
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
+    module.add_function(wrap_pyfunction!(stack::check_together, module)?)?;
     module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;
     module.add_function(wrap_pyfunction!(
         limiter::only_the_rate_by_position_py,

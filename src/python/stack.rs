@@ -1,0 +1,163 @@
+//! `_check_together` for Python: one request under several in-process limiters, decided by
+//! `core::exact::stack` (taken from all of them or from none).
+//!
+//! Each part is read as its limiter's own `check` reads its arguments, in the same order (the
+//! plan, `n`, the time, the key), and every part is read before anything is decided, so a bad
+//! part raises with nothing taken. An error names its part in a note.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::core::exact::key::{Key, KeyRef};
+use crate::core::exact::stack::{decide_together, ClockGap, Limit, Part};
+use crate::python::args::{tokens, NowNs, N};
+use crate::python::errors::{clock_error, OfClock};
+use crate::python::keyed::{decision, KeyedRateLimiter};
+use crate::python::keys::{classify, Classified};
+use crate::python::limiter::{Decision, RateLimiter};
+
+/// One part, read: its limit, the time it is asked at, and its tokens.
+struct Read<'a> {
+    limit: Limit<'a, Key>,
+    now: i64,
+    n: u64,
+}
+
+/// Decide `parts`, each a `(limiter, key, n, plan)` of a `RateLimiter` (key and plan None) or
+/// a `KeyedRateLimiter`, together: `(taken, decisions)`, one decision per part. If every part
+/// allows, every part's tokens are taken and each decision is what its `check` would say;
+/// otherwise nothing is taken and each decision is what its `peek` would say. With `peek`,
+/// nothing is taken either way.
+#[pyfunction]
+#[pyo3(name = "_check_together", signature = (parts, now_ns = None, peek = false))]
+pub fn check_together<'py>(
+    py: Python<'py>,
+    parts: &Bound<'py, PyList>,
+    now_ns: Option<NowNs>,
+    peek: bool,
+) -> PyResult<(bool, Vec<Bound<'py, Decision>>)> {
+    let parts: Vec<Bound<'py, PyTuple>> = parts
+        .iter()
+        .map(|part| part.cast_into::<PyTuple>().map_err(PyErr::from))
+        .collect::<PyResult<_>>()?;
+    // Each part's limiter and key, held here: what is read borrows from them.
+    let limiters: Vec<Bound<'py, PyAny>> = parts
+        .iter()
+        .map(|p| p.get_item(0))
+        .collect::<PyResult<_>>()?;
+    let keys: Vec<Bound<'py, PyAny>> = parts
+        .iter()
+        .map(|p| p.get_item(1))
+        .collect::<PyResult<_>>()?;
+    let mut read = Vec::with_capacity(parts.len());
+    let mut classified = Vec::with_capacity(parts.len());
+    for (index, part) in parts.iter().enumerate() {
+        let (n, plan) = (part.get_item(2)?, part.get_item(3)?);
+        let one = read_part(py, &limiters[index], &keys[index], &n, &plan, now_ns)
+            .map_err(|error| in_part(py, error, index))?;
+        classified.push(one.1);
+        read.push(one.0);
+    }
+    // The keys, borrowed from what was read, each as its table keeps it.
+    let kept: Vec<Option<KeyRef<'_>>> = classified
+        .iter()
+        .zip(&read)
+        .map(|(key, part)| {
+            let table = match &part.limit {
+                Limit::Keyed(table) => table,
+                Limit::One(_) => return None,
+            };
+            key.as_ref()
+                .and_then(Classified::as_key)
+                .map(|key| key.kept(|| table.seed()))
+        })
+        .collect();
+    let core_parts: Vec<Part<'_, Key, KeyRef<'_>>> = read
+        .into_iter()
+        .zip(&kept)
+        .map(|(part, key)| Part {
+            limit: part.limit,
+            key: key.as_ref(),
+            n: part.n,
+            now_ns: part.now,
+        })
+        .collect();
+    let stacked = decide_together(&core_parts, peek).map_err(|ClockGap { part, gap }| {
+        let what = if now_ns.is_some() {
+            "now_ns"
+        } else {
+            "the clock's reading"
+        };
+        in_part(
+            py,
+            clock_error(OfClock::Limiter, what, core_parts[part].now_ns, gap),
+            part,
+        )
+    })?;
+    let decisions = stacked
+        .answers
+        .into_iter()
+        .map(|answer| decision(py, answer))
+        .collect::<PyResult<_>>()?;
+    Ok((stacked.taken, decisions))
+}
+
+/// One part read as its limiter's `check` reads its arguments, and its key classified (`None`
+/// for a limiter of one limit).
+fn read_part<'a, 'py>(
+    py: Python<'py>,
+    limiter: &'a Bound<'py, PyAny>,
+    key: &'a Bound<'py, PyAny>,
+    n: &Bound<'py, PyAny>,
+    plan: &Bound<'py, PyAny>,
+    now_ns: Option<NowNs>,
+) -> PyResult<(Read<'a>, Option<Classified<'a>>)> {
+    if let Ok(limiter) = limiter.cast::<RateLimiter>() {
+        if !key.is_none() || !plan.is_none() {
+            return Err(PyTypeError::new_err(
+                "a RateLimiter is one limit: its part takes no key and no plan",
+            ));
+        }
+        let n: Option<N> = n.extract()?;
+        let (state, now) = limiter.get().stacked(py, now_ns)?;
+        let read = Read {
+            limit: Limit::One(state),
+            now,
+            n: tokens(n),
+        };
+        return Ok((read, None));
+    }
+    if let Ok(limiter) = limiter.cast::<KeyedRateLimiter>() {
+        let plan = (!plan.is_none()).then_some(plan);
+        let n: Option<N> = n.extract()?;
+        let (table, now) = limiter.get().stacked(py, plan, now_ns)?;
+        let classified = classify(key)?;
+        if matches!(classified, Classified::Object) {
+            return Err(PyTypeError::new_err(format!(
+                "a stacked request's keys are values (int, float, str, bytes, or tuples of \
+                 these), not {}",
+                key.get_type().name()?
+            )));
+        }
+        let read = Read {
+            limit: Limit::Keyed(table),
+            now,
+            n: tokens(n),
+        };
+        return Ok((read, Some(classified)));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a stacked request decided in one step takes RateLimiter and KeyedRateLimiter parts, \
+         not {}",
+        limiter.get_type().name()?
+    )))
+}
+
+/// `error`, with a note saying which part of the request raised it.
+fn in_part(py: Python<'_>, error: PyErr, index: usize) -> PyErr {
+    let note = format!("in part {index} of a stacked request");
+    // A note is only a help: if adding it fails, the error itself still stands.
+    let _ = error.value(py).call_method1("add_note", (note,));
+    error
+}
