@@ -46,6 +46,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos.interfaces import kind_of
+from protocol_in_code.qos.stack import Part, Stacked, check_together, check_together_async
 
 _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -467,6 +468,9 @@ class Rule:
     #: The limiter's ``band_levels`` where the fields need it (several bands, or a band slow
     #: enough that ``t`` can be 1 or more) and it has one; else ``None``.
     levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
+    #: With ``on_decision``, what tells it of one of this rule's decisions (see
+    #: :meth:`Rules.teller`); ``None`` without a hook.
+    tell: Callable[[Decision, Hashable | None], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         unit = "" if self.unit is None else f";qu={self.unit}"
@@ -614,6 +618,22 @@ def _banded(
     )
 
 
+def _distinct_names(rules: tuple[Rule, ...]) -> None:
+    """Stacked limits are told apart in the fields by their policies' names: no two limits may
+    share one (the plans of one limiter may, since a request has one plan)."""
+    seen: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        names: set[str] = set()
+        for one in rule.plans.values() if rule.plans is not None else (rule,):
+            names.update(one.names)
+        for name in names:
+            if seen.setdefault(name, i) != i:
+                raise ValueError(
+                    f"stack: two limits have the policy name {name}: give each Route a name= "
+                    "of its own, so the RateLimit fields tell them apart"
+                )
+
+
 def _names(rule: Rule) -> str:
     """A limiter's plans, listed for an error."""
     return ", ".join(repr(name) for name in rule.plans or {})
@@ -656,6 +676,7 @@ class Rules:
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
         plan: Callable[[RequestInfo], str] | None = None,
+        stack: bool = False,
     ) -> None:
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
@@ -750,7 +771,11 @@ class Rules:
             for rule in self.rules:
                 for one in rule.plans.values() if rule.plans is not None else (rule,):
                     if one.limiter is not None:
-                        one.decider = _Hooked(self.hook(one, on_decision))
+                        one.tell = self.teller(one, on_decision)
+                        one.decider = _Hooked(self.hook(one, one.tell))
+        self.stack = bool(stack)
+        if self.stack:
+            _distinct_names(self.rules)
 
     def planned(self, rule: Rule, info: RequestInfo) -> Rule:
         """``rule``, or for a limiter with plans the rule of the request's plan (``plan=``)."""
@@ -767,14 +792,14 @@ class Rules:
             )
         return chosen
 
-    def hook(self, rule: Rule, on_decision: DecisionHook) -> Callable[..., Any]:
-        """``rule``'s ``check``, wrapped to tell ``on_decision`` of every decision.
+    def teller(
+        self, rule: Rule, on_decision: DecisionHook
+    ) -> Callable[[Decision, Hashable | None], None]:
+        """What tells ``on_decision`` of one of ``rule``'s decisions, with the key asked about.
 
-        Without a hook the middleware calls the limiter's own ``check``: no hook costs no
-        instruction at all. An exception in the hook is logged (``protocol_in_code.qos``) and
-        the request answered all the same, since the limiter has decided (and may have spent).
+        An exception in the hook is logged (``protocol_in_code.qos``) and the request answered
+        all the same, since the limiter has decided (and may have spent).
         """
-        check = rule.limiter.check
         enforced = self.enforce
         with_key = self.on_decision_key and rule.keyed
         policy, plan, route = rule.policy, rule.plan, rule.route
@@ -797,6 +822,18 @@ class Rules:
                 on_decision(event)
             except Exception:
                 _log.exception("on_decision raised; the request is answered all the same")
+
+        return tell
+
+    def hook(
+        self, rule: Rule, tell: Callable[[Decision, Hashable | None], None]
+    ) -> Callable[..., Any]:
+        """``rule``'s ``check``, wrapped to ``tell`` of every decision.
+
+        Without a hook the middleware calls the limiter's own ``check``: no hook costs no
+        instruction at all.
+        """
+        check = rule.limiter.check
 
         if rule.awaited:
 
@@ -832,6 +869,21 @@ class Rules:
             if rule.matches(method, path):
                 return rule if rule.limiter is not None else None
         return None
+
+    def rules_for(self, method: str, path: str) -> tuple[Rule, ...]:
+        """Under ``stack=True``, every rule for this request: each matching route's and the
+        middleware's own limiter; ``()`` if the request is exempt (a matching route without
+        a limiter exempts it from every limit) or nothing matches."""
+        for prefix in self.exempt_prefixes:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                return ()
+        matched = []
+        for rule in self.rules:
+            if rule.matches(method, path):
+                if rule.limiter is None:
+                    return ()
+                matched.append(rule)
+        return tuple(matched)
 
     def partition_key(self, key: Hashable) -> str:
         """``pk``: the key under a keyed hash, as a Byte Sequence: stable, but no address in it.
@@ -941,31 +993,54 @@ def answer(
     Under ``enforce=False`` a refusal is only said: the status is 0, and there is no
     ``Retry-After``, since the request goes on.
     """
+    status = _status(rules, decision)
+    if not status and decision.outcome is LimitOutcome.ALLOWED and not rules.headers_on_allowed:
+        return status, []
+    fields, retry = _retry_after(decision, status)
+    policy, items, legacy = _described(rules, rule, decision, pk, key, retry)
+    fields.append(("RateLimit-Policy", policy))
+    if items is not None:
+        fields.append(("RateLimit", items))
+        if rules.legacy_headers:
+            fields.extend(legacy)
+    return status, fields
+
+
+def _status(rules: Rules, decision: Decision) -> int:
+    """The status of ``decision``: 0 (pass the request on) when allowed or not enforced."""
     outcome = decision.outcome
-    remaining = decision.remaining
+    if outcome is LimitOutcome.ALLOWED or not rules.enforce:
+        return 0
+    if outcome is LimitOutcome.DENIED:
+        return DENIED_STATUS
+    if outcome is LimitOutcome.NEVER:
+        return NEVER_STATUS
+    return REFUSED_STATUS
+
+
+def _retry_after(decision: Decision, status: int) -> tuple[list[tuple[str, str]], int]:
+    """``Retry-After`` for a refusal that is sent (none for NEVER), and its seconds (else 0)."""
     wait_ns = decision.wait_ns
-    fields: list[tuple[str, str]] = []
-    if outcome is LimitOutcome.ALLOWED:
-        status = 0
-        if not rules.headers_on_allowed:
-            return status, fields
-    elif not rules.enforce:
-        status = 0
-    elif outcome is LimitOutcome.DENIED:
-        status = DENIED_STATUS
-    elif outcome is LimitOutcome.NEVER:
-        status = NEVER_STATUS
-    else:
-        status = REFUSED_STATUS
-    retry = 0
-    if wait_ns is not None and status:
-        retry = _seconds_up(wait_ns)
-        fields.append(("Retry-After", str(retry)))
-    if outcome is LimitOutcome.REFUSED:
-        # The key has no bucket: the table had no room for it. Its quota is not known, so
-        # only the policies are stated.
-        fields.append(("RateLimit-Policy", rule.policy_text))
-        return status, fields
+    if wait_ns is None or not status:
+        return [], 0
+    retry = _seconds_up(wait_ns)
+    return [("Retry-After", str(retry))], retry
+
+
+def _described(
+    rules: Rules,
+    rule: Rule,
+    decision: Decision,
+    pk: str | None,
+    key: Hashable | None,
+    retry: int,
+) -> tuple[str, str | None, list[tuple[str, str]]]:
+    """What the fields say of one limiter after ``decision``: its ``RateLimit-Policy`` items,
+    its ``RateLimit`` items (``None`` when its table had no room for the key: its quota is not
+    known, so only its policies are stated), and the legacy ``X-RateLimit-*`` fields."""
+    if decision.outcome is LimitOutcome.REFUSED:
+        return rule.policy_text, None, []
+    remaining = decision.remaining
     pk_parameter = "" if pk is None else ";pk=" + pk
     levels = _levels(rule, key)
     items = []
@@ -980,22 +1055,19 @@ def answer(
             window = f";t={t}" if t else ""
             items.append(f"{name};r={tokens}{window}{pk_parameter}")
     if pk_parameter:
-        fields.append(
-            (
-                "RateLimit-Policy",
-                ", ".join(f"{item}{pk_parameter}" for item in rule.policy_items),
-            )
-        )
+        stated = ", ".join(f"{item}{pk_parameter}" for item in rule.policy_items)
     else:
-        fields.append(("RateLimit-Policy", rule.policy_text))
-    fields.append(("RateLimit", ", ".join(items)))
+        stated = rule.policy_text
+    legacy = []
     if rules.legacy_headers:
         first = rule.policies[0]
         first_remaining = min(remaining, first.burst) if levels is None else levels[0][0]
-        fields.append(("X-RateLimit-Limit", str(first.burst)))
-        fields.append(("X-RateLimit-Remaining", str(first_remaining)))
-        fields.append(("X-RateLimit-Reset", str(max(first.reset_seconds(first_remaining), retry))))
-    return status, fields
+        legacy = [
+            ("X-RateLimit-Limit", str(first.burst)),
+            ("X-RateLimit-Remaining", str(first_remaining)),
+            ("X-RateLimit-Reset", str(max(first.reset_seconds(first_remaining), retry))),
+        ]
+    return stated, ", ".join(items), legacy
 
 
 def refusal_body(status: int) -> bytes:
@@ -1048,16 +1120,16 @@ def refusal(
     ``temporary-reduced-capacity`` on a 503) naming the ``violated-policies``."""
     if not rules.problem_json:
         return TEXT_PLAIN, refusal_body(status)
+    return _problem(status, violated_policies(rule, decision, n, key))
+
+
+def _problem(status: int, violated: list[str]) -> tuple[str, bytes]:
+    """A problem document of the draft's type for ``status``, naming ``violated``."""
     if status == REFUSED_STATUS:
         kind, title = TEMPORARY_REDUCED_CAPACITY, "Temporary Reduced Capacity"
     else:
         kind, title = QUOTA_EXCEEDED, "Quota Exceeded"
-    problem = {
-        "type": kind,
-        "title": title,
-        "status": status,
-        "violated-policies": violated_policies(rule, decision, n, key),
-    }
+    problem = {"type": kind, "title": title, "status": status, "violated-policies": violated}
     return PROBLEM_JSON, json.dumps(problem).encode("utf-8")
 
 
@@ -1165,6 +1237,100 @@ async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     if rule.awaited:
         decision = await decision
     return _verdict(rules, rule, decision, n, key, pk)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stacked limits (stack=True): every matching limit decides the request together
+# ---------------------------------------------------------------------------------------------
+
+
+class _Asked(NamedTuple):
+    """One limit of a stacked request, asked: its rule (the plan's), tokens, key and ``pk``."""
+
+    rule: Rule
+    n: int
+    key: Hashable | None
+    pk: str | None
+
+
+def _stack_parts(
+    rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
+) -> tuple[list[_Asked], list[Part]]:
+    """What a stacked request asks of each limit: every plan, cost and key is read (each of
+    which may raise) before any limit is asked."""
+    asked, parts = [], []
+    for rule in matched:
+        rule = rules.planned(rule, info)
+        n = cost_of(rules, rule, info)
+        key = pk = None
+        if rule.keyed:
+            key = key_of(rules, rule, info)
+            pk = rules.partition_key(key)
+        limiter, plan = rule.limiter, None
+        if isinstance(limiter, _PlanView):
+            limiter, plan = limiter.limiter, limiter.plan
+        asked.append(_Asked(rule, n, key, pk))
+        parts.append(Part(limiter, key, n, plan))
+    return asked, parts
+
+
+def _stacked_verdict(rules: Rules, asked: list[_Asked], stacked: Stacked) -> Verdict:
+    """The answer to a stacked request: the request's status and ``Retry-After``, every
+    limit's policies and ``RateLimit`` items, and (with ``problem_json``) every violated
+    policy of every limit that refused."""
+    if rules.on_decision is not None:
+        for one, decision in zip(asked, stacked.parts, strict=True):
+            assert one.rule.tell is not None  # set for every rule when there is a hook
+            one.rule.tell(decision, one.key)
+    decision = stacked.decision
+    status = _status(rules, decision)
+    if not status and decision.outcome is LimitOutcome.ALLOWED and not rules.headers_on_allowed:
+        return Verdict(0, [], "", b"")
+    fields, retry = _retry_after(decision, status)
+    policies, items, violated = [], [], []
+    legacy: list[tuple[str, str]] = []
+    legacy_refused = False
+    for one, part in zip(asked, stacked.parts, strict=True):
+        policy, ratelimit, its_legacy = _described(rules, one.rule, part, one.pk, one.key, retry)
+        policies.append(policy)
+        if ratelimit is not None:
+            items.append(ratelimit)
+        refused = part.outcome is not LimitOutcome.ALLOWED
+        if refused:
+            violated.extend(violated_policies(one.rule, part, one.n, one.key))
+        # The legacy fields speak of one limit: the first that refused, else the first.
+        if its_legacy and (not legacy or (refused and not legacy_refused)):
+            legacy, legacy_refused = its_legacy, refused
+    fields.append(("RateLimit-Policy", ", ".join(policies)))
+    if items:
+        fields.append(("RateLimit", ", ".join(items)))
+    fields.extend(legacy)
+    if not status:
+        return Verdict(0, fields, "", b"")
+    if rules.problem_json:
+        content_type, body = _problem(status, violated)
+    else:
+        content_type, body = TEXT_PLAIN, refusal_body(status)
+    return Verdict(status, fields, content_type, body)
+
+
+def decide_stacked(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
+    """Decide ``info`` under every rule in ``matched`` together (see
+    :mod:`protocol_in_code.qos.stack`)."""
+    asked, parts = _stack_parts(rules, matched, info)
+    return _stacked_verdict(rules, asked, check_together(parts))
+
+
+async def decide_stacked_async(
+    rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
+) -> Verdict:
+    """:func:`decide_stacked`, awaiting the asyncio limiters among them."""
+    asked, parts = _stack_parts(rules, matched, info)
+    if any(one.rule.awaited for one in asked):
+        stacked = await check_together_async(parts)
+    else:
+        stacked = check_together(parts)
+    return _stacked_verdict(rules, asked, stacked)
 
 
 def view_rules(

@@ -38,6 +38,7 @@ from protocol_in_code.qos._http import (
     answer,
     client_address,
     cost_of,
+    decide_stacked_async,
     key_of,
     refusal,
 )
@@ -64,7 +65,9 @@ class RateLimitMiddleware:
     ``limiter`` is any of our limiters: a ``RateLimiter`` (one limit for everyone), a
     ``KeyedRateLimiter`` (one per client), or a Redis limiter, synchronous or asyncio.
     ``routes`` gives other limits to parts of the application (the first matching
-    :class:`Route` wins; ``limiter`` covers the rest, and may be ``None``).
+    :class:`Route` wins; ``limiter`` covers the rest, and may be ``None``). With
+    ``stack=True`` every matching route's limit *and* ``limiter`` apply to a request, decided
+    together: taken from all of them or from none (see :mod:`protocol_in_code.qos.stack`).
 
     * ``key(info)``: a keyed limiter's key, by default the client's address: the peer, or,
       when the peer is one of ``trusted_proxies`` (addresses, networks, and ``"unix"`` for a
@@ -92,6 +95,10 @@ class RateLimitMiddleware:
     * ``on_decision(event)``: called once per decision with a :class:`DecisionEvent` (policy,
       route, outcome, wait); ``on_decision_key=True`` adds the client's key to it.
       :mod:`protocol_in_code.qos.metrics` has such hooks for Prometheus and OpenTelemetry.
+    * ``stack``: every matching limit applies (a global ``limiter``, a route's, a client's),
+      decided together; the fields list every policy, and a refusal names every violated
+      one. Policy names must then differ (``Route(name=...)``). A matching route whose
+      limiter is ``None`` exempts the request from all of them.
     """
 
     def __init__(
@@ -115,6 +122,7 @@ class RateLimitMiddleware:
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
         plan: Callable[[RequestInfo], str] | None = None,
+        stack: bool = False,
         websocket: bool = False,
     ) -> None:
         if not callable(app):
@@ -138,6 +146,7 @@ class RateLimitMiddleware:
             on_decision=on_decision,
             on_decision_key=on_decision_key,
             plan=plan,
+            stack=stack,
             allow_async=True,
         )
         self.websocket = bool(websocket)
@@ -148,24 +157,15 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         rules = self.rules
+        if rules.stack:
+            await self._stacked(scope, receive, send)
+            return
         method = scope.get("method", "GET")
         rule = rules.rule_for(method, scope["path"])
         if rule is None:
             await self.app(scope, receive, send)
             return
-        headers: dict[str, str] = {}
-        for name, value in scope.get("headers", ()):
-            text = name.decode("latin-1").lower()
-            if text in headers:
-                headers[text] += ", " + value.decode("latin-1")
-            else:
-                headers[text] = value.decode("latin-1")
-        info = RequestInfo(
-            method,
-            scope["path"],
-            client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
-            headers,
-        )
+        info = _info(rules, scope, method)
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
@@ -185,17 +185,36 @@ class RateLimitMiddleware:
             decision = await decision
         status, fields = answer(rules, rule, decision, pk, key)
         if status:
-            if kind == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-                return
             content_type, body = refusal(rules, rule, decision, status, n, key)
-            raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
-            raw.append((b"content-type", content_type.encode("latin-1")))
-            raw.append((b"content-length", str(len(body)).encode("ascii")))
-            await send({"type": "http.response.start", "status": status, "headers": raw})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(scope, send, status, fields, content_type, body)
             return
-        if not fields or kind != "http":
+        await self._with_fields(scope, receive, send, fields)
+
+    async def _stacked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request under ``stack=True``: every matching limit decides it together."""
+        rules = self.rules
+        method = scope.get("method", "GET")
+        matched = rules.rules_for(method, scope["path"])
+        if not matched:
+            await self.app(scope, receive, send)
+            return
+        info = _info(rules, scope, method)
+        if rules.exempt is not None and rules.exempt(info):
+            await self.app(scope, receive, send)
+            return
+        verdict = await decide_stacked_async(rules, matched, info)
+        if verdict.status:
+            await _refuse(
+                scope, send, verdict.status, verdict.fields, verdict.content_type, verdict.body
+            )
+            return
+        await self._with_fields(scope, receive, send, verdict.fields)
+
+    async def _with_fields(
+        self, scope: Scope, receive: Receive, send: Send, fields: list[tuple[str, str]]
+    ) -> None:
+        """Pass the request on, adding ``fields`` to its response."""
+        if not fields or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
@@ -207,3 +226,40 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_fields)
+
+
+def _info(rules: Rules, scope: Scope, method: str) -> RequestInfo:
+    """The request as the key, cost, plan and exemption functions see it."""
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        text = name.decode("latin-1").lower()
+        if text in headers:
+            headers[text] += ", " + value.decode("latin-1")
+        else:
+            headers[text] = value.decode("latin-1")
+    return RequestInfo(
+        method,
+        scope["path"],
+        client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
+        headers,
+    )
+
+
+async def _refuse(
+    scope: Scope,
+    send: Send,
+    status: int,
+    fields: list[tuple[str, str]],
+    content_type: str,
+    body: bytes,
+) -> None:
+    """Answer a refused request here: a WebSocket handshake is closed (1008, policy
+    violation) before it is accepted; an HTTP request gets ``status``, ``fields`` and ``body``."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+    raw.append((b"content-type", content_type.encode("latin-1")))
+    raw.append((b"content-length", str(len(body)).encode("ascii")))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

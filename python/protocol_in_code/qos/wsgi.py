@@ -34,6 +34,7 @@ from protocol_in_code.qos._http import (
     answer,
     client_address,
     cost_of,
+    decide_stacked,
     key_of,
     refusal,
 )
@@ -101,7 +102,7 @@ class RateLimitMiddleware:
     ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
     ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers``,
     ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``, ``on_decision`` and
-    ``on_decision_key`` mean what they mean for
+    ``on_decision_key``, ``plan`` and ``stack`` mean what they mean for
     :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
     Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
     path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
@@ -129,6 +130,7 @@ class RateLimitMiddleware:
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
         plan: Callable[[RequestInfo], str] | None = None,
+        stack: bool = False,
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, not {app!r}")
@@ -151,6 +153,7 @@ class RateLimitMiddleware:
             on_decision=on_decision,
             on_decision_key=on_decision_key,
             plan=plan,
+            stack=stack,
             allow_async=False,
         )
 
@@ -158,6 +161,8 @@ class RateLimitMiddleware:
         rules = self.rules
         method = environ.get("REQUEST_METHOD", "GET")
         path = _path(environ)
+        if rules.stack:
+            return self._stacked(environ, start_response, method, path)
         rule = rules.rule_for(method, path)
         if rule is None:
             return self.app(environ, start_response)
@@ -185,10 +190,37 @@ class RateLimitMiddleware:
         status, fields = answer(rules, rule, decision, pk, key)
         if status:
             content_type, body = refusal(rules, rule, decision, status, n, key)
-            fields.append(("Content-Type", content_type))
-            fields.append(("Content-Length", str(len(body))))
-            start_response(f"{status} {REASONS[status]}", fields)
-            return [body]
+            return _refuse(start_response, status, fields, content_type, body)
+        return self._with_fields(environ, start_response, fields)
+
+    def _stacked(
+        self, environ: Environ, start_response: StartResponse, method: str, path: str
+    ) -> Iterable[bytes]:
+        """A request under ``stack=True``: every matching limit decides it together."""
+        rules = self.rules
+        matched = rules.rules_for(method, path)
+        if not matched:
+            return self.app(environ, start_response)
+        headers = _headers(environ)
+        info = RequestInfo(
+            method,
+            path,
+            client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
+            headers,
+        )
+        if rules.exempt is not None and rules.exempt(info):
+            return self.app(environ, start_response)
+        verdict = decide_stacked(rules, matched, info)
+        if verdict.status:
+            return _refuse(
+                start_response, verdict.status, verdict.fields, verdict.content_type, verdict.body
+            )
+        return self._with_fields(environ, start_response, verdict.fields)
+
+    def _with_fields(
+        self, environ: Environ, start_response: StartResponse, fields: list[tuple[str, str]]
+    ) -> Iterable[bytes]:
+        """Pass the request on, adding ``fields`` to its response."""
         if not fields:
             return self.app(environ, start_response)
 
@@ -198,3 +230,16 @@ class RateLimitMiddleware:
             return start_response(status_line, [*response_headers, *fields], exc_info)
 
         return self.app(environ, start_with_fields)
+
+
+def _refuse(
+    start_response: StartResponse,
+    status: int,
+    fields: list[tuple[str, str]],
+    content_type: str,
+    body: bytes,
+) -> list[bytes]:
+    """Answer a refused request here, with ``status``, ``fields`` and ``body``."""
+    fields = [*fields, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
+    start_response(f"{status} {REASONS[status]}", fields)
+    return [body]

@@ -1,0 +1,419 @@
+"""Stacked limits: one request under several limits at once, taken from all of them or none.
+
+A service often limits a request several ways together: every client at once (a global limit),
+the route, and the client. Asked one after another, they go wrong where they meet: the global
+limit takes a token, the client's limit refuses, and the global token is spent on a request
+that never ran. :func:`check_together` asks them as one::
+
+    from protocol_in_code.qos import KeyedRateLimiter, RateLimiter
+    from protocol_in_code.qos.stack import Part, check_together
+
+    everyone = RateLimiter("1000/second")
+    per_client = KeyedRateLimiter("10/second", burst=20)
+
+    stacked = check_together([Part(everyone), Part(per_client, "203.0.113.9")])
+    if not stacked:
+        print(stacked.decision.wait_ns, [d.outcome for d in stacked.parts])
+
+The request is allowed only if every part allows it, and then every part has taken its tokens.
+Otherwise nothing stays taken anywhere, ``decision`` is the refusal (NEVER if some part can
+never allow it, else REFUSED if a keyed table had no room, else DENIED; its ``wait_ns`` is the
+longest of the parts' waits, after which every part would allow), and ``parts`` says what
+each limit alone answered, so a refusal can name every limit that refused.
+
+How much "together" holds depends on where the limits keep their state:
+
+* **In-process limiters** (:class:`~protocol_in_code.qos.RateLimiter`,
+  :class:`~protocol_in_code.qos.KeyedRateLimiter`) are decided in one native call that holds
+  every lock the request needs, taken in one global order: no other call ever sees some parts
+  taken and others not. Their keys must be values (int, float, str, bytes, tuples of these).
+* **Redis limiters** are decided by :mod:`protocol_in_code.qos.distributed`'s stacked call:
+  atomically, in one script call, for keys in one slot (on a single server, all of them);
+  across slots, slot by slot, with what was taken given back when a later slot refuses.
+* **Any other limiter** of the interfaces (the shared-memory ones, a limiter of your own) is
+  asked with ``check``, one after another; when one refuses, the parts already taken are given
+  back with ``refund``. Between the taking and the giving back, another caller may find those
+  tokens missing.
+
+The in-process parts are asked first (no I/O), then the Redis parts, then the others; once a
+part has refused, the parts not yet asked are only ``peek``-ed, so each still answers. Parts
+that name the same bucket (the same limiter and key) draw from it together: the request needs
+the sum of their tokens there, wherever the limiter keeps them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code._native import _check_together as _native_together
+
+__all__ = ["Part", "Stacked", "check_together", "check_together_async"]
+
+
+class Part(NamedTuple):
+    """One limit of a stacked request: the limiter, the key for a keyed one (``None`` for one
+    limit), the tokens the request takes from it, and the plan for a limiter with plans."""
+
+    limiter: Any
+    key: Hashable | None = None
+    n: int = 1
+    plan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stacked:
+    """A stacked request, decided: the request's :class:`Decision`, and each part's.
+
+    True when allowed (every part took its tokens).
+    """
+
+    decision: Decision
+    parts: tuple[Decision, ...]
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.outcome is LimitOutcome.ALLOWED
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None) -> Stacked:
+    """Decide ``parts`` together: every part takes its tokens, or none does (see the module's
+    help for what holds where). ``now_ns`` replaces every limiter's clock, as for ``check``.
+
+    An asyncio Redis limiter's parts need :func:`check_together_async`.
+    """
+    asked = _parts(parts)
+    groups = _groups(asked, awaited=False)
+    decisions: list[Decision | None] = [None] * len(asked)
+    taken: list[_Group] = []
+    try:
+        for place, group in enumerate(groups):
+            if not group.take(asked, decisions, now_ns):
+                _give_back(taken, asked, decisions, now_ns)
+                for rest in groups[place + 1 :]:
+                    rest.peek(asked, decisions, now_ns)
+                break
+            taken.append(group)
+    except BaseException:
+        # A part that raised (a server down, a bad argument) takes nothing: nor do the others.
+        _give_back(taken, asked, decisions, now_ns)
+        raise
+    return _stacked(decisions)
+
+
+async def check_together_async(
+    parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None
+) -> Stacked:
+    """:func:`check_together` where parts may be asyncio limiters (awaited)."""
+    asked = _parts(parts)
+    groups = _groups(asked, awaited=True)
+    decisions: list[Decision | None] = [None] * len(asked)
+    taken: list[_Group] = []
+    try:
+        for place, group in enumerate(groups):
+            if not await group.take_async(asked, decisions, now_ns):
+                await _give_back_async(taken, asked, decisions, now_ns)
+                for rest in groups[place + 1 :]:
+                    await rest.peek_async(asked, decisions, now_ns)
+                break
+            taken.append(group)
+    except BaseException:
+        await _give_back_async(taken, asked, decisions, now_ns)
+        raise
+    return _stacked(decisions)
+
+
+def _give_back(
+    taken: list[_Group], asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+) -> None:
+    """Give back what the groups in ``taken`` took, the last first; ``taken`` is emptied."""
+    while taken:
+        taken.pop().give_back(asked, decisions, now_ns)
+
+
+async def _give_back_async(
+    taken: list[_Group], asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+) -> None:
+    while taken:
+        await taken.pop().give_back_async(asked, decisions, now_ns)
+
+
+def _parts(parts: Iterable[Part | tuple[Any, ...]]) -> list[Part]:
+    """Each part as a :class:`Part` (a plain tuple is read as one), checked for its shape."""
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
+        raise TypeError(f"parts must be a list of Part, not {type(parts).__name__}")
+    asked = []
+    for i, part in enumerate(parts):
+        if isinstance(part, Part):
+            asked.append(part)
+        elif isinstance(part, tuple) and 1 <= len(part) <= 4:
+            asked.append(Part(*part))
+        else:
+            raise TypeError(
+                f"parts[{i}] must be a Part(limiter, key=None, n=1, plan=None), not {part!r}"
+            )
+    if not asked:
+        raise ValueError("parts: a stacked request needs at least one part")
+    return asked
+
+
+def _refused(decisions: Sequence[Decision | None]) -> bool:
+    return any(d is not None and d.outcome is not LimitOutcome.ALLOWED for d in decisions)
+
+
+def _stacked(decisions: Sequence[Decision | None]) -> Stacked:
+    """The request's decision from its parts' (every one decided by now)."""
+    parts = tuple(d for d in decisions if d is not None)
+    assert len(parts) == len(decisions)  # every group answers for each of its parts
+    remaining = min(d.remaining for d in parts)
+    refused = [d for d in parts if d.outcome is not LimitOutcome.ALLOWED]
+    if not refused:
+        return Stacked(Decision(LimitOutcome.ALLOWED, 0, remaining), parts)
+    outcomes = {d.outcome for d in refused}
+    if LimitOutcome.NEVER in outcomes:
+        return Stacked(Decision(LimitOutcome.NEVER, None, remaining), parts)
+    wait = max(d.wait_ns or 0 for d in refused)  # no NEVER among them: each has a wait
+    if LimitOutcome.REFUSED in outcomes:
+        return Stacked(Decision(LimitOutcome.REFUSED, wait, remaining), parts)
+    return Stacked(Decision(LimitOutcome.DENIED, wait, remaining), parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each part is decided
+# ---------------------------------------------------------------------------------------------
+
+
+class _Group:
+    """Parts decided in one step, by their indices in the request."""
+
+    def __init__(self, indices: list[int]) -> None:
+        self.indices = indices
+
+    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+        raise NotImplementedError
+
+    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
+        raise NotImplementedError
+
+    def give_back(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        """Refund what this group took, after a later group refused. Its parts keep the
+        answers they had when taken."""
+        for i in self.indices:
+            _refund(asked[i], now_ns)
+
+    async def take_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
+        return self.take(asked, decisions, now_ns)
+
+    async def peek_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        self.peek(asked, decisions, now_ns)
+
+    async def give_back_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        self.give_back(asked, decisions, now_ns)
+
+
+class _Native(_Group):
+    """In-process limiters: one native call, under every lock the parts need."""
+
+    def _ask(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None, peek: bool
+    ) -> bool:
+        taken: bool
+        answers: list[Decision]
+        taken, answers = _native_together([tuple(asked[i]) for i in self.indices], now_ns, peek)
+        for i, decision in zip(self.indices, answers, strict=True):
+            decisions[i] = decision
+        return taken
+
+    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+        return self._ask(asked, decisions, now_ns, peek=False)
+
+    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
+        self._ask(asked, decisions, now_ns, peek=True)
+
+    def give_back(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        """Refund every part, then say what each holds now: in-process, asking again costs
+        nothing, and the fields then tell no part's tokens as spent."""
+        super().give_back(asked, decisions, now_ns)
+        self.peek(asked, decisions, now_ns)
+
+
+class _Redis(_Group):
+    """Redis limiters: the distributed module's stacked call."""
+
+    def __init__(self, indices: list[int], together: Any) -> None:
+        super().__init__(indices)
+        self.together = together
+
+    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+        answers = self.together.check_together([tuple(asked[i]) for i in self.indices])
+        for i, decision in zip(self.indices, answers, strict=True):
+            decisions[i] = decision
+        return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
+
+    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
+        for i in self.indices:
+            decisions[i] = _peek(asked[i], now_ns)
+
+    async def take_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
+        parts = [tuple(asked[i]) for i in self.indices]
+        answers = await self.together.check_together_async(parts)
+        for i, decision in zip(self.indices, answers, strict=True):
+            decisions[i] = decision
+        return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
+
+    async def peek_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        for i in self.indices:
+            decisions[i] = await _awaited("peek", asked[i], now_ns)
+
+    async def give_back_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        for i in self.indices:
+            await _awaited("refund", asked[i], now_ns)
+
+
+class _OneByOne(_Group):
+    """Any other limiter: ``check`` in turn, and ``refund`` what was taken on a refusal."""
+
+    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+        for place, i in enumerate(self.indices):
+            decision = _check(asked[i], now_ns)
+            decisions[i] = decision
+            if decision.outcome is not LimitOutcome.ALLOWED:
+                for j in reversed(self.indices[:place]):
+                    _refund(asked[j], now_ns)
+                for j in self.indices[place + 1 :]:
+                    decisions[j] = _peek(asked[j], now_ns)
+                return False
+        return True
+
+    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
+        for i in self.indices:
+            decisions[i] = _peek(asked[i], now_ns)
+
+    async def take_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
+        for place, i in enumerate(self.indices):
+            decision = await _awaited("check", asked[i], now_ns)
+            decisions[i] = decision
+            if decision.outcome is not LimitOutcome.ALLOWED:
+                for j in reversed(self.indices[:place]):
+                    await _awaited("refund", asked[j], now_ns)
+                await self.peek_async(asked, decisions, now_ns, self.indices[place + 1 :])
+                return False
+        return True
+
+    async def peek_async(
+        self,
+        asked: list[Part],
+        decisions: list[Decision | None],
+        now_ns: int | None,
+        indices: list[int] | None = None,
+    ) -> None:
+        for i in self.indices if indices is None else indices:
+            decisions[i] = await _awaited("peek", asked[i], now_ns)
+
+    async def give_back_async(
+        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        for i in self.indices:
+            await _awaited("refund", asked[i], now_ns)
+
+
+def _groups(asked: list[Part], *, awaited: bool) -> list[_Group]:
+    """The parts by where they are decided: in-process first, then Redis, then the rest."""
+    native, redis, others = [], [], []
+    redis_classes = _redis_classes(awaited)
+    for i, part in enumerate(asked):
+        limiter = part.limiter
+        if isinstance(limiter, (RateLimiter, KeyedRateLimiter)):
+            native.append(i)
+        elif redis_classes and isinstance(limiter, redis_classes):
+            redis.append(i)
+        else:
+            if not awaited and _is_awaited(limiter):
+                raise TypeError(
+                    f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
+                    "check_together_async"
+                )
+            others.append(i)
+    groups: list[_Group] = []
+    if native:
+        groups.append(_Native(native))
+    if redis:
+        from protocol_in_code.qos.distributed import _together
+
+        groups.append(_Redis(redis, _together))
+    if others:
+        groups.append(_OneByOne(others))
+    return groups
+
+
+def _redis_classes(awaited: bool) -> tuple[type, ...]:
+    """The Redis limiter classes a stacked call decides together, if that module is loaded (a
+    Redis limiter cannot exist before it is)."""
+    limiters = sys.modules.get("protocol_in_code.qos.distributed.limiters")
+    if limiters is None:
+        return ()
+    sync = (limiters.RedisRateLimiter, limiters.RedisKeyedRateLimiter)
+    if not awaited:
+        return sync
+    return (*sync, limiters.AsyncRedisRateLimiter, limiters.AsyncRedisKeyedRateLimiter)
+
+
+def _is_awaited(limiter: Any) -> bool:
+    return inspect.iscoroutinefunction(getattr(limiter, "check", None))
+
+
+def _call(method: str, part: Part, now_ns: int | None) -> Any:
+    """``limiter.<method>`` for one part, with its key and plan where it has them."""
+    function = getattr(part.limiter, method)
+    args: tuple[Any, ...] = (part.n,) if part.key is None else (part.key, part.n)
+    kwargs: dict[str, Any] = {} if now_ns is None else {"now_ns": now_ns}
+    if part.plan is not None:
+        kwargs["plan"] = part.plan
+    return function(*args, **kwargs)
+
+
+def _check(part: Part, now_ns: int | None) -> Decision:
+    decision: Decision = _call("check", part, now_ns)
+    return decision
+
+
+def _peek(part: Part, now_ns: int | None) -> Decision:
+    decision: Decision = _call("peek", part, now_ns)
+    return decision
+
+
+def _refund(part: Part, now_ns: int | None) -> None:
+    _call("refund", part, now_ns)
+
+
+async def _awaited(method: str, part: Part, now_ns: int | None) -> Any:
+    """:func:`_call`, awaited where the limiter's method is a coroutine function."""
+    answer = _call(method, part, now_ns)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
