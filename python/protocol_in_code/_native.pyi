@@ -35,6 +35,7 @@ __all__ = [
     "SharedKeyedRateLimiter",
     "SharedRateLimiter",
     "SingleRateMeter",
+    "Stacked",
     "TokenBucket",
     "ToyShaper",
     "TrafficClass",
@@ -43,6 +44,7 @@ __all__ = [
     "ValidationResult",
     "_canonical",
     "_check_together",
+    "_combined",
     "_only_the_rate_by_position",
     "_read_plans",
     "_refuse_in_event_loop",
@@ -240,6 +242,20 @@ class Decision:
     def __hash__(self) -> int: ...
 
 @final
+class Stacked:
+    __match_args__: ClassVar[tuple[str, str]]
+    def __new__(cls, decision: Decision, parts: tuple[Decision, ...]) -> Stacked: ...
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def parts(self) -> tuple[Decision, ...]: ...
+    @property
+    def allowed(self) -> bool: ...
+    def __bool__(self) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
 class Band:
     __match_args__: ClassVar[tuple[str, str, str]]
     def __new__(cls, rate: Any, burst: int | None = None, per: Any = None) -> Self: ...
@@ -264,7 +280,8 @@ def _refuse_in_event_loop(limiter: str) -> None: ...
 def _only_the_rate_by_position(limiter: str, rate: Any, more: tuple[Any, ...]) -> None: ...
 def _check_together(
     parts: list[tuple[Any, Any, Any, Any]], now_ns: int | None = None, peek: bool = False
-) -> tuple[bool, list[Decision]]: ...
+) -> Stacked | None: ...
+def _combined(decisions: list[Decision]) -> Decision: ...
 
 @disjoint_base
 class RateLimiter:

@@ -86,9 +86,18 @@ impl Decision {
         Self::make(
             py,
             LIMIT_OUTCOME.member(py, index)?.into_bound(py),
-            wait_ns.into_bound_py_any(py)?,
-            remaining.into_bound_py_any(py)?,
+            wait_ns.map(|ns| int(py, ns)).transpose()?.into_bound_py_any(py)?,
+            int(py, remaining)?,
         )
+    }
+}
+
+/// `value` as a Python int. Nearly every count fits 64 bits, which CPython makes from a machine
+/// word; only a larger one goes through the bytes a 128-bit value needs (twice as slow).
+fn int(py: Python<'_>, value: u128) -> PyResult<Bound<'_, PyAny>> {
+    match u64::try_from(value) {
+        Ok(small) => small.into_bound_py_any(py),
+        Err(_) => value.into_bound_py_any(py),
     }
 }
 

@@ -115,12 +115,14 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // limiter: past the toy
     module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
     module.add_class::<limiter::Decision>()?;
+    module.add_class::<stack::Stacked>()?;
     module.add_class::<config::Band>()?;
     module.add_function(wrap_pyfunction!(config::canonical, module)?)?;
     module.add_function(wrap_pyfunction!(config::read_plans_py, module)?)?;
     module.add_class::<limiter::RateLimiter>()?;
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(stack::check_together, module)?)?;
+    module.add_function(wrap_pyfunction!(stack::combined_py, module)?)?;
     module.add_function(wrap_pyfunction!(limiter::refuse_in_event_loop_py, module)?)?;
     module.add_function(wrap_pyfunction!(
         limiter::only_the_rate_by_position_py,

@@ -10,12 +10,37 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::core::exact::key::{Key, KeyRef};
-use crate::core::exact::stack::{decide_together, ClockGap, Limit, Part};
+use crate::core::exact::keyed::{Answer, KeyedDecision};
+use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part};
 use crate::python::args::{tokens, NowNs, N};
 use crate::python::errors::{clock_error, OfClock};
 use crate::python::keyed::{decision, KeyedRateLimiter};
 use crate::python::keys::{classify, Classified};
-use crate::python::limiter::{Decision, RateLimiter};
+use crate::python::limiter::{Decision, RateLimiter, LIMIT_OUTCOME};
+use crate::python::record::frozen_record;
+
+frozen_record! {
+    /// A stacked request, decided: the request's Decision, and each part's (a tuple). True
+    /// when allowed (every part took its tokens), as a Decision is.
+    pub struct Stacked as "Stacked" in "protocol_in_code.qos.stack" {
+        decision,
+        parts,
+    }
+    methods {
+        /// Whether the request was allowed: every part took its tokens.
+        #[getter]
+        fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
+            let decision = self.decision.bind(py).cast::<Decision>()?;
+            let allowed = LIMIT_OUTCOME.member(py, 0)?;
+            Ok(decision.get().outcome.bind(py).is(allowed.bind(py)))
+        }
+
+        fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+            self.allowed(py)
+        }
+    }
+}
 
 /// One part, read: its limit, the time it is asked at, and its tokens.
 struct Read<'a> {
@@ -25,10 +50,11 @@ struct Read<'a> {
 }
 
 /// Decide `parts`, each a `(limiter, key, n, plan)` of a `RateLimiter` (key and plan None) or
-/// a `KeyedRateLimiter`, together: `(taken, decisions)`, one decision per part. If every part
+/// a `KeyedRateLimiter`, together: a `Stacked`, the request's decision and one per part; `None`
+/// if some part's limiter is of another kind (nothing is read or decided then). If every part
 /// allows, every part's tokens are taken and each decision is what its `check` would say;
 /// otherwise nothing is taken and each decision is what its `peek` would say. With `peek`,
-/// nothing is taken either way.
+/// nothing is taken either way (the request's decision says what would be).
 #[pyfunction]
 #[pyo3(name = "_check_together", signature = (parts, now_ns = None, peek = false))]
 pub fn check_together<'py>(
@@ -36,11 +62,18 @@ pub fn check_together<'py>(
     parts: &Bound<'py, PyList>,
     now_ns: Option<NowNs>,
     peek: bool,
-) -> PyResult<(bool, Vec<Bound<'py, Decision>>)> {
+) -> PyResult<Option<Bound<'py, Stacked>>> {
     let parts: Vec<Bound<'py, PyTuple>> = parts
         .iter()
         .map(|part| part.cast_into::<PyTuple>().map_err(PyErr::from))
         .collect::<PyResult<_>>()?;
+    for part in &parts {
+        let limiter = part.get_borrowed_item(0)?;
+        if !limiter.is_instance_of::<RateLimiter>() && !limiter.is_instance_of::<KeyedRateLimiter>()
+        {
+            return Ok(None);
+        }
+    }
     // Each part's limiter and key, held here: what is read borrows from them.
     let limiters: Vec<Bound<'py, PyAny>> = parts
         .iter()
@@ -95,12 +128,61 @@ pub fn check_together<'py>(
             part,
         )
     })?;
+    let request = combined(&stacked.answers).ok_or_else(no_parts)?;
     let decisions = stacked
         .answers
         .into_iter()
         .map(|answer| decision(py, answer))
-        .collect::<PyResult<_>>()?;
-    Ok((stacked.taken, decisions))
+        .collect::<PyResult<Vec<_>>>()?;
+    let made = Stacked::make(
+        py,
+        decision(py, request)?.into_any(),
+        PyTuple::new(py, decisions)?.into_any(),
+    )?;
+    Ok(Some(made))
+}
+
+/// The request's decision from its parts' decisions, made apart (by limiters of several
+/// stores): see `core::exact::stack::combined`.
+#[pyfunction]
+#[pyo3(name = "_combined")]
+pub fn combined_py<'py>(
+    py: Python<'py>,
+    decisions: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, Decision>> {
+    let answers = decisions
+        .try_iter()?
+        .map(|decision| Ok::<_, PyErr>(decision?.cast_into::<Decision>()?))
+        .collect::<PyResult<Vec<_>>>()?;
+    let answers = answers
+        .iter()
+        .map(|decision| answer_of(py, decision.get()))
+        .collect::<PyResult<Vec<_>>>()?;
+    decision(py, combined(&answers).ok_or_else(no_parts)?)
+}
+
+/// A decision made in Python (by any limiter) read back as the core's answer.
+fn answer_of(py: Python<'_>, decision: &Decision) -> PyResult<Answer> {
+    let outcome = decision.outcome.bind(py);
+    let index = (0..4)
+        .map(|index| LIMIT_OUTCOME.member(py, index))
+        .position(|member| member.is_ok_and(|member| outcome.is(member.bind(py))))
+        .ok_or_else(|| PyTypeError::new_err("a decision's outcome must be a LimitOutcome"))?;
+    let wait = || decision.wait_ns.bind(py).extract::<u128>();
+    let decided = match index {
+        0 => KeyedDecision::Decided(CoreDecision::Allowed),
+        1 => KeyedDecision::Decided(CoreDecision::Wait(wait()?)),
+        2 => KeyedDecision::Decided(CoreDecision::Never),
+        _ => KeyedDecision::Refused { retry_in: wait()? },
+    };
+    Ok(Answer {
+        decision: decided,
+        remaining: decision.remaining.bind(py).extract()?,
+    })
+}
+
+fn no_parts() -> PyErr {
+    pyo3::exceptions::PyValueError::new_err("parts: a stacked request needs at least one part")
 }
 
 /// One part read as its limiter's `check` reads its arguments, and its key classified (`None`
@@ -147,11 +229,7 @@ fn read_part<'a, 'py>(
         };
         return Ok((read, Some(classified)));
     }
-    Err(PyTypeError::new_err(format!(
-        "a stacked request decided in one step takes RateLimiter and KeyedRateLimiter parts, \
-         not {}",
-        limiter.get_type().name()?
-    )))
+    unreachable!("every part's limiter was checked to be in-process")
 }
 
 /// `error`, with a note saying which part of the request raised it.

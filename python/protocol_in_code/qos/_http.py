@@ -46,7 +46,7 @@ from typing import Any, NamedTuple, TypeAlias
 
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos.interfaces import kind_of
-from protocol_in_code.qos.stack import Part, Stacked, check_together, check_together_async
+from protocol_in_code.qos.stack import Stacked, check_together, check_together_async
 
 _Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -1255,12 +1255,13 @@ class _Asked(NamedTuple):
 
 def _stack_parts(
     rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
-) -> tuple[list[_Asked], list[Part]]:
+) -> tuple[list[_Asked], list[tuple[Any, Hashable | None, int, str | None]]]:
     """What a stacked request asks of each limit: every plan, cost and key is read (each of
     which may raise) before any limit is asked."""
     asked, parts = [], []
     for rule in matched:
-        rule = rules.planned(rule, info)
+        if rule.plans is not None:
+            rule = rules.planned(rule, info)
         n = cost_of(rules, rule, info)
         key = pk = None
         if rule.keyed:
@@ -1270,7 +1271,7 @@ def _stack_parts(
         if isinstance(limiter, _PlanView):
             limiter, plan = limiter.limiter, limiter.plan
         asked.append(_Asked(rule, n, key, pk))
-        parts.append(Part(limiter, key, n, plan))
+        parts.append((limiter, key, n, plan))
     return asked, parts
 
 

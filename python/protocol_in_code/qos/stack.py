@@ -45,11 +45,17 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
-from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code._native import (
+    Decision,
+    KeyedRateLimiter,
+    LimitOutcome,
+    RateLimiter,
+    Stacked,
+    _combined,
+)
 from protocol_in_code._native import _check_together as _native_together
 
 __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
@@ -57,7 +63,10 @@ __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
 
 class Part(NamedTuple):
     """One limit of a stacked request: the limiter, the key for a keyed one (``None`` for one
-    limit), the tokens the request takes from it, and the plan for a limiter with plans."""
+    limit), the tokens the request takes from it, and the plan for a limiter with plans.
+
+    Any tuple of these, in this order, will do as well (``(limiter,)``, ``(table, key, 2)``).
+    """
 
     limiter: Any
     key: Hashable | None = None
@@ -65,31 +74,21 @@ class Part(NamedTuple):
     plan: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Stacked:
-    """A stacked request, decided: the request's :class:`Decision`, and each part's.
-
-    True when allowed (every part took its tokens).
-    """
-
-    decision: Decision
-    parts: tuple[Decision, ...]
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision.outcome is LimitOutcome.ALLOWED
-
-    def __bool__(self) -> bool:
-        return self.allowed
+#: A part as the groups read it: ``(limiter, key, n, plan)``.
+_Asked = tuple[Any, Any, Any, Any]
 
 
 def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None) -> Stacked:
     """Decide ``parts`` together: every part takes its tokens, or none does (see the module's
     help for what holds where). ``now_ns`` replaces every limiter's clock, as for ``check``.
 
-    An asyncio Redis limiter's parts need :func:`check_together_async`.
+    An asyncio limiter's parts need :func:`check_together_async`.
     """
     asked = _parts(parts)
+    # The usual stack, every limit in this process: one native call, nothing to give back.
+    stacked = _native_together(asked, now_ns)
+    if stacked is not None:
+        return stacked
     groups = _groups(asked, awaited=False)
     decisions: list[Decision | None] = [None] * len(asked)
     taken: list[_Group] = []
@@ -131,7 +130,7 @@ async def check_together_async(
 
 
 def _give_back(
-    taken: list[_Group], asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
 ) -> None:
     """Give back what the groups in ``taken`` took, the last first; ``taken`` is emptied."""
     while taken:
@@ -139,50 +138,40 @@ def _give_back(
 
 
 async def _give_back_async(
-    taken: list[_Group], asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+    taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
 ) -> None:
     while taken:
         await taken.pop().give_back_async(asked, decisions, now_ns)
 
 
-def _parts(parts: Iterable[Part | tuple[Any, ...]]) -> list[Part]:
-    """Each part as a :class:`Part` (a plain tuple is read as one), checked for its shape."""
-    if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
-        raise TypeError(f"parts must be a list of Part, not {type(parts).__name__}")
-    asked = []
-    for i, part in enumerate(parts):
-        if isinstance(part, Part):
-            asked.append(part)
-        elif isinstance(part, tuple) and 1 <= len(part) <= 4:
-            asked.append(Part(*part))
-        else:
-            raise TypeError(
-                f"parts[{i}] must be a Part(limiter, key=None, n=1, plan=None), not {part!r}"
-            )
+def _parts(parts: Iterable[Part | tuple[Any, ...]]) -> list[_Asked]:
+    """Each part as a 4-tuple (a :class:`Part` is one; a shorter tuple is padded as ``Part``
+    pads it), checked for its shape."""
+    if type(parts) is not list:
+        if isinstance(parts, (str, bytes)) or not isinstance(parts, Iterable):
+            raise TypeError(f"parts must be a list of Part, not {type(parts).__name__}")
+        parts = list(parts)
+    asked = [
+        part if type(part) is Part or (type(part) is tuple and len(part) == 4) else _part(i, part)
+        for i, part in enumerate(parts)
+    ]
     if not asked:
         raise ValueError("parts: a stacked request needs at least one part")
     return asked
 
 
-def _refused(decisions: Sequence[Decision | None]) -> bool:
-    return any(d is not None and d.outcome is not LimitOutcome.ALLOWED for d in decisions)
+def _part(i: int, part: object) -> _Asked:
+    if isinstance(part, tuple) and 1 <= len(part) <= 4:
+        return tuple(Part(*part))
+    raise TypeError(f"parts[{i}] must be a Part(limiter, key=None, n=1, plan=None), not {part!r}")
 
 
-def _stacked(decisions: Sequence[Decision | None]) -> Stacked:
-    """The request's decision from its parts' (every one decided by now)."""
-    parts = tuple(d for d in decisions if d is not None)
+def _stacked(decisions: list[Decision | None]) -> Stacked:
+    """The request's decision from its parts' (every one decided by now), by the core's rule
+    (``core::exact::stack::combined``)."""
+    parts = tuple(decision for decision in decisions if decision is not None)
     assert len(parts) == len(decisions)  # every group answers for each of its parts
-    remaining = min(d.remaining for d in parts)
-    refused = [d for d in parts if d.outcome is not LimitOutcome.ALLOWED]
-    if not refused:
-        return Stacked(Decision(LimitOutcome.ALLOWED, 0, remaining), parts)
-    outcomes = {d.outcome for d in refused}
-    if LimitOutcome.NEVER in outcomes:
-        return Stacked(Decision(LimitOutcome.NEVER, None, remaining), parts)
-    wait = max(d.wait_ns or 0 for d in refused)  # no NEVER among them: each has a wait
-    if LimitOutcome.REFUSED in outcomes:
-        return Stacked(Decision(LimitOutcome.REFUSED, wait, remaining), parts)
-    return Stacked(Decision(LimitOutcome.DENIED, wait, remaining), parts)
+    return Stacked(_combined(list(parts)), parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,62 +185,86 @@ class _Group:
     def __init__(self, indices: list[int]) -> None:
         self.indices = indices
 
-    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+    def take(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
         raise NotImplementedError
 
-    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
-        raise NotImplementedError
+    def peek(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        for i in self.indices:
+            decisions[i] = _call("peek", asked[i], now_ns)
 
     def give_back(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> None:
         """Refund what this group took, after a later group refused. Its parts keep the
         answers they had when taken."""
         for i in self.indices:
-            _refund(asked[i], now_ns)
+            _call("refund", asked[i], now_ns)
 
     async def take_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
         return self.take(asked, decisions, now_ns)
 
     async def peek_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> None:
-        self.peek(asked, decisions, now_ns)
+        for i in self.indices:
+            decisions[i] = await _awaited("peek", asked[i], now_ns)
 
     async def give_back_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> None:
-        self.give_back(asked, decisions, now_ns)
+        for i in self.indices:
+            await _awaited("refund", asked[i], now_ns)
 
 
 class _Native(_Group):
     """In-process limiters: one native call, under every lock the parts need."""
 
     def _ask(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None, peek: bool
+        self,
+        asked: list[_Asked],
+        decisions: list[Decision | None],
+        now_ns: int | None,
+        peek: bool,
     ) -> bool:
-        taken: bool
-        answers: list[Decision]
-        taken, answers = _native_together([tuple(asked[i]) for i in self.indices], now_ns, peek)
-        for i, decision in zip(self.indices, answers, strict=True):
-            decisions[i] = decision
-        return taken
+        stacked = _native_together([asked[i] for i in self.indices], now_ns, peek)
+        assert stacked is not None  # every part of this group is in-process
+        for i, answer in zip(self.indices, stacked.parts, strict=True):
+            decisions[i] = answer
+        return stacked.allowed
 
-    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+    def take(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
         return self._ask(asked, decisions, now_ns, peek=False)
 
-    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
+    def peek(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
         self._ask(asked, decisions, now_ns, peek=True)
 
     def give_back(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> None:
         """Refund every part, then say what each holds now: in-process, asking again costs
         nothing, and the fields then tell no part's tokens as spent."""
         super().give_back(asked, decisions, now_ns)
         self.peek(asked, decisions, now_ns)
+
+    async def peek_async(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        self.peek(asked, decisions, now_ns)
+
+    async def give_back_async(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        self.give_back(asked, decisions, now_ns)
 
 
 class _Redis(_Group):
@@ -261,59 +274,42 @@ class _Redis(_Group):
         super().__init__(indices)
         self.together = together
 
-    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
-        answers = self.together.check_together([tuple(asked[i]) for i in self.indices])
+    def take(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
+        answers = self.together.check_together([asked[i] for i in self.indices])
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
-
-    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
-        for i in self.indices:
-            decisions[i] = _peek(asked[i], now_ns)
 
     async def take_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
-        parts = [tuple(asked[i]) for i in self.indices]
-        answers = await self.together.check_together_async(parts)
+        answers = await self.together.check_together_async([asked[i] for i in self.indices])
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
-
-    async def peek_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        for i in self.indices:
-            decisions[i] = await _awaited("peek", asked[i], now_ns)
-
-    async def give_back_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        for i in self.indices:
-            await _awaited("refund", asked[i], now_ns)
 
 
 class _OneByOne(_Group):
     """Any other limiter: ``check`` in turn, and ``refund`` what was taken on a refusal."""
 
-    def take(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> bool:
+    def take(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> bool:
         for place, i in enumerate(self.indices):
-            decision = _check(asked[i], now_ns)
+            decision = _call("check", asked[i], now_ns)
             decisions[i] = decision
             if decision.outcome is not LimitOutcome.ALLOWED:
                 for j in reversed(self.indices[:place]):
-                    _refund(asked[j], now_ns)
+                    _call("refund", asked[j], now_ns)
                 for j in self.indices[place + 1 :]:
-                    decisions[j] = _peek(asked[j], now_ns)
+                    decisions[j] = _call("peek", asked[j], now_ns)
                 return False
         return True
 
-    def peek(self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None) -> None:
-        for i in self.indices:
-            decisions[i] = _peek(asked[i], now_ns)
-
     async def take_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
         for place, i in enumerate(self.indices):
             decision = await _awaited("check", asked[i], now_ns)
@@ -321,39 +317,23 @@ class _OneByOne(_Group):
             if decision.outcome is not LimitOutcome.ALLOWED:
                 for j in reversed(self.indices[:place]):
                     await _awaited("refund", asked[j], now_ns)
-                await self.peek_async(asked, decisions, now_ns, self.indices[place + 1 :])
+                for j in self.indices[place + 1 :]:
+                    decisions[j] = await _awaited("peek", asked[j], now_ns)
                 return False
         return True
 
-    async def peek_async(
-        self,
-        asked: list[Part],
-        decisions: list[Decision | None],
-        now_ns: int | None,
-        indices: list[int] | None = None,
-    ) -> None:
-        for i in self.indices if indices is None else indices:
-            decisions[i] = await _awaited("peek", asked[i], now_ns)
 
-    async def give_back_async(
-        self, asked: list[Part], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        for i in self.indices:
-            await _awaited("refund", asked[i], now_ns)
-
-
-def _groups(asked: list[Part], *, awaited: bool) -> list[_Group]:
+def _groups(asked: list[_Asked], *, awaited: bool) -> list[_Group]:
     """The parts by where they are decided: in-process first, then Redis, then the rest."""
     native, redis, others = [], [], []
     redis_classes = _redis_classes(awaited)
-    for i, part in enumerate(asked):
-        limiter = part.limiter
+    for i, (limiter, *_) in enumerate(asked):
         if isinstance(limiter, (RateLimiter, KeyedRateLimiter)):
             native.append(i)
         elif redis_classes and isinstance(limiter, redis_classes):
             redis.append(i)
         else:
-            if not awaited and _is_awaited(limiter):
+            if not awaited and inspect.iscoroutinefunction(getattr(limiter, "check", None)):
                 raise TypeError(
                     f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
                     "check_together_async"
@@ -383,35 +363,17 @@ def _redis_classes(awaited: bool) -> tuple[type, ...]:
     return (*sync, limiters.AsyncRedisRateLimiter, limiters.AsyncRedisKeyedRateLimiter)
 
 
-def _is_awaited(limiter: Any) -> bool:
-    return inspect.iscoroutinefunction(getattr(limiter, "check", None))
-
-
-def _call(method: str, part: Part, now_ns: int | None) -> Any:
+def _call(method: str, part: _Asked, now_ns: int | None) -> Any:
     """``limiter.<method>`` for one part, with its key and plan where it has them."""
-    function = getattr(part.limiter, method)
-    args: tuple[Any, ...] = (part.n,) if part.key is None else (part.key, part.n)
+    limiter, key, n, plan = part
+    args: tuple[Any, ...] = (n,) if key is None else (key, n)
     kwargs: dict[str, Any] = {} if now_ns is None else {"now_ns": now_ns}
-    if part.plan is not None:
-        kwargs["plan"] = part.plan
-    return function(*args, **kwargs)
+    if plan is not None:
+        kwargs["plan"] = plan
+    return getattr(limiter, method)(*args, **kwargs)
 
 
-def _check(part: Part, now_ns: int | None) -> Decision:
-    decision: Decision = _call("check", part, now_ns)
-    return decision
-
-
-def _peek(part: Part, now_ns: int | None) -> Decision:
-    decision: Decision = _call("peek", part, now_ns)
-    return decision
-
-
-def _refund(part: Part, now_ns: int | None) -> None:
-    _call("refund", part, now_ns)
-
-
-async def _awaited(method: str, part: Part, now_ns: int | None) -> Any:
+async def _awaited(method: str, part: _Asked, now_ns: int | None) -> Any:
     """:func:`_call`, awaited where the limiter's method is a coroutine function."""
     answer = _call(method, part, now_ns)
     if inspect.isawaitable(answer):

@@ -60,6 +60,41 @@ pub struct Stacked {
     pub answers: Vec<Answer>,
 }
 
+/// The request's answer from its parts' answers: allowed if every part allowed; otherwise the
+/// strictest refusal, NEVER (no wait can fix it) before REFUSED (a table had no room) before a
+/// wait, with the longest of the refusing parts' waits, after which every part would allow
+/// (tokens only accrue). What remains is the least of the parts'. `None` for no parts.
+#[must_use]
+pub fn combined(answers: &[Answer]) -> Option<Answer> {
+    let remaining = answers.iter().map(|answer| answer.remaining).min()?;
+    let strictness = |decision: &KeyedDecision| match decision {
+        KeyedDecision::Decided(Decision::Allowed) => 0,
+        KeyedDecision::Decided(Decision::Wait(_)) => 1,
+        KeyedDecision::Refused { .. } => 2,
+        KeyedDecision::Decided(Decision::Never) => 3,
+    };
+    let wait = |decision: &KeyedDecision| match *decision {
+        KeyedDecision::Decided(Decision::Wait(ns)) | KeyedDecision::Refused { retry_in: ns } => ns,
+        KeyedDecision::Decided(_) => 0,
+    };
+    let strictest = answers
+        .iter()
+        .map(|answer| answer.decision)
+        .max_by_key(strictness)?;
+    let longest = answers.iter().map(|answer| wait(&answer.decision)).max()?;
+    let decision = match strictest {
+        KeyedDecision::Decided(Decision::Wait(_)) => {
+            KeyedDecision::Decided(Decision::Wait(longest))
+        }
+        KeyedDecision::Refused { .. } => KeyedDecision::Refused { retry_in: longest },
+        decided @ KeyedDecision::Decided(_) => decided,
+    };
+    Some(Answer {
+        decision,
+        remaining,
+    })
+}
+
 /// A part's time is too far from its limiter's clock to be a reading of it (see
 /// [`super::clock_gap`]): nothing was decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -383,3 +383,31 @@ fn stacks_in_opposite_orders_on_many_threads_never_wait_for_each_other() {
     // stack was taken, and never otherwise.
     assert_eq!(world.tables[0].stats().allowed, 2 * taken);
 }
+
+#[test]
+fn the_requests_answer_is_the_strictest_refusal_with_the_longest_wait() {
+    let answer = |decision, remaining| Answer {
+        decision,
+        remaining,
+    };
+    let wait = |ns| KeyedDecision::Decided(Decision::Wait(ns));
+    assert_eq!(combined(&[]), None);
+    assert_eq!(
+        combined(&[answer(ALLOWED, 3), answer(ALLOWED, 1)]),
+        Some(answer(ALLOWED, 1))
+    );
+    assert_eq!(
+        combined(&[answer(wait(5), 0), answer(ALLOWED, 2), answer(wait(9), 4)]),
+        Some(answer(wait(9), 0))
+    );
+    let refused = KeyedDecision::Refused { retry_in: 3 };
+    assert_eq!(
+        combined(&[answer(wait(7), 1), answer(refused, 0)]),
+        Some(answer(KeyedDecision::Refused { retry_in: 7 }, 0))
+    );
+    let never = KeyedDecision::Decided(Decision::Never);
+    assert_eq!(
+        combined(&[answer(refused, 0), answer(never, 2), answer(wait(7), 1)]),
+        Some(answer(never, 0))
+    );
+}
