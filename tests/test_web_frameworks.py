@@ -52,7 +52,7 @@ from protocol_in_code.qos.for_fastapi import (  # noqa: E402
 )
 from protocol_in_code.qos.for_flask import limit as flask_limit  # noqa: E402
 from protocol_in_code.qos.keyed import KeyedRateLimiter  # noqa: E402
-from protocol_in_code.qos.limiter import Band  # noqa: E402
+from protocol_in_code.qos.limiter import Band, RateLimiter  # noqa: E402
 
 SECOND = 1_000_000_000
 T0 = 1_000 * SECOND
@@ -276,6 +276,26 @@ def test_a_rate_makes_one_limit_per_client(form, serve, clients):
     assert without_pk(parsed(refused, "RateLimit-Policy")) == {"default": {"q": 3, "w": 3600}}
     assert 0 < int(refused.headers["Retry-After"]) <= 1200
     assert two.get(url + "/").status_code == 200
+
+
+@pytest.mark.parametrize("form", FORMS[:3], indirect=True)  # the forms take a mapping
+def test_a_mapping_stacks_limits_on_the_view_taken_from_all_or_none(form, serve, clients):
+    # A global limit of 3 and a per-client limit of 2: client one's third request is refused
+    # by its own limit and spends nothing of the global one, so client two still gets 1 more
+    # than it would if that refusal had spent a global token.
+    clock = Clock()
+    everyone = RateLimiter(1, burst=3, per=3600, clock=clock)
+    url = serve(
+        {"global": everyone, "client": KeyedRateLimiter(1, burst=2, per=3600, clock=clock)},
+        problem_json=True,
+    )
+    one, two = clients
+    assert [one.get(url + "/").status_code for _ in range(3)] == [200, 200, 429]
+    assert [two.get(url + "/").status_code for _ in range(2)] == [200, 429]
+    refused = two.get(url + "/")
+    assert refused.json()["violated-policies"] == ["global"]
+    assert set(parsed(refused, "RateLimit-Policy")) == {"client", "global"}
+    assert everyone.available() == 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1221,7 +1221,10 @@ def _verdict(
 
 
 def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
-    """Decide ``info`` under ``rule`` (a synchronous limiter's), as the middleware do."""
+    """Decide ``info`` under ``rule`` (a synchronous limiter's), as the middleware do; under
+    every rule together for a view's stacked limits."""
+    if rules.stack:
+        return decide_stacked(rules, rules.rules, info)
     if rule.awaited:
         raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
     rule = rules.planned(rule, info)
@@ -1232,6 +1235,8 @@ def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
 async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     """:func:`decide`, awaiting the limiter's ``check`` where it is an asyncio limiter's (an
     in-process limiter's never sleeps, so it is called directly, as the ASGI middleware do)."""
+    if rules.stack:
+        return await decide_stacked_async(rules, rules.rules, info)
     rule = rules.planned(rule, info)
     decision, n, key, pk = _asked(rules, rule, info)
     if rule.awaited:
@@ -1358,19 +1363,30 @@ def view_rules(
 
     ``limiter`` is a limiter of any of the four interfaces, or a rate (``"5/minute"``, ``10``)
     with an optional ``burst``, which makes a :class:`KeyedRateLimiter` of it: one limit per
-    client. Every other parameter means what it means for the middleware.
+    client. A mapping of policy names to such limiters or rates is several limits stacked on
+    the view (``{"global": RateLimiter("1000/second"), "client": "10/second"}``), decided
+    together: taken from all or none. Every other parameter means what it means for the
+    middleware.
     """
-    if isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool):
-        from protocol_in_code.qos.keyed import KeyedRateLimiter
-
-        limiter = KeyedRateLimiter(limiter, burst=burst)
-    elif burst is not None:
-        raise TypeError("burst is for a rate (limit('5/minute', burst=10)), not a limiter")
-    if limiter is None:
-        raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
+    routes: list[Route] = []
+    if isinstance(limiter, Mapping):
+        if burst is not None:
+            raise TypeError("burst is for one rate (limit('5/minute', burst=10)), not a mapping")
+        if not limiter:
+            raise ValueError("limiter: a mapping of stacked limits needs at least one")
+        stacked = [(policy, _view_limiter(one, None)) for policy, one in limiter.items()]
+        for policy, one in stacked[1:]:
+            if not isinstance(policy, str):
+                raise TypeError(f"limiter: a stacked limit's name must be a str, not {policy!r}")
+            routes.append(Route("/", one, name=policy))
+        name, limiter = stacked[0]
+        if not isinstance(name, str):
+            raise TypeError(f"limiter: a stacked limit's name must be a str, not {name!r}")
+    else:
+        limiter = _view_limiter(limiter, burst)
     rules = Rules(
         limiter,
-        routes=(),
+        routes=routes,
         key=key,
         cost=cost,
         exempt=None,
@@ -1387,5 +1403,19 @@ def view_rules(
         on_decision=on_decision,
         on_decision_key=on_decision_key,
         plan=plan,
+        stack=bool(routes),
     )
-    return rules, rules.rules[0]
+    return rules, rules.rules[-1]
+
+
+def _view_limiter(limiter: Any, burst: int | None) -> Any:
+    """A view's limiter: the one given, or a rate's :class:`KeyedRateLimiter`."""
+    if isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool):
+        from protocol_in_code.qos.keyed import KeyedRateLimiter
+
+        return KeyedRateLimiter(limiter, burst=burst)
+    if burst is not None:
+        raise TypeError("burst is for a rate (limit('5/minute', burst=10)), not a limiter")
+    if limiter is None:
+        raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
+    return limiter

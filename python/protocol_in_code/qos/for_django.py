@@ -103,7 +103,9 @@ def limit(
 
     ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces`, or a rate
     (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one limit
-    per client. An asyncio limiter needs an ``async def`` view, where it is awaited. The other
+    per client; or a mapping of policy names to limiters or rates, stacked on the view and
+    decided together (taken from all or none). An asyncio limiter needs an ``async def`` view,
+    where it is awaited. The other
     parameters are the WSGI middleware's. One decorator is one limit: made once and put on
     several views, it limits them together.
     """

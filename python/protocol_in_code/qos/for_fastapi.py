@@ -82,8 +82,10 @@ class RateLimit:
     ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces` (an asyncio one is
     awaited; an in-process one never sleeps, so it is called directly), or a rate
     (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one limit
-    per client. The other parameters are the ASGI middleware's (``key``, ``cost``,
-    ``trusted_proxies``, ``forwarded_header``, ``name``, ``headers_on_allowed``,
+    per client; or a mapping of policy names to limiters or rates, stacked on the route and
+    decided together (taken from all or none). The other parameters are the ASGI
+    middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
+    ``headers_on_allowed``,
     ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
     ``on_decision``, ``on_decision_key``).
 

@@ -70,8 +70,10 @@ def limit(
 
     ``limiter`` is any synchronous limiter of :mod:`protocol_in_code.qos.interfaces`, or a
     rate (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one
-    limit per client. The other parameters are the WSGI middleware's (``key``, ``cost``,
-    ``trusted_proxies``, ``forwarded_header``, ``name``, ``headers_on_allowed``,
+    limit per client. A mapping of policy names to limiters or rates stacks them on the
+    view, decided together (taken from all or none). The other parameters are the WSGI
+    middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
+    ``headers_on_allowed``,
     ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
     ``on_decision``, ``on_decision_key``). The peer is ``REMOTE_ADDR``, as for the middleware.
 
