@@ -165,6 +165,12 @@ steps = st.one_of(
     st.just(0), st.integers(1, 1000), st.integers(1, 10**7), st.integers(-(10**6), -1)
 )
 traces = st.lists(st.tuples(st.lists(part, min_size=1, max_size=4), steps), min_size=1, max_size=12)
+# Time forward only: a stack decided slot by slot leaves a key taken and given back settled at
+# that moment, where the model's peek leaves it where it was, so a later call from an earlier
+# time gains less there (nothing for the time in between; never more).
+forward_traces = st.lists(
+    st.tuples(st.lists(part, min_size=1, max_size=4), steps.map(abs)), min_size=1, max_size=12
+)
 
 
 @dataclass
