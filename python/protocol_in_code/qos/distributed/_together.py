@@ -85,8 +85,9 @@ def check_together(parts: Sequence[SyncPart], *, now_ns: int | None = None) -> l
     Redis key ask it for the sum of their ``n``, and are each answered with its decision for
     the sum. Parts of one client in one hash slot (on a single server: all of them) are decided
     in one script call, atomically, on the server's clock; several groups are decided in
-    order, the ones taken given back when a later one refuses (see the module's docs).
-    ``now_ns`` replaces the server's time, as in the single calls.
+    order, the ones taken given back when a later one refuses, which is not atomic against
+    other callers (the guide's "Stacked limits" says what holds there, and what a server that
+    cannot answer does). ``now_ns`` replaces the server's time, as in the single calls.
     """
     return _Stack(parts, now_ns, asynchronous=False).decide()
 
