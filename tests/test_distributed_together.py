@@ -419,7 +419,8 @@ def test_a_stack_takes_what_check_would_take(redis_client: Any) -> None:
         single = alone.check(n)
         assert (together.outcome, together.remaining) == (single.outcome, single.remaining)
         if not single.allowed:
-            assert abs(together.wait_ns - single.wait_ns) < 50_000_000
+            # The two limits' calls are a round trip apart on the server's clock.
+            assert abs(together.wait_ns - single.wait_ns) < 250_000_000
 
 
 # -- the same errors as check, before anything is sent --------------------------------------------

@@ -87,7 +87,8 @@
 -- not know, so a configuration is never misread.
 --
 -- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
--- many, refund, reserve, give back). A client may send one call more than once (redis-py re-sends a command that timed
+-- many, refund, reserve, give back, together; a stack's comes after its configurations). A
+-- client may send one call more than once (redis-py re-sends a command that timed
 -- out, and the first sending still reaches the server), so each key remembers, in its field
 -- "c", the last few calls that changed it: each call's token and how many of its requests on
 -- that key took. A sending of a call the key remembers changes nothing again: its takes answer
