@@ -480,15 +480,40 @@ def test_parts_of_another_shape_are_refused(redis_client: Any, redis_server: Any
         check_together([(everyone, None, 1)])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="key and no plan"):
         check_together([(everyone, "a", 1, None)])
-    with pytest.raises(TypeError, match="RedisRateLimiter or a RedisKeyedRateLimiter"):
+    with pytest.raises(TypeError, match="one of RedisRateLimiter, RedisKeyedRateLimiter, not"):
         check_together([(RateLimiter(1), None, 1, None)])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="sequence of"):
         check_together("abc")  # type: ignore[arg-type]
     asynchronous = RedisRateLimiter(redis.asyncio.Redis(port=redis_server.port), 1, name="g")
     with pytest.raises(TypeError, match="check_together_async"):
         check_together([(asynchronous, None, 1, None)])  # type: ignore[list-item]
-    with pytest.raises(TypeError, match=r"use check_together\(\)"):
-        asyncio.run(check_together_async([(everyone, None, 1, None)]))  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="one of AsyncRedisRateLimiter, RedisRateLimiter, Async"):
+        asyncio.run(check_together_async([(RateLimiter(1), None, 1, None)]))  # type: ignore[list-item]
+
+
+def test_the_asyncio_form_takes_synchronous_limiters_too(
+    redis_server: Any, redis_client: Any
+) -> None:
+    import redis.asyncio
+
+    # Their script calls run in a worker thread, as their acquire_async does.
+    synchronous = RedisRateLimiter(redis_client, 1, burst=2, per=HOUR, name="sync")
+
+    async def main() -> list[list[Any]]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+        awaited = RedisKeyedRateLimiter(client, 1, burst=1, per=HOUR, name="awaited")
+        stack = [(synchronous, None, 1, None), (awaited, "k", 1, None)]
+        answers = [await check_together_async(stack) for _ in range(2)]
+        await client.aclose()
+        return answers
+
+    first, second = asyncio.run(main())
+    assert all(d.allowed for d in first)
+    assert [(d.outcome, d.remaining) for d in second] == [
+        (LimitOutcome.ALLOWED, 1),  # given back: the asyncio limiter refused
+        (LimitOutcome.DENIED, 0),
+    ]
+    assert synchronous.available() == 1
 
 
 # -- when a server cannot decide ------------------------------------------------------------------

@@ -53,7 +53,9 @@ from protocol_in_code.qos.distributed.limiters import (
     RedisRateLimiter,
     _Core,
     _in_background,
+    _ManyKeys,
     _net_zero,
+    _OneKey,
     decision,
     redis_key,
 )
@@ -67,7 +69,10 @@ _N = struct.Struct(">d")
 
 SyncPart = tuple[RedisRateLimiter | RedisKeyedRateLimiter, str | bytes | None, int, str | None]
 AsyncPart = tuple[
-    AsyncRedisRateLimiter | AsyncRedisKeyedRateLimiter, str | bytes | None, int, str | None
+    AsyncRedisRateLimiter | AsyncRedisKeyedRateLimiter | RedisRateLimiter | RedisKeyedRateLimiter,
+    str | bytes | None,
+    int,
+    str | None,
 ]
 
 
@@ -96,9 +101,10 @@ async def check_together_async(
     parts: Sequence[AsyncPart], *, now_ns: int | None = None
 ) -> list[Decision]:
     """:func:`check_together` for the asyncio limiters (:class:`AsyncRedisRateLimiter`,
-    :class:`AsyncRedisKeyedRateLimiter`): awaited, never blocking the event loop. A caller
-    cancelled meanwhile is net zero: the call under way is let finish, and everything the stack
-    took is given back."""
+    :class:`AsyncRedisKeyedRateLimiter`): awaited, never blocking the event loop. The
+    synchronous limiters may be parts too: their script calls run in a worker thread, as their
+    ``acquire_async`` does. A caller cancelled meanwhile is net zero: the call under way is let
+    finish, and everything the stack took is given back."""
     return await _Stack(parts, now_ns, asynchronous=True).decide_async()
 
 
@@ -176,24 +182,21 @@ class _Group:
         return [request, *(bucket.core.config for bucket in self.buckets)]
 
 
-def _forms(asynchronous: bool) -> tuple[type[Any], type[Any], type[Any], type[Any], str, str]:
-    if asynchronous:
-        return (
-            AsyncRedisRateLimiter,
-            AsyncRedisKeyedRateLimiter,
-            RedisRateLimiter,
-            RedisKeyedRateLimiter,
-            "check_together_async",
-            "check_together",
-        )
-    return (
-        RedisRateLimiter,
-        RedisKeyedRateLimiter,
-        AsyncRedisRateLimiter,
-        AsyncRedisKeyedRateLimiter,
-        "check_together",
-        "check_together_async",
-    )
+#: The one-key and the keyed limiter classes each form takes: the asyncio form takes the
+#: synchronous limiters too (their calls run in a worker thread).
+_ONE_KEY = {False: (RedisRateLimiter,), True: (AsyncRedisRateLimiter, RedisRateLimiter)}
+_KEYED = {
+    False: (RedisKeyedRateLimiter,),
+    True: (AsyncRedisKeyedRateLimiter, RedisKeyedRateLimiter),
+}
+
+
+def _run_async(server: Server, keys: list[bytes], args: list[bytes]) -> Awaitable[Any]:
+    """The script's reply, awaited: on an asyncio client, or in a worker thread on a
+    synchronous one."""
+    if server.is_async:
+        return server.run_async(keys, args)
+    return asyncio.to_thread(server.run, keys, args)
 
 
 def _note(error: Exception, index: int) -> None:
@@ -247,22 +250,24 @@ class _Stack:
     def _checked(index: int, part: Any, now_ns: Any, asynchronous: bool) -> _Part:
         """A part checked as its limiter's ``check`` checks its arguments (the same errors, in
         the same order: the plan, the key, then ``n`` and ``now_ns``)."""
-        one, keyed, other_one, other_keyed, this, other = _forms(asynchronous)
+        one, keyed = _ONE_KEY[asynchronous], _KEYED[asynchronous]
         try:
             limiter, key, n, plan = part
         except (TypeError, ValueError):
             raise TypeError(
                 f"parts[{index}] must be a (limiter, key, n, plan) tuple, not {part!r}"
             ) from None
-        if isinstance(limiter, (other_one, other_keyed)):
+        if not asynchronous and isinstance(
+            limiter, (AsyncRedisRateLimiter, AsyncRedisKeyedRateLimiter)
+        ):
             raise TypeError(
-                f"parts[{index}] is a {type(limiter).__name__}: {this}() takes "
-                f"{one.__name__} and {keyed.__name__} parts; use {other}() for it"
+                f"parts[{index}] is a {type(limiter).__name__}, whose calls are awaited: use "
+                "check_together_async()"
             )
-        if not isinstance(limiter, (one, keyed)):
+        if not isinstance(limiter, (*one, *keyed)):
             raise TypeError(
-                f"parts[{index}]: the limiter must be a {one.__name__} or a "
-                f"{keyed.__name__}, not {type(limiter).__name__}"
+                f"parts[{index}]: the limiter must be one of "
+                f"{', '.join(c.__name__ for c in (*one, *keyed))}, not {type(limiter).__name__}"
             )
         if isinstance(limiter, one) and (key is not None or plan is not None):
             raise TypeError(
@@ -271,11 +276,12 @@ class _Stack:
                 f"plan={plan!r}"
             )
         try:
-            if isinstance(limiter, one):
-                core, name = limiter._core, limiter._keys[0]
-            else:
+            if isinstance(limiter, _ManyKeys):
                 core = limiter._core_of(plan)
                 name = redis_key(core.key_prefix, key)
+            else:
+                assert isinstance(limiter, _OneKey)
+                core, name = limiter._core, limiter._keys[0]
             core.args(TAKE, n, now_ns)  # n and now_ns, checked as check checks them
         except (TypeError, ValueError) as error:
             _note(error, index)
@@ -403,7 +409,7 @@ class _Stack:
         try:
             for group in self.groups:
                 op = PEEK_TOGETHER if self.refused else TOGETHER
-                asked = group.server.run_async(group.names, group.args(op, self.now_us))
+                asked = _run_async(group.server, group.names, group.args(op, self.now_us))
                 try:
                     if op == TOGETHER:
                         reply = await _net_zero(asked, self._undo(group))
@@ -440,7 +446,7 @@ class _Stack:
     async def _refund_async(self, group: _Group) -> None:
         for bucket in group.buckets:
             try:
-                await group.server.run_async([bucket.name], self.refund_args(bucket))
+                await _run_async(group.server, [bucket.name], self.refund_args(bucket))
             except group.server.unavailable:
                 pass
 
