@@ -10,8 +10,10 @@ here.
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any
 
+import pytest
 import qos_support
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -43,6 +45,9 @@ def test_decisions_still_run_under_the_declaration(redis_client: Any) -> None:
 # tables (its general path). The general path is the fast path's arithmetic line for line; this
 # runs the same random single-band traces through the script as shipped and through a copy whose
 # fast path is switched off, and compares every reply, every stored field and every expiry.
+# Every op that one key can run is in the traces, "together" (a stack of one key) and "peek
+# together" included; a stack of several keys, which only the general path runs, is compared
+# below with its keys alone on the fast path.
 
 FAST_PATH = "if count == 1 and #KEYS == 1 then"
 
@@ -51,8 +56,10 @@ def test_the_fast_path_is_where_the_script_says() -> None:
     assert SOURCE.count(FAST_PATH) == 1
 
 
-# take, peek, refund, available, reserve and give back (many is several keys)
-OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6])
+# take, peek, refund, available, reserve, give back, together and peek together (many is
+# several keys)
+OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6, 7, 8])
+TOGETHER, PEEK_TOGETHER = 7, 8
 
 
 @settings(
@@ -125,7 +132,7 @@ def test_the_fast_path_and_the_general_path_settle_alike(
                 request += _bands.extra(extra)
             elif op == 6:
                 request += _bands.extra(moments[-1 - extra % 2] if extra % 3 else now_us + extra)
-            token = [os.urandom(8)] if op in (0, 3, 5, 6) else []
+            token = [os.urandom(8)] if op in (0, 3, 5, 6, TOGETHER) else []
             args = [request, config.encoding, *token]
         # One transaction per step: no other command runs between the two calls, so neither key
         # can expire before both are read back. (The server's clock runs on between the
@@ -149,3 +156,136 @@ def test_the_fast_path_and_the_general_path_settle_alike(
         assert fast_fields == slow_fields, (op, n, now_us)
         assert (fast_ttl < 0) == (slow_ttl < 0), (op, n, now_us)
         assert abs(fast_ttl - slow_ttl) <= took_ms + 2, (op, n, now_us, took_ms)
+
+
+# -- a stack of several keys: the general path against each key alone on the fast path ---------
+#
+# "Together" on several keys runs through the general path only: two passes over the keys, the
+# first deciding each as a peek, the second taking on all of them or reading all as peeks. Each
+# key here has one band of its own (its own rate, burst, initial tokens and least TTL), so each
+# key alone runs through the fast path, where the stack is played by its definition: peek every
+# key; if every one is allowed, take on every key (with the stack's token, so that each key
+# remembers the same call). The replies, the stored fields (the calls remembered included) and
+# the expiries must be the same. A call sent again is played as a client's retry: the stack
+# sent again, and, on the fast path, the takes sent again if it took, else the definition again.
+
+
+def alone(
+    key: tuple[bytes, bytes, Any, bytes], op: int, n: int, at: int, token: bytes
+) -> list[Any]:
+    """The arguments of ``EVAL`` for ``op`` (a peek, or a take with the stack's token) on one
+    key alone, on the fast path."""
+    _, name, config, tail = key
+    args = [_bands.request(op, n, at) + tail, config.encoding]
+    return [1, name, *args, token] if op == 0 else [1, name, *args]
+
+
+key_config = st.tuples(
+    st.integers(1, 50),  # rate
+    st.sampled_from([1, 3, 60]),  # per
+    st.integers(1, 20),  # burst
+    st.one_of(st.none(), st.integers(0, 20)),  # initial
+    # At least 5 s, so that no key expires between the two transactions of a step.
+    st.sampled_from([5000, 60000]),
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+# A stack that took everything sent again (a client's retry): it answers ALLOWED on every key, as
+# it did, though the keys now hold too little to allow it again.
+@example(
+    configs=[(1, 60, 1, None, 5000), (1, 60, 2, None, 5000)],
+    steps=[([1, 2, 0], 0, False, 1), ([1, 2, 0], 0, True, 1)],
+)
+@given(
+    configs=st.lists(key_config, min_size=1, max_size=3),
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 25), min_size=3, max_size=3),  # each key's n
+            st.integers(-2_000_000, 5_000_000),
+            st.booleans(),  # sent again
+            st.integers(0, 4),  # 0: peek together, else together
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+)
+def test_a_stack_settles_as_its_keys_alone_on_the_fast_path(
+    redis_client: Any,
+    configs: list[tuple[int, int, int, int | None, int]],
+    steps: list[tuple[list[int], int, bool, int]],
+) -> None:
+    keys = []
+    for i, (rate, per, burst, initial, least_ttl_ms) in enumerate(configs):
+        initial = None if initial is None else min(initial, burst)
+        _, config = _bands.parse(rate, burst, per, None, initial)
+        tail = _bands.script_args(initial, least_ttl_ms)
+        keys.append((b"qos-test:stack:%d" % i, b"qos-test:alone:%d" % i, config, tail))
+    redis_client.delete(*(name for key in keys for name in key[:2]))
+    now_us = 10**12
+    stack: list[bytes] = []
+    sent: tuple[int, list[int], int, bytes] | None = None
+    took = False
+    for ns, step, resend, which in steps:
+        if not (resend and sent):
+            now_us += step
+            op = TOGETHER if which else PEEK_TOGETHER
+            sent = (op, ns, now_us, os.urandom(8))
+            took = False
+        op, ns, at, token = sent
+        n = [min(ns[i], config.largest + 1) for i, (_, _, config, _) in enumerate(keys)]
+        request = _bands.request(op, n[0], at) + keys[0][3]
+        request += b"".join(struct.pack(">d", n[i]) + keys[i][3] for i in range(1, len(keys)))
+        stack = [request, *(config.encoding for _, _, config, _ in keys), token]
+
+        first = redis_client.pipeline(transaction=True)
+        first.time()
+        first.eval(SOURCE, len(keys), *(key[0] for key in keys), *stack)
+        if not took:
+            for i in range(len(keys)):
+                first.eval(SOURCE, *alone(keys[i], 2, n[i], at, token))
+        start, together, *peeks = first.execute()
+        replayed = took
+        if took:
+            takes = True
+        else:
+            takes = op == TOGETHER and all(type(peek) is int and peek & 3 == 0 for peek in peeks)
+        second = redis_client.pipeline(transaction=True)
+        if takes:
+            for i in range(len(keys)):
+                second.eval(SOURCE, *alone(keys[i], 0, n[i], at, token))
+        for key in keys:
+            second.hgetall(key[0])
+            second.hgetall(key[1])
+        for key in keys:
+            second.pttl(key[0])
+            second.pttl(key[1])
+        second.time()
+        *replies, end = second.execute()
+        took = took or takes
+        took_ms = ((end[0] - start[0]) * 10**6 + end[1] - start[1]) // 1000 + 1
+        answers = replies[: len(keys)] if takes else peeks
+        rest = replies[len(keys) :] if takes else replies
+        fields, ttls = rest[: 2 * len(keys)], rest[2 * len(keys) :]
+        where = (op, ns, at, replayed)
+        assert together == answers, where
+        assert fields[0::2] == fields[1::2], where
+        for stacked, single in zip(ttls[0::2], ttls[1::2], strict=True):
+            assert (stacked < 0) == (single < 0), where
+            assert abs(stacked - single) <= took_ms + 2, (where, took_ms)
+
+
+def test_the_script_refuses_a_stack_naming_a_key_twice(redis_client: Any) -> None:
+    import redis
+
+    _, config = _bands.parse(1, 5, 1, None, None)
+    tail = _bands.script_args(None, 0)
+    request = _bands.request(TOGETHER, 1, 10**12) + tail + struct.pack(">d", 1) + tail
+    with pytest.raises(redis.ResponseError, match="names a key twice"):
+        redis_client.eval(SOURCE, 2, b"k", b"k", request, config.encoding, config.encoding)
+    # Three keys, and the arguments of two: refused before anything is read or written.
+    with pytest.raises(redis.ResponseError, match="do not match its keys"):
+        redis_client.eval(SOURCE, 3, b"a", b"b", b"c", request, config.encoding, config.encoding)
+    assert redis_client.exists(b"k", b"a", b"b", b"c") == 0

@@ -67,6 +67,10 @@ Usage::
 
 Given an asyncio client (``redis.asyncio.Redis``), both classes give their asyncio forms
 (:class:`AsyncRedisRateLimiter`, :class:`AsyncRedisKeyedRateLimiter`), whose calls are awaited.
+
+Stacked limits (a global, a per-route and a per-client limit on one request, taken from all or
+from none): :func:`check_together` and :func:`check_together_async`, one script call per client
+and hash slot.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from __future__ import annotations
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos.distributed._bands import EXACT_BOUND
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, PoolExhausted
+from protocol_in_code.qos.distributed._together import check_together, check_together_async
 from protocol_in_code.qos.distributed.limiters import (
     UNAVAILABLE_WAIT_NS,
     AsyncRedisKeyedRateLimiter,
@@ -95,4 +100,6 @@ __all__ = [
     "PoolExhausted",
     "RedisKeyedRateLimiter",
     "RedisRateLimiter",
+    "check_together",
+    "check_together_async",
 ]

@@ -38,7 +38,8 @@
 -- client sends: all are below 2^53), read by one struct.unpack: parsing numbers out of text cost
 -- the server more than the rest of the arithmetic.
 --   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available, 5 reserve,
---           6 give back (reserve and give back on one key)
+--           6 give back (reserve and give back on one key), 7 together (a stack: take on every
+--           key or on none), 8 peek together (a stack's keys peeked, taking nothing)
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
 --   now     in microseconds (ignored when the next number is 1)
@@ -48,6 +49,20 @@
 --   extra   (reserve and give back only) reserve: the caller's longest wait in microseconds,
 --           at most 2^52, or -1: none; give back: the moment the reservation was made for, or
 --           -2^52 for one made with no wait (any time no later than the give-back's own)
+--
+-- Together (ops 7 and 8: stacked limits, each key a limit of its own). ARGV[1] is the request
+-- above for the first key (n, least and initial its own), then three doubles for each further
+-- key: its n, least TTL and initial tokens. ARGV[2], ARGV[3], ... are the keys' configurations,
+-- one per key in order, and the call's token comes after them (ARGV[#KEYS + 2]; with one key,
+-- ARGV[3] as for every other op). The keys are distinct (the client sums the n of a key named
+-- twice). Op 7 takes n on every key if every key allows it, and on none otherwise: then every key
+-- is read as a peek would read it (ALLOWED with what remains, DENIED with its wait, NEVER), and
+-- nothing is written but what a peek writes (a new key's anchor). The general path decides it in
+-- two passes over the keys, the first only reading (see below); on one key of one band the fast
+-- path decides it as a take that is read as a peek when it is refused. A sending the keys
+-- remember (any key: a key taken from remembers the call, and one deleted full does not) takes
+-- nothing again and answers ALLOWED on every key, as it did. Op 8 is op 7 refused: every key read
+-- as a peek.
 --
 -- Waiting (src/core/exact/limiter.rs, Balances::reserve and give_back). A reservation takes n
 -- at once if every band holds it; otherwise at the first moment every band does, if that is at
@@ -72,7 +87,8 @@
 -- not know, so a configuration is never misread.
 --
 -- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
--- many, refund, reserve, give back). A client may send one call more than once (redis-py re-sends a command that timed
+-- many, refund, reserve, give back, together; a stack's comes after its configurations). A
+-- client may send one call more than once (redis-py re-sends a command that timed
 -- out, and the first sending still reaches the server), so each key remembers, in its field
 -- "c", the last few calls that changed it: each call's token and how many of its requests on
 -- that key took. A sending of a call the key remembers changes nothing again: its takes answer
@@ -95,7 +111,8 @@
 --   * op "reserve": taken at once as ALLOWED; NEVER as above; taken later as {0, remaining,
 --     wait, moment} (the wait until the moment, in microseconds: at most 2^53, see above), or
 --     {0, remaining, wait} when a re-sent reservation answers; TOO LATE as DENIED (nothing
---     taken, and the wait it would have had).
+--     taken, and the wait it would have had);
+--   * ops "together" and "peek together": a list of one-key replies, one per key in order.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 -- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
@@ -129,6 +146,14 @@ end
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
 -- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
 local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
+-- Together (a stack): its token follows its keys' configurations.
+local stack = op == 7 or op == 8
+if stack then
+    if #ARGV[1] ~= 24 + 24 * #KEYS or #ARGV < #KEYS + 1 then
+        return redis.error_reply('ERR qos: a stack whose arguments do not match its keys')
+    end
+    token = ARGV[#KEYS + 2]
+end
 local config = ARGV[2]
 local version, per_band, count = struct.unpack('>BBI2', config)
 if version ~= 1 or per_band ~= 5 or #config ~= 4 + 40 * count then
@@ -152,7 +177,7 @@ if count == 1 and #KEYS == 1 then
     local stored = redis.call('HMGET', key, 't', '1', 'c', 'w')
     local exists = stored[1] ~= false
     local calls = stored[3] or nil
-    local replayed = op ~= 2 and op ~= 4 and remembered(calls)
+    local replayed = op ~= 2 and op ~= 4 and op ~= 8 and remembered(calls)
     local settled, balance = now, initial
     if exists then
         settled = tonumber(stored[1])
@@ -170,12 +195,12 @@ if count == 1 and #KEYS == 1 then
         -- Sent before and run: what it took stays taken, once (a refund, given once). A
         -- reservation's moment is not remembered: it is answered with the wait until the
         -- key's settlement point (its own moment, or a later one), and no moment (see reply).
-        if op <= 1 then
+        if op <= 1 or op == 7 then
             outcome = replayed > 0 and 0 or 1
         elseif op == 5 then
             wait = behind
         end
-    elseif op <= 2 then -- take, many or peek
+    elseif op <= 2 or stack then -- take, many, peek, or together on one key
         if n > burst then
             outcome = 2
         else
@@ -183,7 +208,7 @@ if count == 1 and #KEYS == 1 then
             if deficit > 0 then
                 outcome = 1
                 wait = ceil(deficit / rate)
-            elseif op <= 1 then
+            elseif op <= 1 or op == 7 then
                 balance = balance - n * unit
                 changed = true
             end
@@ -239,10 +264,12 @@ if count == 1 and #KEYS == 1 then
     end
     local remaining = floor(balance / unit)
 
-    if op ~= 2 and op ~= 4 or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
+    -- A read stores nothing but a new key's anchor; a stack refused is read as a peek.
+    local reads = op == 2 or op == 4 or op == 8 or (op == 7 and outcome ~= 0)
+    if not reads or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
         local to_full = ceil((capacity - balance) / rate)
         if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
-            if changed and op >= 5 then
+            if changed and (op == 5 or op == 6) then
                 -- Field "w": the settlement point a reservation (or a give-back) left.
                 if token then
                     redis.call('HSET', key, 't', settled, '1', balance, 'w', settled, 'c',
@@ -269,12 +296,17 @@ if count == 1 and #KEYS == 1 then
     if op == 1 then
         return tostring(outcome)
     elseif outcome == 1 then
+        if stack then
+            return {{1, remaining, behind, wait}}
+        end
         return {1, remaining, behind, wait}
     elseif op == 5 and wait > 0 then
         if at then
             return {0, remaining, wait, at}
         end
         return {0, remaining, wait}
+    elseif stack then
+        return {4 * remaining + outcome}
     end
     return 4 * remaining + outcome
 end
@@ -286,40 +318,96 @@ if server_clock then
 end
 local many = op == 1
 local takes = many or op == 0
-local decides = takes or op == 2
+local decides = takes or op == 2 or stack
 local waits = op == 5 or op == 6 -- reserve, give back (one key)
 local writes = takes or op == 3 or waits
 
-local rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
-local fields = {'t'}
-local new_is_full = true
-for i = 1, count do
-    local p, q, tokens = struct.unpack('>I8I8I8', config, 5 + 40 * (i - 1))
-    rate[i] = p
-    unit[i] = q * 1000000
-    burst[i] = tokens
-    capacity[i] = tokens * unit[i]
-    initial[i] = initial_tokens < 0 and capacity[i] or initial_tokens * unit[i]
-    new_is_full = new_is_full and initial[i] == capacity[i]
-    fields[i + 1] = tostring(i)
+-- The configuration the keys are settled in: the call's, for every key; a stack's keys each
+-- have their own (and their own initial tokens), read again for each key.
+local rate, unit, burst, capacity, initial, fields, new_is_full
+local function configure(encoding, initial_tokens)
+    if type(encoding) ~= 'string' or #encoding < 4 then
+        return false
+    end
+    local version, per_band, bands = struct.unpack('>BBI2', encoding)
+    if version ~= 1 or per_band ~= 5 or #encoding ~= 4 + 40 * bands then
+        return false
+    end
+    count = bands
+    rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
+    fields = {'t'}
+    new_is_full = true
+    for i = 1, count do
+        local p, q, tokens = struct.unpack('>I8I8I8', encoding, 5 + 40 * (i - 1))
+        rate[i] = p
+        unit[i] = q * 1000000
+        burst[i] = tokens
+        capacity[i] = tokens * unit[i]
+        initial[i] = initial_tokens < 0 and capacity[i] or initial_tokens * unit[i]
+        new_is_full = new_is_full and initial[i] == capacity[i]
+        fields[i + 1] = tostring(i)
+    end
+    fields[count + 2] = 'c'
+    fields[count + 3] = 'w'
+    return true
 end
-fields[count + 2] = 'c'
-fields[count + 3] = 'w'
+configure(config, initial_tokens)
+
+-- A stack's keys: each one's n, least TTL and initial tokens (the first key's are the request's).
+local part_n, part_least, part_initial = {n}, {least_ttl_ms}, {initial_tokens}
+if stack then
+    for k = 2, #KEYS do
+        part_n[k], part_least[k], part_initial[k] = struct.unpack('>ddd', ARGV[1], 24 * k + 1)
+    end
+end
 
 -- Per key of this call (a batch may name a key twice): what its field "c" held before the
 -- call, how many of the call's requests took there when it ran before (a replay; nil if it did
 -- not), and how many take there now.
-local calls_before, replay_left, taken_here = {}, {}, {}
+local calls_before, replay_left, taken_here
 
 local reply = {}
 local balance = {}
-for k = 1, #KEYS do
+-- Every op but "together" is one pass over its keys. "Together" (op 7) is two: the first reads
+-- and decides every key as a peek, and writes and answers nothing; the second takes on every
+-- key if the first found every one allowed (or found a key that remembers this call: it ran
+-- before, and took), else reads every key again as a peek. "Peek together" (op 8) is the
+-- second pass of a refused stack alone. Each pass settles and decides each key below, the
+-- same code as every other op. The loop runs over the steps of both passes: step k of the
+-- first is key k, step #KEYS + k of the second is key k again.
+local refused, replay = op == 8, false
+for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
+    local dry = step <= #KEYS
+    local k = dry and step or step - #KEYS
+    if k == 1 then -- a pass begins
+        if stack then
+            takes = not dry and (replay or not refused)
+            writes = takes
+        end
+        calls_before, replay_left, taken_here = {}, {}, {}
+    end
     local key = KEYS[k]
+    if stack then
+        if taken_here[key] ~= nil then
+            return redis.error_reply('ERR qos: a stack names a key twice')
+        end
+        n, least_ttl_ms = part_n[k], part_least[k]
+        if not configure(ARGV[k + 1], part_initial[k]) then
+            return redis.error_reply('ERR qos: a configuration of another version or shape')
+        end
+    end
     local stored = redis.call('HMGET', key, unpack(fields))
     local exists = stored[1] ~= false
     if taken_here[key] == nil then
         calls_before[key] = stored[count + 2] or nil
-        replay_left[key] = writes and remembered(calls_before[key]) or nil
+        if not stack then
+            replay_left[key] = writes and remembered(calls_before[key]) or nil
+        elseif dry then
+            replay = replay or remembered(calls_before[key]) ~= nil
+        elseif replay and takes then
+            -- Sent before and run: it took on every key (see ARGV[3]), and takes nothing again.
+            replay_left[key] = 1
+        end
         taken_here[key] = 0
     end
     local settled
@@ -501,7 +589,7 @@ for k = 1, #KEYS do
     -- available) stores nothing, except that it anchors a new key that does not start full, or
     -- any new key when keys are kept at least least_ttl_ms (then every key touched is
     -- remembered, anchor included, exactly as an in-process limiter remembers it).
-    if writes or (not exists and (not new_is_full or least_ttl_ms > 0)) then
+    if writes or (not dry and not exists and (not new_is_full or least_ttl_ms > 0)) then
         local to_full = 0
         for i = 1, count do
             to_full = max(to_full, ceil((capacity[i] - balance[i]) / rate[i]))
@@ -537,17 +625,26 @@ for k = 1, #KEYS do
         end
     end
 
-    if many then
+    if dry then
+        refused = refused or outcome ~= 0
+    elseif many then
         reply[k] = outcome
-    elseif outcome == 1 then
-        return {1, remaining, behind, wait}
-    elseif op == 5 and wait > 0 then
-        if at then
-            return {0, remaining, wait, at}
-        end
-        return {0, remaining, wait}
     else
-        return 4 * remaining + outcome
+        local answer
+        if outcome == 1 then
+            answer = {1, remaining, behind, wait}
+        elseif op == 5 and wait > 0 then
+            answer = at and {0, remaining, wait, at} or {0, remaining, wait}
+        else
+            answer = 4 * remaining + outcome
+        end
+        if not stack then
+            return answer
+        end
+        reply[k] = answer
     end
+end
+if stack then
+    return reply
 end
 return table.concat(reply)
