@@ -314,3 +314,62 @@ def test_the_asyncio_form_awaits_limiters_of_its_own_kind():
     assert first and not second
     assert native.available() == 9
     assert remote.inner.calls == ["check", "check"]
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process and Redis limits on one request (a real redis-server; rates slow enough that
+# nothing refills while a test runs)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_redis_refusal_gives_back_the_in_process_parts(redis_client: Any) -> None:
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, RedisRateLimiter
+
+    local = KeyedRateLimiter(1, burst=5, per=3600)
+    everyone = RedisRateLimiter(redis_client, 1, burst=2, per=3600, name="stack-global")
+    per_client = RedisKeyedRateLimiter(redis_client, 1, burst=5, per=3600, name="stack-client")
+    parts = [Part(local, "k"), Part(everyone), Part(per_client, "k")]
+    assert [bool(check_together(parts)) for _ in range(3)] == [True, True, False]
+    refused = check_together(parts)
+    # The in-process part was taken, then given back: it holds what two requests left it.
+    assert [d.outcome for d in refused.parts] == [ALLOWED, DENIED, ALLOWED]
+    assert local.available("k") == 3
+    assert per_client.available("k") == 3
+    assert refused.decision.outcome is DENIED
+
+
+def test_the_asyncio_form_stacks_asyncio_redis_limits_with_in_process_ones(
+    redis_server: Any,
+) -> None:
+    pytest.importorskip("redis")
+    import redis.asyncio
+    from protocol_in_code.qos.distributed import AsyncRedisKeyedRateLimiter
+
+    async def main() -> tuple[list[bool], int]:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+        try:
+            await client.flushall()
+            remote = AsyncRedisKeyedRateLimiter(client, 1, burst=2, per=3600, name="stack-async")
+            local = RateLimiter(1, burst=5, per=3600)
+            parts = [Part(local), Part(remote, "k")]
+            allowed = [bool(await check_together_async(parts)) for _ in range(3)]
+            return allowed, local.available()
+        finally:
+            await client.aclose()
+
+    allowed, left = asyncio.run(main())
+    assert allowed == [True, True, False]
+    assert left == 3
+
+
+def test_a_redis_server_that_is_down_leaves_nothing_taken(own_redis_server: Any) -> None:
+    from protocol_in_code.qos.distributed import LimiterUnavailable, RedisRateLimiter
+
+    client = own_redis_server.client()
+    remote = RedisRateLimiter(client, 1, burst=5, per=3600, name="stack-down", on_error="raise")
+    local = RateLimiter(1, burst=5, per=3600)
+    assert check_together([Part(local), Part(remote)])
+    own_redis_server.stop()
+    with pytest.raises(LimiterUnavailable):
+        check_together([Part(local, n=2), Part(remote)])
+    assert local.available() == 4

@@ -277,7 +277,8 @@ class _Redis(_Group):
     def take(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
-        answers = self.together.check_together([asked[i] for i in self.indices])
+        parts = [asked[i] for i in self.indices]
+        answers = self.together.check_together(parts, now_ns=now_ns)
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
@@ -285,7 +286,8 @@ class _Redis(_Group):
     async def take_async(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
-        answers = await self.together.check_together_async([asked[i] for i in self.indices])
+        parts = [asked[i] for i in self.indices]
+        answers = await self.together.check_together_async(parts, now_ns=now_ns)
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
