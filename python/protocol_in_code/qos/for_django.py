@@ -39,13 +39,12 @@ from protocol_in_code.qos._http import (
     Route,
     Rules,
     Verdict,
-    client_address,
     decide,
     decide_async,
     view_rules,
 )
 from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
-from protocol_in_code.qos.wsgi import _headers, _peer
+from protocol_in_code.qos.wsgi import _info as _wsgi_info
 
 __all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route", "limit"]
 
@@ -55,14 +54,7 @@ View = TypeVar("View", bound=Callable[..., Any])
 def _info(rules: Rules, request: HttpRequest) -> RequestInfo:
     """The request as the key, cost and exemption functions see it: the peer is
     ``REMOTE_ADDR`` and the headers are ``HTTP_*`` of ``request.META``, as under WSGI."""
-    meta = request.META
-    headers = _headers(meta)
-    return RequestInfo(
-        request.method or "GET",
-        request.path_info,
-        client_address(_peer(meta), headers, rules.proxies, rules.forwarded_header),
-        headers,
-    )
+    return _wsgi_info(rules, request.META, request.method or "GET", request.path_info)
 
 
 def _refusal(verdict: Verdict) -> HttpResponse:

@@ -36,11 +36,10 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     Rule,
     Rules,
-    client_address,
     decide,
     view_rules,
 )
-from protocol_in_code.qos.wsgi import _headers, _path, _peer
+from protocol_in_code.qos.wsgi import _info, _path
 
 __all__ = ["DecisionEvent", "RequestInfo", "limit"]
 
@@ -115,13 +114,7 @@ def _limited(
     rules: Rules, rule: Rule, view: Callable[..., Any], args: Any, kwargs: Any
 ) -> Response:
     environ = request.environ
-    headers = _headers(environ)
-    info = RequestInfo(
-        environ.get("REQUEST_METHOD", "GET"),
-        _path(environ),
-        client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
-        headers,
-    )
+    info = _info(rules, environ, environ.get("REQUEST_METHOD", "GET"), _path(environ))
     verdict = decide(rules, rule, info)
     if verdict.status:
         return Response(

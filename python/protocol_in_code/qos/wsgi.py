@@ -166,13 +166,7 @@ class RateLimitMiddleware:
         rule = rules.rule_for(method, path)
         if rule is None:
             return self.app(environ, start_response)
-        headers = _headers(environ)
-        info = RequestInfo(
-            method,
-            path,
-            client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
-            headers,
-        )
+        info = _info(rules, environ, method, path)
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
         # Whatever can fail is done before the limiter is asked, so a request that spent a
@@ -201,13 +195,7 @@ class RateLimitMiddleware:
         matched = rules.rules_for(method, path)
         if not matched:
             return self.app(environ, start_response)
-        headers = _headers(environ)
-        info = RequestInfo(
-            method,
-            path,
-            client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header),
-            headers,
-        )
+        info = _info(rules, environ, method, path)
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
         verdict = decide_stacked(rules, matched, info)
@@ -243,3 +231,10 @@ def _refuse(
     fields = [*fields, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
     start_response(f"{status} {REASONS[status]}", fields)
     return [body]
+
+
+def _info(rules: Rules, environ: Environ, method: str, path: str) -> RequestInfo:
+    """The request as the key, cost, plan and exemption functions see it."""
+    headers = _headers(environ)
+    client = client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header)
+    return RequestInfo(method, path, client, headers)
