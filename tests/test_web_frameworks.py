@@ -44,6 +44,7 @@ import web_django_app  # noqa: E402
 from fastapi import Depends, FastAPI  # noqa: E402
 from flask import Flask  # noqa: E402
 from protocol_in_code.qos import LimitOutcome  # noqa: E402
+from protocol_in_code.qos.asgi import Route  # noqa: E402
 from protocol_in_code.qos.for_django import limit as django_limit  # noqa: E402
 from protocol_in_code.qos.for_fastapi import (  # noqa: E402
     RateLimit,
@@ -379,6 +380,46 @@ def test_a_django_async_view_awaits_an_asyncio_limiter_under_uvicorn(clients):
     assert responses[3].headers["Retry-After"] == "1"
     assert without_pk(parsed(responses[3], "RateLimit")) == {"async": {"r": 0}}
     assert other.status_code == 200
+
+
+def test_the_django_middleware_serves_asgi_and_awaits_an_asyncio_limiter(clients):
+    limiter = AsyncKeyed(KeyedRateLimiter(2, burst=3, clock=Clock()))
+    server = Uvicorn(web_django_app.create_asgi_app(limiter, "middleware", name="site"))
+    server.start()
+    try:
+        responses = [clients[0].get(server.url + "/") for _ in range(4)]
+        health = clients[0].get(server.url + "/health")
+    finally:
+        server.stop()
+    assert [r.status_code for r in responses] == [200] * 3 + [429]
+    assert responses[0].json() == {"hello": "async"}
+    assert limiter.checks == 4
+    assert responses[3].headers["Retry-After"] == "1"
+    assert without_pk(parsed(responses[3], "RateLimit")) == {"site": {"r": 0}}
+    assert health.status_code == 200 and "RateLimit" not in health.headers
+
+
+@pytest.mark.parametrize("asgi", [False, True], ids=["wsgi", "asgi"])
+def test_the_django_middleware_stacks_the_routes_that_match(asgi, clients):
+    clock = Clock()
+    everyone = RateLimiter(1, burst=3, per=3600, clock=clock)
+    elsewhere = RateLimiter(1, burst=1, per=3600, clock=clock)  # a route this site never asks
+    options: dict[str, Any] = {
+        "name": "global",
+        "routes": [Route("/nowhere", elsewhere, name="nowhere")],
+        "stack": True,
+    }
+    if asgi:
+        server = Uvicorn(web_django_app.create_asgi_app(everyone, "middleware", **options))
+    else:
+        server = Waitress(web_django_app.create_app(everyone, "middleware", **options))
+    server.start()
+    try:
+        statuses = [clients[0].get(server.url + "/").status_code for _ in range(4)]
+    finally:
+        server.stop()
+    assert statuses == [200] * 3 + [429]
+    assert elsewhere.available() == 1
 
 
 def test_synchronous_forms_refuse_an_asyncio_limiter_at_once():

@@ -49,15 +49,22 @@ async def hello_async(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"hello": "async"})
 
 
-def create_asgi_app(limiter: Any, **options: Any) -> Any:
-    """An ASGI application: ``/`` is an ``async def`` view limited by ``@limit``."""
+def create_asgi_app(limiter: Any, form: str = "decorator", **options: Any) -> Any:
+    """An ASGI application: ``/`` is an ``async def`` view limited by ``limiter`` through
+    ``form`` (``"decorator"``, ``@limit``, or ``"middleware"``), and ``/health`` never limited."""
     configure()
     from django.core.handlers.asgi import ASGIHandler
     from django.urls import clear_url_caches, path
     from protocol_in_code.qos.for_django import limit
 
-    settings.MIDDLEWARE = []
-    urlpatterns[:] = [path("", limit(limiter, **options)(hello_async)), path("health", health)]
+    if form == "decorator":
+        view = limit(limiter, **options)(hello_async)
+        settings.MIDDLEWARE = []
+    else:
+        view = hello_async
+        Limited.options = {"limiter": limiter, "exempt": ["/health"], **options}
+        settings.MIDDLEWARE = [f"{__name__}.Limited"]
+    urlpatterns[:] = [path("", view), path("health", health)]
     clear_url_caches()
     return ASGIHandler()
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 # Django ships no type hints (django-stubs would bring them): read as Any here.
+from asgiref.sync import markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
 
@@ -41,8 +42,11 @@ from protocol_in_code.qos._http import (
     Verdict,
     decide,
     decide_async,
+    decide_stacked,
+    decide_stacked_async,
     view_rules,
 )
+from protocol_in_code.qos.asgi import RateLimitMiddleware as _ASGIMiddleware
 from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
 from protocol_in_code.qos.wsgi import _info as _wsgi_info
 
@@ -159,19 +163,23 @@ def _no_app(environ: Any, start_response: Any) -> list[bytes]:  # pragma: no cov
 class RateLimitMiddleware:
     """A Django middleware limiting every request, as the WSGI middleware does.
 
-    Its parameters (``limiter``, ``routes``, ``key``, ``cost``, ``exempt``...: every one of
-    :class:`protocol_in_code.qos.wsgi.RateLimitMiddleware`'s) are the ``options`` of a
+    Its parameters (``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``stack``...: every
+    one of :class:`protocol_in_code.qos.wsgi.RateLimitMiddleware`'s) are the ``options`` of a
     subclass, or else the ``QOS_RATE_LIMIT`` setting. They are checked when Django builds its
     middleware (at the first request, or at startup under runserver), raising ``TypeError`` or
-    ``ValueError`` as the WSGI middleware does. An asyncio limiter cannot be used here.
+    ``ValueError`` as the WSGI middleware does.
+
+    It serves a site under WSGI and under ASGI alike: Django gives it an asynchronous chain
+    under ASGI, and it then awaits the rest of the chain, and an asyncio limiter if it has one
+    (which a synchronous chain cannot take: a ``TypeError`` when Django builds it).
     """
 
     sync_capable = True
-    async_capable = False
+    async_capable = True
     #: The parameters, in place of the ``QOS_RATE_LIMIT`` setting when not ``None``.
     options: ClassVar[Mapping[str, Any] | None] = None
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         options = self.options
         if options is None:
             # Imported here: Django's settings object raises on any look at it (help(), the
@@ -184,18 +192,64 @@ class RateLimitMiddleware:
                 "RateLimitMiddleware: set QOS_RATE_LIMIT = {'limiter': ...} in the settings, "
                 "or subclass it with options = {'limiter': ...}"
             )
-        self.rules: Rules = _WSGIMiddleware(_no_app, **options).rules
+        self.awaited = inspect.iscoroutinefunction(get_response)
+        if self.awaited:
+            # Django reads this mark to call the middleware as a coroutine function.
+            markcoroutinefunction(self)
+            self.rules: Rules = _ASGIMiddleware(_no_asgi_app, **options).rules
+        else:
+            self.rules = _WSGIMiddleware(_no_app, **options).rules
         self.get_response = get_response
 
-    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.awaited:
+            return self._acall(request)
         rules = self.rules
-        rule = rules.rule_for(request.method or "GET", request.path_info)
-        if rule is None:
-            return self.get_response(request)
-        info = _info(rules, request)
-        if rules.exempt is not None and rules.exempt(info):
-            return self.get_response(request)
-        verdict = decide(rules, rule, info)
+        method = request.method or "GET"
+        if rules.stack:
+            matched = rules.rules_for(method, request.path_info)
+            if not matched:
+                return self.get_response(request)
+            info = _info(rules, request)
+            if rules.exempt is not None and rules.exempt(info):
+                return self.get_response(request)
+            verdict = decide_stacked(rules, matched, info)
+        else:
+            rule = rules.rule_for(method, request.path_info)
+            if rule is None:
+                return self.get_response(request)
+            info = _info(rules, request)
+            if rules.exempt is not None and rules.exempt(info):
+                return self.get_response(request)
+            verdict = decide(rules, rule, info)
         if verdict.status:
             return _refusal(verdict)
         return _with_fields(self.get_response(request), verdict)
+
+    async def _acall(self, request: HttpRequest) -> Any:
+        """:meth:`__call__` in an asynchronous chain (a site served by ASGI)."""
+        rules = self.rules
+        method = request.method or "GET"
+        if rules.stack:
+            matched = rules.rules_for(method, request.path_info)
+            if not matched:
+                return await self.get_response(request)
+            info = _info(rules, request)
+            if rules.exempt is not None and rules.exempt(info):
+                return await self.get_response(request)
+            verdict = await decide_stacked_async(rules, matched, info)
+        else:
+            rule = rules.rule_for(method, request.path_info)
+            if rule is None:
+                return await self.get_response(request)
+            info = _info(rules, request)
+            if rules.exempt is not None and rules.exempt(info):
+                return await self.get_response(request)
+            verdict = await decide_async(rules, rule, info)
+        if verdict.status:
+            return _refusal(verdict)
+        return _with_fields(await self.get_response(request), verdict)
+
+
+async def _no_asgi_app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover
+    raise AssertionError("never called: only the ASGI middleware's rules are used")
