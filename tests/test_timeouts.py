@@ -77,3 +77,12 @@ def test_every_form_gives_the_same_message(form: str) -> None:
     with pytest.raises(ValueError) as native:
         RateLimiter(1).acquire(timeout=10**400)
     assert str(raised.value) == str(native.value)
+
+
+@pytest.mark.parametrize("form", [f for f in FORMS if "Redis" not in f])
+@pytest.mark.parametrize("timeout", [2.0**64, 1e30, 10**30])
+def test_a_finite_timeout_beyond_any_duration_waits_for_ever(form: str, timeout: Any) -> None:
+    """2**64 seconds is one past what a wait can hold (Duration::MAX, read as a float, rounds
+    up to it): such a timeout, and any longer finite one, means no deadline, and the asyncio
+    forms, which pass what is left of it back to the limiter, read it the same way."""
+    assert FORMS[form](timeout) is True

@@ -49,6 +49,7 @@ __all__ = [
     "_read_plans",
     "_refuse_in_event_loop",
     "_timeout_seconds",
+    "_wait_for_turn",
     "borrowable",
     "compute_refill",
     "leak",
@@ -277,6 +278,13 @@ def _read_plans(
 ) -> tuple[list[tuple[str, int]], list[tuple[Band, ...]]]: ...
 def _timeout_seconds(timeout: Any) -> float: ...
 def _refuse_in_event_loop(limiter: str) -> None: ...
+def _wait_for_turn(
+    limiter: str,
+    timeout: Any,
+    reserve: Callable[[float | None], tuple[bool, int] | None],
+    until: Callable[[int], int],
+    give_back: Callable[[int], object],
+) -> bool: ...
 def _only_the_rate_by_position(limiter: str, rate: Any, more: tuple[Any, ...]) -> None: ...
 def _check_together(
     parts: list[tuple[Any, Any, Any, Any]], now_ns: int | None = None, peek: bool = False

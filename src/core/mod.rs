@@ -6,6 +6,8 @@
 //!   in the Python glue, any Python number with Python's own arithmetic.
 //! * [`int_or_float`]: a Python `int` or `float` as machine numbers, computing as Python does
 //!   wherever 64 bits give Python's exact answer, and saying so where they do not.
+//! * [`scalar`]: such a number that remembers which input it was, so that a result passed
+//!   through unchanged can be handed back as the very input.
 //! * [`refill`]: the lazy-refill math. Plain scalars in, a pair out. It never names a bucket.
 //! * [`token_bucket`]: the bucket, which is only where the refill math's answer gets stored, and
 //!   the spend decision made right after storing it.
@@ -27,4 +29,5 @@ pub mod leaky_bucket;
 pub mod meter;
 pub mod quantity;
 pub mod refill;
+pub mod scalar;
 pub mod token_bucket;

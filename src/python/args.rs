@@ -178,7 +178,9 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
             value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
         ))
     })?;
-    if secs.is_finite() && secs > Duration::MAX.as_secs_f64() {
+    // Duration::MAX in seconds rounds up to 2**64, one past what a Duration holds: a wait that
+    // long, or longer, is for ever.
+    if secs.is_finite() && secs >= Duration::MAX.as_secs_f64() {
         return Ok(Duration::MAX);
     }
     Duration::try_from_secs_f64(secs).map_err(|_| {

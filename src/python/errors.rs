@@ -13,7 +13,7 @@ use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
 use crate::core::meter::trace::TraceError;
-use crate::core::meter::MeterError;
+use crate::core::meter::{MeterError, SavedStateError};
 use crate::shared_memory::OpenError;
 
 /// A configuration that cannot be: its message is the core's.
@@ -48,6 +48,13 @@ impl From<MeterError> for PyErr {
                 "a bucket size times the rate's denominator is too large to hold exactly".to_owned()
             }
         })
+    }
+}
+
+/// A meter's saved state (a pickle's) that cannot be put back: its message is the core's.
+impl From<SavedStateError> for PyErr {
+    fn from(error: SavedStateError) -> Self {
+        PyValueError::new_err(error.to_string())
     }
 }
 

@@ -42,7 +42,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 use crate::core::exact::key::{
-    encode_item, first_item, huge_float_bytes, plain_int, Digested, Key, KeyRef,
+    self, big_int, digest_bytes, encode_item, first_item, plain_int, Digested, FloatKey, Key,
+    KeyRef,
 };
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::python::number::exact_i64;
@@ -93,44 +94,22 @@ frozen_record! {
     }
 }
 
-/// A [`KeyDigest`]'s kinds, by name.
-const DIGESTED: [(&str, Digested); 4] = [
-    ("int", Digested::Int),
-    ("str", Digested::Str),
-    ("bytes", Digested::Bytes),
-    ("tuple", Digested::Tuple),
-];
-
 impl KeyDigest {
     /// The key this record stands for, if it is one that iteration could have given back (a
-    /// known kind, a digest of 16 bytes); any other is a key of its own.
+    /// known kind, a digest of 16 bytes: see `KeyRef::digest_named`); any other is a key of
+    /// its own.
     fn key(&self, py: Python<'_>) -> Option<KeyRef<'static>> {
         let kind = self.kind.bind(py).cast_exact::<PyString>().ok()?;
-        let kind = kind.to_str().ok()?;
-        let (_, kind) = DIGESTED.iter().find(|(name, _)| *name == kind)?;
         let digest = self.digest.bind(py).cast_exact::<PyBytes>().ok()?;
-        let (low, high) = digest.as_bytes().split_first_chunk::<8>()?;
-        let high: &[u8; 8] = high.try_into().ok()?;
-        Some(KeyRef::Digest(
-            *kind,
-            u64::from_le_bytes(*low),
-            u64::from_le_bytes(*high),
-        ))
+        KeyRef::digest_named(kind.to_str().ok()?, digest.as_bytes())
     }
 
     /// The record standing for a stored digest.
     fn of(py: Python<'_>, kind: Digested, low: u64, high: u64) -> PyResult<Bound<'_, Self>> {
-        let (name, _) = DIGESTED
-            .iter()
-            .find(|(_, known)| *known == kind)
-            .expect("every kind has a name");
-        let mut digest = [0; 16];
-        digest[..8].copy_from_slice(&low.to_le_bytes());
-        digest[8..].copy_from_slice(&high.to_le_bytes());
         Self::make(
             py,
-            PyString::new(py, name).into_any(),
-            PyBytes::new(py, &digest).into_any(),
+            PyString::new(py, kind.name()).into_any(),
+            PyBytes::new(py, &digest_bytes(low, high)).into_any(),
         )
     }
 }
@@ -316,9 +295,6 @@ fn conversion<'py>(
     }
 }
 
-/// 2**127, the first float beyond `i128`.
-const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
-
 /// The fast path: exact `str`, `bytes`, `int` and `bool` within 64 bits, and `float`, read
 /// without calling Python. `None` for other types and bigger ints; `Object` for values of
 /// these types that no plain key equals.
@@ -342,21 +318,12 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
     None
 }
 
-/// A float value as a plain key: an integral one as the int it equals, any other by its bits
-/// (an infinity included); `None` for a NaN (equal to nothing, not even itself: a dict finds a
-/// NaN key only by identity).
+/// A float value as a plain key (see `key::float_key`); `None` for a NaN.
 fn float_key(value: f64) -> Option<Classified<'static>> {
-    if value.is_nan() {
-        return None;
-    }
-    if value.fract() != 0.0 {
-        return Some(Classified::Plain(KeyRef::Float(value.to_bits())));
-    }
-    if (-TWO_TO_127..TWO_TO_127).contains(&value) {
-        #[allow(clippy::cast_possible_truncation)] // integral and within range
-        return Some(Classified::Plain(plain_int(value as i128)));
-    }
-    huge_float_bytes(value).map(Classified::Huge)
+    Some(match key::float_key(value)? {
+        FloatKey::Plain(plain) => Classified::Plain(plain),
+        FloatKey::Huge(bytes) => Classified::Huge(bytes),
+    })
 }
 
 /// What kind of number a key is, for asking it which plain key it equals.
@@ -665,11 +632,7 @@ pub fn key_object<'py>(
     Ok(Some(match key {
         Key::Int(value) => value.into_pyobject(py)?.into_any(),
         Key::Wide(value) => value.into_pyobject(py)?.into_any(),
-        Key::Big(low, high) => {
-            #[allow(clippy::cast_possible_wrap)] // the bits, not the value
-            let value = ((u128::from(*high) << 64) | u128::from(*low)) as i128;
-            value.into_pyobject(py)?.into_any()
-        }
+        Key::Big(low, high) => big_int(*low, *high).into_pyobject(py)?.into_any(),
         Key::Huge(bytes) => {
             let signed = PyDict::new(py);
             signed.set_item(intern!(py, "signed"), true)?;

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::core::exact::settle::Balance;
-use crate::core::meter::bucket::{Bucket, ByteRate};
+use crate::core::meter::bucket::ByteRate;
 use crate::core::meter::rfc4115::Rfc4115;
 use crate::core::meter::srtcm::SrTcm;
 use crate::core::meter::trace::{TraceError, TraceMarker};
@@ -34,21 +34,11 @@ pub static COLOR: StrEnum = StrEnum::new(
     &[("GREEN", "Green"), ("YELLOW", "Yellow"), ("RED", "Red")],
 );
 
-const COLORS: [Color; 3] = [Color::Green, Color::Yellow, Color::Red];
-
-fn code(color: Color) -> u8 {
-    match color {
-        Color::Green => 0,
-        Color::Yellow => 1,
-        Color::Red => 2,
-    }
-}
-
 /// A `Color` member (or its value string) as a core colour.
 fn color_of(value: &Bound<'_, PyAny>) -> PyResult<Color> {
     let py = value.py();
-    for (i, color) in COLORS.into_iter().enumerate() {
-        if value.eq(COLOR.member(py, i)?)? {
+    for color in Color::ALL {
+        if value.eq(COLOR.member(py, usize::from(color.code()))?)? {
             return Ok(color);
         }
     }
@@ -56,40 +46,6 @@ fn color_of(value: &Bound<'_, PyAny>) -> PyResult<Color> {
         "color must be a Color (or None for colour-blind marking), not {}",
         value.repr()?
     )))
-}
-
-/// What the glue needs from each meter type, beyond marking.
-trait MeterState: Meter + Clone + Send {
-    /// The RFC's names for the buckets, with the buckets.
-    fn buckets(&self) -> [(&'static str, &Bucket); 2];
-    fn buckets_mut(&mut self) -> [&mut Bucket; 2];
-}
-
-impl MeterState for SrTcm {
-    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
-        [("tc", &self.committed), ("te", &self.excess)]
-    }
-    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
-        [&mut self.committed, &mut self.excess]
-    }
-}
-
-impl MeterState for TrTcm {
-    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
-        [("tp", &self.peak), ("tc", &self.committed)]
-    }
-    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
-        [&mut self.peak, &mut self.committed]
-    }
-}
-
-impl MeterState for Rfc4115 {
-    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
-        [("tc", &self.committed), ("te", &self.excess)]
-    }
-    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
-        [&mut self.committed, &mut self.excess]
-    }
 }
 
 /// A core meter shared between threads, with its clock.
@@ -103,7 +59,7 @@ struct Shared<M> {
     clock: Clock,
 }
 
-impl<M: MeterState> Shared<M> {
+impl<M: Meter + Clone + Send> Shared<M> {
     fn new(meter: M, clock: Clock) -> Self {
         Self {
             meter: Mutex::new(meter),
@@ -135,7 +91,7 @@ impl<M: MeterState> Shared<M> {
         let arrived = color.filter(|c| !c.is_none()).map(color_of).transpose()?;
         let now = self.clock.now(py, now_ns)?;
         let marked = self.lock(py).mark(bytes, now, arrived);
-        COLOR.member(py, usize::from(code(marked)))
+        COLOR.member(py, usize::from(marked.code()))
     }
 
     fn mark_many<'py>(
@@ -168,7 +124,7 @@ impl<M: MeterState> Shared<M> {
             Ok::<(), TraceError>(())
         })
         .map_err(PyErr::from)?;
-        code_array(py, marked.iter().map(|&color| code(color)))
+        code_array(py, marked.iter().map(|&color| color.code()))
     }
 
     /// The level of the bucket at `index` as bytes: an int, or a Fraction when not whole.
@@ -190,34 +146,19 @@ impl<M: MeterState> Shared<M> {
         Ok(text)
     }
 
+    /// Each bucket's balance, as a pickle keeps it (see `Meter::balances`).
     fn state(&self, py: Python<'_>) -> Vec<(u128, Option<i64>)> {
-        self.lock(py)
-            .buckets()
-            .iter()
-            .map(|(_, bucket)| {
-                let balance = bucket.balance();
-                (balance.units, balance.settled_at)
-            })
-            .collect()
+        let balances = self.lock(py).balances();
+        balances.map(|b| (b.units, b.settled_at)).to_vec()
     }
 
+    /// A pickle's balances put back, all or none (see `Meter::restore`).
     fn restore(&self, py: Python<'_>, state: Vec<(u128, Option<i64>)>) -> PyResult<()> {
-        let mut current = self.lock(py);
-        let mut meter = current.clone();
-        if state.len() != 2 {
-            return Err(PyValueError::new_err(
-                "a meter's saved state has two buckets",
-            ));
-        }
-        for (bucket, (units, settled_at)) in meter.buckets_mut().into_iter().zip(state) {
-            if !bucket.restore(Balance { units, settled_at }) {
-                return Err(PyValueError::new_err(
-                    "a saved level exceeds its bucket's size",
-                ));
-            }
-        }
-        *current = meter;
-        Ok(())
+        let saved: Vec<Balance> = state
+            .into_iter()
+            .map(|(units, settled_at)| Balance { units, settled_at })
+            .collect();
+        self.lock(py).restore(&saved).map_err(PyErr::from)
     }
 }
 
@@ -241,7 +182,7 @@ impl Trace {
                     .into_iter()
                     .enumerate()
                     .map(|(i, code)| {
-                        COLORS.get(code).copied().ok_or_else(|| {
+                        Color::from_code(code).ok_or_else(|| {
                             PyValueError::new_err(format!(
                                 "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
                             ))
@@ -259,7 +200,7 @@ impl Trace {
     }
 
     /// Mark the trace on `meter` (a working copy), returning it as the trace leaves it.
-    fn mark<M: MeterState>(&self, meter: M, marked: &mut [Color]) -> Result<M, TraceError> {
+    fn mark<M: Meter>(&self, meter: M, marked: &mut [Color]) -> Result<M, TraceError> {
         let mut trace = TraceMarker::new(meter);
         trace.mark(&self.sizes, &self.times, self.colors.as_deref(), marked)?;
         Ok(trace.finish())

@@ -4,11 +4,11 @@
 //! takes part in them. Two number types, both built on the core's [`IntOrFloat`] (an `int`
 //! within 64 bits or a `float`, computing as Python does wherever machine numbers can):
 //!
-//! * [`Scalar`] is an exact `int` or `float` object's [`IntOrFloat`], and which of an
-//!   operation's inputs it is, if any. It holds no reference to any object, so it is copied
-//!   freely and runs no Python code, so it may run while a lock is held. When the operation is
-//!   over, a result that *is* one of the inputs becomes that very object again, and only a value
-//!   the operation computed becomes a new `int` or `float`.
+//! * [`Scalar`] (the core's, `core::scalar`) is an exact `int` or `float` object's
+//!   [`IntOrFloat`], and which of an operation's inputs it is, if any. It holds no reference to
+//!   any object, so it is copied freely and runs no Python code, so it may run while a lock is
+//!   held. When the operation is over, a result that *is* one of the inputs becomes that very
+//!   object again, and only a value the operation computed becomes a new `int` or `float`.
 //! * [`Num`] is any Python number. Two exact values use [`IntOrFloat`]'s arithmetic; everything
 //!   else, and every step [`IntOrFloat`] finds [`Inexact`], is handed to Python
 //!   (`PyNumber_Subtract`, a rich comparison followed by a truth test, ...), exactly as the
@@ -54,55 +54,14 @@ pub fn exact_i64(int: &Bound<'_, PyInt>) -> Option<i64> {
     int.extract::<i64>().ok()
 }
 
-/// An [`IntOrFloat`] and which of an operation's inputs it is: the input's position, or none for a
-/// value the operation computed.
-#[derive(Clone, Copy)]
-pub struct Scalar {
-    value: IntOrFloat,
-    origin: usize,
-}
+pub use crate::core::scalar::Scalar;
 
+/// A [`Scalar`] read from a Python object, and made into one again.
 impl Scalar {
-    /// The origin of a computed value.
-    const COMPUTED: usize = usize::MAX;
-
     /// Input number `position`, if it is an exact `int` within 64 bits or an exact `float`.
+    #[must_use]
     pub fn input(object: &Bound<'_, PyAny>, position: usize) -> Option<Self> {
         int_or_float(object).map(|value| Self::from_input(value, position))
-    }
-
-    /// Input number `position`, whose value is already known.
-    pub fn from_input(value: IntOrFloat, position: usize) -> Self {
-        assert!(position != Self::COMPUTED, "an input has a position");
-        Self {
-            value,
-            origin: position,
-        }
-    }
-
-    /// `K` inputs read with `read` (given each position), if every one of them is a scalar.
-    pub fn inputs<const K: usize>(read: impl Fn(usize) -> Option<Self>) -> Option<[Self; K]> {
-        let mut scalars = [Self::computed(IntOrFloat::Int(0)); K];
-        for (position, scalar) in scalars.iter_mut().enumerate() {
-            *scalar = read(position)?;
-        }
-        Some(scalars)
-    }
-
-    fn computed(value: IntOrFloat) -> Self {
-        Self {
-            value,
-            origin: Self::COMPUTED,
-        }
-    }
-
-    /// The position of the input this scalar is, unless the operation computed it.
-    pub fn origin(self) -> Option<usize> {
-        (self.origin != Self::COMPUTED).then_some(self.origin)
-    }
-
-    pub fn value(self) -> IntOrFloat {
-        self.value
     }
 
     /// The Python object for this scalar: the input it is (given its position, `input` returns
@@ -114,37 +73,8 @@ impl Scalar {
     ) -> Bound<'py, PyAny> {
         match self.origin() {
             Some(position) => input(position),
-            None => new_object(py, self.value),
+            None => new_object(py, self.value()),
         }
-    }
-}
-
-impl Quantity for Scalar {
-    type Error = Inexact;
-
-    fn minus(&self, rhs: &Self) -> Result<Self, Inexact> {
-        self.value.minus(&rhs.value).map(Self::computed)
-    }
-    fn plus(&self, rhs: &Self) -> Result<Self, Inexact> {
-        self.value.plus(&rhs.value).map(Self::computed)
-    }
-    fn times(&self, rhs: &Self) -> Result<Self, Inexact> {
-        self.value.times(&rhs.value).map(Self::computed)
-    }
-    fn less_than(&self, rhs: &Self) -> Result<bool, Inexact> {
-        self.value.less_than(&rhs.value)
-    }
-    fn greater_than(&self, rhs: &Self) -> Result<bool, Inexact> {
-        self.value.greater_than(&rhs.value)
-    }
-    fn at_most_zero(&self) -> Result<bool, Inexact> {
-        self.value.at_most_zero()
-    }
-    fn below_zero(&self) -> Result<bool, Inexact> {
-        self.value.below_zero()
-    }
-    fn zero(&self) -> Self {
-        Self::computed(self.value.zero())
     }
 }
 

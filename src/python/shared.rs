@@ -15,8 +15,8 @@ use pyo3::types::{PyDict, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
-use crate::core::exact::key::{encode_item, plain_int, KeyRef};
-use crate::core::exact::keyed::{off_the_clock, random_seed, KeyedDecision};
+use crate::core::exact::key::plain_int;
+use crate::core::exact::keyed::{random_seed, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::Plans;
 use crate::core::exact::shared::lock::Owner;
@@ -33,7 +33,7 @@ use crate::python::fork;
 use crate::python::keyed::{
     code, decision, is_iterable, no_bands, plan_index, stats_record, KeyedStats,
 };
-use crate::python::keys::{classify, Classified};
+use crate::python::keys::classify;
 use crate::python::limiter::{conveniences, max_wait_ns, only_the_rate_by_position, Decision};
 use crate::python::waiting::{wait_for_turn, Reserved};
 use crate::shared_memory::{self, Mapped};
@@ -102,11 +102,7 @@ impl Shared {
     /// name; a `now` too far from the table's clock to be a reading of it is refused.
     fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
         self.mine();
-        match self
-            .table
-            .latest()
-            .and_then(|latest| off_the_clock(latest, now))
-        {
+        match self.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
                 let given = now_ns.is_some();
@@ -192,24 +188,19 @@ impl Shared {
     }
 }
 
-/// The digest of a Python key in `table`: the key's canonical encoding (the in-process table's
-/// own), hashed with the table's seed. Every process reads the same key to the same digest, so
-/// only keys whose value says what they are can be shared: an object's identity cannot.
+/// The digest of a Python key in `table` (see `Table::digest_of`): the plain key it is, or
+/// equals, as the in-process table reads it. Every process reads the same key to the same
+/// digest, so only keys whose value says what they are can be shared: an object's identity
+/// cannot.
 fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
-    let mut encoded = Vec::with_capacity(32);
-    match classify(key)? {
-        Classified::Plain(plain) => encode_item(plain, &mut encoded),
-        Classified::Tuple(items) => encode_item(KeyRef::Tuple(&items), &mut encoded),
-        Classified::Huge(bytes) => encode_item(KeyRef::Huge(&bytes), &mut encoded),
-        Classified::Object => {
-            return Err(PyTypeError::new_err(format!(
-                "a shared limiter's key must be an int, float, str, bytes, or a tuple of these, \
-                 not {}: other processes cannot tell an object apart by its identity",
-                key.get_type().name()?
-            )))
-        }
+    match classify(key)?.as_key() {
+        Some(plain) => Ok(table.digest_of(plain)),
+        None => Err(PyTypeError::new_err(format!(
+            "a shared limiter's key must be an int, float, str, bytes, or a tuple of these, not \
+             {}: other processes cannot tell an object apart by its identity",
+            key.get_type().name()?
+        ))),
     }
-    Ok(table.digest(&encoded))
 }
 
 /// An exact rate limiter shared by every process of this host that opens it by name.
@@ -715,9 +706,7 @@ impl SharedKeyedRateLimiter {
                 .zip(&times)
                 .zip(&counts)
                 .map(|((&key, &now), &n)| {
-                    let mut encoded = Vec::with_capacity(9);
-                    encode_item(plain_int(key), &mut encoded);
-                    code(table.acquire(table.digest(&encoded), n, now))
+                    code(table.acquire(table.digest_of(plain_int(key)), n, now))
                 })
                 .collect()
         });
@@ -730,11 +719,7 @@ impl SharedKeyedRateLimiter {
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
         let mut sum = crate::core::exact::keyed::Stats::default();
         for shared in &self.tables {
-            let stats = shared.table.stats();
-            sum.allowed += stats.allowed;
-            sum.denied += stats.denied;
-            sum.refused += stats.refused;
-            sum.forgotten += stats.forgotten;
+            sum.add(&shared.table.stats());
         }
         stats_record(py, sum)
     }
@@ -904,11 +889,7 @@ impl SharedKeyedRateLimiter {
     }
 
     fn gap_error(shared: &Shared, index: usize, now: i64) -> PyErr {
-        let gap = shared
-            .table
-            .latest()
-            .and_then(|latest| off_the_clock(latest, now))
-            .unwrap_or(0);
+        let gap = shared.table.off_the_clock(now).unwrap_or(0);
         clock_error(OfClock::Table, &format!("now_ns[{index}]"), now, gap)
     }
 }

@@ -5,8 +5,10 @@
 //! may refuse a new key for want of room; the waiter then sleeps until room may appear and
 //! reserves again, while its timeout lasts. A sleep interrupted (Ctrl-C, or a clock that fails)
 //! gives the reservation back before the error goes on. The asyncio form of the same loop is
-//! `await_reserved_for` in `_conveniences.py`, over the `_reserve`, `_until` and `_give_back`
-//! methods that each limiter builds from [`Reserved`].
+//! `await_turn` in `_conveniences.py`, over the `_reserve`, `_until` and `_give_back` methods
+//! that each limiter builds from [`Reserved`]. A limiter that reserves in Python (the Redis
+//! limiters, whose reservation is a question to a server) waits in this same loop too, through
+//! [`wait_for_turn_py`].
 
 use std::time::{Duration, Instant};
 
@@ -14,8 +16,9 @@ use pyo3::prelude::*;
 
 use crate::core::exact::keyed::KeyedReservation;
 use crate::core::exact::limiter::Reservation;
+use crate::python::args::Timeout;
 use crate::python::errors::never;
-use crate::python::limiter::{refuse_in_event_loop, sleep_answering_signals};
+use crate::python::limiter::{max_wait_ns, refuse_in_event_loop, sleep_answering_signals};
 
 /// What one reservation found.
 pub enum Reserved {
@@ -88,8 +91,15 @@ pub fn wait_for_turn(
         match reserve(left)? {
             Reserved::At(now, at) => break (now, at),
             Reserved::TooLate => return Ok(false),
-            Reserved::Refused(_) if left == 0 => return Ok(false),
-            Reserved::Refused(retry_in) => sleep_answering_signals(py, nanos(retry_in.min(left)))?,
+            Reserved::Refused(retry_in) => {
+                // What is left once refused: asking may itself have taken a while (a server's
+                // question, answered by `on_error` after its socket timeout).
+                let left = max_wait.saturating_sub(started.elapsed().as_nanos());
+                if left == 0 {
+                    return Ok(false);
+                }
+                sleep_answering_signals(py, nanos(retry_in.min(left)))?;
+            }
         }
     };
     let stopped = loop {
@@ -105,4 +115,46 @@ pub fn wait_for_turn(
     };
     give_back(turn);
     Err(stopped)
+}
+
+/// [`wait_for_turn`] for a limiter that reserves in Python (the Redis limiters' blocking
+/// `acquire`), so that every blocking wait is this one loop. The three callables answer as a
+/// native limiter's `_reserve`, `_until` and `_give_back` do for `acquire_async` (see
+/// `await_turn` in `_conveniences.py`): `reserve(left)`, given the seconds left (None: no
+/// deadline), returns `(True, at_ns)` once reserved, `(False, retry_ns)` if refused for now, or
+/// None if too late; `until(at_ns)` says how many nanoseconds are still to wait; and
+/// `give_back(at_ns)` hands back a turn abandoned (an error it raises is reported as
+/// unraisable, and the error that stopped the wait goes on).
+#[pyfunction]
+#[pyo3(name = "_wait_for_turn")]
+pub fn wait_for_turn_py(
+    py: Python<'_>,
+    limiter: &str,
+    timeout: Option<Timeout>,
+    reserve: &Bound<'_, PyAny>,
+    until: &Bound<'_, PyAny>,
+    give_back: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    wait_for_turn(
+        py,
+        limiter,
+        max_wait_ns(timeout),
+        |left| {
+            #[allow(clippy::cast_precision_loss)] // seconds, for a deadline: to the microsecond
+            let left = timeout.map(|_| left as f64 / 1e9);
+            let found: Option<(bool, i128)> = reserve.call1((left,))?.extract()?;
+            Ok(match found {
+                None => Reserved::TooLate,
+                // The clock's reading when reserved is the caller's to keep: unused here.
+                Some((true, at)) => Reserved::At(0, i64::try_from(at).unwrap_or(i64::MAX)),
+                Some((false, retry)) => Reserved::Refused(u128::try_from(retry).unwrap_or(0)),
+            })
+        },
+        |at| until.call1((at,))?.extract(),
+        |(_, at)| {
+            if let Err(error) = give_back.call1((at,)) {
+                error.write_unraisable(py, Some(give_back));
+            }
+        },
+    )
 }

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from protocol_in_code._native import _timeout_seconds
 
@@ -37,6 +37,12 @@ class _ReservingPerKey(Protocol):
     def _give_back(self, key: Any, n: int, at_ns: int, *, plan: str | None = None) -> None: ...
 
 
+#: What one reservation found, as every deadline loop reads it: ``(True, at_ns)`` once reserved
+#: (the turn, ``at_ns`` on the limiter's clock), ``(False, retry_ns)`` if refused for now (a
+#: full table, or a server that could not answer: try again after that long), None if too late.
+Turn: TypeAlias = tuple[bool, int] | None
+
+
 async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> bool:
     """Reserve ``n`` tokens, then sleep until they are there: the limiter books them at the
     moment they arrive, so waiters are served in the order they reserved.
@@ -46,12 +52,12 @@ async def await_reserved(limiter: _Reserving, n: int, timeout: float | None) -> 
     if nobody queued behind it, and otherwise forfeits it (see ``Limiter::give_back``).
     """
 
-    def reserve(left: float | None) -> tuple[bool, int] | None:
+    async def reserve(left: float | None) -> Turn:
         at_ns = limiter._reserve(n, left)
         return None if at_ns is None else (True, at_ns)
 
     give_back = functools.partial(limiter._give_back, n)
-    return await _await_turn(reserve, limiter._until, give_back, timeout)
+    return await await_turn(reserve, limiter._until, give_back, timeout)
 
 
 async def await_reserved_for(
@@ -66,26 +72,35 @@ async def await_reserved_for(
     by then); ValueError if ``n`` is more than a band's burst. With ``plan``, the key's
     tokens are those of its state under that plan.
     """
-    reserve = functools.partial(limiter._reserve, key, n, plan=plan)
+
+    async def reserve(left: float | None) -> Turn:
+        return limiter._reserve(key, n, left, plan=plan)
+
     give_back = functools.partial(limiter._give_back, key, n, plan=plan)
-    return await _await_turn(reserve, limiter._until, give_back, timeout)
+    return await await_turn(reserve, limiter._until, give_back, timeout)
 
 
-async def _await_turn(
-    reserve: Callable[[float | None], tuple[bool, int] | None],
+async def await_turn(
+    reserve: Callable[[float | None], Awaitable[Turn]],
     until: Callable[[int], int],
-    give_back: Callable[[int], None],
-    timeout: float | None,
+    give_back: Callable[[int], object],
+    timeout: Any,
 ) -> bool:
-    """The asyncio form of the native deadline loop (``src/python/waiting.rs``): reserve with
-    what is left of ``timeout`` (``(True, at_ns)`` once reserved, ``(False, retry_ns)`` if
-    refused for want of room, None if too late), trying again after a refusal while time is
-    left, then sleep until the turn, giving it back if cancelled."""
+    """The one deadline loop of every ``acquire_async``, native or Redis: the asyncio form of
+    the native blocking loop (``wait_for_turn`` in ``src/python/waiting.rs``), over the same
+    three questions.
+
+    ``reserve(left)`` reserves with what is left of ``timeout`` (None: no deadline) and says
+    what it found (a :data:`Turn`); after a refusal the loop sleeps (at most until the
+    deadline) and reserves again, while time is left. Once reserved, it sleeps until the turn
+    (``until(at_ns)`` says how far the limiter's clock is from it), calling ``give_back(at_ns)``
+    if cancelled meanwhile. ``timeout`` is read first, by the one native check every form uses.
+    """
+    left = None if timeout is None else seconds(timeout)
     loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + seconds(timeout)
-    left = timeout
+    deadline = None if left is None else loop.time() + left
     while True:
-        reserved = reserve(left)
+        reserved = await reserve(left)
         if reserved is None:
             return False
         taken, ns = reserved
@@ -104,7 +119,7 @@ async def _await_turn(
 
 
 async def _sleep_until(
-    until: Callable[[int], int], at_ns: int, give_back: Callable[[], None]
+    until: Callable[[int], int], at_ns: int, give_back: Callable[[], object]
 ) -> None:
     """Sleep until the limiter's clock reaches ``at_ns`` (``until`` says how far it is); a
     waiter cancelled meanwhile calls ``give_back`` before the cancellation goes on."""

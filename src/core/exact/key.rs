@@ -5,7 +5,9 @@
 //! glue stores, so that `1`, `"a"` and `b"a"` can be keys of one table, each hashed by the
 //! table's seeded hash with no Python code. It lives in the core, with no Python in it, so that
 //! `cargo bench --bench keyed_floor` times the table the glue really uses. What each Python
-//! value becomes is the glue's business (`src/python/keys.rs`).
+//! value becomes is the glue's business (`src/python/keys.rs`), but for what needs no Python to
+//! say: the key a float is ([`float_key`]), an int's halves ([`plain_int`], [`big_int`]) and a
+//! digest's record ([`Digested::name`], [`digest_bytes`], [`KeyRef::digest_named`]).
 //!
 //! A key of variable length (an int beyond 128 bits, text, bytes, a tuple) longer than
 //! [`LONGEST_KEPT`] bytes is stored as a 128-bit digest instead (see [`KeyRef::kept`]): the
@@ -63,6 +65,39 @@ pub enum Digested {
     Str = 1,
     Bytes = 2,
     Tuple = 3,
+}
+
+impl Digested {
+    /// Every kind, in the order of its number.
+    const ALL: [Self; 4] = [Self::Int, Self::Str, Self::Bytes, Self::Tuple];
+
+    /// The kind's name, as a digest's record says it (the Python `KeyDigest("str", ...)`):
+    /// `"int"`, `"str"`, `"bytes"` or `"tuple"`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Int => "int",
+            Self::Str => "str",
+            Self::Bytes => "bytes",
+            Self::Tuple => "tuple",
+        }
+    }
+
+    /// The kind `name` names, if any.
+    #[must_use]
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+/// A digest's 16 bytes, as a digest's record holds them: its low half, then its high half,
+/// each little endian.
+#[must_use]
+pub fn digest_bytes(low: u64, high: u64) -> [u8; 16] {
+    let mut digest = [0; 16];
+    digest[..8].copy_from_slice(&low.to_le_bytes());
+    digest[8..].copy_from_slice(&high.to_le_bytes());
+    digest
 }
 
 /// A key as a call looks it up: borrowed from the caller's value, so a lookup allocates
@@ -128,6 +163,23 @@ impl Hash for KeyRef<'_> {
             Self::Str(text) => text.hash(state),
             Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
+    }
+}
+
+impl KeyRef<'static> {
+    /// The digest key a record names by its kind's name and its 16 bytes (see
+    /// [`digest_bytes`]): what a table gives back in place of a long key, taken back in its
+    /// place. `None` for a name or a length that no digest has.
+    #[must_use]
+    pub fn digest_named(kind: &str, digest: &[u8]) -> Option<Self> {
+        let kind = Digested::named(kind)?;
+        let (low, high) = digest.split_first_chunk::<8>()?;
+        let high: &[u8; 8] = high.try_into().ok()?;
+        Some(Self::Digest(
+            kind,
+            u64::from_le_bytes(*low),
+            u64::from_le_bytes(*high),
+        ))
     }
 }
 
@@ -222,6 +274,46 @@ pub fn plain_int(value: i128) -> KeyRef<'static> {
         },
         KeyRef::Int,
     )
+}
+
+/// The int a [`Key::Big`] holds, from its low and high halves: [`plain_int`] undone.
+#[must_use]
+pub fn big_int(low: u64, high: u64) -> i128 {
+    #[allow(clippy::cast_possible_wrap)] // the bits, not the value
+    let value = ((u128::from(high) << 64) | u128::from(low)) as i128;
+    value
+}
+
+/// 2**127, the first float beyond `i128`.
+const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+
+/// The key a float is, as a dict finds it: one that an int equals, or one of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FloatKey {
+    /// A float with a fraction (an infinity included), by its bits; or an integral one within
+    /// `i128`, as the int it equals.
+    Plain(KeyRef<'static>),
+    /// An integral float beyond `i128`, as the bytes of the int it equals (a [`KeyRef::Huge`]'s,
+    /// see [`huge_float_bytes`]).
+    Huge(Vec<u8>),
+}
+
+/// A float value as a key: an integral one as the int it equals (so `1.0` and `1` are one
+/// key, as in a dict), any other by its bits (an infinity included); `None` for a NaN (equal
+/// to nothing, not even itself: a dict finds a NaN key only by identity).
+#[must_use]
+pub fn float_key(value: f64) -> Option<FloatKey> {
+    if value.is_nan() {
+        return None;
+    }
+    if value.fract() != 0.0 {
+        return Some(FloatKey::Plain(KeyRef::Float(value.to_bits())));
+    }
+    if (-TWO_TO_127..TWO_TO_127).contains(&value) {
+        #[allow(clippy::cast_possible_truncation)] // integral and within range
+        return Some(FloatKey::Plain(plain_int(value as i128)));
+    }
+    huge_float_bytes(value).map(FloatKey::Huge)
 }
 
 /// The [`Key::Huge`] bytes of an integral float: the bytes the glue reads an int of the same
@@ -344,7 +436,8 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::{
-        encode_item, first_item, huge_float_bytes, plain_int, Digested, Key, KeyRef, LONGEST_KEPT,
+        big_int, digest_bytes, encode_item, first_item, float_key, huge_float_bytes, plain_int,
+        Digested, FloatKey, Key, KeyRef, LONGEST_KEPT,
     };
 
     fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
@@ -462,6 +555,58 @@ mod tests {
             plain_int(-(1 << 63) - 1),
             KeyRef::Big(u64::MAX >> 1, u64::MAX)
         );
+        for value in [i128::MIN, -(1 << 63) - 1, 1 << 64, i128::MAX] {
+            let KeyRef::Big(low, high) = plain_int(value) else {
+                panic!("{value} is a Big");
+            };
+            assert_eq!(big_int(low, high), value);
+        }
+    }
+
+    #[test]
+    fn a_float_is_the_key_of_the_int_it_equals_or_its_own() {
+        assert_eq!(float_key(3.0), Some(FloatKey::Plain(KeyRef::Int(3))));
+        assert_eq!(float_key(-0.0), Some(FloatKey::Plain(KeyRef::Int(0))));
+        assert_eq!(
+            float_key(2_f64.powi(64)),
+            Some(FloatKey::Plain(KeyRef::Big(0, 1)))
+        );
+        assert_eq!(
+            float_key(0.5),
+            Some(FloatKey::Plain(KeyRef::Float(0.5_f64.to_bits())))
+        );
+        let infinity = f64::INFINITY.to_bits();
+        assert_eq!(
+            float_key(f64::INFINITY),
+            Some(FloatKey::Plain(KeyRef::Float(infinity)))
+        );
+        assert_eq!(float_key(f64::NAN), None);
+        // From 2**127 on, the bytes of the int: -(2**127) is still an i128, 2**127 is not.
+        assert_eq!(
+            float_key(-(2_f64.powi(127))),
+            Some(FloatKey::Plain(plain_int(i128::MIN)))
+        );
+        assert_eq!(
+            float_key(2_f64.powi(127)),
+            huge_float_bytes(2_f64.powi(127)).map(FloatKey::Huge)
+        );
+    }
+
+    #[test]
+    fn a_digest_is_named_by_its_kind_and_its_sixteen_bytes() {
+        for kind in Digested::ALL {
+            assert_eq!(Digested::named(kind.name()), Some(kind));
+        }
+        assert_eq!(Digested::named("float"), None);
+        let bytes = digest_bytes(1, 2);
+        assert_eq!(bytes[0], 1);
+        assert_eq!(bytes[8], 2);
+        assert_eq!(
+            KeyRef::digest_named("tuple", &bytes),
+            Some(KeyRef::Digest(Digested::Tuple, 1, 2))
+        );
+        assert_eq!(KeyRef::digest_named("tuple", &bytes[..15]), None);
+        assert_eq!(KeyRef::digest_named("list", &bytes), None);
     }
 
     /// The bytes Python's `int.to_bytes(v.bit_length() // 8 + 1, "little", signed=True)` gives,

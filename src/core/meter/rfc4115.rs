@@ -45,6 +45,14 @@ impl Meter for Rfc4115 {
         self.excess.settle(now_ns);
         excess_decision(&mut self.committed, &mut self.excess, bytes, arrived)
     }
+
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tc", &self.committed), ("te", &self.excess)]
+    }
+
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.committed, &mut self.excess]
+    }
 }
 
 #[cfg(test)]

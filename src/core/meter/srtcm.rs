@@ -50,6 +50,14 @@ impl Meter for SrTcm {
         self.excess.settle_and_pour(now_ns, overflow);
         excess_decision(&mut self.committed, &mut self.excess, bytes, arrived)
     }
+
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tc", &self.committed), ("te", &self.excess)]
+    }
+
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.committed, &mut self.excess]
+    }
 }
 
 /// RFC 2697's decision, shared with RFC 4115: green from C, else yellow from E, else red; a

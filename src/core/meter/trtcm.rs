@@ -68,6 +68,14 @@ impl Meter for TrTcm {
         self.committed.take(bytes);
         Color::Green
     }
+
+    fn buckets(&self) -> [(&'static str, &Bucket); 2] {
+        [("tp", &self.peak), ("tc", &self.committed)]
+    }
+
+    fn buckets_mut(&mut self) -> [&mut Bucket; 2] {
+        [&mut self.peak, &mut self.committed]
+    }
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ from protocol_in_code._native import (
     LimitOutcome,
     RateLimiter,
     _read_plans,
-    _refuse_in_event_loop,
+    _wait_for_turn,
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos.distributed import _bands
@@ -321,10 +321,6 @@ class _Core:
         return None  # refund: nothing to give back to
 
 
-def _check_timeout(timeout: Any) -> float | None:
-    return None if timeout is None else _conveniences.seconds(timeout)
-
-
 def _never(n: Any) -> ValueError:
     return ValueError(f"n={n} is more than a band's burst: it can never be acquired")
 
@@ -351,6 +347,68 @@ def reservation(reply: Any, n: Any) -> Reserved | None:
     return Reserved(int(reply[2]), int(reply[3]) if len(reply) > 3 else None)
 
 
+class _Waiter:
+    """One ``acquire``'s reservations on the server, as the one deadline loop asks for them.
+
+    The blocking forms wait in the native limiters' own loop (``wait_for_turn`` in
+    ``src/python/waiting.rs``, through ``_wait_for_turn``) and the asyncio forms in theirs
+    (:func:`_conveniences.await_turn`): each reserves (here, a script call), sleeps until the
+    turn, and gives it back if it stops waiting. This holds what those loops need of a Redis
+    reservation: the turn read from the script's reply, as ``at_ns`` on the local monotonic
+    clock (:meth:`turn`, :meth:`until`); the ``on_error`` answer in its place when the server
+    cannot answer (:meth:`fallen_back`); and the one reservation the loop sleeps on, to give back
+    (:meth:`give_back`). ``late`` gives back a reservation whose turn came too late, and
+    ``stopped`` one the caller stopped waiting for (interrupted, or cancelled).
+    """
+
+    def __init__(
+        self,
+        n: Any,
+        fall_back: Callable[[BaseException], Any],
+        late: Callable[[Reserved], object],
+        stopped: Callable[[Reserved], object],
+    ) -> None:
+        self.n, self.fall_back, self.late, self.stopped = n, fall_back, late, stopped
+        #: The reservation the loop sleeps on (None before one, or after an ``on_error`` answer).
+        self.reserved: Reserved | None = None
+
+    def turn(self, reply: Any, asked_ns: int, left: float | None) -> _conveniences.Turn:
+        """The turn in the script's reply to a reservation asked at ``asked_ns`` with ``left``
+        seconds to spare: None if it took nothing, or if the server ran it so late (it was
+        slow, or stopped) that the turn comes more than :data:`ASK_GRACE` after the deadline;
+        such a reservation goes to ``late``, so that the call keeps its deadline."""
+        reserved = reservation(reply, self.n)
+        if reserved is None:
+            return None
+        at_ns = time.monotonic_ns() + reserved.wait_us * 1000
+        if left is not None and at_ns > asked_ns + (left + ASK_GRACE) * 1e9:
+            self.late(reserved)
+            return None
+        self.reserved = reserved
+        return True, at_ns
+
+    def fallen_back(self, error: BaseException) -> _conveniences.Turn:
+        """The ``on_error`` answer (asked as ``check``) as a turn: ALLOWED is a turn now, a
+        DENIED a refusal to sleep on before asking again, NEVER a ValueError."""
+        answer = self.fall_back(error)
+        self.reserved = None
+        if answer.outcome is LimitOutcome.ALLOWED:
+            return True, time.monotonic_ns()
+        if answer.wait_ns is None:
+            raise _never(self.n)
+        return False, answer.wait_ns
+
+    @staticmethod
+    def until(at_ns: int) -> int:
+        """Nanoseconds from now until the turn ``at_ns`` (0 once it is there)."""
+        return max(at_ns - time.monotonic_ns(), 0)
+
+    def give_back(self, _at_ns: int) -> None:
+        """Give back the reservation the loop slept on: its caller stopped waiting."""
+        if self.reserved is not None:
+            self.stopped(self.reserved)
+
+
 def _blocking_acquire(
     core: _Core,
     keys: list[bytes],
@@ -361,7 +419,8 @@ def _blocking_acquire(
 ) -> bool:
     """Reserve ``n`` tokens on the server, then sleep until they are there (True); False at once
     if they would only be there after ``timeout`` seconds, as in-process. Refused on a thread
-    running an event loop, as the in-process limiters refuse it.
+    running an event loop, as the in-process limiters refuse it: the wait is theirs, the native
+    loop (see :class:`_Waiter`).
 
     One script call per admission: the script books the tokens at the moment they will be there
     and moves the key's settlement point to it, so later callers queue behind (see
@@ -376,63 +435,32 @@ def _blocking_acquire(
     as ``check``) answers instead, and a DENIED from it is slept on and asked again.
     """
     server = core.server
-    limit = _check_timeout(timeout)
-    if limit != 0:
-        _refuse_in_event_loop(limiter)
-    if limit is not None and server.socket_timeout is None:
-        raise ValueError(
-            f"{limiter}.acquire(timeout={timeout!r}) cannot return by its deadline on a client "
-            f"with no socket_timeout: a stopped server would keep its question for ever. Give "
-            f"the client socket_timeout (redis.Redis(..., socket_timeout=0.2, "
-            f"socket_connect_timeout=0.2)), or use acquire_async"
-        )
-    deadline = None if limit is None else time.monotonic() + limit
-    while True:
-        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+    def in_worker(reserved: Reserved) -> None:
+        try:
+            _questions.submit(_give_back, core, keys, n, reserved)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            _give_back(core, keys, n, reserved)
+
+    stopped = functools.partial(_give_back, core, keys, n)
+    waiter = _Waiter(n, fall_back, late=in_worker, stopped=stopped)
+
+    def reserve(left: float | None) -> _conveniences.Turn:
+        if left is not None and server.socket_timeout is None:
+            raise ValueError(
+                f"{limiter}.acquire(timeout={timeout!r}) cannot return by its deadline on a "
+                f"client with no socket_timeout: a stopped server would keep its question for "
+                f"ever. Give the client socket_timeout (redis.Redis(..., socket_timeout=0.2, "
+                f"socket_connect_timeout=0.2)), or use acquire_async"
+            )
+        asked_ns = time.monotonic_ns()
         try:
             reply = _reserve_within(core, keys, n, left)
         except server.unavailable as error:
-            step = _after_fall_back(fall_back(error), n, deadline, time.monotonic())
-            if isinstance(step, bool):
-                return step
-            time.sleep(step)
-            continue
-        if reply is _NO_REPLY:
-            return False
-        reserved = reservation(reply, n)
-        if reserved is None:
-            return False
-        end = time.monotonic() + reserved.wait_us / 1e6
-        if deadline is not None and end > deadline + ASK_GRACE:
-            # The server ran the reservation late (it was slow, or stopped): the turn it gave
-            # comes after the deadline. Given back in a worker, so the call keeps its deadline.
-            try:
-                _questions.submit(_give_back, core, keys, n, reserved)
-            except RuntimeError:  # the interpreter is shutting down: no new threads
-                _give_back(core, keys, n, reserved)
-            return False
-        try:
-            while (rest := end - time.monotonic()) > 0:
-                time.sleep(rest)
-        except BaseException:
-            _give_back(core, keys, n, reserved)
-            raise
-        return True
+            return waiter.fallen_back(error)
+        return None if reply is _NO_REPLY else waiter.turn(reply, asked_ns, left)
 
-
-def _after_fall_back(answer: Decision, n: Any, deadline: float | None, now: float) -> bool | float:
-    """What a waiter does with the ``on_error`` answer: True (allowed), the seconds to sleep
-    before it asks again, or False once its deadline has passed."""
-    if answer.outcome is LimitOutcome.ALLOWED:
-        return True
-    if answer.wait_ns is None:
-        raise _never(n)
-    delay = answer.wait_ns / 1e9
-    if deadline is None:
-        return delay
-    if deadline - now <= 0:
-        return False
-    return min(delay, deadline - now)
+    return _wait_for_turn(limiter, timeout, reserve, waiter.until, waiter.give_back)
 
 
 #: Worker threads for the questions of blocking acquires with a timeout, and their give-backs.
@@ -490,17 +518,15 @@ async def _awaited_acquire(
     run: Callable[[list[bytes], Any], Awaitable[Any]],
     fall_back: Callable[[BaseException], Any],
 ) -> bool:
-    """:func:`_blocking_acquire` for asyncio: awaits the reservation (``run`` runs the script:
-    awaited on an asyncio client, in a worker thread on a synchronous one) and the sleep.
+    """:func:`_blocking_acquire` for asyncio, in the native limiters' asyncio loop (see
+    :class:`_Waiter`): awaits the reservation (``run`` runs the script: awaited on an asyncio
+    client, in a worker thread on a synchronous one) and the sleep.
 
     With a ``timeout``, the reservation is waited for at most what is left of it (plus
     :data:`ASK_GRACE`), whatever the client's socket timeout: a stopped server makes the call
     return False at its deadline. A waiter cancelled at any point is net zero: a reservation
     under way is let finish and given back, and one made is given back (undone if nobody queued
     behind it, else forfeited, as in-process)."""
-    limit = _check_timeout(timeout)
-    loop = asyncio.get_running_loop()
-    deadline = None if limit is None else loop.time() + limit
     server = core.server
 
     def give_back(reserved: Reserved) -> Awaitable[None] | None:
@@ -521,8 +547,15 @@ async def _awaited_acquire(
             return None
         return None if reserved is None else give_back(reserved)
 
-    while True:
-        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+    def in_background(reserved: Reserved) -> None:
+        undo = give_back(reserved)
+        if undo is not None:
+            _in_background(undo)
+
+    waiter = _Waiter(n, fall_back, late=in_background, stopped=in_background)
+
+    async def reserve(left: float | None) -> _conveniences.Turn:
+        asked_ns = time.monotonic_ns()
         asked = _net_zero(run(keys, core.reserve_args(n, left)), give_back_reply)
         try:
             if left is None:
@@ -530,31 +563,12 @@ async def _awaited_acquire(
             else:
                 reply = await asyncio.wait_for(asked, left + ASK_GRACE)
         except asyncio.TimeoutError:
-            return False
+            return None
         except server.unavailable as error:
-            step = _after_fall_back(fall_back(error), n, deadline, loop.time())
-            if isinstance(step, bool):
-                return step
-            await asyncio.sleep(step)
-            continue
-        reserved = reservation(reply, n)
-        if reserved is None:
-            return False
-        end = loop.time() + reserved.wait_us / 1e6
-        if deadline is not None and end > deadline + ASK_GRACE:
-            undo = give_back(reserved)
-            if undo is not None:
-                _in_background(undo)
-            return False
-        try:
-            while (rest := end - loop.time()) > 0:
-                await asyncio.sleep(rest)
-        except BaseException:
-            undo = give_back(reserved)
-            if undo is not None:
-                _in_background(undo)
-            raise
-        return True
+            return waiter.fallen_back(error)
+        return waiter.turn(reply, asked_ns, left)
+
+    return await _conveniences.await_turn(reserve, waiter.until, waiter.give_back, timeout)
 
 
 def _in_thread(server: Server) -> Callable[[list[bytes], Any], Awaitable[Any]]:

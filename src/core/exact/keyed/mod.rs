@@ -134,7 +134,8 @@ impl Stats {
         }
     }
 
-    fn add(&mut self, other: &Self) {
+    /// Add `other`'s counts to these (a table's shards, or a limiter's plans, summed).
+    pub fn add(&mut self, other: &Self) {
         self.allowed += other.allowed;
         self.denied += other.denied;
         self.refused += other.refused;

@@ -48,7 +48,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::core::exact::config::Config;
-use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation, Stats};
+use crate::core::exact::key::{encode_item, KeyRef};
+use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedReservation, Stats};
 use crate::core::exact::limiter::{Balances, Decision, Level, Reservation};
 use crate::core::exact::rate::BandSpec;
 use layout::{at, Layout, LayoutError};
@@ -241,6 +242,26 @@ impl<W: Words> Table<W> {
         hasher.write(key);
         let hash = hasher.finish128();
         (hash.h1, hash.h2)
+    }
+
+    /// The digest of a key of the in-process table's kinds: its canonical encoding (the one a
+    /// tuple's items have, [`encode_item`]), hashed with the table's seed. Every process reads
+    /// the same key to the same digest, so only keys whose value says what they are can be
+    /// shared: an object's number (`KeyRef::Object`) means nothing in another process.
+    #[must_use]
+    pub fn digest_of(&self, key: KeyRef<'_>) -> Digest {
+        let mut encoded = Vec::with_capacity(32);
+        encode_item(key, &mut encoded);
+        self.digest(&encoded)
+    }
+
+    /// How far `now_ns` is from the table's clock (positive when ahead), if farther than
+    /// [`MAX_CLOCK_GAP_NS`](crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS) either way: a time
+    /// read on another clock, which a caller should refuse rather than decide at (as
+    /// `KeyedLimiter::off_the_clock`). `None` for any time while no call has set the clock.
+    #[must_use]
+    pub fn off_the_clock(&self, now_ns: i64) -> Option<i128> {
+        off_the_clock(self.latest()?, now_ns)
     }
 
     /// Lock the buckets of `digest` (in index order, once if they are one), and read the

@@ -3,7 +3,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::layout::LayoutError;
 use super::lock::Owner;
 use super::{Table, THE_KEY};
+use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::{BandConfig, Config, Ratio};
+use crate::core::exact::key::{encode_item, KeyRef};
 use crate::core::exact::keyed::{KeyedDecision, KeyedLimiter, KeyedReservation};
 use crate::core::exact::limiter::{Decision, Limiter, Reservation};
 
@@ -301,4 +303,37 @@ fn the_one_key_form_decides_exactly_as_a_limiter_even_when_the_clock_steps_back(
             }
         }
     }
+}
+
+#[test]
+fn a_key_is_digested_from_its_encoding_and_a_time_years_away_is_off_the_clock() {
+    let config = config(&[(1, 1, 2)]);
+    let table = table(&config, 8);
+    // A key's digest is that of its canonical encoding, so "k" and b"k" are two keys, and a
+    // tuple of one item is not the item.
+    let mut encoded = Vec::new();
+    encode_item(KeyRef::Str("k"), &mut encoded);
+    assert_eq!(table.digest_of(KeyRef::Str("k")), table.digest(&encoded));
+    assert_ne!(
+        table.digest_of(KeyRef::Str("k")),
+        table.digest_of(KeyRef::Bytes(b"k"))
+    );
+    assert_ne!(
+        table.digest_of(KeyRef::Tuple(&encoded)),
+        table.digest(&encoded)
+    );
+    // No clock before the first call; after it, a time more than ten years away is off it.
+    assert_eq!(table.off_the_clock(i64::MAX), None);
+    table.acquire(table.digest_of(KeyRef::Int(1)), 1, 0);
+    assert_eq!(table.off_the_clock(MAX_CLOCK_GAP_NS), None);
+    assert_eq!(
+        table.off_the_clock(-MAX_CLOCK_GAP_NS - 1),
+        Some(-i128::from(MAX_CLOCK_GAP_NS) - 1)
+    );
+    // Two tables' counts summed, as a limiter of two plans reports them.
+    let other = super::Table::create(words(&config, 8), &config, Some(8), (3, 4), 7).unwrap();
+    other.acquire(other.digest_of(KeyRef::Int(1)), 3, 0);
+    let mut sum = table.stats();
+    sum.add(&other.stats());
+    assert_eq!((sum.allowed, sum.denied), (1, 1));
 }
