@@ -47,7 +47,6 @@ __all__ = [
     "_combined",
     "_only_the_rate_by_position",
     "_read_plans",
-    "_refuse_in_event_loop",
     "_timeout_seconds",
     "_wait_for_turn",
     "borrowable",
@@ -277,7 +276,6 @@ def _read_plans(
     plans: Any, rate: Any = None, burst: Any = None, per: Any = None, bands: Any = None
 ) -> tuple[list[tuple[str, int]], list[tuple[Band, ...]]]: ...
 def _timeout_seconds(timeout: Any) -> float: ...
-def _refuse_in_event_loop(limiter: str) -> None: ...
 def _wait_for_turn(
     limiter: str,
     timeout: Any,

@@ -123,13 +123,6 @@ pub fn refuse_in_event_loop(py: Python<'_>, limiter: &str) -> PyResult<()> {
     )))
 }
 
-/// [`refuse_in_event_loop`] for the blocking waits written in Python (the Redis limiters').
-#[pyfunction]
-#[pyo3(name = "_refuse_in_event_loop")]
-pub fn refuse_in_event_loop_py(py: Python<'_>, limiter: &str) -> PyResult<()> {
-    refuse_in_event_loop(py, limiter)
-}
-
 /// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
 /// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
 const SIGNAL_SLICE: Duration = Duration::from_millis(50);
