@@ -3,16 +3,18 @@ all of them or from none.
 
 The contract is pinned against a model made of single calls on a twin of every limiter: ask
 each bucket (``peek`` for the sum of its parts), then, only if every one allowed, take from
-each (``check``). Then the seams: a stack against single calls on other threads, limits in
-different stores (a shared table, a limiter of the caller's own), a part that raises, and the
-asyncio form.
+each (``check``). Then the seams: a stack against single calls on other threads, shared tables
+stacked by several processes, limits in different stores (Redis, a limiter of the caller's
+own), a part that raises, and the asyncio form.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from protocol_in_code.qos import (
     KeyedRateLimiter,
     LimitOutcome,
     RateLimiter,
+    SharedKeyedRateLimiter,
     SharedRateLimiter,
 )
 from protocol_in_code.qos.stack import Part, Stacked, check_together, check_together_async
@@ -44,21 +47,37 @@ ALLOWED, DENIED, NEVER, REFUSED = (
 KEYS = ["a", "b", "c", 7, ("user", 1)]
 
 
+#: The folders the shared tables of every world are made in, removed after the module's tests.
+FOLDERS: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _folders_removed() -> Iterator[None]:
+    yield
+    for folder in FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def world() -> list[Any]:
     """The limits a request may stack: one limit of one band, one of two, a keyed table, a
-    small keyed table (it fills), and a keyed table with plans."""
+    small keyed table (it fills), a keyed table with plans, and a shared table of one limit
+    and one per key (each in a folder of its own)."""
+    folder = tempfile.mkdtemp(prefix="stack-")
+    FOLDERS.append(folder)
     return [
         RateLimiter(5, start_ns=0),
         RateLimiter(bands=[Band(1, burst=3), Band(10, burst=20)], start_ns=0),
         KeyedRateLimiter(2, burst=4),
         KeyedRateLimiter(bands=[Band(1, burst=2), Band(3, burst=5)], max_keys=3, shards=2),
         KeyedRateLimiter(plans={"free": Band(1, burst=2), "pro": Band(5, burst=10)}),
+        SharedRateLimiter("one", 4, burst=6, path=folder),
+        SharedKeyedRateLimiter("keys", bands=[Band(1, burst=2), Band(4, burst=6)], path=folder),
     ]
 
 
 def part(limits: list[Any], spec: tuple[int, int, int, str]) -> Part:
     limit, key, n, plan = spec
-    if limit < 2:
+    if limit in (0, 1, 5):
         return Part(limits[limit], None, n)
     return Part(limits[limit], KEYS[key], n, plan if limit == 4 else None)
 
@@ -100,12 +119,14 @@ def state(limits: list[Any], now: int) -> list[Any]:
         seen.append([table.band_levels(key, now_ns=now) for key in KEYS])
     for plan in ("free", "pro"):
         seen.append([limits[4].band_levels(key, now_ns=now, plan=plan) for key in KEYS])
+    seen.append(limits[5].band_levels(now_ns=now))
+    seen.append([limits[6].band_levels(key, now_ns=now) for key in KEYS])
     return seen
 
 
 request = st.lists(
     st.tuples(
-        st.integers(0, 4),
+        st.integers(0, 6),
         st.integers(0, len(KEYS) - 1),
         st.integers(0, 4),
         st.sampled_from(["free", "pro"]),
@@ -196,20 +217,55 @@ def test_a_stack_and_single_calls_on_other_threads_never_overspend():
     assert sum(stacked_taken) <= 5 * 50
 
 
-def test_a_refusal_in_another_store_gives_back_what_was_taken(tmp_path: Path):
-    local = RateLimiter(10, start_ns=0)
-    shared = SharedRateLimiter("stack-give-back", 1, burst=1, path=tmp_path)
-    try:
-        assert check_together([Part(local, n=2), Part(shared)])
-        assert local.available() == 8
-        refused = check_together([Part(local, n=2), Part(shared)])
-        assert not refused
-        # The in-process part took first, then was given back, and says what it holds now.
-        assert refused.parts[0] == Decision(ALLOWED, 0, 8)
-        assert refused.parts[1].outcome is DENIED
-        assert local.available() == 8
-    finally:
-        shared.remove()
+def test_shared_tables_stack_with_in_process_limits_in_one_step(tmp_path: Path):
+    local = RateLimiter(10, per=3600)
+    shared = SharedRateLimiter("stack-global", 1, burst=1, per=3600, path=tmp_path)
+    per_client = SharedKeyedRateLimiter("stack-client", 1, burst=5, per=3600, path=tmp_path)
+    parts = [Part(local, n=2), Part(shared), Part(per_client, "k")]
+    assert check_together(parts)
+    refused = check_together(parts)
+    assert not refused
+    # Decided together: the parts that would have allowed took nothing, and say so.
+    assert [d.outcome for d in refused.parts] == [ALLOWED, DENIED, ALLOWED]
+    assert refused.parts[0].remaining == 8
+    assert (local.available(), per_client.available("k")) == (8, 4)
+
+
+def stack_in_a_child(path: str, rounds: int, out: Any) -> None:
+    """A worker process: stack the shared global limit with its client's, ``rounds`` times."""
+    everyone = SharedRateLimiter("stack-procs-global", 1, burst=60, per=3600, path=path)
+    per_client = SharedKeyedRateLimiter("stack-procs-client", 1, burst=10, per=3600, path=path)
+    taken = 0
+    for i in range(rounds):
+        client = f"c{i % 8}"
+        # Every other request costs the client 3, so clients run out at different times.
+        if check_together([Part(everyone), Part(per_client, client, 1 + 2 * (i % 2))]):
+            taken += 1
+    out.put(taken)
+
+
+def test_processes_stacking_shared_tables_take_from_all_or_none(tmp_path: Path):
+    """Four processes stack one shared global limit with per-client ones: the global limit is
+    never overspent, and it lost a token exactly for each request admitted."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    workers = [
+        context.Process(target=stack_in_a_child, args=(str(tmp_path), 100, out)) for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    taken = sum(out.get(timeout=60) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=60)
+    everyone = SharedRateLimiter("stack-procs-global", 1, burst=60, per=3600, path=tmp_path)
+    per_client = SharedKeyedRateLimiter("stack-procs-client", 1, burst=10, per=3600, path=tmp_path)
+    spent_by_clients = sum(10 - per_client.available(f"c{i}") for i in range(8))
+    assert taken == 60 - everyone.available()
+    assert 0 < taken <= 60
+    # Each admitted request cost its client 1 or 3; a refused one cost nothing anywhere.
+    assert taken <= spent_by_clients <= 3 * taken
 
 
 class Counter:

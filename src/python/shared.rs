@@ -221,6 +221,18 @@ pub struct SharedRateLimiter {
     shared: Shared,
 }
 
+impl SharedRateLimiter {
+    /// This limiter as a part of a stacked request (see `python::stack`): its table, and the
+    /// time of the call, checked against the table's clock.
+    pub(crate) fn stacked(
+        &self,
+        py: Python<'_>,
+        now_ns: Option<NowNs>,
+    ) -> PyResult<(&Table<Mapped>, i64)> {
+        Ok((&self.shared.table, self.shared.now(py, now_ns)?))
+    }
+}
+
 #[pymethods]
 impl SharedRateLimiter {
     #[new]
@@ -865,6 +877,19 @@ impl SharedKeyedRateLimiter {
         let shared = self.plan(plan)?;
         let (n, now) = shared.request(py, n, now_ns)?;
         Ok((shared, key_digest(&shared.table, key)?, n, now))
+    }
+
+    /// The table of `plan` as a part of a stacked request (see `python::stack`), the key's
+    /// digest in it, and the time of the call, read as a per-key call reads them.
+    pub(crate) fn stacked(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        now_ns: Option<NowNs>,
+        plan: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(&Table<Mapped>, Digest, i64)> {
+        let (shared, digest, now) = self.at_key(py, key, now_ns, plan)?;
+        Ok((&shared.table, digest, now))
     }
 
     /// [`Self::request`] for a call that takes no `n`.

@@ -1,5 +1,6 @@
-//! `_check_together` for Python: one request under several in-process limiters, decided by
-//! `core::exact::stack` (taken from all of them or from none).
+//! `_check_together` for Python: one request under several limiters of this host (in-process,
+//! or shared by its processes), decided by `core::exact::stack` (taken from all of them or from
+//! none).
 //!
 //! Each part is read as its limiter's own `check` reads its arguments, in the same order (the
 //! plan, `n`, the time, the key), and every part is read before anything is decided, so a bad
@@ -12,6 +13,7 @@ use pyo3::types::{PyList, PyTuple};
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{Answer, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::shared::THE_KEY;
 use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part};
 use crate::python::args::{tokens, NowNs, N};
 use crate::python::errors::{clock_error, OfClock};
@@ -19,6 +21,8 @@ use crate::python::keyed::{decision, KeyedRateLimiter};
 use crate::python::keys::{classify, Classified};
 use crate::python::limiter::{Decision, RateLimiter, LIMIT_OUTCOME};
 use crate::python::record::frozen_record;
+use crate::python::shared::{SharedKeyedRateLimiter, SharedRateLimiter};
+use crate::shared_memory::Mapped;
 
 frozen_record! {
     /// A stacked request, decided: the request's Decision, and each part's (a tuple). True
@@ -44,14 +48,15 @@ frozen_record! {
 
 /// One part, read: its limit, the time it is asked at, and its tokens.
 struct Read<'a> {
-    limit: Limit<'a, Key>,
+    limit: Limit<'a, Key, Mapped>,
     now: i64,
     n: u64,
 }
 
-/// Decide `parts`, each a `(limiter, key, n, plan)` of a `RateLimiter` (key and plan None) or
-/// a `KeyedRateLimiter`, together: a `Stacked`, the request's decision and one per part; `None`
-/// if some part's limiter is of another kind (nothing is read or decided then). If every part
+/// Decide `parts`, each a `(limiter, key, n, plan)` of a `RateLimiter` or `SharedRateLimiter`
+/// (key and plan None), a `KeyedRateLimiter` or a `SharedKeyedRateLimiter`, together: a
+/// `Stacked`, the request's decision and one per part; `None` if some part's limiter is of
+/// another kind (nothing is read or decided then). If every part
 /// allows, every part's tokens are taken and each decision is what its `check` would say;
 /// otherwise nothing is taken and each decision is what its `peek` would say. With `peek`,
 /// nothing is taken either way (the request's decision says what would be).
@@ -69,8 +74,11 @@ pub fn check_together<'py>(
         .collect::<PyResult<_>>()?;
     for part in &parts {
         let limiter = part.get_borrowed_item(0)?;
-        if !limiter.is_instance_of::<RateLimiter>() && !limiter.is_instance_of::<KeyedRateLimiter>()
-        {
+        let of_this_host = limiter.is_instance_of::<RateLimiter>()
+            || limiter.is_instance_of::<KeyedRateLimiter>()
+            || limiter.is_instance_of::<SharedRateLimiter>()
+            || limiter.is_instance_of::<SharedKeyedRateLimiter>();
+        if !of_this_host {
             return Ok(None);
         }
     }
@@ -97,16 +105,15 @@ pub fn check_together<'py>(
         .iter()
         .zip(&read)
         .map(|(key, part)| {
-            let table = match &part.limit {
-                Limit::Keyed(table) => table,
-                Limit::One(_) => return None,
+            let Limit::Keyed(table) = &part.limit else {
+                return None;
             };
             key.as_ref()
                 .and_then(Classified::as_key)
                 .map(|key| key.kept(|| table.seed()))
         })
         .collect();
-    let core_parts: Vec<Part<'_, Key, KeyRef<'_>>> = read
+    let core_parts: Vec<Part<'_, Key, KeyRef<'_>, Mapped>> = read
         .into_iter()
         .zip(&kept)
         .map(|(part, key)| Part {
@@ -229,7 +236,32 @@ fn read_part<'a, 'py>(
         };
         return Ok((read, Some(classified)));
     }
-    unreachable!("every part's limiter was checked to be in-process")
+    let n: Option<N> = n.extract()?;
+    if let Ok(limiter) = limiter.cast::<SharedRateLimiter>() {
+        if !key.is_none() || !plan.is_none() {
+            return Err(PyTypeError::new_err(
+                "a SharedRateLimiter is one limit: its part takes no key and no plan",
+            ));
+        }
+        let (table, now) = limiter.get().stacked(py, now_ns)?;
+        let read = Read {
+            limit: Limit::Shared(table, THE_KEY),
+            now,
+            n: tokens(n),
+        };
+        return Ok((read, None));
+    }
+    let limiter = limiter
+        .cast::<SharedKeyedRateLimiter>()
+        .expect("every part's limiter was checked to be of this host");
+    let plan = (!plan.is_none()).then_some(plan);
+    let (table, digest, now) = limiter.get().stacked(py, key, now_ns, plan)?;
+    let read = Read {
+        limit: Limit::Shared(table, digest),
+        now,
+        n: tokens(n),
+    };
+    Ok((read, None))
 }
 
 /// `error`, with a note saying which part of the request raised it.

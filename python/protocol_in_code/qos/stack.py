@@ -23,19 +23,22 @@ each limit alone answered, so a refusal can name every limit that refused.
 
 How much "together" holds depends on where the limits keep their state:
 
-* **In-process limiters** (:class:`~protocol_in_code.qos.RateLimiter`,
-  :class:`~protocol_in_code.qos.KeyedRateLimiter`) are decided in one native call that holds
-  every lock the request needs, taken in one global order: no other call ever sees some parts
-  taken and others not. Their keys must be values (int, float, str, bytes, tuples of these).
+* **Limiters of this host** (:class:`~protocol_in_code.qos.RateLimiter`,
+  :class:`~protocol_in_code.qos.KeyedRateLimiter`, and the shared
+  :class:`~protocol_in_code.qos.SharedRateLimiter` and
+  :class:`~protocol_in_code.qos.SharedKeyedRateLimiter`) are decided in one native call that
+  holds every lock the request needs, taken in one global order (the same in every process of
+  the host): no other call, in this process or another, ever sees some parts taken and others
+  not. Their keys must be values (int, float, str, bytes, tuples of these).
 * **Redis limiters** are decided by :mod:`protocol_in_code.qos.distributed`'s stacked call:
   atomically, in one script call, for keys in one slot (on a single server, all of them);
   across slots, slot by slot, with what was taken given back when a later slot refuses.
-* **Any other limiter** of the interfaces (the shared-memory ones, a limiter of your own) is
-  asked with ``check``, one after another; when one refuses, the parts already taken are given
+* **Any other limiter** of the interfaces (a limiter of your own) is asked with ``check``, one
+  after another; when one refuses, the parts already taken are given
   back with ``refund``. Between the taking and the giving back, another caller may find those
   tokens missing.
 
-The in-process parts are asked first (no I/O), then the Redis parts, then the others; once a
+The parts of this host are asked first (no I/O), then the Redis parts, then the others; once a
 part has refused, the parts not yet asked are only ``peek``-ed, so each still answers. Parts
 that name the same bucket (the same limiter and key) draw from it together: the request needs
 the sum of their tokens there, wherever the limiter keeps them.
@@ -53,6 +56,8 @@ from protocol_in_code._native import (
     KeyedRateLimiter,
     LimitOutcome,
     RateLimiter,
+    SharedKeyedRateLimiter,
+    SharedRateLimiter,
     Stacked,
     _combined,
 )
@@ -85,7 +90,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
     An asyncio limiter's parts need :func:`check_together_async`.
     """
     asked = _parts(parts)
-    # The usual stack, every limit in this process: one native call, nothing to give back.
+    # The usual stack, every limit of this host: one native call, nothing to give back.
     stacked = _native_together(asked, now_ns)
     if stacked is not None:
         return stacked
@@ -223,7 +228,8 @@ class _Group:
 
 
 class _Native(_Group):
-    """In-process limiters: one native call, under every lock the parts need."""
+    """Limiters of this host (in-process and shared): one native call, under every lock the
+    parts need."""
 
     def _ask(
         self,
@@ -325,12 +331,16 @@ class _OneByOne(_Group):
         return True
 
 
+#: The limiters decided together in one native call.
+_OF_THIS_HOST = (RateLimiter, KeyedRateLimiter, SharedRateLimiter, SharedKeyedRateLimiter)
+
+
 def _groups(asked: list[_Asked], *, awaited: bool) -> list[_Group]:
-    """The parts by where they are decided: in-process first, then Redis, then the rest."""
+    """The parts by where they are decided: this host's first, then Redis, then the rest."""
     native, redis, others = [], [], []
     redis_classes = _redis_classes(awaited)
     for i, (limiter, *_) in enumerate(asked):
-        if isinstance(limiter, (RateLimiter, KeyedRateLimiter)):
+        if isinstance(limiter, _OF_THIS_HOST):
             native.append(i)
         elif redis_classes and isinstance(limiter, redis_classes):
             redis.append(i)

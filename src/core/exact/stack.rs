@@ -16,11 +16,15 @@
 //!    others say what they still hold.
 //!
 //! No other call may come between the two steps, so every lock the request needs (a
-//! limiter's, or a keyed table's shard of the key: every shard, for keys of one table in
-//! several) is taken before the first question and held until the last answer. Two stacked
-//! requests could each hold one lock and wait for the other's; that cannot happen because every
-//! request takes its locks in **one global order**, by the limit's address and then the shard's
-//! index, as a database takes its row locks in key order.
+//! limiter's; a keyed table's shard of the key, or every shard for keys of one table in
+//! several; a shared table's buckets of the key) is taken before the first question and held
+//! until the last answer. Two stacked requests could each hold one lock and wait for the
+//! other's; that cannot happen because every request takes its locks in **one global order**,
+//! as a database takes its row locks in key order: first the in-process ones, by the limit's
+//! address and then the shard's index; then those of tables the processes of the host share,
+//! by the table's seed (the same in every process, where addresses are not) and then the
+//! bucket's index. A thread holding a shared lock never waits for an in-process one, so no
+//! thread of another process can be part of a cycle either.
 //!
 //! Parts that name the same bucket (the same limiter, or the same key of one table) draw from
 //! it together: the request needs the sum of their tokens there, and each such part answers
@@ -35,19 +39,25 @@ use hashbrown::Equivalent;
 use crate::core::exact::keyed::held::{Asked, HeldShards};
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter};
 use crate::core::exact::limiter::{Decision, Limiter};
+use crate::core::exact::shared::held::{HeldBuckets, SharedAsked};
+use crate::core::exact::shared::slot::Digest;
+use crate::core::exact::shared::{Table, Words};
 
 /// One limit a stacked request is under.
-pub enum Limit<'a, K> {
+pub enum Limit<'a, K, W> {
     /// A limiter of one limit, behind its lock.
     One(&'a Mutex<Limiter>),
-    /// A keyed table, and the key the request is counted under.
+    /// A keyed table (the part's key says which of its keys).
     Keyed(&'a KeyedLimiter<K>),
+    /// A table the processes of one host share, and the key's digest in it (a one-key table's
+    /// is its one key).
+    Shared(&'a Table<W>, Digest),
 }
 
-/// One part of a stacked request: a limit, the key for a keyed one, the tokens it takes, and
+/// One part of a stacked request: a limit, the key for a keyed table, the tokens it takes, and
 /// the time it is asked at (each limiter has its own clock).
-pub struct Part<'a, K, Q: ?Sized> {
-    pub limit: Limit<'a, K>,
+pub struct Part<'a, K, Q: ?Sized, W> {
+    pub limit: Limit<'a, K, W>,
     pub key: Option<&'a Q>,
     pub n: u64,
     pub now_ns: i64,
@@ -107,8 +117,8 @@ pub struct ClockGap {
 
 /// A bucket the request draws from: one limiter, or one key of a table, with the tokens of
 /// every part that names it.
-struct Bucket<'a, K, Q: ?Sized> {
-    limit: &'a Limit<'a, K>,
+struct Bucket<'a, K, Q: ?Sized, W> {
+    limit: &'a Limit<'a, K, W>,
     key: Option<&'a Q>,
     n: u64,
     now_ns: i64,
@@ -116,16 +126,30 @@ struct Bucket<'a, K, Q: ?Sized> {
     lock: usize,
 }
 
-/// A lock held for the request.
+impl<K, Q: Eq + ?Sized, W: Words> Bucket<'_, K, Q, W> {
+    /// Whether `part` draws from this bucket.
+    fn holds(&self, part: &Part<'_, K, Q, W>) -> bool {
+        match (self.limit, &part.limit) {
+            (Limit::Shared(_, mine), Limit::Shared(_, its)) => {
+                lock_id(self.limit) == lock_id(&part.limit) && mine == its
+            }
+            _ => lock_id(self.limit) == lock_id(&part.limit) && self.key == part.key,
+        }
+    }
+}
+
+/// The locks held for the request: one entry per limit.
 enum Held<'a, K> {
     One(MutexGuard<'a, Limiter>),
     Keyed(HeldShards<'a, K>),
+    Shared(HeldBuckets<'a>),
 }
 
 /// What a bucket said when asked.
 enum Said {
     One(Answer),
     Keyed(Asked),
+    Shared(SharedAsked),
 }
 
 impl Said {
@@ -133,6 +157,7 @@ impl Said {
         match self {
             Self::One(answer) => *answer,
             Self::Keyed(asked) => asked.answer,
+            Self::Shared(asked) => asked.answer,
         }
     }
 }
@@ -144,19 +169,24 @@ impl Said {
 ///
 /// [`ClockGap`] for the first part of a one-limit limiter whose time is off its clock, before
 /// anything is decided. (A keyed table's gap is checked by the caller, as for a single call.)
-pub fn decide_together<K, Q>(parts: &[Part<'_, K, Q>], peek: bool) -> Result<Stacked, ClockGap>
+pub fn decide_together<K, Q, W>(
+    parts: &[Part<'_, K, Q, W>],
+    peek: bool,
+) -> Result<Stacked, ClockGap>
 where
     K: Hash + Eq + Clone,
     Q: Hash + Eq + Equivalent<K> + ?Sized,
     K: for<'q> From<&'q Q>,
+    W: Words,
 {
     let (buckets, of_part, locks) = buckets(parts);
     // Every lock, in the global order, before any question.
     let mut held: Vec<Held<'_, K>> = locks
         .values()
-        .map(|(limit, shards)| match limit {
+        .map(|(limit, places)| match limit {
             Limit::One(mutex) => Held::One(mutex.lock().unwrap_or_else(PoisonError::into_inner)),
-            Limit::Keyed(table) => Held::Keyed(table.hold(shards)),
+            Limit::Keyed(table) => Held::Keyed(table.hold(places)),
+            Limit::Shared(table, _) => Held::Shared(table.hold(places)),
         })
         .collect();
     for (index, part) in parts.iter().enumerate() {
@@ -185,96 +215,108 @@ where
     })
 }
 
-/// The locks of a request in the global order: by the limit's address, each limit with the
-/// shards it needs (none for a one-limit limiter), in order.
-type Locks<'a, K> = BTreeMap<usize, (&'a Limit<'a, K>, Vec<usize>)>;
+/// Where a limit's locks come in the global order: in-process limits first (0), by address;
+/// then shared tables (1), by seed.
+type LockId = (u8, u128);
+
+fn lock_id<K, W: Words>(limit: &Limit<'_, K, W>) -> LockId {
+    match limit {
+        Limit::One(mutex) => (0, std::ptr::from_ref(*mutex) as usize as u128),
+        Limit::Keyed(table) => (0, std::ptr::from_ref(*table) as usize as u128),
+        Limit::Shared(table, _) => {
+            let (high, low) = table.lock_order();
+            (1, u128::from(high) << 64 | u128::from(low))
+        }
+    }
+}
+
+/// The locks of a request in the global order, each limit with the places it needs locked
+/// in order (a keyed table's shards, a shared table's buckets; none for a one-limit limiter).
+type Locks<'a, K, W> = BTreeMap<LockId, (&'a Limit<'a, K, W>, Vec<usize>)>;
 
 /// The request's buckets, each part's bucket, and its locks (a bucket's `lock` is its limit's
 /// place among them).
-fn buckets<'a, K, Q>(
-    parts: &'a [Part<'a, K, Q>],
-) -> (Vec<Bucket<'a, K, Q>>, Vec<usize>, Locks<'a, K>)
+#[allow(clippy::type_complexity)] // three views of one grouping, made together
+fn buckets<'a, K, Q, W>(
+    parts: &'a [Part<'a, K, Q, W>],
+) -> (Vec<Bucket<'a, K, Q, W>>, Vec<usize>, Locks<'a, K, W>)
 where
     K: Hash + Eq + Clone,
     Q: Hash + Eq + ?Sized,
+    W: Words,
 {
-    let mut buckets: Vec<Bucket<'a, K, Q>> = Vec::new();
+    let mut buckets: Vec<Bucket<'a, K, Q, W>> = Vec::new();
     let mut of_part = Vec::with_capacity(parts.len());
     let mut locks = Locks::new();
     for part in parts {
-        let address = address_of(&part.limit);
         let key = match &part.limit {
-            Limit::One(_) => None,
             Limit::Keyed(_) => Some(part.key.expect("a keyed part has a key")),
+            Limit::One(_) | Limit::Shared(..) => None,
         };
-        let same = buckets
-            .iter()
-            .position(|b| address_of(b.limit) == address && b.key == key);
-        let bucket = if let Some(same) = same {
+        if let Some(same) = buckets.iter().position(|bucket| bucket.holds(part)) {
             buckets[same].n = buckets[same].n.saturating_add(part.n);
-            same
-        } else {
-            let (_, shards) = locks.entry(address).or_insert((&part.limit, Vec::new()));
-            if let (Limit::Keyed(table), Some(key)) = (&part.limit, key) {
-                let shard = table.shard_for(key);
-                if let Err(place) = shards.binary_search(&shard) {
-                    shards.insert(place, shard);
-                }
-            }
-            buckets.push(Bucket {
-                limit: &part.limit,
-                key,
-                n: part.n,
-                now_ns: part.now_ns,
-                lock: 0,
-            });
-            buckets.len() - 1
+            of_part.push(same);
+            continue;
+        }
+        let (_, places) = locks
+            .entry(lock_id(&part.limit))
+            .or_insert((&part.limit, Vec::new()));
+        let needed = match (&part.limit, key) {
+            (Limit::Keyed(table), Some(key)) => vec![table.shard_for(key)],
+            (Limit::Shared(table, digest), _) => table.buckets_of_key(*digest).to_vec(),
+            _ => Vec::new(),
         };
-        of_part.push(bucket);
+        for place in needed {
+            if let Err(at) = places.binary_search(&place) {
+                places.insert(at, place);
+            }
+        }
+        buckets.push(Bucket {
+            limit: &part.limit,
+            key,
+            n: part.n,
+            now_ns: part.now_ns,
+            lock: 0,
+        });
+        of_part.push(buckets.len() - 1);
     }
     for bucket in &mut buckets {
-        bucket.lock = locks.range(..address_of(bucket.limit)).count();
+        bucket.lock = locks.range(..lock_id(bucket.limit)).count();
     }
     (buckets, of_part, locks)
 }
 
-fn address_of<K>(limit: &Limit<'_, K>) -> usize {
-    match limit {
-        Limit::One(mutex) => std::ptr::from_ref(*mutex) as usize,
-        Limit::Keyed(table) => std::ptr::from_ref(*table) as usize,
-    }
-}
-
 /// Step 1 for one bucket: what it would answer, taking nothing.
-fn ask<K, Q>(bucket: &Bucket<'_, K, Q>, held: &mut Held<'_, K>) -> Said
+fn ask<K, Q, W>(bucket: &Bucket<'_, K, Q, W>, held: &mut Held<'_, K>) -> Said
 where
     K: Hash + Eq + Clone,
     Q: Hash + Equivalent<K> + ?Sized,
     K: for<'q> From<&'q Q>,
+    W: Words,
 {
-    match (held, bucket.key) {
-        (Held::One(limiter), _) => {
+    match (held, bucket.limit, bucket.key) {
+        (Held::One(limiter), _, _) => {
             let decision = limiter.peek(bucket.n, bucket.now_ns);
             Said::One(Answer {
                 decision: KeyedDecision::Decided(decision),
                 remaining: limiter.available_at(bucket.now_ns),
             })
         }
-        (Held::Keyed(shard), Some(key)) => {
-            let Limit::Keyed(table) = bucket.limit else {
-                unreachable!("a held shard is a keyed limit's")
-            };
-            Said::Keyed(table.ask_held(shard, key, bucket.n, bucket.now_ns))
+        (Held::Keyed(shards), Limit::Keyed(table), Some(key)) => {
+            Said::Keyed(table.ask_held(shards, key, bucket.n, bucket.now_ns))
         }
-        (Held::Keyed(_), None) => unreachable!("a keyed part has a key"),
+        (Held::Shared(buckets), Limit::Shared(table, digest), _) => {
+            Said::Shared(table.ask_held(buckets, *digest, bucket.n, bucket.now_ns))
+        }
+        _ => unreachable!("a bucket's lock is of its limit's kind"),
     }
 }
 
 /// Step 2 for one bucket: take its tokens if the request is `taken`, else let go of anything
 /// held for it (and count the refusal, if `counted`: it was not only a question); its answer
 /// either way.
-fn settle<K, Q>(
-    bucket: &Bucket<'_, K, Q>,
+fn settle<K, Q, W>(
+    bucket: &Bucket<'_, K, Q, W>,
     said: &Said,
     taken: bool,
     counted: bool,
@@ -284,6 +326,7 @@ where
     K: Hash + Eq + Clone,
     Q: Hash + Equivalent<K> + ?Sized,
     K: for<'q> From<&'q Q>,
+    W: Words,
 {
     match (held, said, bucket.limit, bucket.key) {
         (Held::One(limiter), Said::One(answer), _, _) => {
@@ -297,11 +340,19 @@ where
                 remaining: limiter.available(),
             }
         }
-        (Held::Keyed(shard), Said::Keyed(asked), Limit::Keyed(table), Some(key)) => {
+        (Held::Keyed(shards), Said::Keyed(asked), Limit::Keyed(table), Some(key)) => {
             if taken {
-                table.take_held(shard, key, bucket.n, asked)
+                table.take_held(shards, key, bucket.n, asked)
             } else {
-                table.let_go_held(shard, key, asked, counted);
+                table.let_go_held(shards, key, asked, counted);
+                asked.answer
+            }
+        }
+        (Held::Shared(buckets), Said::Shared(asked), Limit::Shared(table, digest), _) => {
+            if taken {
+                table.take_held(buckets, *digest, bucket.n, asked)
+            } else {
+                table.let_go_held(buckets, *digest, asked, counted);
                 asked.answer
             }
         }

@@ -37,6 +37,7 @@
 //! its own time as `Limiter` decides it. So a one-key table answers exactly as `RateLimiter`
 //! does, a clock that steps back included.
 
+pub mod held;
 pub mod layout;
 pub mod lock;
 pub mod slot;
@@ -103,8 +104,9 @@ pub const THE_KEY: Digest = (0, 0);
 
 /// The buckets a key's lock covers, in the order they are locked.
 struct Locked<'t> {
-    _first: Held<'t>,
-    _second: Option<Held<'t>>,
+    /// The locks, held until the call is done; none where a stacked decision holds them
+    /// (see `held.rs`).
+    _held: [Option<Held<'t>>; 2],
     buckets: [usize; 2],
     /// The time this call is decided at, and how far the caller's time is behind it.
     now: i64,
@@ -267,14 +269,34 @@ impl<W: Words> Table<W> {
     /// Lock the buckets of `digest` (in index order, once if they are one), and read the
     /// table's time for a call at `now_ns`.
     fn locked(&self, digest: Digest, now_ns: i64) -> Locked<'_> {
+        let [low, high] = self.buckets_for(digest);
+        let first = self.lock_bucket(low);
+        let second = (high != low).then(|| self.lock_bucket(high));
+        self.timed([Some(first), second], [low, high], now_ns)
+    }
+
+    /// The buckets the key of `digest` lives in, the lower first: the two its lock covers.
+    fn buckets_for(&self, digest: Digest) -> [usize; 2] {
         let buckets = self.layout.buckets as u64;
         #[allow(clippy::cast_possible_truncation)] // below the bucket count, a usize
         let (a, b) = ((digest.0 % buckets) as usize, (digest.1 % buckets) as usize);
-        let (low, high) = (a.min(b), a.max(b));
+        [a.min(b), a.max(b)]
+    }
+
+    /// Take the lock of `bucket`, in this process's name.
+    fn lock_bucket(&self, bucket: usize) -> Held<'_> {
         let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
-        let first = lock::lock(&self.words[self.layout.bucket(low)], me, self.gone);
-        let second =
-            (high != low).then(|| lock::lock(&self.words[self.layout.bucket(high)], me, self.gone));
+        lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone)
+    }
+
+    /// A call on `buckets` (their locks held, here or by the caller), at the table's time for
+    /// `now_ns`.
+    fn timed<'t>(
+        &'t self,
+        held: [Option<Held<'t>>; 2],
+        [low, high]: [usize; 2],
+        now_ns: i64,
+    ) -> Locked<'t> {
         let latest = self
             .clock_word()
             .fetch_max(biased(now_ns), Ordering::Relaxed);
@@ -287,8 +309,7 @@ impl<W: Words> Table<W> {
         // anchored earlier); the one-key form at the caller's time, as a limiter does.
         let now = if self.one { now_ns } else { clock };
         Locked {
-            _first: first,
-            _second: second,
+            _held: held,
             buckets: [low, high],
             now,
             behind: (i128::from(now) - i128::from(now_ns)).unsigned_abs(),
@@ -392,6 +413,11 @@ impl<W: Words> Table<W> {
 
     /// Take `n` tokens; what remains is counted only `with_remaining` (a division per band).
     fn take(&self, digest: Digest, n: u64, now_ns: i64, with_remaining: bool) -> Answer {
+        self.take_in(&self.locked(digest, now_ns), digest, n, with_remaining)
+    }
+
+    /// [`Table::take`] on buckets already locked.
+    fn take_in(&self, locked: &Locked<'_>, digest: Digest, n: u64, with_remaining: bool) -> Answer {
         let remaining_of = |balances: &Balances| {
             if with_remaining {
                 balances.available(&self.specs)
@@ -399,13 +425,12 @@ impl<W: Words> Table<W> {
                 0
             }
         };
-        let locked = self.locked(digest, now_ns);
         let now = locked.now;
-        let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
+        let (decision, remaining) = if let Some(slot) = self.find(locked, digest) {
             let mut balances = slot.balances();
             let decision = balances.acquire(&self.specs, n, now);
             if decision == Decision::Allowed || self.one {
-                self.keep(&locked, slot, &balances);
+                self.keep(locked, slot, &balances);
             }
             (KeyedDecision::Decided(decision), remaining_of(&balances))
         } else {
@@ -415,7 +440,7 @@ impl<W: Words> Table<W> {
             if decision != Decision::Allowed || balances.is_full(&self.specs) {
                 (KeyedDecision::Decided(decision), remaining)
             } else {
-                match self.room(&locked) {
+                match self.room(locked) {
                     Ok(slot) => {
                         slot.fill(digest, &balances);
                         (KeyedDecision::Decided(decision), remaining)
@@ -425,7 +450,7 @@ impl<W: Words> Table<W> {
             }
         };
         let decision = decision.from_caller(locked.behind);
-        self.count(&locked, decision);
+        self.count(locked, decision);
         Answer {
             decision,
             remaining,

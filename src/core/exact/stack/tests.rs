@@ -1,11 +1,17 @@
 //! Stacked decisions against a model made of single calls: ask every bucket (`peek` for the sum
 //! of its parts), then take every bucket (`check`) only if all allowed.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use super::*;
+use crate::core::exact::config::{BandConfig, Config, Ratio};
 use crate::core::exact::keyed::Stats;
 use crate::core::exact::rate::{BandSpec, Rate};
+use crate::core::exact::shared::THE_KEY;
+
+/// A shared table in memory, as a file's mapping would hold it.
+type Words = Box<[AtomicU64]>;
 
 const SECOND: i64 = 1_000_000_000;
 const ALLOWED: KeyedDecision = KeyedDecision::Decided(Decision::Allowed);
@@ -14,11 +20,27 @@ fn band(per_second: u64, burst: u64) -> BandSpec {
     BandSpec::new(Rate::new(per_second, 1).unwrap(), burst).unwrap()
 }
 
-/// A world of limits: two one-limit limiters and two keyed tables (the second small, so that it
-/// fills), made the same way twice, once for the stack and once for the model.
+/// A world of limits: two one-limit limiters, two keyed tables (the second small, so that it
+/// fills), and two shared tables (one limit, and one per key), made the same way twice, once
+/// for the stack and once for the model.
 struct World {
     ones: Vec<Mutex<Limiter>>,
     tables: Vec<KeyedLimiter<String>>,
+    shared: Vec<Table<Words>>,
+}
+
+fn shared(bands: &[(u64, u64)], max_keys: Option<u64>, seed: (u64, u64)) -> Table<Words> {
+    let bands = bands
+        .iter()
+        .map(|&(rate, burst)| {
+            BandConfig::new(Ratio::new(rate, 1).unwrap(), Some(burst), None).unwrap()
+        })
+        .collect();
+    let config = Config::new(bands).unwrap();
+    let words = (0..Table::<Words>::layout(&config, max_keys).words())
+        .map(|_| AtomicU64::new(0))
+        .collect();
+    Table::create(words, &config, max_keys, seed, 7).unwrap()
 }
 
 impl World {
@@ -32,11 +54,25 @@ impl World {
                 KeyedLimiter::new(&[band(2, 4)], 100, 4),
                 KeyedLimiter::new(&[band(1, 2), band(3, 5)], 3, 2),
             ],
+            shared: vec![
+                shared(&[(3, 4)], None, (5, 6)),
+                shared(&[(1, 2), (4, 6)], Some(1), (1, 2)),
+            ],
+        }
+    }
+
+    /// A key's digest in shared table `index` (the one-key table's is its one key).
+    fn digest(&self, index: usize, key: &str) -> Digest {
+        if index == 0 {
+            THE_KEY
+        } else {
+            self.shared[index].digest(key.as_bytes())
         }
     }
 }
 
-/// A part by numbers: which limit (0-1 one-limit, 2-3 tables), which key, how many tokens.
+/// A part by numbers: which limit (0-1 one-limit, 2-3 tables, 4-5 shared tables), which key,
+/// how many tokens.
 #[derive(Clone, Copy, Debug)]
 struct Spec {
     limit: usize,
@@ -46,17 +82,21 @@ struct Spec {
 
 const KEYS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
-fn parts<'a>(world: &'a World, specs: &[Spec], now: i64) -> Vec<Part<'a, String, str>> {
+fn parts<'a>(world: &'a World, specs: &[Spec], now: i64) -> Vec<Part<'a, String, str, Words>> {
     specs
         .iter()
         .map(|spec| {
-            let (limit, key) = if spec.limit < 2 {
-                (Limit::One(&world.ones[spec.limit]), None)
-            } else {
-                (
+            let (limit, key) = match spec.limit {
+                0 | 1 => (Limit::One(&world.ones[spec.limit]), None),
+                2 | 3 => (
                     Limit::Keyed(&world.tables[spec.limit - 2]),
                     Some(KEYS[spec.key]),
-                )
+                ),
+                _ => {
+                    let index = spec.limit - 4;
+                    let digest = world.digest(index, KEYS[spec.key]);
+                    (Limit::Shared(&world.shared[index], digest), None)
+                }
             };
             Part {
                 limit,
@@ -71,11 +111,12 @@ fn parts<'a>(world: &'a World, specs: &[Spec], now: i64) -> Vec<Part<'a, String,
 /// The model: the same request as single calls, on the model's world (only asked, with
 /// `peek`).
 fn model(world: &World, specs: &[Spec], now: i64, peek: bool) -> Stacked {
-    // Each part's bucket's total.
+    // Each part's bucket's total (the one-key limits have one bucket each).
+    let keyed = |limit: usize| matches!(limit, 2 | 3 | 5);
     let total = |s: &Spec| -> u64 {
         specs
             .iter()
-            .filter(|o| o.limit == s.limit && (s.limit < 2 || o.key == s.key))
+            .filter(|o| o.limit == s.limit && (!keyed(s.limit) || o.key == s.key))
             .map(|o| o.n)
             .sum()
     };
@@ -88,8 +129,11 @@ fn model(world: &World, specs: &[Spec], now: i64, peek: bool) -> Stacked {
                 decision: KeyedDecision::Decided(decision),
                 remaining: limiter.available_at(now),
             }
-        } else {
+        } else if s.limit < 4 {
             world.tables[s.limit - 2].peek(KEYS[s.key], total(s), now)
+        } else {
+            let index = s.limit - 4;
+            world.shared[index].peek(world.digest(index, KEYS[s.key]), total(s), now)
         }
     };
     let asked: Vec<Answer> = specs.iter().map(ask).collect();
@@ -104,7 +148,7 @@ fn model(world: &World, specs: &[Spec], now: i64, peek: bool) -> Stacked {
     let mut done: Vec<(usize, usize, Answer)> = Vec::new();
     let mut answers = Vec::new();
     for s in specs {
-        let key = if s.limit < 2 { 0 } else { s.key };
+        let key = if keyed(s.limit) { s.key } else { 0 };
         if let Some(&(_, _, answer)) = done.iter().find(|d| d.0 == s.limit && d.1 == key) {
             answers.push(answer);
             continue;
@@ -116,8 +160,11 @@ fn model(world: &World, specs: &[Spec], now: i64, peek: bool) -> Stacked {
                 decision: KeyedDecision::Decided(decision),
                 remaining: limiter.available(),
             }
-        } else {
+        } else if s.limit < 4 {
             world.tables[s.limit - 2].check(KEYS[s.key], total(s), now)
+        } else {
+            let index = s.limit - 4;
+            world.shared[index].check(world.digest(index, KEYS[s.key]), total(s), now)
         };
         done.push((s.limit, key, answer));
         answers.push(answer);
@@ -151,7 +198,7 @@ fn every_stack_answers_as_the_model_of_single_calls() {
             now += i64::try_from(random.below(400_000_000)).unwrap();
             let specs: Vec<Spec> = (0..=random.below(4))
                 .map(|_| Spec {
-                    limit: usize::try_from(random.below(4)).unwrap(),
+                    limit: usize::try_from(random.below(6)).unwrap(),
                     key: usize::try_from(random.below(6)).unwrap(),
                     n: random.below(4),
                 })
@@ -168,6 +215,19 @@ fn every_stack_answers_as_the_model_of_single_calls() {
                 b.lock().unwrap().bands(),
                 "seed {seed}"
             );
+        }
+        for (index, (a, b)) in stacked.shared.iter().zip(&modelled.shared).enumerate() {
+            for key in KEYS {
+                let (mine, its) = (stacked.digest(index, key), modelled.digest(index, key));
+                assert_eq!(
+                    a.levels(mine, now),
+                    b.levels(its, now),
+                    "seed {seed}, key {key}"
+                );
+            }
+            // A refused stack counts its refusal, where the model only peeked: the takings
+            // are the same.
+            assert_eq!(a.stats().allowed, b.stats().allowed, "seed {seed}");
         }
         for (a, b) in stacked.tables.iter().zip(&modelled.tables) {
             for key in KEYS {
@@ -354,6 +414,16 @@ fn stacks_in_opposite_orders_on_many_threads_never_wait_for_each_other() {
                             key: (i + 3) % 6,
                             n: 1,
                         },
+                        Spec {
+                            limit: 5,
+                            key: i % 6,
+                            n: 0,
+                        },
+                        Spec {
+                            limit: 5,
+                            key: (i + 1) % 6,
+                            n: 0,
+                        },
                     ];
                     if t % 2 == 1 {
                         specs.reverse();
@@ -382,6 +452,9 @@ fn stacks_in_opposite_orders_on_many_threads_never_wait_for_each_other() {
     // All or nothing under contention: the table took for both of its keys exactly when a
     // stack was taken, and never otherwise.
     assert_eq!(world.tables[0].stats().allowed, 2 * taken);
+    // The shared table's two keys (taking nothing: its limit is slower than the others')
+    // were asked under their buckets' locks by every stack, in both orders.
+    assert_eq!(world.shared[1].stats().allowed, 2 * taken);
 }
 
 #[test]
