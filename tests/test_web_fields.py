@@ -600,6 +600,30 @@ def test_redis_limiters_say_each_band_s_r_and_t_in_one_script_call(redis_server)
     }
 
 
+def test_a_redis_limiter_with_plans_says_the_plan_s_bands_own_r(redis_server):
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+
+    sync = redis_server.client()
+    sync.flushall()
+    plans = {"free": [Band(1, burst=2), Band("6/minute", burst=5)], "pro": 100}
+    wsgi = WSGIMiddleware(
+        _ok_wsgi,
+        RedisKeyedRateLimiter(sync, plans=plans, name="clients", prefix="p:"),
+        plan=lambda info: info.headers.get("x-plan", "free"),
+    )
+    got: list[Any] = []
+
+    def start_response(status: str, fields: Any, exc_info: Any = None) -> None:
+        got.append((status, dict(fields)))
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
+    b"".join(wsgi(environ, start_response))
+    assert items_of(got[-1][1]["RateLimit"]) == {
+        "default-free-1": {"r": 1, "t": 1},
+        "default-free-2": {"r": 4, "t": 10},
+    }
+
+
 async def _receive() -> dict[str, Any]:
     return {"type": "http.request", "body": b"", "more_body": False}
 
