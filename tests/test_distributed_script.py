@@ -56,10 +56,10 @@ def test_the_fast_path_is_where_the_script_says() -> None:
     assert SOURCE.count(FAST_PATH) == 1
 
 
-# take, peek, refund, available, reserve, give back, together and peek together (many is
-# several keys)
-OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6, 7, 8])
-TOGETHER, PEEK_TOGETHER = 7, 8
+# take, peek, refund, available, reserve, give back, together, peek together and take with
+# levels (many is several keys)
+OPS = st.sampled_from([0, 2, 3, 4, 5, 5, 6, 7, 8, 9])
+TOGETHER, PEEK_TOGETHER, TAKE_WITH_LEVELS = 7, 8, 9
 
 
 @settings(
@@ -132,7 +132,7 @@ def test_the_fast_path_and_the_general_path_settle_alike(
                 request += _bands.extra(extra)
             elif op == 6:
                 request += _bands.extra(moments[-1 - extra % 2] if extra % 3 else now_us + extra)
-            token = [os.urandom(8)] if op in (0, 3, 5, 6, TOGETHER) else []
+            token = [os.urandom(8)] if op in (0, 3, 5, 6, TOGETHER, TAKE_WITH_LEVELS) else []
             args = [request, config.encoding, *token]
         # One transaction per step: no other command runs between the two calls, so neither key
         # can expire before both are read back. (The server's clock runs on between the

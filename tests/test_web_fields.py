@@ -499,15 +499,27 @@ def test_band_levels_say_each_band_s_tokens_and_next_token():
     assert "b" not in keyed
 
 
-def test_redis_limiters_tell_the_hook_and_say_the_least_band_without_t(redis_server):
-    # A Redis limiter has no band_levels: every band says the least band's r, no t; the hook
-    # is awaited under ASGI (an asyncio limiter) and called under WSGI, without the key.
+def _script_calls(client: Any) -> int:
+    stats = client.info("commandstats")
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
+
+
+def test_redis_limiters_say_each_band_s_r_and_t_in_one_script_call(redis_server):
+    # A Redis limiter has no band_levels: the middleware ask its check_levels, which says the
+    # decision and each band's level in one script call, so every band says its own r and t,
+    # and a refusal names only the band that is short. The hook is told as before: awaited
+    # under ASGI (an asyncio limiter), called under WSGI, without the key.
     import redis.asyncio
     from protocol_in_code.qos.distributed import AsyncRedisKeyedRateLimiter, RedisKeyedRateLimiter
 
     bands = [Band(1, burst=2), Band("6/minute", burst=5)]
+    from protocol_in_code.qos.distributed._server import SOURCE
+
     sync = redis_server.client()
     sync.flushall()
+    sync.script_load(SOURCE)  # no NOSCRIPT, and its EVAL, in the calls counted below
     events: list[DecisionEvent] = []
     wsgi = WSGIMiddleware(
         _ok_wsgi,
@@ -520,24 +532,44 @@ def test_redis_limiters_tell_the_hook_and_say_the_least_band_without_t(redis_ser
     def start_response(status: str, fields: Any, exc_info: Any = None) -> None:
         got.append((status, dict(fields)))
 
+    calls = []
     for _ in range(3):
+        before = _script_calls(sync)
         environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
         body = b"".join(wsgi(environ, start_response))
+        calls.append(_script_calls(sync) - before)
+    assert calls == [1, 1, 1]
     status, fields = got[-1]
     assert status.startswith("429")
-    assert items_of(fields["RateLimit"]) == {"default-1": {"r": 0}, "default-2": {"r": 0}}
-    # Which band is short cannot be told: every band the least one's r leaves short.
-    assert json.loads(body)["violated-policies"] == ["default-1", "default-2"]
+    assert fields["Retry-After"] == "1"
+    # The first band is empty and its next token is under a second away (no t); the second
+    # holds 3, its next token ~10 s away, said as t but never more than Retry-After.
+    assert items_of(fields["RateLimit"]) == {"default-1": {"r": 0}, "default-2": {"r": 3, "t": 1}}
+    assert json.loads(body)["violated-policies"] == ["default-1"]
+    # Right after the first request: each band holds a whole number of tokens, the next one a
+    # full token's refill away.
+    assert items_of(got[0][1]["RateLimit"]) == {
+        "default-1": {"r": 1, "t": 1},
+        "default-2": {"r": 4, "t": 10},
+    }
     assert [e.outcome for e in events] == [LimitOutcome.ALLOWED] * 2 + [LimitOutcome.DENIED]
     assert all(e.key is None for e in events)
 
-    async def run() -> list[DecisionEvent]:
+    async def run() -> tuple[list[DecisionEvent], list[dict[str, str]], list[int]]:
         client = redis.asyncio.Redis(port=redis_server.port)
         told: list[DecisionEvent] = []
+        answered: list[dict[str, str]] = []
+        counted = []
+
+        async def keep(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                answered.append({k.decode(): v.decode() for k, v in message["headers"]})
+
         try:
             limiter = AsyncRedisKeyedRateLimiter(client, bands=bands, name="clients", prefix="a:")
             app = ASGIMiddleware(_ok_asgi, limiter, on_decision=told.append, on_decision_key=True)
             for _ in range(3):
+                before = _script_calls(sync)
                 await app(
                     {
                         "type": "http",
@@ -547,15 +579,49 @@ def test_redis_limiters_tell_the_hook_and_say_the_least_band_without_t(redis_ser
                         "client": ("192.0.2.1", 1),
                     },
                     _receive,
-                    _discard,
+                    keep,
                 )
+                counted.append(_script_calls(sync) - before)
         finally:
             await client.aclose()
-        return told
+        return told, answered, counted
 
-    told = asyncio.run(run())
+    told, answered, counted = asyncio.run(run())
+    assert counted == [1, 1, 1]
     assert [e.outcome for e in told] == [LimitOutcome.ALLOWED] * 2 + [LimitOutcome.DENIED]
     assert [e.key for e in told] == ["192.0.2.1"] * 3
+    assert items_of(answered[0]["ratelimit"]) == {
+        "default-1": {"r": 1, "t": 1},
+        "default-2": {"r": 4, "t": 10},
+    }
+    assert items_of(answered[-1]["ratelimit"]) == {
+        "default-1": {"r": 0},
+        "default-2": {"r": 3, "t": 1},
+    }
+
+
+def test_a_redis_limiter_with_plans_says_the_plan_s_bands_own_r(redis_server):
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+
+    sync = redis_server.client()
+    sync.flushall()
+    plans = {"free": [Band(1, burst=2), Band("6/minute", burst=5)], "pro": 100}
+    wsgi = WSGIMiddleware(
+        _ok_wsgi,
+        RedisKeyedRateLimiter(sync, plans=plans, name="clients", prefix="p:"),
+        plan=lambda info: info.headers.get("x-plan", "free"),
+    )
+    got: list[Any] = []
+
+    def start_response(status: str, fields: Any, exc_info: Any = None) -> None:
+        got.append((status, dict(fields)))
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"}
+    b"".join(wsgi(environ, start_response))
+    assert items_of(got[-1][1]["RateLimit"]) == {
+        "default-free-1": {"r": 1, "t": 1},
+        "default-free-2": {"r": 4, "t": 10},
+    }
 
 
 async def _receive() -> dict[str, Any]:

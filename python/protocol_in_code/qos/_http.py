@@ -468,6 +468,10 @@ class Rule:
     #: The limiter's ``band_levels`` where the fields need it (several bands, or a band slow
     #: enough that ``t`` can be 1 or more) and it has one; else ``None``.
     levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
+    #: Whether the middleware ask :attr:`decider`'s ``check_levels`` in place of ``check``:
+    #: where the fields need levels and the limiter says them with its decision, in the same
+    #: round trip, rather than with ``band_levels`` (the Redis limiters).
+    leveled: bool = field(init=False)
     #: With ``on_decision``, what tells it of one of this rule's decisions (see
     #: :meth:`Rules.teller`); ``None`` without a hook.
     tell: Callable[[Decision, Hashable | None], None] | None = field(init=False, default=None)
@@ -483,6 +487,8 @@ class Rule:
         levels = getattr(self.limiter, "band_levels", None)
         wanted = len(self.policies) > 1 or any(p.slow for p in self.policies)
         self.levels = levels if wanted and callable(levels) and not self.awaited else None
+        check_levels = getattr(self.limiter, "check_levels", None)
+        self.leveled = self.levels is None and wanted and callable(check_levels)
 
     def matches(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
@@ -563,16 +569,20 @@ def _plans_of(limiter: Any) -> dict[str, tuple[Any, ...]] | None:
 
 
 class _PlanView:
-    """One plan of a limiter with plans, as a rule asks it: ``check`` (and ``band_levels``)
-    with the plan given, and the plan's bands."""
+    """One plan of a limiter with plans, as a rule asks it: ``check`` (and ``band_levels`` or
+    ``check_levels``) with the plan given, and the plan's bands."""
 
-    __slots__ = ("band_levels", "bands", "check", "limiter", "plan")
+    __slots__ = ("band_levels", "bands", "check", "check_levels", "limiter", "plan")
 
     def __init__(self, limiter: Any, plan: str, bands: tuple[Any, ...]) -> None:
         self.limiter, self.plan, self.bands = limiter, plan, tuple(bands)
         self.check = functools.partial(limiter.check, plan=plan)
         levels = getattr(limiter, "band_levels", None)
         self.band_levels = None if levels is None else functools.partial(levels, plan=plan)
+        with_levels = getattr(limiter, "check_levels", None)
+        self.check_levels = (
+            None if with_levels is None else functools.partial(with_levels, plan=plan)
+        )
 
 
 def _banded(
@@ -640,12 +650,16 @@ def _names(rule: Rule) -> str:
 
 
 class _Hooked:
-    """A rule's :attr:`Rule.decider` when there is a hook: ``check`` is the wrapped one."""
+    """A rule's :attr:`Rule.decider` when there is a hook: ``check`` (and ``check_levels``,
+    for a rule that asks it) is the wrapped one."""
 
-    __slots__ = ("check",)
+    __slots__ = ("check", "check_levels")
 
-    def __init__(self, check: Callable[..., Any]) -> None:
+    def __init__(
+        self, check: Callable[..., Any], check_levels: Callable[..., Any] | None = None
+    ) -> None:
         self.check = check
+        self.check_levels = check_levels
 
 
 class Rules:
@@ -772,7 +786,10 @@ class Rules:
                 for one in rule.plans.values() if rule.plans is not None else (rule,):
                     if one.limiter is not None:
                         one.tell = self.teller(one, on_decision)
-                        one.decider = _Hooked(self.hook(one, one.tell))
+                        one.decider = _Hooked(
+                            self.hook(one, one.tell),
+                            self.hook_levels(one, one.tell) if one.leveled else None,
+                        )
         self.stack = bool(stack)
         if self.stack:
             _distinct_names(self.rules)
@@ -859,6 +876,30 @@ class Rules:
             return decision
 
         return checked
+
+    def hook_levels(
+        self, rule: Rule, tell: Callable[[Decision, Hashable | None], None]
+    ) -> Callable[..., Any]:
+        """``rule``'s ``check_levels``, wrapped to ``tell`` of every decision (as
+        :meth:`hook`)."""
+        check_levels = rule.limiter.check_levels
+        keyed = rule.keyed
+
+        if rule.awaited:
+
+            async def checked_levels_async(*args: Any) -> Any:
+                decided = await check_levels(*args)
+                tell(decided[0], args[0] if keyed else None)
+                return decided
+
+            return checked_levels_async
+
+        def checked_levels(*args: Any) -> Any:
+            decided = check_levels(*args)
+            tell(decided[0], args[0] if keyed else None)
+            return decided
+
+        return checked_levels
 
     def rule_for(self, method: str, path: str) -> Rule | None:
         """The first rule for this request; ``None`` if it is exempt or no rule matches."""
@@ -976,19 +1017,22 @@ def answer(
     decision: Decision,
     pk: str | None,
     key: Hashable | None = None,
+    levels: list[tuple[int, int]] | None = None,
 ) -> tuple[int, list[tuple[str, str]]]:
     """The status (0 to pass the request on) and the header fields for ``decision``.
 
     ``pk`` is the key's partition key (``None`` for a limiter without keys), made before the
     limiter was asked: nothing here can fail, so a request that spent a token is answered.
     ``key`` is the key asked about, to read each band's own level where the limiter can tell
-    it (``band_levels``).
+    it (``band_levels``); ``levels`` are those levels when the limiter said them with its
+    decision (a Redis limiter's ``check_levels``), and then nothing more is asked.
 
     Each band's item says its own ``r`` and, where the limiter tells when its next token
     comes, ``t``: the whole seconds within which no more than ``r`` can be used, omitted when
     0, and never more than the ``Retry-After`` beside it. Where the limiter cannot tell (the
-    Redis and shared limiters, any other object), every band says the decision's
-    ``remaining`` (the least of all bands, which every band holds) and no ``t``.
+    shared limiters, any other object, a Redis limiter whose server could not answer or in a
+    stack), every band says the decision's ``remaining`` (the least of all bands, which every
+    band holds) and no ``t``.
 
     Under ``enforce=False`` a refusal is only said: the status is 0, and there is no
     ``Retry-After``, since the request goes on.
@@ -997,7 +1041,7 @@ def answer(
     if not status and decision.outcome is LimitOutcome.ALLOWED and not rules.headers_on_allowed:
         return status, []
     fields, retry = _retry_after(decision, status)
-    policy, items, legacy = _described(rules, rule, decision, pk, key, retry)
+    policy, items, legacy = _described(rules, rule, decision, pk, key, retry, levels)
     fields.append(("RateLimit-Policy", policy))
     if items is not None:
         fields.append(("RateLimit", items))
@@ -1034,6 +1078,7 @@ def _described(
     pk: str | None,
     key: Hashable | None,
     retry: int,
+    levels: list[tuple[int, int]] | None = None,
 ) -> tuple[str, str | None, list[tuple[str, str]]]:
     """What the fields say of one limiter after ``decision``: its ``RateLimit-Policy`` items,
     its ``RateLimit`` items (``None`` when its table had no room for the key: its quota is not
@@ -1042,7 +1087,8 @@ def _described(
         return rule.policy_text, None, []
     remaining = decision.remaining
     pk_parameter = "" if pk is None else ";pk=" + pk
-    levels = _levels(rule, key)
+    if levels is None:
+        levels = _levels(rule, key)
     items = []
     if levels is None:
         for name, policy in zip(rule.names, rule.policies, strict=True):
@@ -1083,7 +1129,11 @@ TEXT_PLAIN = "text/plain; charset=utf-8"
 
 
 def violated_policies(
-    rule: Rule, decision: Decision, n: int, key: Hashable | None = None
+    rule: Rule,
+    decision: Decision,
+    n: int,
+    key: Hashable | None = None,
+    levels: list[tuple[int, int]] | None = None,
 ) -> list[str]:
     """The names of the policies a refusal of ``n`` tokens broke.
 
@@ -1091,14 +1141,16 @@ def violated_policies(
     than ``n`` tokens, where the limiter tells each band's level; where it cannot, every band
     the decision's ``remaining`` (the least band's) leaves short, which names the least band
     and any band that may be as low. REFUSED (a full keyed table): every policy of the limit,
-    since the client could be given none of them.
+    since the client could be given none of them. ``levels`` are the levels the limiter said
+    with its decision, if it did (see :func:`answer`).
     """
     names = [policy.name for policy in rule.policies]
     outcome = decision.outcome
     if outcome is LimitOutcome.NEVER:
         return [name for name, p in zip(names, rule.policies, strict=True) if p.burst < n]
     if outcome is LimitOutcome.DENIED:
-        levels = _levels(rule, key)
+        if levels is None:
+            levels = _levels(rule, key)
         if levels is not None:
             short = [name for name, (tokens, _) in zip(names, levels, strict=True) if tokens < n]
             if short:
@@ -1114,13 +1166,14 @@ def refusal(
     status: int,
     n: int = 1,
     key: Hashable | None = None,
+    levels: list[tuple[int, int]] | None = None,
 ) -> tuple[str, bytes]:
     """The content type and body of a refusal: a line of text, or with ``problem_json`` a
     problem document of the draft's type for it (``quota-exceeded`` on a 429,
     ``temporary-reduced-capacity`` on a 503) naming the ``violated-policies``."""
     if not rules.problem_json:
         return TEXT_PLAIN, refusal_body(status)
-    return _problem(status, violated_policies(rule, decision, n, key))
+    return _problem(status, violated_policies(rule, decision, n, key, levels))
 
 
 def _problem(status: int, violated: list[str]) -> tuple[str, bytes]:
@@ -1211,13 +1264,48 @@ def _asked(rules: Rules, rule: Rule, info: RequestInfo) -> tuple[Any, int, Hasha
 
 
 def _verdict(
-    rules: Rules, rule: Rule, decision: Decision, n: int, key: Hashable, pk: str | None
+    rules: Rules,
+    rule: Rule,
+    decision: Decision,
+    n: int,
+    key: Hashable,
+    pk: str | None,
+    levels: list[tuple[int, int]] | None = None,
 ) -> Verdict:
-    status, fields = answer(rules, rule, decision, pk, key)
+    status, fields = answer(rules, rule, decision, pk, key, levels)
     if not status:
         return Verdict(0, fields, "", b"")
-    content_type, body = refusal(rules, rule, decision, status, n, key)
+    content_type, body = refusal(rules, rule, decision, status, n, key, levels)
     return Verdict(status, fields, content_type, body)
+
+
+def _asked_levels(
+    rules: Rules, rule: Rule, info: RequestInfo, n: int
+) -> tuple[Any, Hashable | None, str | None]:
+    """:func:`_asked` for a :attr:`Rule.leveled` rule, whose cost is ``n``: the key and ``pk``
+    (which may raise, before anything is spent), and ``check_levels`` called (its result, a
+    decision and the levels, is awaitable for an asyncio limiter)."""
+    if rule.keyed:
+        key = key_of(rules, rule, info)
+        pk = rules.partition_key(key)
+        return rule.decider.check_levels(key, n), key, pk
+    return rule.decider.check_levels(n), None, None
+
+
+def decide_leveled(rules: Rules, rule: Rule, info: RequestInfo, n: int) -> Verdict:
+    """Decide ``info``, of cost ``n``, under a :attr:`Rule.leveled` rule of a synchronous
+    limiter: one call says the decision and every band's level, and the fields say each
+    band's own ``r`` and ``t``."""
+    asked, key, pk = _asked_levels(rules, rule, info, n)
+    decision, levels = asked
+    return _verdict(rules, rule, decision, n, key, pk, levels)
+
+
+async def decide_leveled_async(rules: Rules, rule: Rule, info: RequestInfo, n: int) -> Verdict:
+    """:func:`decide_leveled`, awaiting an asyncio limiter's ``check_levels``."""
+    asked, key, pk = _asked_levels(rules, rule, info, n)
+    decision, levels = (await asked) if rule.awaited else asked
+    return _verdict(rules, rule, decision, n, key, pk, levels)
 
 
 def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
@@ -1228,6 +1316,8 @@ def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     if rule.awaited:
         raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
     rule = rules.planned(rule, info)
+    if rule.leveled:
+        return decide_leveled(rules, rule, info, cost_of(rules, rule, info))
     decision, n, key, pk = _asked(rules, rule, info)
     return _verdict(rules, rule, decision, n, key, pk)
 
@@ -1238,6 +1328,8 @@ async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     if rules.stack:
         return await decide_stacked_async(rules, rules.rules, info)
     rule = rules.planned(rule, info)
+    if rule.leveled:
+        return await decide_leveled_async(rules, rule, info, cost_of(rules, rule, info))
     decision, n, key, pk = _asked(rules, rule, info)
     if rule.awaited:
         decision = await decision

@@ -35,9 +35,11 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     Route,
     Rules,
+    Verdict,
     answer,
     client_address,
     cost_of,
+    decide_leveled_async,
     decide_stacked_async,
     key_of,
     refusal,
@@ -174,6 +176,11 @@ class RateLimitMiddleware:
         if rule.plans is not None:
             rule = rules.planned(rule, info)
         n = cost_of(rules, rule, info)
+        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
+            await self._answered(
+                scope, receive, send, await decide_leveled_async(rules, rule, info, n)
+            )
+            return
         pk = key = None
         if rule.keyed:
             key = key_of(rules, rule, info)
@@ -202,7 +209,10 @@ class RateLimitMiddleware:
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
-        verdict = await decide_stacked_async(rules, matched, info)
+        await self._answered(scope, receive, send, await decide_stacked_async(rules, matched, info))
+
+    async def _answered(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
+        """Send ``verdict``'s refusal, or pass the request on with its fields."""
         if verdict.status:
             await _refuse(
                 scope, send, verdict.status, verdict.fields, verdict.content_type, verdict.body

@@ -31,9 +31,11 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     Route,
     Rules,
+    Verdict,
     answer,
     client_address,
     cost_of,
+    decide_leveled,
     decide_stacked,
     key_of,
     refusal,
@@ -174,6 +176,8 @@ class RateLimitMiddleware:
         if rule.plans is not None:
             rule = rules.planned(rule, info)
         n = cost_of(rules, rule, info)
+        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
+            return self._answered(environ, start_response, decide_leveled(rules, rule, info, n))
         pk = key = None
         if rule.keyed:
             key = key_of(rules, rule, info)
@@ -198,7 +202,12 @@ class RateLimitMiddleware:
         info = _info(rules, environ, method, path)
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
-        verdict = decide_stacked(rules, matched, info)
+        return self._answered(environ, start_response, decide_stacked(rules, matched, info))
+
+    def _answered(
+        self, environ: Environ, start_response: StartResponse, verdict: Verdict
+    ) -> Iterable[bytes]:
+        """Send ``verdict``'s refusal, or pass the request on with its fields."""
         if verdict.status:
             return _refuse(
                 start_response, verdict.status, verdict.fields, verdict.content_type, verdict.body

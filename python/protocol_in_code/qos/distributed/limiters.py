@@ -44,12 +44,17 @@ UNAVAILABLE_WAIT_NS = 100_000_000
 
 # The script's operations.
 TAKE, MANY, PEEK, REFUND, AVAILABLE, RESERVE, GIVE_BACK = 0, 1, 2, 3, 4, 5, 6
+#: A take answered with each band's level too (``check_levels``; ops 7 and 8 are stacks').
+TAKE_WITH_LEVELS = 9
 
 #: The moment a give-back names for a reservation that had no wait: any time no later than the
 #: give-back's own will do (the script reads it as "now"), and this is the earliest there is.
 _NO_WAIT_AT_US = -_bands.TIME_BOUND_US
 
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
+#: Each band's whole tokens and the nanoseconds until it holds one more, as ``band_levels``
+#: says them in-process.
+Levels: TypeAlias = list[tuple[int, int]]
 
 
 def redis_key(prefix: bytes, key: Any) -> bytes:
@@ -99,6 +104,18 @@ def decision(reply: Any) -> Decision:
         return Decision(LimitOutcome.ALLOWED, 0, reply >> 2)
     _, remaining, behind, wait = reply
     return Decision(LimitOutcome.DENIED, (behind + wait) * 1000, remaining)
+
+
+def leveled(reply: Any) -> tuple[Decision, Levels]:
+    """The :class:`Decision` and each band's level in the script's reply to a take with levels:
+    ``[answer, behind, tokens, next, tokens, next, ...]``, ``answer`` as :func:`decision` reads
+    it, and each band's ``next`` in microseconds from the key's settlement point, ``behind`` the
+    clock (added here, as for a wait), so the nanoseconds are the in-process ones rounded up to
+    the microsecond."""
+    behind = int(reply[1])
+    return decision(reply[0]), [
+        (int(reply[at]), (behind + int(reply[at + 1])) * 1000) for at in range(2, len(reply), 2)
+    ]
 
 
 def taken(reply: Any, n: Any) -> bool:
@@ -319,6 +336,23 @@ class _Core:
         if method == "available":
             return self.smallest if allow else 0
         return None  # refund: nothing to give back to
+
+    def unavailable_levels(
+        self, error: BaseException, *args: Any, **kwargs: Any
+    ) -> tuple[Decision, Levels | None]:
+        """What ``check_levels`` answers when the server cannot: ``check``'s ``on_error``
+        answer, and the levels of a local limiter given as the policy (its ``band_levels``
+        right after its ``check``, at the same time); None under ``"allow"`` and ``"deny"``,
+        which know no level. ``args`` are ``check``'s (the key first for a keyed limiter)."""
+        answer = self.unavailable(error, "check", *args, **kwargs)
+        policy = self.on_error
+        if isinstance(policy, str):
+            return answer, None
+        if isinstance(policy, RateLimiter):
+            _n, now_ns = args
+            return answer, policy.band_levels(now_ns)
+        key, _n, now_ns = args
+        return answer, policy.band_levels(key, now_ns, **kwargs)
 
 
 def _never(n: Any) -> ValueError:
@@ -588,6 +622,18 @@ async def _net_zero_if_taking(
     if op != TAKE:
         return await core.server.run_async(keys, args)
     return await _taken(core.server.run_async, keys, args, core.args(REFUND, n, now_ns))
+
+
+async def _taken_with_levels(core: _Core, keys: list[bytes], args: Any, n: Any, now_ns: Any) -> Any:
+    """The reply to a take with levels on an asyncio client, net zero for a cancelled caller
+    (as :func:`_taken`: its answer comes first in the reply)."""
+    run = core.server.run_async
+    refund = core.args(REFUND, n, now_ns)
+
+    def give_back(reply: Any) -> Awaitable[Any] | None:
+        return run(keys, refund) if took(reply[0]) else None
+
+    return await _net_zero(run(keys, args), give_back)
 
 
 async def _taken(
@@ -1194,6 +1240,8 @@ class RedisRateLimiter(_OneKey):
       back (forfeited if others queue behind it, so nobody is let in early). The bands of a key
       share one settlement point there, so a give-back on a key of several bands may give back
       a little less than in-process, never more.
+    * There is no ``band_levels`` (a second round trip): :meth:`check_levels` answers ``check``
+      and each band's level in one script call, as ``check`` then ``band_levels`` would.
 
     Given an asyncio client, construct :class:`AsyncRedisRateLimiter` instead (this class does
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
@@ -1253,6 +1301,20 @@ class RedisRateLimiter(_OneKey):
     def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
         return self._ask("check", n, now_ns)  # type: ignore[no-any-return]
+
+    def check_levels(self, n: int = 1, now_ns: int | None = None) -> tuple[Decision, Levels | None]:
+        """:meth:`check`, and each band's level right after it, in the same script call: what
+        ``check`` then ``band_levels`` say in-process, ``[(whole tokens, ns until one more),
+        ...]`` in the order of :attr:`bands` (the ns rounded up to the microsecond). When the
+        server cannot answer, ``on_error`` decides as for :meth:`check`, and the levels are a
+        local fallback limiter's ``band_levels``, or None under ``"allow"`` and ``"deny"``."""
+        core = self._core
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = core.server.run(self._keys, args)
+        except self._unavailable as error:
+            return core.unavailable_levels(error, n, now_ns)
+        return leveled(reply)
 
     def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
@@ -1397,6 +1459,21 @@ class RedisKeyedRateLimiter(_ManyKeys):
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
         return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
+    def check_levels(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """:meth:`check`, and each band's level of ``key`` right after it, in the same script
+        call (see :meth:`RedisRateLimiter.check_levels`; with plans, of ``plan``'s bands)."""
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            planned = {} if plan is None else {"plan": plan}
+            return core.unavailable_levels(error, key, n, now_ns, **planned)
+        return leveled(reply)
+
     def peek(
         self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
@@ -1532,6 +1609,18 @@ class AsyncRedisRateLimiter(_OneKey):
     async def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
         return await self._ask("check", n, now_ns)  # type: ignore[no-any-return]
 
+    async def check_levels(
+        self, n: int = 1, now_ns: int | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """:meth:`RedisRateLimiter.check_levels`, awaited; net zero for a cancelled caller."""
+        core = self._core
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = await _taken_with_levels(core, self._keys, args, n, now_ns)
+        except self._unavailable as error:
+            return core.unavailable_levels(error, n, now_ns)
+        return leveled(reply)
+
     async def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
         return await self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
 
@@ -1591,6 +1680,21 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
         return await self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    async def check_levels(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """:meth:`RedisKeyedRateLimiter.check_levels`, awaited; net zero for a cancelled
+        caller."""
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = await _taken_with_levels(core, keys, args, n, now_ns)
+        except self._unavailable as error:
+            planned = {} if plan is None else {"plan": plan}
+            return core.unavailable_levels(error, key, n, now_ns, **planned)
+        return leveled(reply)
 
     async def peek(
         self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None

@@ -39,7 +39,8 @@
 -- the server more than the rest of the arithmetic.
 --   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available, 5 reserve,
 --           6 give back (reserve and give back on one key), 7 together (a stack: take on every
---           key or on none), 8 peek together (a stack's keys peeked, taking nothing)
+--           key or on none), 8 peek together (a stack's keys peeked, taking nothing), 9 take
+--           with levels (op 0 on one key, answered with each band's level too: see the reply)
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
 --           band holds" just as well
 --   now     in microseconds (ignored when the next number is 1)
@@ -112,7 +113,13 @@
 --     wait, moment} (the wait until the moment, in microseconds: at most 2^53, see above), or
 --     {0, remaining, wait} when a re-sent reservation answers; TOO LATE as DENIED (nothing
 --     taken, and the wait it would have had);
---   * ops "together" and "peek together": a list of one-key replies, one per key in order.
+--   * ops "together" and "peek together": a list of one-key replies, one per key in order;
+--   * op "take with levels": {answer, behind, tokens 1, next 1, tokens 2, next 2, ...}: the
+--     answer of op "take", the microseconds the clock is behind the key's settlement point, and
+--     each band's whole tokens after the call and the microseconds from that settlement point
+--     until it holds one more (src/core/exact/limiter.rs, Band::level; the client adds behind,
+--     as for a wait). It is op "take" in every other respect: the same settlement, the same
+--     writes, the same replays; it costs the usual call two comparisons.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 -- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
@@ -120,6 +127,13 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local LAST = 4503599627370496
 
 local token = ARGV[3]
+
+-- A band's level: its whole tokens, and the microseconds until it holds one more (the part of a
+-- token it lacks, unit - (units - whole * unit), at most a token's units: exact, see above).
+local function level(units, unit, rate)
+    local whole = floor(units / unit)
+    return whole, ceil((unit - (units - whole * unit)) / rate)
+end
 -- A remembered call: its token, then how many of its requests took on this key (4 bytes).
 local RECORD, RECORDS = 12, 8
 
@@ -144,6 +158,11 @@ local function remember(calls, taken)
 end
 
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
+-- Take with levels: a take, answered with each band's level as well (see the reply).
+local levels = op == 9
+if levels then
+    op = 0
+end
 -- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
 local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
 -- Together (a stack): its token follows its keys' configurations.
@@ -293,7 +312,11 @@ if count == 1 and #KEYS == 1 then
         end
     end
 
-    if op == 1 then
+    if levels then
+        local tokens, after = level(balance, unit, rate)
+        local answer = outcome == 1 and {1, remaining, behind, wait} or 4 * remaining + outcome
+        return {answer, behind, tokens, after}
+    elseif op == 1 then
         return tostring(outcome)
     elseif outcome == 1 then
         if stack then
@@ -638,7 +661,13 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
         else
             answer = 4 * remaining + outcome
         end
-        if not stack then
+        if levels then
+            local leveled = {answer, behind}
+            for i = 1, count do
+                leveled[2 * i + 1], leveled[2 * i + 2] = level(balance[i], unit[i], rate[i])
+            end
+            return leveled
+        elseif not stack then
             return answer
         end
         reply[k] = answer
