@@ -1,4 +1,5 @@
-//! What this host says about time: the boot it is in, and its monotonic clock.
+//! What this host says about time (the boot it is in, and its monotonic clock) and chance (a
+//! new table's seed).
 //!
 //! Times a limiter keeps are readings of the monotonic clock (`time.monotonic_ns`), which every
 //! process of the host reads alike and which starts again at boot. So a saved limiter (a
@@ -40,6 +41,30 @@ pub fn monotonic_ns() -> i64 {
         .saturating_add(now.tv_nsec)
 }
 
+/// A new shared table's seed, from the kernel's random source. Not std's `RandomState`: it
+/// draws once per thread and then counts, so processes forked from one parent would seed
+/// their tables alike, and a stacked decision orders a host's tables by their seeds.
+#[cfg(unix)]
+#[must_use]
+pub fn fresh_seed() -> (u64, u64) {
+    let mut bytes = [0_u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(count) => filled += count,
+            Err(rustix::io::Errno::INTR) => {}
+            // No random source at all (a kernel without getrandom): std's seed, as before.
+            Err(_) => return crate::core::exact::keyed::random_seed(),
+        }
+    }
+    let word = |at: usize| {
+        let mut eight = [0_u8; 8];
+        eight.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(eight)
+    };
+    (word(0), word(8))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +77,10 @@ mod tests {
         }
         let first = monotonic_ns();
         assert!(monotonic_ns() >= first);
+    }
+
+    #[test]
+    fn every_seed_is_new() {
+        assert_ne!(fresh_seed(), fresh_seed());
     }
 }

@@ -16,12 +16,13 @@ use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::plain_int;
-use crate::core::exact::keyed::{random_seed, KeyedDecision};
+use crate::core::exact::keyed::KeyedDecision;
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::Plans;
 use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
+use crate::host::fresh_seed;
 use crate::python::args::{count, tokens, NowNs, Timeout, N};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::clock::Clock;
@@ -76,7 +77,7 @@ impl Shared {
                 .extract::<PathBuf>()?,
         };
         let (table, path) = py
-            .detach(|| shared_memory::open(&folder, &name, config, max_keys, random_seed))
+            .detach(|| shared_memory::open(&folder, &name, config, max_keys, fresh_seed))
             .map_err(PyErr::from)?;
         Ok(Self {
             table,

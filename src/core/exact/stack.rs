@@ -216,16 +216,19 @@ where
 }
 
 /// Where a limit's locks come in the global order: in-process limits first (0), by address;
-/// then shared tables (1), by seed.
-type LockId = (u8, u128);
+/// then shared tables (1), by seed. The address comes last for tables too: it tells two
+/// tables apart should their seeds ever be equal (each is drawn from the kernel's random
+/// source, so that is a chance of 2^-128), which no other process could then order alike.
+type LockId = (u8, u128, usize);
 
 fn lock_id<K, W: Words>(limit: &Limit<'_, K, W>) -> LockId {
     match limit {
-        Limit::One(mutex) => (0, std::ptr::from_ref(*mutex) as usize as u128),
-        Limit::Keyed(table) => (0, std::ptr::from_ref(*table) as usize as u128),
+        Limit::One(mutex) => (0, 0, std::ptr::from_ref(*mutex) as usize),
+        Limit::Keyed(table) => (0, 0, std::ptr::from_ref(*table) as usize),
         Limit::Shared(table, _) => {
             let (high, low) = table.lock_order();
-            (1, u128::from(high) << 64 | u128::from(low))
+            let seed = u128::from(high) << 64 | u128::from(low);
+            (1, seed, std::ptr::from_ref(*table) as usize)
         }
     }
 }
