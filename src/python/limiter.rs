@@ -86,7 +86,10 @@ impl Decision {
         Self::make(
             py,
             LIMIT_OUTCOME.member(py, index)?.into_bound(py),
-            wait_ns.map(|ns| int(py, ns)).transpose()?.into_bound_py_any(py)?,
+            wait_ns
+                .map(|ns| int(py, ns))
+                .transpose()?
+                .into_bound_py_any(py)?,
             int(py, remaining)?,
         )
     }
