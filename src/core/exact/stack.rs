@@ -311,3 +311,6 @@ where
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod seams;
