@@ -485,3 +485,362 @@ def test_a_redis_part_given_back_after_a_later_refusal_says_what_it_holds(redis_
     assert not stacked
     assert remote.available() == 5  # given back (this holds)
     assert stacked.parts[0] == Decision(ALLOWED, 0, 5)  # and says so (this does not)
+
+
+# ---------------------------------------------------------------------------------------------
+# The web forms: the middleware (ASGI and WSGI), Django's middleware, the framework forms
+# given a mapping, compared with one another for the same limiters
+# ---------------------------------------------------------------------------------------------
+
+SECRET = b"0123456789abcdef"
+
+
+def by_client(info: Any) -> str:
+    return str(info.headers.get("x-client", "anonymous"))
+
+
+def wsgi_inner(environ: Any, start_response: Any) -> list[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+class Answered:
+    """One answer, as the tests compare them: status, the rate limit fields, the body."""
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status = status
+        self.fields = {
+            name.lower(): value
+            for name, value in headers
+            if name.lower().startswith(("ratelimit", "retry-after", "x-ratelimit"))
+        }
+        self.body = body
+
+    def key(self) -> tuple[int, dict[str, str]]:
+        return self.status, self.fields
+
+    def parsed(self, field: str) -> list[Any]:
+        """``field`` read by a Structured Field parser (which raises on anything invalid)."""
+        http_sf = pytest.importorskip("http_sf")
+        return list(http_sf.parse(self.fields[field].encode("ascii"), tltype="list"))
+
+
+def wsgi_get(app: Any, path: str = "/", client: str = "a") -> Answered:
+    answered: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> None:
+        answered.append((status, headers))
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "REMOTE_ADDR": "192.0.2.1",
+        "HTTP_X_CLIENT": client,
+    }
+    body = b"".join(app(environ, start_response))
+    status, headers = answered[0]
+    return Answered(int(status.split()[0]), headers, body)
+
+
+async def asgi_get(app: Any, client: str) -> Answered:
+    """A GET of ``/`` from ``client``, straight through an ASGI application."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), (b"x-client", client.encode())],
+        "client": ("192.0.2.1", 5000),
+        "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start["headers"]]
+    return Answered(start["status"], headers, body)
+
+
+def test_a_full_table_refusing_one_part_is_a_503_that_spends_nothing_and_says_so():
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    clock = Clock()
+    everyone = RateLimiter(1, burst=10, per=60, clock=clock)
+    per_client = KeyedRateLimiter(1, burst=1, per=60, max_keys=1, shards=1, clock=clock)
+    app = RateLimitMiddleware(
+        wsgi_inner,
+        limiter=everyone,
+        name="global",
+        routes=[Route("/", per_client, name="client")],
+        key=by_client,
+        stack=True,
+        problem_json=True,
+        partition_secret=SECRET,
+    )
+    assert wsgi_get(app, client="a").status == 200  # "a" fills the table, throttled
+    refused = wsgi_get(app, client="b")
+    assert refused.status == 503
+    assert everyone.available() == 9  # b's request took nothing from the global limit
+    assert refused.fields["retry-after"] == "60"
+    assert [name for name, _ in refused.parsed("ratelimit-policy")] == ["client", "global"]
+    # The full table has no quota to state for b: only the global limit's item.
+    assert [(name, params["r"]) for name, params in refused.parsed("ratelimit")] == [("global", 9)]
+    problem = __import__("json").loads(refused.body)
+    assert problem["status"] == 503 and problem["violated-policies"] == ["client"]
+    assert problem["type"].endswith("#temporary-reduced-capacity")
+
+
+def test_the_decision_hook_hears_each_limit_once_and_may_raise(caplog):
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    clock = Clock()
+    heard: list[tuple[str, str]] = []
+
+    def hook(event: Any) -> None:
+        heard.append((event.policy, event.outcome.name))
+        raise RuntimeError("the hook broke")
+
+    app = RateLimitMiddleware(
+        wsgi_inner,
+        limiter=RateLimiter(1, burst=5, per=60, clock=clock),
+        name="global",
+        routes=[Route("/", KeyedRateLimiter(1, burst=1, per=60, clock=clock), name="client")],
+        key=by_client,
+        stack=True,
+        on_decision=hook,
+        headers_on_allowed=False,
+    )
+    first, second = wsgi_get(app), wsgi_get(app)
+    assert (first.status, first.fields) == (200, {})  # headers_on_allowed=False
+    assert second.status == 429 and "ratelimit" in second.fields
+    assert heard == [
+        ("client", "ALLOWED"),
+        ("global", "ALLOWED"),
+        ("client", "DENIED"),
+        ("global", "ALLOWED"),
+    ]
+
+
+def test_shadow_mode_with_a_full_table_passes_the_request_on_and_spends_nothing():
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    clock = Clock()
+    everyone = RateLimiter(1, burst=10, per=60, clock=clock)
+    per_client = KeyedRateLimiter(1, burst=1, per=60, max_keys=1, shards=1, clock=clock)
+    app = RateLimitMiddleware(
+        wsgi_inner,
+        limiter=everyone,
+        name="global",
+        routes=[Route("/", per_client, name="client")],
+        key=by_client,
+        stack=True,
+        enforce=False,
+    )
+    assert wsgi_get(app, client="a").status == 200
+    shadow = wsgi_get(app, client="b")
+    assert shadow.status == 200 and "retry-after" not in shadow.fields
+    assert [name for name, _ in shadow.parsed("ratelimit")] == ["global"]
+    assert everyone.available() == 9  # refused (in shadow): nothing taken
+
+
+def test_a_websocket_handshake_refused_by_one_limit_spends_nothing_of_the_others():
+    from protocol_in_code.qos.asgi import RateLimitMiddleware, Route
+
+    clock = Clock()
+    everyone = RateLimiter(1, burst=10, per=60, clock=clock)
+    per_client = KeyedRateLimiter(1, burst=1, per=60, clock=clock)
+    accepted: list[str] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        accepted.append(scope["type"])
+        await send({"type": "websocket.accept"})
+
+    app = RateLimitMiddleware(
+        inner,
+        limiter=everyone,
+        name="global",
+        routes=[Route("/", per_client, name="client")],
+        key=by_client,
+        stack=True,
+        websocket=True,
+    )
+
+    async def handshake() -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "websocket.connect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "websocket",
+            "path": "/",
+            "headers": [(b"x-client", b"a")],
+            "client": ("192.0.2.1", 5000),
+        }
+        await app(scope, receive, send)
+        return sent
+
+    assert asyncio.run(handshake()) == [{"type": "websocket.accept"}]
+    assert asyncio.run(handshake()) == [{"type": "websocket.close", "code": 1008}]
+    assert accepted == ["websocket"]
+    assert everyone.available() == 9
+
+
+def test_djangos_middleware_with_stack_applies_the_routes_that_match_as_the_wsgi_one_does():
+    """Django's middleware takes the WSGI middleware's options, ``stack=True`` among them: a
+    request is under the routes that match it (and ``limiter``), a route without a limiter
+    exempts it, exactly as the WSGI middleware answers."""
+    pytest.importorskip("django")
+    import web_django_app
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.for_django import RateLimitMiddleware as DjangoMiddleware
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    web_django_app.configure()
+
+    def site_options(clock: Clock) -> dict[str, Any]:
+        return {
+            "limiter": RateLimiter(1, burst=3, per=60, clock=clock),
+            "name": "global",
+            "routes": [
+                Route("/search", KeyedRateLimiter(1, burst=1, per=60, clock=clock), name="search"),
+                Route("/search/health", None),
+            ],
+            "key": by_client,
+            "stack": True,
+            "partition_secret": SECRET,
+        }
+
+    wsgi = RateLimitMiddleware(wsgi_inner, **site_options(Clock()))
+
+    class Site(DjangoMiddleware):
+        options = site_options(Clock())
+
+    django = Site(lambda request: HttpResponse(b"ok"))
+    factory = RequestFactory()
+
+    def django_get(path: str) -> Answered:
+        response = django(factory.get(path, HTTP_X_CLIENT="a"))
+        return Answered(response.status_code, response.items(), response.content)
+
+    paths = ["/", "/search", "/search", "/search/health", "/other", "/", "/search/health"]
+    want = [wsgi_get(wsgi, path).key() for path in paths]
+    assert [status for status, _ in want] == [200, 200, 429, 200, 200, 429, 200]
+    assert [django_get(path).key() for path in paths] == want
+
+
+@pytest.mark.parametrize("form", ["flask", "fastapi", "django"])
+def test_a_mapping_on_a_view_answers_as_the_middleware_with_the_same_limits(form: str):
+    """A view's mapping of policy names to limiters stacks them: the first is the view's own
+    limit, the others routes on every path. The answers (status, Retry-After, every RateLimit
+    field) are the middleware's for the same limiters, through a refusal by each limit."""
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    def limits(clock: Clock) -> dict[str, Any]:
+        return {
+            "global": RateLimiter(1, burst=3, per=60, clock=clock),
+            "client": KeyedRateLimiter(1, burst=2, per=60, clock=clock),
+        }
+
+    options: dict[str, Any] = {
+        "key": by_client,
+        "partition_secret": SECRET,
+        "legacy_headers": True,
+        "problem_json": True,
+    }
+    twin = limits(Clock())
+    middleware = RateLimitMiddleware(
+        wsgi_inner,
+        limiter=twin["global"],
+        name="global",
+        routes=[Route("/", twin["client"], name="client")],
+        stack=True,
+        **options,
+    )
+    clients = ["a", "a", "a", "b", "c"]
+    want = [wsgi_get(middleware, "/", c) for c in clients]
+    assert [w.status for w in want] == [200, 200, 429, 200, 429]
+    get = _form_get(form, limits(Clock()), options)
+    got = [get(c) for c in clients]
+    assert [g.key() for g in got] == [w.key() for w in want]
+    assert [g.body for g in got if g.status != 200] == [w.body for w in want if w.status != 200]
+
+
+def _form_get(form: str, limits: dict[str, Any], options: dict[str, Any]) -> Any:
+    """``get(client)``: a GET of ``/`` from ``client`` on the form's view, limited by the
+    mapping ``limits``."""
+    if form == "flask":
+        pytest.importorskip("flask")
+        from flask import Flask
+        from protocol_in_code.qos.for_flask import limit
+
+        flask = Flask(__name__)
+
+        @flask.get("/")
+        @limit(limits, **options)
+        def hello() -> str:
+            return "ok"
+
+        test_client = flask.test_client()
+
+        def flask_get(client: str) -> Answered:
+            response = test_client.get("/", headers={"X-Client": client})
+            return Answered(response.status_code, response.headers.items(), response.data)
+
+        return flask_get
+    if form == "fastapi":
+        pytest.importorskip("fastapi")
+        from fastapi import Depends, FastAPI
+        from protocol_in_code.qos.for_fastapi import (
+            RateLimit,
+            RateLimitExceeded,
+            rate_limit_exceeded_handler,
+        )
+
+        api = FastAPI()
+        api.add_exception_handler(RateLimitExceeded, rate_limit_exceeded_handler)
+
+        @api.get("/", dependencies=[Depends(RateLimit(limits, **options))])
+        async def hello_api() -> str:
+            return "ok"
+
+        def fastapi_get(client: str) -> Answered:
+            return asyncio.run(asgi_get(api, client))
+
+        return fastapi_get
+    pytest.importorskip("django")
+    import web_django_app
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from protocol_in_code.qos.for_django import limit as django_limit
+
+    web_django_app.configure()
+    view = django_limit(limits, **options)(lambda request: HttpResponse(b"ok"))
+    factory = RequestFactory()
+
+    def django_get(client: str) -> Answered:
+        response = view(factory.get("/", HTTP_X_CLIENT=client))
+        return Answered(response.status_code, response.items(), response.content)
+
+    return django_get

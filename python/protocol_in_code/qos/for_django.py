@@ -42,6 +42,7 @@ from protocol_in_code.qos._http import (
     client_address,
     decide,
     decide_async,
+    decide_stacked,
     view_rules,
 )
 from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
@@ -197,13 +198,20 @@ class RateLimitMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         rules = self.rules
-        rule = rules.rule_for(request.method or "GET", request.path_info)
-        if rule is None:
+        method, path = request.method or "GET", request.path_info
+        # Under stack=True every route that matches applies (and the limiter), as in the WSGI
+        # middleware: a route without a limiter exempts the request from all of them.
+        matched = rules.rules_for(method, path) if rules.stack else ()
+        rule = None if rules.stack else rules.rule_for(method, path)
+        if not matched and rule is None:
             return self.get_response(request)
         info = _info(rules, request)
         if rules.exempt is not None and rules.exempt(info):
             return self.get_response(request)
-        verdict = decide(rules, rule, info)
+        if rule is None:
+            verdict = decide_stacked(rules, matched, info)
+        else:
+            verdict = decide(rules, rule, info)
         if verdict.status:
             return _refusal(verdict)
         return _with_fields(self.get_response(request), verdict)
