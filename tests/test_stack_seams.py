@@ -603,6 +603,40 @@ def test_a_full_table_refusing_one_part_is_a_503_that_spends_nothing_and_says_so
     assert problem["type"].endswith("#temporary-reduced-capacity")
 
 
+def test_a_refused_stack_has_no_legacy_fields_of_a_limit_that_allowed():
+    """``legacy_headers`` speak of one limit: the first that refused. A full table has no
+    quota to state (a single limit's REFUSED answer has no legacy fields): the fields must not
+    speak of the global limit instead, which allowed, and say 9 remain on a 503."""
+    from protocol_in_code.qos.asgi import Route
+    from protocol_in_code.qos.wsgi import RateLimitMiddleware
+
+    clock = Clock()
+    everyone = RateLimiter(1, burst=10, per=60, clock=clock)
+    per_client = KeyedRateLimiter(1, burst=1, per=60, max_keys=1, shards=1, clock=clock)
+    app = RateLimitMiddleware(
+        wsgi_inner,
+        limiter=everyone,
+        name="global",
+        routes=[Route("/", per_client, name="client")],
+        key=by_client,
+        stack=True,
+        legacy_headers=True,
+    )
+    allowed = wsgi_get(app, client="a")
+    assert allowed.fields["x-ratelimit-limit"] == "1"  # the first limit, when all allowed
+    denied = wsgi_get(app, client="a")
+    assert denied.status == 429
+    assert denied.fields["x-ratelimit-remaining"] == "0"  # the limit that refused
+    refused = wsgi_get(app, client="b")
+    assert refused.status == 503
+    assert not any(name.startswith("x-ratelimit") for name in refused.fields), refused.fields
+    # As one limit alone answers the same refusal:
+    alone = RateLimitMiddleware(
+        wsgi_inner, limiter=per_client, key=by_client, legacy_headers=True, name="client"
+    )
+    assert not any(name.startswith("x-ratelimit") for name in wsgi_get(alone, client="c").fields)
+
+
 def test_the_decision_hook_hears_each_limit_once_and_may_raise(caplog):
     from protocol_in_code.qos.asgi import Route
     from protocol_in_code.qos.wsgi import RateLimitMiddleware
