@@ -878,3 +878,50 @@ def _form_get(form: str, limits: dict[str, Any], options: dict[str, Any]) -> Any
         return Answered(response.status_code, response.items(), response.content)
 
     return django_get
+
+
+def test_a_task_cancelled_while_a_redis_part_is_under_way_leaves_nothing_taken(redis_server: Any):
+    """The in-process parts are taken first; the task is cancelled while the asyncio Redis
+    part's script call waits on a paused server. The in-process parts are given back at once,
+    and the Redis part's take, once the server answers, is given back too (net zero)."""
+    pytest.importorskip("redis")
+    import redis.asyncio
+    from protocol_in_code.qos.distributed import AsyncRedisRateLimiter, RedisRateLimiter
+
+    admin = redis_server.client()
+    admin.flushall()
+    native = RateLimiter(1, burst=5, per=HOUR)
+    table = KeyedRateLimiter(1, burst=5, per=HOUR)
+    watched = RedisRateLimiter(admin, 1, burst=5, per=HOUR, name="seams-cancelled")
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=redis_server.port)
+        try:
+            remote = AsyncRedisRateLimiter(client, 1, burst=5, per=HOUR, name="seams-cancelled")
+            assert await remote.available() == 5  # the script is loaded: only the take waits
+            admin.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+            try:
+                parts = [Part(native, n=2), Part(remote, n=2), Part(table, "k", 2)]
+                task = asyncio.ensure_future(check_together_async(parts))
+                for _ in range(50):
+                    await asyncio.sleep(0)
+                assert not task.done()
+                assert native.available() == 3  # taken, while the Redis part is under way
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert native.available() == 5 and table.available("k") == 5
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+            # The Redis take is let finish, then given back: wait for it, a bounded number
+            # of times (the give-back runs on this loop).
+            for _ in range(500):
+                if watched.available() == 5 and not asyncio.all_tasks() - {asyncio.current_task()}:
+                    break
+                await asyncio.sleep(0.01)
+            assert watched.available() == 5
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    admin.close()
