@@ -429,6 +429,32 @@ def test_a_refusal_answers_each_part_given_back_with_what_it_holds():
     assert stacked.decision.remaining == 0  # the refusing part's
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a give-back made later than the taking is a refund capped at the burst only: "
+    "refill the taken tokens made room for while the limit would have been full comes back "
+    "too, up to n beyond the burst (exact needs the take's time, or the level reached since)",
+)
+def test_parts_given_back_after_a_slow_refusal_hold_no_more_than_if_never_taken():
+    """The in-process parts are taken first; another store takes 5 s to refuse, and meanwhile
+    a client takes 3 tokens from the same limits, which (never taken) would have been full. Had
+    the request never been taken, they would hold 7; given back, they may not hold more, or
+    the next client gets 10 at once on top of the 3: 13 within an instant, burst 10."""
+    clock = Clock()
+    everyone = RateLimiter(1, burst=10, clock=clock)
+    table = KeyedRateLimiter(1, burst=10, clock=clock)
+
+    class Slow(Counter):
+        def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+            clock.now += 5 * SECOND
+            assert everyone.check(3) and table.check("k", 3)
+            return Decision(DENIED, SECOND, 0)
+
+    stacked = check_together([Part(everyone, n=5), Part(table, "k", 5), Part(Slow(0))])
+    assert not stacked
+    assert (everyone.available(), table.available("k")) == (7, 7)
+
+
 def test_a_generator_of_parts_is_read_once():
     native, counter = RateLimiter(10, start_ns=0), Counter(5)
     stacked = check_together((p for p in [Part(native), Part(counter, n=2)]), now_ns=0)
