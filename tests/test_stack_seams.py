@@ -234,7 +234,8 @@ def test_stacks_beside_a_full_table_and_its_single_calls():
     clock = Clock()
     everyone = RateLimiter(1, burst=100_000, per=HOUR, clock=clock)
     table = KeyedRateLimiter(1, burst=3, max_keys=4, shards=2, clock=clock)
-    stacked_allowed = [0, 0]
+    # Per stacker: stacks taken, and the table's buckets of the stacks taken and of all.
+    stacked = [[0, 0, 0], [0, 0, 0]]
     single_allowed = [0]
     seen_too_many = []
 
@@ -242,8 +243,11 @@ def test_stacks_beside_a_full_table_and_its_single_calls():
         def run() -> None:
             for i in range(300):
                 a, b = f"k{(t + i) % 9}", f"k{(3 * i + t) % 9}"
+                buckets = 1 if a == b else 2
+                stacked[t][2] += buckets
                 if check_together([Part(table, a), Part(everyone), Part(table, b)]):
-                    stacked_allowed[t] += 1
+                    stacked[t][0] += 1
+                    stacked[t][1] += buckets
                 if len(table) > 4:
                     seen_too_many.append(len(table))
                 if i % 50 == 0:
@@ -258,11 +262,12 @@ def test_stacks_beside_a_full_table_and_its_single_calls():
 
     run_threads(stacker(0), stacker(1), alone)
     assert not seen_too_many
-    assert 100_000 - everyone.available() == sum(stacked_allowed)
+    assert 100_000 - everyone.available() == stacked[0][0] + stacked[1][0]
+    # Each bucket of a stack is counted once, as one request, and each single call.
     stats = table.stats
-    # A stack taken counts an allowed request per bucket: here two keys, or one named twice.
-    assert stats.allowed >= sum(stacked_allowed) + single_allowed[0]
-    assert stats.allowed <= 2 * sum(stacked_allowed) + single_allowed[0]
+    assert stats.allowed == stacked[0][1] + stacked[1][1] + single_allowed[0]
+    assert stats.allowed + stats.denied + stats.refused == stacked[0][2] + stacked[1][2] + 600
+    assert stats.refused > 0  # the table was full, at times, for someone
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,7 +668,7 @@ def test_a_refused_stack_has_no_legacy_fields_of_a_limit_that_allowed():
     assert not any(name.startswith("x-ratelimit") for name in wsgi_get(alone, client="c").fields)
 
 
-def test_the_decision_hook_hears_each_limit_once_and_may_raise(caplog):
+def test_the_decision_hook_hears_each_limit_once_and_may_raise(caplog: pytest.LogCaptureFixture):
     from protocol_in_code.qos.asgi import Route
     from protocol_in_code.qos.wsgi import RateLimitMiddleware
 
@@ -693,6 +698,8 @@ def test_the_decision_hook_hears_each_limit_once_and_may_raise(caplog):
         ("client", "DENIED"),
         ("global", "ALLOWED"),
     ]
+    raised = [r for r in caplog.records if "on_decision raised" in r.getMessage()]
+    assert len(raised) == 4 and all(r.exc_info for r in raised)
 
 
 def test_shadow_mode_with_a_full_table_passes_the_request_on_and_spends_nothing():
