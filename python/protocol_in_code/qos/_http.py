@@ -1399,6 +1399,10 @@ def _stacked_verdict(rules: Rules, asked: list[_Asked], stacked: Stacked) -> Ver
         # The legacy fields speak of one limit: the first that refused, else the first.
         if its_legacy and (not legacy or (refused and not legacy_refused)):
             legacy, legacy_refused = its_legacy, refused
+    if decision.outcome is not LimitOutcome.ALLOWED and not legacy_refused:
+        # Every limit that refused is a full table, with no quota to state: none, as such a
+        # limit alone answers, rather than the fields of a limit that allowed.
+        legacy = []
     fields.append(("RateLimit-Policy", ", ".join(policies)))
     if items:
         fields.append(("RateLimit", ", ".join(items)))

@@ -300,34 +300,49 @@ class _Redis(_Group):
 
 
 class _OneByOne(_Group):
-    """Any other limiter: ``check`` in turn, and ``refund`` what was taken on a refusal."""
+    """Any other limiter: ``check`` in turn, and ``refund`` what was taken on a refusal, or
+    when a part raises (a cancelled task included) after others were taken."""
 
     def take(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
-        for place, i in enumerate(self.indices):
-            decision = _call("check", asked[i], now_ns)
-            decisions[i] = decision
-            if decision.outcome is not LimitOutcome.ALLOWED:
-                for j in reversed(self.indices[:place]):
-                    _call("refund", asked[j], now_ns)
-                for j in self.indices[place + 1 :]:
-                    decisions[j] = _call("peek", asked[j], now_ns)
-                return False
+        taken: list[int] = []
+        try:
+            for place, i in enumerate(self.indices):
+                decision = _call("check", asked[i], now_ns)
+                decisions[i] = decision
+                if decision.outcome is not LimitOutcome.ALLOWED:
+                    while taken:
+                        _call("refund", asked[taken.pop()], now_ns)
+                    for j in self.indices[place + 1 :]:
+                        decisions[j] = _call("peek", asked[j], now_ns)
+                    return False
+                taken.append(i)
+        except BaseException:
+            while taken:
+                _call("refund", asked[taken.pop()], now_ns)
+            raise
         return True
 
     async def take_async(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
-        for place, i in enumerate(self.indices):
-            decision = await _awaited("check", asked[i], now_ns)
-            decisions[i] = decision
-            if decision.outcome is not LimitOutcome.ALLOWED:
-                for j in reversed(self.indices[:place]):
-                    await _awaited("refund", asked[j], now_ns)
-                for j in self.indices[place + 1 :]:
-                    decisions[j] = await _awaited("peek", asked[j], now_ns)
-                return False
+        taken: list[int] = []
+        try:
+            for place, i in enumerate(self.indices):
+                decision = await _awaited("check", asked[i], now_ns)
+                decisions[i] = decision
+                if decision.outcome is not LimitOutcome.ALLOWED:
+                    while taken:
+                        await _awaited("refund", asked[taken.pop()], now_ns)
+                    for j in self.indices[place + 1 :]:
+                        decisions[j] = await _awaited("peek", asked[j], now_ns)
+                    return False
+                taken.append(i)
+        except BaseException:
+            while taken:
+                await _awaited("refund", asked[taken.pop()], now_ns)
+            raise
         return True
 
 

@@ -365,3 +365,6 @@ where
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod seams;

@@ -8,6 +8,11 @@
 //! key is asked: a fresh, full entry is stored then, and let go of if the request is refused.
 //! A fresh entry is indistinguishable from no entry, so storing and letting go changes no
 //! answer, for this key or any other.
+//!
+//! Every key the request asks is **pinned** until it is settled: a later key of the same
+//! request that needs room never forgets it, fresh as it may be (the place holder is fresh by
+//! design, and a key the table holds may have refilled). Forgotten, its room would go to that
+//! later key, and the taking would find the table full after the other limits had taken.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::Ordering;
@@ -26,15 +31,17 @@ pub struct HeldShards<'a, K> {
     shards: Vec<MutexGuard<'a, Shard<K>>>,
     /// The index of the first one held.
     first: usize,
+    /// The hashes of the keys asked so far: no room is made by forgetting them.
+    pinned: Vec<u64>,
 }
 
 impl<'a, K> HeldShards<'a, K> {
-    /// The shard `index`, and the others where room may be looked for.
+    /// The shard `index`, the others where room may be looked for, and the keys pinned.
     fn split<'h>(
         &'h mut self,
         all: &'h [Mutex<Shard<K>>],
         index: usize,
-    ) -> (&'h mut Shard<K>, Others<'h, 'a, K>) {
+    ) -> (&'h mut Shard<K>, Others<'h, 'a, K>, &'h [u64]) {
         if self.shards.len() == 1 {
             return (
                 &mut self.shards[0],
@@ -42,11 +49,12 @@ impl<'a, K> HeldShards<'a, K> {
                     shards: all,
                     own: index,
                 },
+                &self.pinned,
             );
         }
         let (before, rest) = self.shards.split_at_mut(index - self.first);
         let (own, after) = rest.split_first_mut().expect("every shard is held");
-        (own, Others::Held(before, after))
+        (own, Others::Held(before, after), &self.pinned)
     }
 }
 
@@ -76,17 +84,20 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             [one] => HeldShards {
                 shards: vec![lock(&self.shards[*one])],
                 first: *one,
+                pinned: Vec::new(),
             },
             _ => HeldShards {
                 shards: self.shards.iter().map(lock).collect(),
                 first: 0,
+                pinned: Vec::new(),
             },
         }
     }
 
     /// What taking `n` tokens for `key` at `now_ns` would answer, taking nothing. A new key
     /// that the taking would store is given its room now: if there is none, the answer is
-    /// the refusal; otherwise a fresh entry holds the place.
+    /// the refusal; otherwise a fresh entry holds the place. Either way the key is pinned:
+    /// the room later keys of the request need is never made by forgetting it.
     pub fn ask_held<Q>(&self, held: &mut HeldShards<'_, K>, key: &Q, n: u64, now_ns: i64) -> Asked
     where
         Q: Hash + Equivalent<K> + ?Sized,
@@ -105,7 +116,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         };
         let specs = &self.specs;
         let (hash, index) = self.shard_index(key);
-        let (shard, mut others) = held.split(&self.shards, index);
+        held.pinned.push(hash);
+        let (shard, mut others, pinned) = held.split(&self.shards, index);
         if let Some(limiter) = Self::find(shard, hash, key) {
             let decision = limiter.peek(specs, n, now);
             let remaining = limiter.clone().available_at(specs, now);
@@ -119,7 +131,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             // stores nothing, so it needs no room.
             return asked(KeyedDecision::Decided(decision), remaining, false);
         }
-        if let Some(retry_in) = self.make_room(shard, &mut others, now, true) {
+        if let Some(retry_in) = self.make_room(shard, &mut others, now, true, pinned) {
             return asked(KeyedDecision::Refused { retry_in }, 0, false);
         }
         // The place holder is fresh: due to be forgotten at once, as the shard's hint says.
@@ -147,7 +159,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         K: for<'q> From<&'q Q>,
     {
         let (hash, index) = self.shard_index(key);
-        let (shard, mut others) = held.split(&self.shards, index);
+        let (shard, mut others, _) = held.split(&self.shards, index);
         let (decision, remaining) = self.acquire_in(
             shard,
             &mut others,
@@ -158,6 +170,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             asked.behind,
             true,
         );
+        self.unpinned(shard, hash, key);
         Answer {
             decision,
             remaining,
@@ -177,7 +190,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
     {
         let (hash, index) = self.shard_index(key);
-        let (shard, _) = held.split(&self.shards, index);
+        let (shard, _, _) = held.split(&self.shards, index);
         if asked.stored {
             if let Ok(entry) = shard
                 .entries
@@ -189,6 +202,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 shard.room_from = None;
             }
         }
+        self.unpinned(shard, hash, key);
         if counted {
             shard.stats.count(match asked.answer.decision {
                 KeyedDecision::Decided(Decision::Allowed) => {
@@ -197,5 +211,21 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 refused => refused,
             });
         }
+    }
+
+    /// `key` is settled: no longer pinned. A sweep while it was may have left it out of its
+    /// shard's first room, and the table's; it is counted in them again.
+    fn unpinned<Q>(&self, shard: &mut Shard<K>, hash: u64, key: &Q)
+    where
+        Q: Equivalent<K> + ?Sized,
+    {
+        if let Some(at) = shard.room_from {
+            let specs = &self.specs;
+            if let Some(from) = Self::find(shard, hash, key).map(|kept| kept.fresh_from(specs)) {
+                shard.room_from = Some(at.min(from));
+            }
+        }
+        // The table's hint may leave it out too: stale from here on.
+        self.changes.fetch_add(1, Ordering::Release);
     }
 }

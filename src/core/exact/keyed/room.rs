@@ -40,7 +40,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), remaining);
         }
-        if let Some(retry_in) = self.make_room(shard, others, now, true) {
+        if let Some(retry_in) = self.make_room(shard, others, now, true, &[]) {
             return (KeyedDecision::Refused { retry_in }, 0);
         }
         // A new key may be full again before any the last sweep saw.
@@ -57,7 +57,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 
     /// Room for one more key at `now`: `None` if there is, else how long until there may be.
     /// With `reserve`, the room is taken at once (the table's count includes the key the
-    /// caller is about to store in `shard`, whose lock it holds).
+    /// caller is about to store in `shard`, whose lock it holds). Keys whose hash is in
+    /// `pinned` are never forgotten to make it: a stacked request's own keys (see
+    /// [`super::held`]), which it will take from once every limit has answered.
     ///
     /// While the table holds fewer than `max_keys` keys there is room, in whatever shard. When
     /// it is full, keys that are fresh again are forgotten to make some: in `shard` first, then
@@ -71,11 +73,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         others: &mut Others<'_, '_, K>,
         now: i64,
         reserve: bool,
+        pinned: &[u64],
     ) -> Option<u128> {
         if self.has_room(reserve) {
             return None;
         }
-        if self.sweep(shard, now) > 0 && self.has_room(reserve) {
+        if self.sweep(shard, now, pinned) > 0 && self.has_room(reserve) {
             return None;
         }
         if others.is_empty() {
@@ -89,7 +92,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
         let mut first_room = shard.room_from;
         let (found, every_shard) = others.any(|other| {
-            let found = self.sweep(other, now) > 0 && self.has_room(reserve);
+            let found = self.sweep(other, now, pinned) > 0 && self.has_room(reserve);
             first_room = earliest(first_room, other.room_from);
             found
         });
@@ -118,10 +121,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         }
     }
 
-    /// Forget the keys of `shard` that are fresh at `now`, and learn when the first of the
-    /// others will be; returns how many were forgotten. Skipped (0) while the shard's
-    /// `room_from` says that no key is fresh yet.
-    fn sweep(&self, shard: &mut Shard<K>, now: i64) -> usize {
+    /// Forget the keys of `shard` that are fresh at `now`, except those `pinned` (by hash),
+    /// and learn when the first of the others will be; returns how many were forgotten.
+    /// Skipped (0) while the shard's `room_from` says that no key is fresh yet.
+    ///
+    /// A pinned key is left out of `room_from` (it is not room for anyone while pinned): its
+    /// request puts it back when it lets go of the key ([`super::held`]).
+    fn sweep(&self, shard: &mut Shard<K>, now: i64, pinned: &[u64]) -> usize {
         if shard.room_from.is_some_and(|at| now < at) {
             return 0;
         }
@@ -129,13 +135,19 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let mut gone = Vec::new();
         let mut first_room = None;
         shard.entries.retain(|(key, limiter)| {
-            let keep = !limiter.is_fresh_at(&self.specs, now);
-            if keep {
+            if !limiter.is_fresh_at(&self.specs, now) {
                 first_room = earliest(first_room, Some(limiter.fresh_from(&self.specs)));
-            } else if (self.watched)(key) {
+                return true;
+            }
+            // Hashed only when fresh, and only for a stacked request. A key of someone else
+            // whose hash is a pinned one's is only kept, which changes no answer.
+            if !pinned.is_empty() && pinned.contains(&self.hasher.hash_one(&*key)) {
+                return true;
+            }
+            if (self.watched)(key) {
                 gone.push(key.clone());
             }
-            keep
+            false
         });
         let forgotten = before - shard.entries.len();
         shard.stats.forgotten += forgotten as u64;

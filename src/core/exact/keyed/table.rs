@@ -177,7 +177,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 own: index,
             };
             match stores
-                .then(|| self.make_room(&mut shard, &mut others, now, false))
+                .then(|| self.make_room(&mut shard, &mut others, now, false, &[]))
                 .flatten()
             {
                 Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),

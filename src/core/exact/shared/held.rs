@@ -13,15 +13,20 @@
 //!   key is asked, a fresh, full entry is stored in a free (or forgettable) slot to hold the
 //!   place, since a second new key of the request may be due in the same bucket; it is freed
 //!   if the request is refused. Nobody else sees it: it is written and freed under the lock.
+//!   Every key the request asks is pinned until it is settled, as in-process: a later key of
+//!   the request never makes its room by forgetting it (the place holder is fresh by design,
+//!   and a key the table holds may have refilled).
 
 use super::lock::Held;
 use super::{Digest, Table, Words};
 use crate::core::exact::keyed::{Answer, KeyedDecision};
 use crate::core::exact::limiter::Decision;
 
-/// Buckets of one table, locked for a stacked decision, in index order.
+/// Buckets of one table, locked for a stacked decision, in index order, and the keys the
+/// request has asked so far (pinned: no room is made by forgetting them).
 pub struct HeldBuckets<'t> {
     _held: Vec<Held<'t>>,
+    pinned: Vec<Digest>,
 }
 
 /// What [`Table::ask_held`] found, for the steps after it.
@@ -58,18 +63,21 @@ impl<W: Words> Table<W> {
                 .iter()
                 .map(|&bucket| self.lock_bucket(bucket))
                 .collect(),
+            pinned: Vec::new(),
         }
     }
 
     /// What taking `n` tokens for the key of `digest` at `now_ns` would answer, taking nothing;
-    /// a new key that the taking would store gets its place now, or the refusal.
+    /// a new key that the taking would store gets its place now, or the refusal. Either way
+    /// the key is pinned for the rest of the request.
     pub fn ask_held(
         &self,
-        _held: &HeldBuckets<'_>,
+        held: &mut HeldBuckets<'_>,
         digest: Digest,
         n: u64,
         now_ns: i64,
     ) -> SharedAsked {
+        held.pinned.push(digest);
         let locked = self.timed([None, None], self.buckets_for(digest), now_ns);
         let (now, behind, clock) = (locked.now, locked.behind, locked.clock);
         let asked = |decision: KeyedDecision, remaining, stored| SharedAsked {
@@ -103,7 +111,7 @@ impl<W: Words> Table<W> {
             // stores nothing, so it needs no room.
             return asked(KeyedDecision::Decided(decision), remaining, false);
         }
-        match self.room(&locked) {
+        match self.room(&locked, &held.pinned) {
             Err(retry_in) => asked(KeyedDecision::Refused { retry_in }, 0, false),
             Ok(slot) => {
                 let mut fresh = self.fresh.clone();

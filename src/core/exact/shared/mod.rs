@@ -359,13 +359,17 @@ impl<W: Words> Table<W> {
 
     /// A slot for a new key: a free one in the key's buckets, or one whose key is fresh at
     /// `now` (forgotten to make room); else the nanoseconds until the first may be, at least 1.
-    fn room(&self, locked: &Locked<'_>) -> Result<Slot<'_>, u128> {
+    /// Keys in `pinned` (a stacked request's own, see `held.rs`) are never forgotten for it.
+    fn room(&self, locked: &Locked<'_>, pinned: &[Digest]) -> Result<Slot<'_>, u128> {
         let mut first_fresh = i64::MAX;
         let mut forgettable = None;
         for bucket in buckets_of(locked) {
             for slot in self.slots(bucket) {
                 if !slot.is_used() {
                     return Ok(slot);
+                }
+                if pinned.iter().any(|&digest| slot.holds(digest)) {
+                    continue;
                 }
                 if forgettable.is_none() {
                     let balances = slot.balances();
@@ -381,6 +385,10 @@ impl<W: Words> Table<W> {
             slot.free();
             self.add(bucket, 4, 1);
             return Ok(slot);
+        }
+        if first_fresh == i64::MAX {
+            // Every slot holds a key of the asking request: room comes when it is decided.
+            return Err(1);
         }
         Err((i128::from(first_fresh) - i128::from(locked.now))
             .max(1)
@@ -440,7 +448,7 @@ impl<W: Words> Table<W> {
             if decision != Decision::Allowed || balances.is_full(&self.specs) {
                 (KeyedDecision::Decided(decision), remaining)
             } else {
-                match self.room(locked) {
+                match self.room(locked, &[]) {
                     Ok(slot) => {
                         slot.fill(digest, &balances);
                         (KeyedDecision::Decided(decision), remaining)
@@ -555,7 +563,8 @@ impl<W: Words> Table<W> {
             let decision = balances.acquire(&self.specs, n, now);
             let stores = decision == Decision::Allowed && !balances.is_full(&self.specs);
             let room = if stores {
-                self.room(&locked).map(|slot| slot.fill(digest, &balances))
+                self.room(&locked, &[])
+                    .map(|slot| slot.fill(digest, &balances))
             } else {
                 Ok(())
             };

@@ -196,13 +196,23 @@ fn every_stack_answers_as_the_model_of_single_calls() {
         let mut now = 0;
         for step in 0..300 {
             now += i64::try_from(random.below(400_000_000)).unwrap();
-            let specs: Vec<Spec> = (0..=random.below(4))
+            let mut specs: Vec<Spec> = (0..=random.below(4))
                 .map(|_| Spec {
                     limit: usize::try_from(random.below(6)).unwrap(),
                     key: usize::try_from(random.below(6)).unwrap(),
                     n: random.below(4),
                 })
                 .collect();
+            // One key of the small table per request: the model asks each key alone, so it
+            // cannot say how a request's own keys share the table's room (`seams.rs` does).
+            // The same for the shared table's keys, whose room is their buckets'.
+            for small in [3, 5] {
+                if let Some(first) = specs.iter().find(|s| s.limit == small).map(|s| s.key) {
+                    for spec in specs.iter_mut().filter(|s| s.limit == small) {
+                        spec.key = first;
+                    }
+                }
+            }
             let peek = random.below(5) == 0;
             let got = decide_together(&parts(&stacked, &specs, now), peek).unwrap();
             let want = model(&modelled, &specs, now, peek);
