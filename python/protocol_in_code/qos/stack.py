@@ -38,10 +38,13 @@ How much "together" holds depends on where the limits keep their state:
   back with ``refund``. Between the taking and the giving back, another caller may find those
   tokens missing.
 
-The parts of this host are asked first (no I/O), then the Redis parts, then the others; once a
-part has refused, the parts not yet asked are only ``peek``-ed, so each still answers. Parts
-that name the same bucket (the same limiter and key) draw from it together: the request needs
-the sum of their tokens there, wherever the limiter keeps them.
+The parts of this host are asked first (no I/O, taking nothing), then the Redis parts and the
+others are taken in turn, and this host's parts are taken last, so they are never given back
+after a wait on another store (a refund is capped at the burst only: given back late, it could
+bring back refill the limit would have lost at its burst). Once a part has refused, the parts
+not yet asked are only ``peek``-ed, so each still answers. Parts that name the same bucket (the
+same limiter and key) draw from it together: the request needs the sum of their tokens there,
+wherever the limiter keeps them.
 """
 
 from __future__ import annotations
@@ -94,17 +97,29 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
     stacked = _native_together(asked, now_ns)
     if stacked is not None:
         return stacked
-    groups = _groups(asked, awaited=False)
+    local, remote = _groups(asked, awaited=False)
     decisions: list[Decision | None] = [None] * len(asked)
+    if local is not None:
+        # This host's parts are asked first, and taken last: they are never given back after
+        # a wait on another store (a give-back can only be capped at the burst, and whatever
+        # the limit refilled meanwhile above its burst would come back with it).
+        local.peek(asked, decisions, now_ns)
+        if _refused(decisions):
+            for group in remote:
+                group.peek(asked, decisions, now_ns)
+            return _stacked(decisions)
     taken: list[_Group] = []
     try:
-        for place, group in enumerate(groups):
+        for place, group in enumerate(remote):
             if not group.take(asked, decisions, now_ns):
                 _give_back(taken, asked, decisions, now_ns)
-                for rest in groups[place + 1 :]:
+                for rest in remote[place + 1 :]:
                     rest.peek(asked, decisions, now_ns)
-                break
+                return _stacked(decisions)
             taken.append(group)
+        if local is not None and not local.take(asked, decisions, now_ns):
+            # Someone took this host's tokens since they were asked: the others give back.
+            _give_back(taken, asked, decisions, now_ns)
     except BaseException:
         # A part that raised (a server down, a bad argument) takes nothing: nor do the others.
         _give_back(taken, asked, decisions, now_ns)
@@ -115,23 +130,37 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
 async def check_together_async(
     parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None
 ) -> Stacked:
-    """:func:`check_together` where parts may be asyncio limiters (awaited)."""
+    """:func:`check_together` where parts may be asyncio limiters (awaited): the same steps,
+    each awaited where its limiter's calls are."""
     asked = _parts(parts)
-    groups = _groups(asked, awaited=True)
+    local, remote = _groups(asked, awaited=True)
     decisions: list[Decision | None] = [None] * len(asked)
+    if local is not None:
+        local.peek(asked, decisions, now_ns)
+        if _refused(decisions):
+            for group in remote:
+                await group.peek_async(asked, decisions, now_ns)
+            return _stacked(decisions)
     taken: list[_Group] = []
     try:
-        for place, group in enumerate(groups):
+        for place, group in enumerate(remote):
             if not await group.take_async(asked, decisions, now_ns):
                 await _give_back_async(taken, asked, decisions, now_ns)
-                for rest in groups[place + 1 :]:
+                for rest in remote[place + 1 :]:
                     await rest.peek_async(asked, decisions, now_ns)
-                break
+                return _stacked(decisions)
             taken.append(group)
+        if local is not None and not local.take(asked, decisions, now_ns):
+            await _give_back_async(taken, asked, decisions, now_ns)
     except BaseException:
         await _give_back_async(taken, asked, decisions, now_ns)
         raise
     return _stacked(decisions)
+
+
+def _refused(decisions: list[Decision | None]) -> bool:
+    """Whether a part decided so far refused."""
+    return any(d is not None and d.outcome is not LimitOutcome.ALLOWED for d in decisions)
 
 
 def _give_back(
@@ -254,24 +283,6 @@ class _Native(_Group):
     ) -> None:
         self._ask(asked, decisions, now_ns, peek=True)
 
-    def give_back(
-        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        """Refund every part, then say what each holds now: in-process, asking again costs
-        nothing, and the fields then tell no part's tokens as spent."""
-        super().give_back(asked, decisions, now_ns)
-        self.peek(asked, decisions, now_ns)
-
-    async def peek_async(
-        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        self.peek(asked, decisions, now_ns)
-
-    async def give_back_async(
-        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
-    ) -> None:
-        self.give_back(asked, decisions, now_ns)
-
 
 class _Redis(_Group):
     """Redis limiters: the distributed module's stacked call."""
@@ -350,8 +361,9 @@ class _OneByOne(_Group):
 _OF_THIS_HOST = (RateLimiter, KeyedRateLimiter, SharedRateLimiter, SharedKeyedRateLimiter)
 
 
-def _groups(asked: list[_Asked], *, awaited: bool) -> list[_Group]:
-    """The parts by where they are decided: this host's first, then Redis, then the rest."""
+def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list[_Group]]:
+    """The parts by where they are decided: this host's, and the others' (Redis first, then
+    the rest)."""
     native, redis, others = [], [], []
     redis_classes = _redis_classes(awaited)
     for i, (limiter, *_) in enumerate(asked):
@@ -366,16 +378,14 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> list[_Group]:
                     "check_together_async"
                 )
             others.append(i)
-    groups: list[_Group] = []
-    if native:
-        groups.append(_Native(native))
+    remote: list[_Group] = []
     if redis:
         from protocol_in_code.qos.distributed import _together
 
-        groups.append(_Redis(redis, _together))
+        remote.append(_Redis(redis, _together))
     if others:
-        groups.append(_OneByOne(others))
-    return groups
+        remote.append(_OneByOne(others))
+    return (_Native(native) if native else None), remote
 
 
 def _redis_classes(awaited: bool) -> tuple[type, ...]:
