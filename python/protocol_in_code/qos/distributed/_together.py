@@ -23,8 +23,9 @@ order, each atomically on its own. Once one refuses, the groups taken before are
 refund of what each took), and the groups after it are only peeked (the "peek together" op,
 one call per group), so that every part is answered. This is not atomic against other callers:
 for the few round trips between a take and its give-back, the tokens are held, so a concurrent
-request may be refused that would have been admitted (never the other way round: no limit
-admits more than it allows, and everything given back is what this call took).
+request may be refused that would have been admitted; and a give-back is a refund, capped at
+the burst only, so a key that would have been full meanwhile gets back the refill the taken
+tokens made room for (it can then admit up to what this call took beyond its burst, once).
 
 **When a server cannot answer**, each part of that group is answered by its own limiter's
 ``on_error``, as its ``check`` (or, once the stack is refused, its ``peek``) would be: "allow"
