@@ -299,7 +299,7 @@ def test_limiters_of_other_kinds_are_asked_in_turn_and_refunded_on_a_refusal():
     stacked = check_together([Part(first, n=2), Part(native), Part(second), Part(third)])
     assert not stacked
     assert (first.left, second.left, third.left) == (5, 0, 5)
-    assert first.calls == ["check", "refund"]
+    assert first.calls == ["check", "refund", "peek"]
     assert third.calls == ["peek"]
     assert native.available() == 10
     assert [d.outcome for d in stacked.parts] == [ALLOWED, ALLOWED, DENIED, ALLOWED]
@@ -331,6 +331,8 @@ def test_bad_parts_raise_before_anything_is_taken():
     assert limiter.available() == 10 and len(table) == 0
     with pytest.raises(TypeError, match="Part"):
         check_together([limiter])
+    with pytest.raises(TypeError, match=r"parts\[1\]: None is not a limiter"):
+        check_together([Part(limiter), Part(None)])
     with pytest.raises(ValueError, match="at least one"):
         check_together([])
     with pytest.raises(TypeError, match="list of Part"):

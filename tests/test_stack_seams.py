@@ -414,17 +414,15 @@ def test_a_part_that_raises_gives_back_the_parts_of_its_own_kind_taken_before_it
 
 
 #: docs/stack.md: "When the request is refused, a part that would have allowed says so, with
-#: what it still holds". A part of another store taken and then given back (a limiter of one's
-#: own, a Redis limiter, after a later group refused) keeps the answer it had when taken,
-#: which tells its tokens as spent. Asking it again (``peek``) costs a call per part, which
-#: ``test_stack.py`` pins as not made; the in-process parts are asked again.
+#: what it still holds". A Redis part taken and then given back (after a later group refused)
+#: keeps the answer it had when taken, which tells its tokens as spent: asking it again would
+#: cost a round trip per key. (A limiter of one's own given back is asked again.)
 GIVEN_BACK_ANSWERS = pytest.mark.xfail(
     strict=True,
-    reason="a part of another store given back keeps its answer from the taking (see above)",
+    reason="a Redis part given back keeps its answer from the taking (see above)",
 )
 
 
-@GIVEN_BACK_ANSWERS
 def test_a_refusal_answers_each_part_given_back_with_what_it_holds():
     native, first, short = RateLimiter(10, start_ns=0), Counter(5), Counter(0)
     stacked = check_together([Part(native, n=2), Part(first, n=2), Part(short)], now_ns=0)

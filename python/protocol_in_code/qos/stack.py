@@ -50,6 +50,7 @@ wherever the limiter keeps them.
 from __future__ import annotations
 
 import inspect
+import reprlib
 import sys
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
@@ -325,7 +326,8 @@ class _OneByOne(_Group):
                 if decision.outcome is not LimitOutcome.ALLOWED:
                     while taken:
                         _call("refund", asked[taken.pop()], now_ns)
-                    for j in self.indices[place + 1 :]:
+                    # Every other part says what it holds now, those given back included.
+                    for j in self.indices[:place] + self.indices[place + 1 :]:
                         decisions[j] = _call("peek", asked[j], now_ns)
                     return False
                 taken.append(i)
@@ -346,7 +348,7 @@ class _OneByOne(_Group):
                 if decision.outcome is not LimitOutcome.ALLOWED:
                     while taken:
                         await _awaited("refund", asked[taken.pop()], now_ns)
-                    for j in self.indices[place + 1 :]:
+                    for j in self.indices[:place] + self.indices[place + 1 :]:
                         decisions[j] = await _awaited("peek", asked[j], now_ns)
                     return False
                 taken.append(i)
@@ -355,6 +357,20 @@ class _OneByOne(_Group):
                 await _awaited("refund", asked[taken.pop()], now_ns)
             raise
         return True
+
+    def give_back(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        """Refund every part, then say what each holds now (a limiter of one's own is asked
+        again; a Redis part is not, which would cost a round trip per key)."""
+        super().give_back(asked, decisions, now_ns)
+        self.peek(asked, decisions, now_ns)
+
+    async def give_back_async(
+        self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    ) -> None:
+        await super().give_back_async(asked, decisions, now_ns)
+        await self.peek_async(asked, decisions, now_ns)
 
 
 #: The limiters decided together in one native call.
@@ -372,6 +388,10 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list
         elif redis_classes and isinstance(limiter, redis_classes):
             redis.append(i)
         else:
+            if not callable(getattr(limiter, "check", None)):
+                raise TypeError(
+                    f"parts[{i}]: {reprlib.repr(limiter)} is not a limiter (it has no check)"
+                )
             if not awaited and inspect.iscoroutinefunction(getattr(limiter, "check", None)):
                 raise TypeError(
                     f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
