@@ -431,3 +431,25 @@ def test_a_redis_server_that_is_down_leaves_nothing_taken(own_redis_server: Any)
     with pytest.raises(LimiterUnavailable):
         check_together([Part(local, n=2), Part(remote)])
     assert local.available() == 4
+
+
+def test_a_subclass_with_a_check_of_its_own_is_asked_through_it():
+    """A subclass that keeps the native ``check`` is decided natively; one with its own is
+    asked through it (in turn, with the others), so what it adds (here: counting) happens."""
+
+    class Counted(RateLimiter):
+        checks = 0
+
+        def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+            type(self).checks += 1
+            return super().check(n, now_ns)
+
+    class Plain(KeyedRateLimiter):
+        pass
+
+    counted, plain = Counted(5, per=3600), Plain(1, burst=2, per=3600)
+    assert check_together([Part(counted), Part(plain, "k")])
+    assert Counted.checks == 1
+    assert (counted.available(), plain.available("k")) == (4, 1)
+    # Decided natively: its two parts on one key draw from it together (2 of the 1 left).
+    assert check_together([Part(plain, "k"), Part(plain, "k")]).decision.outcome is DENIED

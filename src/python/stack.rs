@@ -7,8 +7,10 @@
 //! part raises with nothing taken. An error names its part in a note.
 
 use pyo3::exceptions::PyTypeError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use pyo3::PyTypeInfo;
 
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{Answer, KeyedDecision};
@@ -74,10 +76,10 @@ pub fn check_together<'py>(
         .collect::<PyResult<_>>()?;
     for part in &parts {
         let limiter = part.get_borrowed_item(0)?;
-        let of_this_host = limiter.is_instance_of::<RateLimiter>()
-            || limiter.is_instance_of::<KeyedRateLimiter>()
-            || limiter.is_instance_of::<SharedRateLimiter>()
-            || limiter.is_instance_of::<SharedKeyedRateLimiter>();
+        let of_this_host = limiter.is_instance_of::<SharedRateLimiter>()
+            || limiter.is_instance_of::<SharedKeyedRateLimiter>()
+            || decided_natively::<RateLimiter>(limiter)?
+            || decided_natively::<KeyedRateLimiter>(limiter)?;
         if !of_this_host {
             return Ok(None);
         }
@@ -262,6 +264,23 @@ fn read_part<'a, 'py>(
         n: tokens(n),
     };
     Ok((read, None))
+}
+
+/// Whether `limiter` is a `T` whose decisions this call may make itself: a `T`, or a subclass
+/// that keeps `T`'s `check` (one that has its own is asked through it, in Python).
+fn decided_natively<T: PyTypeInfo>(limiter: Borrowed<'_, '_, PyAny>) -> PyResult<bool> {
+    if limiter.is_exact_instance_of::<T>() {
+        return Ok(true);
+    }
+    if !limiter.is_instance_of::<T>() {
+        return Ok(false);
+    }
+    let py = limiter.py();
+    let check = intern!(py, "check");
+    Ok(limiter
+        .get_type()
+        .getattr(check)?
+        .is(T::type_object(py).getattr(check)?))
 }
 
 /// `error`, with a note saying which part of the request raised it.

@@ -373,8 +373,16 @@ class _OneByOne(_Group):
         await self.peek_async(asked, decisions, now_ns)
 
 
-#: The limiters decided together in one native call.
-_OF_THIS_HOST = (RateLimiter, KeyedRateLimiter, SharedRateLimiter, SharedKeyedRateLimiter)
+def _decided_natively(limiter: Any) -> bool:
+    """Whether ``limiter`` is one of this host's, decided in the native call: a subclass of
+    ``RateLimiter`` or ``KeyedRateLimiter`` with a ``check`` of its own is asked through it,
+    as a limiter of another kind is (the native call's rule too)."""
+    if isinstance(limiter, (SharedRateLimiter, SharedKeyedRateLimiter)):
+        return True
+    for base in (RateLimiter, KeyedRateLimiter):
+        if isinstance(limiter, base):
+            return type(limiter).check is base.check
+    return False
 
 
 def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list[_Group]]:
@@ -383,7 +391,7 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list
     native, redis, others = [], [], []
     redis_classes = _redis_classes(awaited)
     for i, (limiter, *_) in enumerate(asked):
-        if isinstance(limiter, _OF_THIS_HOST):
+        if _decided_natively(limiter):
             native.append(i)
         elif redis_classes and isinstance(limiter, redis_classes):
             redis.append(i)
