@@ -274,7 +274,9 @@ def test_a_stack_settles_as_its_keys_alone_on_the_fast_path(
         assert fields[0::2] == fields[1::2], where
         for stacked, single in zip(ttls[0::2], ttls[1::2], strict=True):
             assert (stacked < 0) == (single < 0), where
-            assert abs(stacked - single) <= took_ms + 2, (where, took_ms)
+            # The two keys were written up to took_ms apart, each expiry rounded up to the
+            # millisecond on its own clock reading, and each PTTL read truncated: a few ms.
+            assert abs(stacked - single) <= took_ms + 3, (where, took_ms)
 
 
 def test_the_script_refuses_a_stack_naming_a_key_twice(redis_client: Any) -> None:
