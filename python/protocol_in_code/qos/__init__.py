@@ -11,6 +11,8 @@ For services, everything is importable from here:
   a throttled client off (:mod:`~protocol_in_code.qos.keyed`).
 * :class:`SharedRateLimiter`, :class:`SharedKeyedRateLimiter`: the same two limits shared by
   the worker processes of one host, with no server (:mod:`~protocol_in_code.qos.shared`).
+* :mod:`~protocol_in_code.qos.stack`: several limits on one request (global, route, client),
+  taken from all of them or from none (``check_together``).
 * :class:`SingleRateMeter`, :class:`TwoRateMeter`, :class:`ExcessRateMeter`: the RFC 2697,
   2698 and 4115 three-colour meters, in bytes and bytes per second
   (:mod:`~protocol_in_code.qos.meter`).
