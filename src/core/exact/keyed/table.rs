@@ -198,20 +198,26 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        let Locked {
-            mut shard,
-            hash,
-            now,
-            ..
-        } = self.locked(key, now_ns);
-        Self::find(&mut shard, hash, key)
-            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
-            .available_at(&self.specs, now)
+        self.read(key, now_ns, Balances::available_at)
     }
 
     /// Each band's [`Level`] for `key` at `now_ns` (a key not remembered is full), storing
     /// nothing.
     pub fn levels<Q>(&self, key: &Q, now_ns: i64) -> Vec<Level>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.read(key, now_ns, Balances::levels_at)
+    }
+
+    /// `look` at a copy of `key`'s balances (a fresh key's if it is not remembered), at the
+    /// table's time for `now_ns`, under its shard's lock.
+    fn read<Q, R>(
+        &self,
+        key: &Q,
+        now_ns: i64,
+        look: impl FnOnce(&mut Balances, &[BandSpec], i64) -> R,
+    ) -> R
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
@@ -221,9 +227,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             now,
             ..
         } = self.locked(key, now_ns);
-        Self::find(&mut shard, hash, key)
-            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone())
-            .levels_at(&self.specs, now)
+        let mut copy = Self::find(&mut shard, hash, key)
+            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone());
+        look(&mut copy, &self.specs, now)
     }
 }
 
