@@ -159,18 +159,23 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         rules = self.rules
-        if rules.stack:
-            await self._stacked(scope, receive, send)
-            return
         method = scope.get("method", "GET")
-        rule = rules.rule_for(method, scope["path"])
-        if rule is None:
+        # Under stack=True every rule that matches applies; otherwise the first.
+        matched = rules.rules_for(method, scope["path"]) if rules.stack else None
+        rule = None if matched is not None else rules.rule_for(method, scope["path"])
+        if not matched and rule is None:
             await self.app(scope, receive, send)
             return
         info = _info(rules, scope, method)
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
+        if matched:
+            await self._answered(
+                scope, receive, send, await decide_stacked_async(rules, matched, info)
+            )
+            return
+        assert rule is not None  # a request no rule matched went on above
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
         if rule.plans is not None:
@@ -196,20 +201,6 @@ class RateLimitMiddleware:
             await _refuse(scope, send, status, fields, content_type, body)
             return
         await self._with_fields(scope, receive, send, fields)
-
-    async def _stacked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request under ``stack=True``: every matching limit decides it together."""
-        rules = self.rules
-        method = scope.get("method", "GET")
-        matched = rules.rules_for(method, scope["path"])
-        if not matched:
-            await self.app(scope, receive, send)
-            return
-        info = _info(rules, scope, method)
-        if rules.exempt is not None and rules.exempt(info):
-            await self.app(scope, receive, send)
-            return
-        await self._answered(scope, receive, send, await decide_stacked_async(rules, matched, info))
 
     async def _answered(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
         """Send ``verdict``'s refusal, or pass the request on with its fields."""

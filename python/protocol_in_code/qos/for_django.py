@@ -38,6 +38,7 @@ from protocol_in_code.qos._http import (
     KeyFunction,
     RequestInfo,
     Route,
+    Rule,
     Rules,
     Verdict,
     decide,
@@ -204,51 +205,49 @@ class RateLimitMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.awaited:
             return self._acall(request)
-        rules = self.rules
-        method = request.method or "GET"
+        asked = self._asked(request)
+        if asked is None:
+            return self.get_response(request)
+        rules, (matched, info) = self.rules, asked
         if rules.stack:
-            matched = rules.rules_for(method, request.path_info)
-            if not matched:
-                return self.get_response(request)
-            info = _info(rules, request)
-            if rules.exempt is not None and rules.exempt(info):
-                return self.get_response(request)
             verdict = decide_stacked(rules, matched, info)
         else:
-            rule = rules.rule_for(method, request.path_info)
-            if rule is None:
-                return self.get_response(request)
-            info = _info(rules, request)
-            if rules.exempt is not None and rules.exempt(info):
-                return self.get_response(request)
-            verdict = decide(rules, rule, info)
+            verdict = decide(rules, matched[0], info)
         if verdict.status:
             return _refusal(verdict)
         return _with_fields(self.get_response(request), verdict)
 
     async def _acall(self, request: HttpRequest) -> Any:
         """:meth:`__call__` in an asynchronous chain (a site served by ASGI)."""
-        rules = self.rules
-        method = request.method or "GET"
+        asked = self._asked(request)
+        if asked is None:
+            return await self.get_response(request)
+        rules, (matched, info) = self.rules, asked
         if rules.stack:
-            matched = rules.rules_for(method, request.path_info)
-            if not matched:
-                return await self.get_response(request)
-            info = _info(rules, request)
-            if rules.exempt is not None and rules.exempt(info):
-                return await self.get_response(request)
             verdict = await decide_stacked_async(rules, matched, info)
         else:
-            rule = rules.rule_for(method, request.path_info)
-            if rule is None:
-                return await self.get_response(request)
-            info = _info(rules, request)
-            if rules.exempt is not None and rules.exempt(info):
-                return await self.get_response(request)
-            verdict = await decide_async(rules, rule, info)
+            verdict = await decide_async(rules, matched[0], info)
         if verdict.status:
             return _refusal(verdict)
         return _with_fields(await self.get_response(request), verdict)
+
+    def _asked(self, request: HttpRequest) -> tuple[tuple[Rule, ...], RequestInfo] | None:
+        """The rules `request` is under (under ``stack=True`` every one that matches, else the
+        first), and the request as the key, cost and plan functions see it; ``None`` if no
+        rule applies or the request is exempt."""
+        rules = self.rules
+        method, path = request.method or "GET", request.path_info
+        if rules.stack:
+            matched = rules.rules_for(method, path)
+        else:
+            rule = rules.rule_for(method, path)
+            matched = () if rule is None else (rule,)
+        if not matched:
+            return None
+        info = _info(rules, request)
+        if rules.exempt is not None and rules.exempt(info):
+            return None
+        return matched, info
 
 
 async def _no_asgi_app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover

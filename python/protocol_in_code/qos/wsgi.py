@@ -163,14 +163,17 @@ class RateLimitMiddleware:
         rules = self.rules
         method = environ.get("REQUEST_METHOD", "GET")
         path = _path(environ)
-        if rules.stack:
-            return self._stacked(environ, start_response, method, path)
-        rule = rules.rule_for(method, path)
-        if rule is None:
+        # Under stack=True every rule that matches applies; otherwise the first.
+        matched = rules.rules_for(method, path) if rules.stack else None
+        rule = None if matched is not None else rules.rule_for(method, path)
+        if not matched and rule is None:
             return self.app(environ, start_response)
         info = _info(rules, environ, method, path)
         if rules.exempt is not None and rules.exempt(info):
             return self.app(environ, start_response)
+        if matched:
+            return self._answered(environ, start_response, decide_stacked(rules, matched, info))
+        assert rule is not None  # a request no rule matched went on above
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
         if rule.plans is not None:
@@ -190,19 +193,6 @@ class RateLimitMiddleware:
             content_type, body = refusal(rules, rule, decision, status, n, key)
             return _refuse(start_response, status, fields, content_type, body)
         return self._with_fields(environ, start_response, fields)
-
-    def _stacked(
-        self, environ: Environ, start_response: StartResponse, method: str, path: str
-    ) -> Iterable[bytes]:
-        """A request under ``stack=True``: every matching limit decides it together."""
-        rules = self.rules
-        matched = rules.rules_for(method, path)
-        if not matched:
-            return self.app(environ, start_response)
-        info = _info(rules, environ, method, path)
-        if rules.exempt is not None and rules.exempt(info):
-            return self.app(environ, start_response)
-        return self._answered(environ, start_response, decide_stacked(rules, matched, info))
 
     def _answered(
         self, environ: Environ, start_response: StartResponse, verdict: Verdict
