@@ -1052,6 +1052,24 @@ class _OneKey:
         """The hash on the server that holds this limit: ``prefix`` ``fingerprint:{name}``."""
         return self._keys[0]
 
+    async def _wait(
+        self,
+        n: Any,
+        timeout: Any,
+        asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
+    ) -> bool:
+        """``acquire`` awaited: the reservation asked through ``asking`` (a worker thread for a
+        synchronous client, the client itself for an asyncio one)."""
+        self._core.args(RESERVE, n, None)
+        return await _awaited_acquire(
+            self._core,
+            self._keys,
+            n,
+            timeout,
+            asking(self._core.server),
+            lambda e: self._fall_back(e, "check", n, None),
+        )
+
     def _fall_back(self, error: BaseException, method: str, n: Any, now_ns: Any) -> Any:
         """The ``on_error`` answer to ``method`` asked with these arguments."""
         args = (now_ns,) if method == "available" else (n, now_ns)
@@ -1186,6 +1204,27 @@ class _ManyKeys:
         if core is None:
             raise ValueError(f"unknown plan {plan!r}: this limiter's plans are {_listed(plans)}")
         return core
+
+    async def _wait(
+        self,
+        key: Any,
+        n: Any,
+        timeout: Any,
+        plan: Any,
+        asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
+    ) -> bool:
+        """``acquire`` awaited for ``key``: see :meth:`_OneKey._wait`."""
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_prefix, key)]
+        core.args(RESERVE, n, None)
+        return await _awaited_acquire(
+            core,
+            keys,
+            n,
+            timeout,
+            asking(core.server),
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
+        )
 
     def _fall_back(
         self,
@@ -1347,15 +1386,7 @@ class RedisRateLimiter(_OneKey):
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
         """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
         cancelled at any point gives back what it reserved."""
-        self._core.args(RESERVE, n, None)
-        return await _awaited_acquire(
-            self._core,
-            self._keys,
-            n,
-            timeout,
-            _in_thread(self._core.server),
-            lambda e: self._fall_back(e, "check", n, None),
-        )
+        return await self._wait(n, timeout, _in_thread)
 
     def __call__(self, function: _F) -> _F:
         """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
@@ -1575,17 +1606,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     ) -> bool:
         """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
         cancelled at any point gives back what it reserved."""
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
-        core.args(RESERVE, n, None)
-        return await _awaited_acquire(
-            core,
-            keys,
-            n,
-            timeout,
-            _in_thread(core.server),
-            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
-        )
+        return await self._wait(key, n, timeout, plan, _in_thread)
 
 
 class AsyncRedisRateLimiter(_OneKey):
@@ -1631,15 +1652,7 @@ class AsyncRedisRateLimiter(_OneKey):
         return await self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
 
     async def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
-        self._core.args(RESERVE, n, None)
-        return await _awaited_acquire(
-            self._core,
-            self._keys,
-            n,
-            timeout,
-            _awaited(self._core.server),
-            lambda e: self._fall_back(e, "check", n, None),
-        )
+        return await self._wait(n, timeout, _awaited)
 
     acquire_async = acquire
 
@@ -1820,16 +1833,6 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         *,
         plan: str | None = None,
     ) -> bool:
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
-        core.args(RESERVE, n, None)
-        return await _awaited_acquire(
-            core,
-            keys,
-            n,
-            timeout,
-            _awaited(core.server),
-            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
-        )
+        return await self._wait(key, n, timeout, plan, _awaited)
 
     acquire_async = acquire
