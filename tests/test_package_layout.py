@@ -56,6 +56,10 @@ SERVICE_EXPORTS = {
     "ExcessRateMeter": "meter",
     "SharedRateLimiter": "shared",
     "SharedKeyedRateLimiter": "shared",
+    "Part": "stack",
+    "Stacked": "stack",
+    "check_together": "stack",
+    "check_together_async": "stack",
 }
 
 

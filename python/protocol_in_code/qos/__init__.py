@@ -47,6 +47,7 @@ from protocol_in_code.qos.meter import Color, ExcessRateMeter, SingleRateMeter, 
 from protocol_in_code.qos.refill import RefillResult, compute_refill
 from protocol_in_code.qos.shaper_loop import EnqueueResult, ToyShaper, run_contention
 from protocol_in_code.qos.shared import SharedKeyedRateLimiter, SharedRateLimiter
+from protocol_in_code.qos.stack import Part, Stacked, check_together, check_together_async
 from protocol_in_code.qos.token_bucket import ConsumeOutcome, ConsumeResult, TokenBucket
 from protocol_in_code.qos.token_bucket import try_consume as token_try_consume
 
@@ -66,11 +67,13 @@ __all__ = [
     "LimitOutcome",
     "OfferOutcome",
     "OfferResult",
+    "Part",
     "RateLimiter",
     "RefillResult",
     "SharedKeyedRateLimiter",
     "SharedRateLimiter",
     "SingleRateMeter",
+    "Stacked",
     "TokenBucket",
     "ToyShaper",
     "TrafficClass",
@@ -78,6 +81,8 @@ __all__ = [
     "ValidationOutcome",
     "ValidationResult",
     "borrowable",
+    "check_together",
+    "check_together_async",
     "compute_refill",
     "leaky_leak",
     "leaky_offer",
