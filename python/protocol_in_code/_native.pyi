@@ -45,6 +45,7 @@ __all__ = [
     "_canonical",
     "_check_together",
     "_combined",
+    "_of_this_host",
     "_only_the_rate_by_position",
     "_read_plans",
     "_timeout_seconds",
@@ -288,6 +289,7 @@ def _check_together(
     parts: list[tuple[Any, Any, Any, Any]], now_ns: int | None = None, peek: bool = False
 ) -> Stacked | None: ...
 def _combined(decisions: list[Decision]) -> Decision: ...
+def _of_this_host(limiter: Any) -> bool: ...
 
 @disjoint_base
 class RateLimiter:

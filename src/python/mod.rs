@@ -123,6 +123,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(args::timeout_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(stack::check_together, module)?)?;
     module.add_function(wrap_pyfunction!(stack::combined_py, module)?)?;
+    module.add_function(wrap_pyfunction!(stack::of_this_host_py, module)?)?;
     module.add_function(wrap_pyfunction!(waiting::wait_for_turn_py, module)?)?;
     module.add_function(wrap_pyfunction!(
         limiter::only_the_rate_by_position_py,

@@ -75,12 +75,7 @@ pub fn check_together<'py>(
         .map(|part| part.cast_into::<PyTuple>().map_err(PyErr::from))
         .collect::<PyResult<_>>()?;
     for part in &parts {
-        let limiter = part.get_borrowed_item(0)?;
-        let of_this_host = limiter.is_instance_of::<SharedRateLimiter>()
-            || limiter.is_instance_of::<SharedKeyedRateLimiter>()
-            || decided_natively::<RateLimiter>(limiter)?
-            || decided_natively::<KeyedRateLimiter>(limiter)?;
-        if !of_this_host {
+        if !of_this_host(part.get_borrowed_item(0)?)? {
             return Ok(None);
         }
     }
@@ -264,6 +259,24 @@ fn read_part<'a, 'py>(
         n: tokens(n),
     };
     Ok((read, None))
+}
+
+/// Whether `limiter` is one of this host's, which `_check_together` decides: a shared limiter,
+/// or a `RateLimiter` or `KeyedRateLimiter` that keeps its native `check` (a subclass with a
+/// `check` of its own is asked through it, as a limiter of another kind is). Python groups a
+/// stacked request's parts by this same answer.
+fn of_this_host(limiter: Borrowed<'_, '_, PyAny>) -> PyResult<bool> {
+    Ok(limiter.is_instance_of::<SharedRateLimiter>()
+        || limiter.is_instance_of::<SharedKeyedRateLimiter>()
+        || decided_natively::<RateLimiter>(limiter)?
+        || decided_natively::<KeyedRateLimiter>(limiter)?)
+}
+
+/// [`of_this_host`] for Python.
+#[pyfunction]
+#[pyo3(name = "_of_this_host")]
+pub fn of_this_host_py(limiter: &Bound<'_, PyAny>) -> PyResult<bool> {
+    of_this_host(limiter.as_borrowed())
 }
 
 /// Whether `limiter` is a `T` whose decisions this call may make itself: a `T`, or a subclass

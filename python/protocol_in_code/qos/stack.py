@@ -57,13 +57,10 @@ from typing import Any, NamedTuple
 
 from protocol_in_code._native import (
     Decision,
-    KeyedRateLimiter,
     LimitOutcome,
-    RateLimiter,
-    SharedKeyedRateLimiter,
-    SharedRateLimiter,
     Stacked,
     _combined,
+    _of_this_host,
 )
 from protocol_in_code._native import _check_together as _native_together
 
@@ -373,25 +370,13 @@ class _OneByOne(_Group):
         await self.peek_async(asked, decisions, now_ns)
 
 
-def _decided_natively(limiter: Any) -> bool:
-    """Whether ``limiter`` is one of this host's, decided in the native call: a subclass of
-    ``RateLimiter`` or ``KeyedRateLimiter`` with a ``check`` of its own is asked through it,
-    as a limiter of another kind is (the native call's rule too)."""
-    if isinstance(limiter, (SharedRateLimiter, SharedKeyedRateLimiter)):
-        return True
-    for base in (RateLimiter, KeyedRateLimiter):
-        if isinstance(limiter, base):
-            return type(limiter).check is base.check
-    return False
-
-
 def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list[_Group]]:
     """The parts by where they are decided: this host's, and the others' (Redis first, then
     the rest)."""
     native, redis, others = [], [], []
     redis_classes = _redis_classes(awaited)
     for i, (limiter, *_) in enumerate(asked):
-        if _decided_natively(limiter):
+        if _of_this_host(limiter):
             native.append(i)
         elif redis_classes and isinstance(limiter, redis_classes):
             redis.append(i)
