@@ -259,6 +259,8 @@ def test_processes_stacking_shared_tables_take_from_all_or_none(tmp_path: Path):
     taken = sum(out.get(timeout=60) for _ in workers)
     for worker in workers:
         worker.join(timeout=60)
+    out.close()
+    out.join_thread()
     everyone = SharedRateLimiter("stack-procs-global", 1, burst=60, per=3600, path=tmp_path)
     per_client = SharedKeyedRateLimiter("stack-procs-client", 1, burst=10, per=3600, path=tmp_path)
     spent_by_clients = sum(10 - per_client.available(f"c{i}") for i in range(8))

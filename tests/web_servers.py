@@ -131,7 +131,12 @@ class Waitress(_Server):
             for dispatcher in list(self.server._map.values()):
                 dispatcher.close()
 
-        self.server.trigger.pull_trigger(close_all)
+        try:
+            self.server.trigger.pull_trigger(close_all)
+        except OSError:
+            # The trigger's pipe was gone (EBADF, seen once at a teardown; its cause is not
+            # known): close from here, and let the loop's thread end as it may.
+            close_all()
         self.thread.join(STARTUP_SECONDS)
         self.server.task_dispatcher.shutdown()
         self.sock.close()
