@@ -10,7 +10,8 @@
 //!   the glue encodes an int key to (digest included);
 //! * the in-process `KeyedLimiter` on the same 10,000 keys, with the glue's key type (each
 //!   looked up as a borrowed `KeyRef::Int`), for comparison;
-//! * the parts: taking and freeing a bucket's lock, and the key's SipHash-1-3 128-bit digest.
+//! * the parts: taking and freeing a bucket's lock (a process-shared robust mutex), and the
+//!   key's SipHash-1-3 128-bit digest.
 //!
 //! Then the bytes each key costs: its slot (state, digest, two copies of the balances) and its
 //! share of its bucket's lock and counters.
@@ -29,7 +30,7 @@ use std::time::Instant;
 use protocol_in_code_qos::core::exact::config::{BandConfig, Config, Ratio};
 use protocol_in_code_qos::core::exact::key::{Key, KeyRef};
 use protocol_in_code_qos::core::exact::keyed::KeyedLimiter;
-use protocol_in_code_qos::core::exact::shared::lock::{lock, Owner};
+use protocol_in_code_qos::core::exact::shared::lock::{self, lock, park_here};
 use protocol_in_code_qos::core::exact::shared::Table;
 
 const KEYS: u64 = 10_000;
@@ -86,11 +87,11 @@ fn main() {
             black_box(local.acquire(&KeyRef::Int(k as i64), 1, tick()));
         }
     });
-    let word = AtomicU64::new(0);
-    let me = Owner::this_process();
+    let mutex: Box<[AtomicU64]> = (0..lock::WORDS).map(|_| AtomicU64::new(0)).collect();
+    lock::init(&mutex);
     let locking = median_ns(100_000, || {
         for _ in 0..100_000 {
-            black_box(lock(&word, me, |_| false));
+            black_box(lock(&mutex, park_here));
         }
     });
     let digesting = median_ns(KEYS, || {
@@ -132,7 +133,8 @@ fn main() {
     println!("         a 9-byte key's SipHash-1-3 digest      {digesting:8.1}");
     let shape = table.shape();
     let slot = shape.slot_words() * 8;
-    let per_key = slot as f64 + 6.0 * 8.0 / shape.slots_per_bucket as f64;
+    let head = (lock::WORDS + 5) * 8;
+    let per_key = slot as f64 + head as f64 / shape.slots_per_bucket as f64;
     println!(
         "bytes per key: slot {slot} (state 8, digest 16, two copies of {} per band), \
          {per_key:.0} with its share of the bucket's lock and counters",

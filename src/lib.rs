@@ -8,7 +8,9 @@
 //!   the core and exports the `protocol_in_code._native` extension module. It holds no algorithm
 //!   of its own: every decision it returns was made by a function in [`core`].
 //! * `shared_memory` maps the file that a table shared by processes lives in, and hands the core
-//!   its words. It is the one place with `unsafe` (the rest of the crate denies it).
+//!   its words; `process_mutex` is the lock each bucket of such a table holds, which the kernel
+//!   frees when its holder dies. They are the two places with `unsafe` (the rest of the crate
+//!   denies it).
 
 #![deny(unsafe_code)]
 
@@ -17,10 +19,16 @@ pub mod core;
 // The host's boot and monotonic clock, which saved limiters and shared tables both ask.
 pub mod host;
 
-// A shared table's file, mapped: the crate's one `unsafe` block, in a room of its own.
+// A shared table's file, mapped: one `unsafe` block, in a room of its own.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 pub mod shared_memory;
+
+// A lock in memory that processes share, freed by the kernel when its holder dies: the C
+// library's robust mutex, through its calls, in the crate's other room with `unsafe`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub mod process_mutex;
 
 // The glue's doc comments are also the Python docstrings that `help()` shows, where Markdown
 // backticks around every Python name would only be noise.

@@ -1,55 +1,74 @@
 //! A shared table's file: found or made, checked, mapped, and tidied away when nobody uses it.
 //!
-//! This is the crate's one module with `unsafe` in it (one block: the mapped bytes seen as
-//! atomic words). Everything else about a table is [`core::exact::shared`](crate::core::exact::shared),
-//! which sees only `&[AtomicU64]`.
+//! This module has one `unsafe` block: the mapped bytes seen as atomic words. Everything else
+//! about a table is [`core::exact::shared`](crate::core::exact::shared), which sees only
+//! `&[AtomicU64]`.
 //!
 //! **Where.** A table named `name` lives in one file per configuration,
-//! `protocol-in-code-qos.<name>.<form>.<fingerprint>.table`, in `/dev/shm` where that exists (a
-//! folder in memory: the file survives the processes, not a reboot), otherwise in the system's
-//! temporary folder, or in the folder the caller gives. The configuration's fingerprint and the
-//! form (`one`, or `keys<max_keys>`) are in the name, so two workers of different limits under
-//! one name never share a file, and a deploy that changes the limit starts a fresh table.
+//! `protocol-in-code-qos.<name>.<form>.<fingerprint>.v<layout>.table`, in the folder the caller
+//! gives (`path=`) or, by default, in a folder of this user's own:
+//! `protocol-in-code-qos-<uid>` in `/dev/shm` where that exists (a folder in memory: the file
+//! survives the processes, not a reboot), otherwise in the system's temporary folder. The
+//! configuration's fingerprint, the form (`one`, or `keys<max_keys>`) and the layout's version
+//! are in the name, so two workers of different limits under one name never share a file, and a
+//! deploy that changes the limit, or upgrades to another layout, starts a fresh table.
 //!
-//! **Making one.** A new table is written in a file of a name of its own (made with mode 0600,
-//! so only its user can open it), then linked under the table's name in one step: nobody ever
-//! opens a table that is half written. Two processes making the same table at once both try to
-//! link; one wins, and the other opens the winner's.
+//! **Whose.** `/dev/shm` is writable by every user of the host, and file names are
+//! predictable, so a table is only ever used if this user made it: the default folder is made
+//! with mode 0700 and refused if it is anyone else's or open to others; every table's file is
+//! made with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600, and on every open its owner and
+//! mode are checked on the open descriptor. A file of another user, or one that others may
+//! read or write, is refused with an error that names it, its owner and the fix ([`OpenError::NotOurs`]).
+//!
+//! **Making one.** A new table is written in a file of a name of its own, with its whole size
+//! reserved on the file system first (`fallocate`): a table that does not fit is an error at
+//! open that says the size ([`OpenError::Space`]), never a `SIGBUS` at a later write to a page
+//! that a full `tmpfs` cannot give. It is then linked under the table's name in one step:
+//! nobody ever opens a table that is half written. Two processes making the same table at once
+//! both try to link; one wins, and the other opens the winner's.
 //!
 //! **Who uses it.** Every process that has a table open holds a shared `flock` on its file.
-//! When a process opens a table, it removes the files of the same name and other
-//! configurations that nobody holds (an exclusive lock taken without waiting tells), so one
-//! name leaves behind at most one file per configuration in use, and nobody's live table is
-//! removed. A process that opens a file checks, once it holds its lock, that the name still
-//! leads to it; if it was removed meanwhile, it opens again.
+//! When a process opens a limiter's tables (one, or one per plan), it removes the files of the
+//! same name, of other configurations, that nobody holds (an exclusive lock taken without
+//! waiting tells), so one name leaves behind at most one file per configuration in use, and
+//! nobody's live table is removed. The name of each file is read by its whole grammar, from
+//! the right: `api` never takes the files of `api.keys` or `api.one` for its own. A process
+//! that opens a file checks, once it holds its lock, that the name still leads to it; if it
+//! was removed or replaced meanwhile, it opens again.
 //!
 //! **Bad files.** The size is checked against the header before any slot is read, and a file
 //! that is not a table of this version is refused with an error that says what is wrong. A
-//! process of the same user that truncates a live table's file makes the processes using it
-//! fail with `SIGBUS` on their next access, as for any mapped file: a table is for the
-//! processes of one service, not a boundary against its own user.
+//! live table's file truncated by its own user (nobody else can write it) cannot be seen by
+//! a decision without a system call each time: accesses to whole pages past the new end raise
+//! `SIGBUS` (the process ends), and slots in the page the new end falls in read as zeros, so
+//! their keys look new. `len`, `stats` and the keys' listing check the size first
+//! ([`Mapped::intact`]) and raise instead, and the next open refuses the file.
 //!
 //! **A reboot.** Times in a table are readings of the monotonic clock, which restarts at boot.
 //! A table kept on disk across a reboot (`path=` a folder on disk) records the boot it was
-//! written in; the first process to open it in a new boot moves every time in it to the new
-//! clock, so each key keeps what it was owed, as a saved limiter's restore does.
+//! written in; the first process to open it in a new boot writes a copy with every time moved
+//! to the new clock, so each key keeps what it was owed, and renames the copy over the old
+//! file. A process killed while copying leaves the old file as it was (and a draft that the
+//! next opener removes), so carrying over is done whole or not at all, however often it is
+//! cut short. Where the boot cannot be read (no `/proc`), a table is taken to be of this boot.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Deref;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use memmap2::MmapRaw;
-use rustix::fs::{flock, FlockOperation};
+use rustix::fs::{flock, FallocateFlags, FlockOperation};
 
 use crate::core::exact::config::Config;
-use crate::core::exact::shared::layout::LayoutError;
+use crate::core::exact::shared::layout::{LayoutError, VERSION};
 use crate::core::exact::shared::Table;
 use crate::host;
 
-/// The first part of every table's file name.
+/// The first part of every table's file name, and of the default folder's.
 const PREFIX: &str = "protocol-in-code-qos.";
 
 /// The longest table name.
@@ -60,6 +79,7 @@ pub struct Mapped {
     map: MmapRaw,
     /// Held for the shared lock on it (released when the file is closed).
     file: File,
+    path: PathBuf,
 }
 
 impl Deref for Mapped {
@@ -75,13 +95,35 @@ impl Deref for Mapped {
         // * `AtomicU64` has the size and alignment of `u64` and accepts any bit pattern, and is
         //   only ever read and written through atomic operations, here and in every other
         //   process mapping the file (all of them run this code), so concurrent access from
-        //   other threads and processes is not a data race.
+        //   other threads and processes is not a data race. The words of the buckets' locks
+        //   are the C library's, touched only through its mutex calls (`process_mutex`).
         // * The file is never shrunk by this crate; a file truncated by another program under
-        //   a live mapping raises SIGBUS on access (see the module's docs), which is not
-        //   undefined behaviour but the process ending.
-        #[allow(clippy::cast_ptr_alignment)] // a page boundary: see the third point above
+        //   a live mapping raises SIGBUS on access to a page past its end (see the module's
+        //   docs), which is not undefined behaviour but the process ending.
+        #[allow(clippy::cast_ptr_alignment)] // a page boundary: see the second point above
         let start = self.map.as_ptr().cast::<AtomicU64>();
         unsafe { std::slice::from_raw_parts(start, words) }
+    }
+}
+
+impl Mapped {
+    /// Whether the file still holds every mapped byte: a table truncated while in use is an
+    /// error here (see the module's docs), where a decision would read zeros or end the process.
+    ///
+    /// # Errors
+    ///
+    /// [`OpenError::Truncated`], or what `fstat` says.
+    pub fn intact(&self) -> Result<(), OpenError> {
+        let length = self.file.metadata().map_err(io_at(&self.path))?.len();
+        let mapped = self.map.len() as u64;
+        if length < mapped {
+            return Err(OpenError::Truncated {
+                path: self.path.clone(),
+                length,
+                expected: mapped,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -94,6 +136,25 @@ pub enum OpenError {
     Io(PathBuf, io::Error),
     /// The file is not a table this process can use.
     Layout(PathBuf, LayoutError),
+    /// The file, or the default folder, is another user's, or open to other users.
+    NotOurs {
+        path: PathBuf,
+        /// What is wrong with it, in words.
+        why: String,
+    },
+    /// A new table does not fit the file system of its folder.
+    Space {
+        folder: PathBuf,
+        bytes: u64,
+        free: Option<u64>,
+        error: io::Error,
+    },
+    /// The file was truncated while in use.
+    Truncated {
+        path: PathBuf,
+        length: u64,
+        expected: u64,
+    },
 }
 
 impl std::fmt::Display for OpenError {
@@ -106,6 +167,43 @@ impl std::fmt::Display for OpenError {
             ),
             Self::Io(path, error) => write!(f, "{}: {error}", path.display()),
             Self::Layout(path, error) => write!(f, "{} is refused: {error}", path.display()),
+            Self::NotOurs { path, why } => write!(
+                f,
+                "{} is refused: {why}. A table is used only if this user made it and nobody else \
+                 can read or write it; remove it if it is a stale one of this service's, or give \
+                 path= a folder that only this user can write",
+                path.display()
+            ),
+            Self::Space {
+                folder,
+                bytes,
+                free,
+                error,
+            } => {
+                write!(
+                    f,
+                    "{}: a table of {bytes} bytes does not fit ({error}",
+                    folder.display()
+                )?;
+                if let Some(free) = free {
+                    write!(f, "; {free} bytes are free there")?;
+                }
+                write!(
+                    f,
+                    "). A container's /dev/shm is 64 MiB unless given more (docker run \
+                     --shm-size); give path= a folder with room, or a smaller max_keys"
+                )
+            }
+            Self::Truncated {
+                path,
+                length,
+                expected,
+            } => write!(
+                f,
+                "{} was truncated to {length} bytes while in use, where the table is {expected} \
+                 bytes: its keys are no longer all there (open the limiter again for a new table)",
+                path.display()
+            ),
         }
     }
 }
@@ -116,14 +214,60 @@ fn io_at(path: &Path) -> impl Fn(io::Error) -> OpenError + '_ {
     move |error| OpenError::Io(path.to_path_buf(), error)
 }
 
-/// The folder tables live in unless told: `/dev/shm` if there is one, else the temporary one.
-#[must_use]
-pub fn default_folder() -> PathBuf {
+fn errno_at(path: &Path) -> impl Fn(rustix::io::Errno) -> OpenError + '_ {
+    move |error| OpenError::Io(path.to_path_buf(), error.into())
+}
+
+/// The folder tables live in unless told: `protocol-in-code-qos-<uid>`, this user's own, in
+/// `/dev/shm` if there is one, else in the temporary folder; made with mode 0700 if missing.
+///
+/// # Errors
+///
+/// If it cannot be made, or is not this user's own folder closed to others
+/// ([`OpenError::NotOurs`]).
+pub fn default_folder() -> Result<PathBuf, OpenError> {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
+    let base = if shm.is_dir() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
+    };
+    let uid = rustix::process::geteuid().as_raw();
+    let folder = base.join(format!("{}{uid}", PREFIX.replace('.', "-")));
+    match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(OpenError::Io(folder, error)),
+    }
+    let meta = std::fs::symlink_metadata(&folder).map_err(io_at(&folder))?;
+    if !meta.is_dir() {
+        return Err(OpenError::NotOurs {
+            path: folder,
+            why: "it is not a folder (a symbolic link or a file is in its place)".into(),
+        });
+    }
+    if let Some(why) = not_ours(&meta) {
+        return Err(OpenError::NotOurs { path: folder, why });
+    }
+    Ok(folder)
+}
+
+/// What makes a file or folder of this metadata not this user's private one, if anything.
+fn not_ours(meta: &std::fs::Metadata) -> Option<String> {
+    let me = rustix::process::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me {
+        Some(format!(
+            "it is owned by uid {}, another user than this process's (uid {me})",
+            meta.uid()
+        ))
+    } else if mode & 0o077 != 0 {
+        Some(format!(
+            "its mode is {mode:#o}, which lets other users in (a table's file is 0o600, its \
+             folder 0o700)"
+        ))
+    } else {
+        None
     }
 }
 
@@ -156,43 +300,90 @@ pub fn table_path(
     let name = checked_name(name)?;
     let form = max_keys.map_or_else(|| "one".to_owned(), |keys| format!("keys{keys}"));
     let fingerprint = config.fingerprint();
-    Ok(folder.join(format!("{PREFIX}{name}.{form}.{fingerprint:016x}.table")))
+    Ok(folder.join(format!(
+        "{PREFIX}{name}.{form}.{fingerprint:016x}.v{VERSION}.table"
+    )))
 }
 
-/// Open the table `name` of `config` in `folder`, making it if there is none; `max_keys`
-/// `None` is the one-key form (one slot). `seed` gives a new table's key seed.
+/// The name of the table whose file, or draft of a file, is called `file`, read by the whole
+/// grammar from the right (names may hold dots): `<name>.<form>.<16 hex digits>[.v<layout>]`
+/// then `.table`, or then `.<pid>.<hex>.new` for a draft. `None` for any other file.
+fn table_name_of(file: &str) -> Option<&str> {
+    fn last(text: &str, fits: impl Fn(&str) -> bool) -> Option<&str> {
+        let (rest, part) = text.rsplit_once('.')?;
+        fits(part).then_some(rest)
+    }
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let rest = file.strip_prefix(PREFIX)?;
+    let stem = match rest.strip_suffix(".table") {
+        Some(stem) => stem,
+        None => last(last(rest.strip_suffix(".new")?, hex)?, digits)?,
+    };
+    // Layouts before version 2 had no version in the name.
+    let stem = last(stem, |part| part.strip_prefix('v').is_some_and(digits)).unwrap_or(stem);
+    let stem = last(stem, |part| part.len() == 16 && hex(part))?;
+    let name = last(stem, |form| {
+        form == "one" || form.strip_prefix("keys").is_some_and(digits)
+    })?;
+    checked_name(name).ok()
+}
+
+/// Open the tables of one limiter named `name` in `folder`, making those there are not: one
+/// per `(config, max_keys)` (one without plans, one per plan with them; `max_keys` `None` is the
+/// one-key form). `seed` gives a new table's key seed. Then remove the files of `name` that
+/// none of them is, and nobody holds.
 ///
 /// # Errors
 ///
-/// A bad name, a file the system will not let us open or make, or a file that is not such a
-/// table (see [`OpenError`]).
+/// A bad name, a file the system will not let us open or make, a file that is not ours, or
+/// not such a table (see [`OpenError`]).
 pub fn open(
+    folder: &Path,
+    name: &str,
+    tables: &[(&Config, Option<u64>)],
+    seed: impl Fn() -> (u64, u64),
+) -> Result<Vec<(Table<Mapped>, PathBuf)>, OpenError> {
+    let opened = tables
+        .iter()
+        .map(|&(config, max_keys)| open_one(folder, name, config, max_keys, &seed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ours: Vec<&Path> = opened.iter().map(|(_, path)| path.as_path()).collect();
+    remove_stale(folder, name, &ours);
+    Ok(opened)
+}
+
+fn open_one(
     folder: &Path,
     name: &str,
     config: &Config,
     max_keys: Option<u64>,
-    seed: impl Fn() -> (u64, u64),
+    seed: &impl Fn() -> (u64, u64),
 ) -> Result<(Table<Mapped>, PathBuf), OpenError> {
     let path = table_path(folder, name, config, max_keys)?;
+    let mut tries_to_move = 0;
     loop {
         let file = match open_existing(&path)? {
             Some(file) => file,
-            None => match make(&path, config, max_keys, &seed)? {
+            None => match make(folder, &path, config, max_keys, seed)? {
                 Some(file) => file,
                 None => continue, // another process linked its table first: open that
             },
         };
-        flock(&file, FlockOperation::LockShared).map_err(|e| io_at(&path)(e.into()))?;
+        flock(&file, FlockOperation::LockShared).map_err(errno_at(&path))?;
         if !still_named(&path, &file)? {
-            continue; // removed while we were opening it: nobody else will use it
+            continue; // removed or replaced while we were opening it
+        }
+        let meta = file.metadata().map_err(io_at(&path))?;
+        if let Some(why) = not_ours(&meta) {
+            return Err(OpenError::NotOurs { path, why });
         }
         let table = map(&path, file, config, max_keys)?;
-        let table = re_anchored(table, &path)?;
-        if !still_named(&path, &table.words().file)? {
-            continue; // removed while re-anchoring held no lock on it: open it again
+        tries_to_move += 1;
+        if let Some(table) = of_this_boot(table, folder, &path, tries_to_move)? {
+            let table = table.with_identity((meta.dev(), meta.ino()));
+            return Ok((table, path));
         }
-        remove_stale(folder, name, &path);
-        return Ok((table, path));
     }
 }
 
@@ -211,13 +402,87 @@ fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {
     {
         Ok(file) => Ok(Some(file)),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(io_at(path)(error)),
+        Err(error) => Err(refused(path, error)),
     }
+}
+
+/// Why the file at `path` could not be opened: another user's file, or a symbolic link, said
+/// so; anything else as the system said it.
+fn refused(path: &Path, error: io::Error) -> OpenError {
+    let denied = matches!(
+        error.raw_os_error(),
+        Some(libc::EACCES | libc::EPERM | libc::ELOOP)
+    );
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if denied && meta.file_type().is_symlink() => OpenError::NotOurs {
+            path: path.to_path_buf(),
+            why: "it is a symbolic link".into(),
+        },
+        Ok(meta) if denied => match not_ours(&meta) {
+            Some(why) => OpenError::NotOurs {
+                path: path.to_path_buf(),
+                why,
+            },
+            None => OpenError::Io(path.to_path_buf(), error),
+        },
+        _ => OpenError::Io(path.to_path_buf(), error),
+    }
+}
+
+/// A new file of ours for a table of `bytes` bytes at `path` (a draft's name, never a table's):
+/// made with `O_EXCL | O_NOFOLLOW` and mode 0600, locked shared (another process opening the
+/// name removes the drafts nobody holds, never one being written), its whole size reserved.
+fn new_file(folder: &Path, path: &Path, bytes: u64) -> Result<Mapped, OpenError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(no_follow())
+        .open(path)
+        .map_err(io_at(path))?;
+    flock(&file, FlockOperation::LockShared).map_err(errno_at(path))?;
+    reserve(&file, bytes).map_err(|error| {
+        let _ = std::fs::remove_file(path);
+        let free = rustix::fs::fstatvfs(&file)
+            .ok()
+            .map(|fs| fs.f_bavail.saturating_mul(fs.f_frsize));
+        OpenError::Space {
+            folder: folder.to_path_buf(),
+            bytes,
+            free,
+            error,
+        }
+    })?;
+    mapped(path, file)
+}
+
+/// Give `file` its `bytes` bytes, every page allocated now: a page a full `tmpfs` cannot give
+/// is this error, not a `SIGBUS` at the first write to it. File systems without `fallocate`
+/// get a byte written in each page.
+fn reserve(file: &File, bytes: u64) -> io::Result<()> {
+    match rustix::fs::fallocate(file, FallocateFlags::empty(), 0, bytes) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
+            file.set_len(bytes)?;
+            (0..bytes)
+                .step_by(4096)
+                .try_for_each(|offset| file.write_all_at(&[0], offset))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A draft's name beside `path`: the table's, with this process and a random number, ending
+/// `.new`.
+fn draft_path(path: &Path, random: u64) -> PathBuf {
+    path.with_extension(format!("{}.{random:x}.new", std::process::id()))
 }
 
 /// Make a new table in a file of its own and link it at `path`; `None` if another process
 /// linked one there first (or removed the draft: then the caller tries again).
 fn make(
+    folder: &Path,
     path: &Path,
     config: &Config,
     max_keys: Option<u64>,
@@ -225,33 +490,23 @@ fn make(
 ) -> Result<Option<File>, OpenError> {
     let layout = Table::<Mapped>::layout(config, max_keys);
     let bytes = u64::try_from(layout.words() * 8).expect("a table's size fits 64 bits");
-    let draft = path.with_extension(format!("{}.{:x}.new", std::process::id(), seed().0));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&draft)
-        .map_err(io_at(&draft))?;
+    let draft = draft_path(path, seed().0);
+    let words = new_file(folder, &draft, bytes)?;
     let made = (|| {
-        // Held from the start, as on every table: another process opening this name removes
-        // the drafts nobody holds (their makers are gone), never one still being made.
-        flock(&file, FlockOperation::LockShared).map_err(|e| io_at(&draft)(e.into()))?;
-        file.set_len(bytes).map_err(io_at(&draft))?;
-        let words = mapped(&draft, file.try_clone().map_err(io_at(&draft))?)?;
+        let file = words.file.try_clone().map_err(io_at(&draft))?;
         Table::create(words, config, max_keys, seed(), host::boot_number())
             .map_err(|error| OpenError::Layout(draft.clone(), error))?;
         match std::fs::hard_link(&draft, path) {
-            Ok(()) => Ok(true),
-            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Ok(()) => Ok(Some(file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(None),
             // Our draft removed as stale in the instant between its making and its lock: make
             // another.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(io_at(path)(error)),
         }
     })();
     let _ = std::fs::remove_file(&draft);
-    Ok(made?.then_some(file))
+    made
 }
 
 /// Whether `path` still names `file` (it may have been removed, or replaced, meanwhile).
@@ -276,7 +531,11 @@ fn mapped(path: &Path, file: File) -> Result<Mapped, OpenError> {
         ));
     }
     let map = MmapRaw::map_raw(&file).map_err(io_at(path))?;
-    Ok(Mapped { map, file })
+    Ok(Mapped {
+        map,
+        file,
+        path: path.to_path_buf(),
+    })
 }
 
 fn map(
@@ -289,63 +548,81 @@ fn map(
         .map_err(|error| OpenError::Layout(path.to_path_buf(), error))
 }
 
-/// `table`, its times moved to this boot's clock if it was written in another (see the
-/// module's docs), under the file's exclusive lock so that nobody decides meanwhile.
-fn re_anchored(table: Table<Mapped>, path: &Path) -> Result<Table<Mapped>, OpenError> {
+/// How many times (a millisecond apart) an opener waits for the others to let go of a table of
+/// another boot before it uses the table as it is.
+const TRIES_TO_MOVE: u32 = 1000;
+
+/// `table` if its times are of this boot's clock; else `None` once a copy with its times moved
+/// to this clock has replaced it (or another process is doing that): the caller opens the
+/// name again.
+///
+/// Only a process that holds the file alone (its exclusive lock, taken without waiting) moves
+/// it. Others let go and look again. One that has looked [`TRIES_TO_MOVE`] times uses the
+/// table as it is: other processes have decided on it in this boot all that while (a process
+/// that cannot read the boot takes every table to be of this one), and one table for all
+/// beats a wait for ever.
+fn of_this_boot(
+    table: Table<Mapped>,
+    folder: &Path,
+    path: &Path,
+    tries: u32,
+) -> Result<Option<Table<Mapped>>, OpenError> {
     let boot = host::boot_number();
-    if table.boot() == boot {
-        return Ok(table);
+    if boot == 0 || table.boot() == 0 || table.boot() == boot || tries > TRIES_TO_MOVE {
+        return Ok(Some(table));
     }
-    let file = &table.words().file;
-    let failed = |e: rustix::io::Errno| io_at(path)(e.into());
-    // Not a blocking wait for the exclusive lock: the first process to move the clock keeps
-    // the table open (its shared lock) for as long as it runs, and a process that had seen the
-    // old boot would wait for it for ever. So: try, and while another holds the file, let go
-    // of it entirely (so that the one that can move the clock does) and look again.
-    while table.boot() != boot {
-        match flock(file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {
-                if table.boot() != boot {
-                    let by = table
-                        .latest()
-                        .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
-                    table.re_anchor(by, boot);
+    match flock(
+        &table.words().file,
+        FlockOperation::NonBlockingLockExclusive,
+    ) {
+        Ok(()) => {
+            if still_named(path, &table.words().file)? {
+                let by = table
+                    .latest()
+                    .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
+                let bytes = table.words().map.len() as u64;
+                let draft = draft_path(path, host::fresh_seed().0);
+                let words = new_file(folder, &draft, bytes)?;
+                let moved = table
+                    .moved_into(words, by, boot)
+                    .map_err(|error| OpenError::Layout(draft.clone(), error))
+                    .and_then(|_| std::fs::rename(&draft, path).map_err(io_at(path)));
+                if moved.is_err() {
+                    let _ = std::fs::remove_file(&draft);
                 }
-                break;
+                moved?;
             }
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                flock(file, FlockOperation::Unlock).map_err(failed)?;
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err(error) => return Err(failed(error)),
+            Ok(None)
         }
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            drop(table); // let go of it, so that a process that can move it does
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(None)
+        }
+        Err(error) => Err(errno_at(path)(error)),
     }
-    flock(file, FlockOperation::LockShared).map_err(failed)?;
-    Ok(table)
 }
 
-/// Remove the tables of `name` in `folder`, other than `ours`, that no process holds, and
-/// drafts whose maker is gone. Best effort: whatever cannot be looked at is left.
-fn remove_stale(folder: &Path, name: &str, ours: &Path) {
+/// Remove the tables and drafts of `name` in `folder`, other than `ours`, that no process
+/// holds. Best effort: whatever cannot be looked at is left.
+fn remove_stale(folder: &Path, name: &str, ours: &[&Path]) {
     let Ok(entries) = std::fs::read_dir(folder) else {
         return;
     };
-    let start = format!("{PREFIX}{name}.");
     for entry in entries.flatten() {
         let path = entry.path();
-        let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let extension = path.extension().and_then(|e| e.to_str());
-        let ends = matches!(extension, Some("table" | "new"));
-        // Another name that shares this one's start ("api" and "api.v2") is not ours.
-        let rest = file_name.strip_prefix(&start).unwrap_or("");
-        let form = rest.split('.').next().unwrap_or("");
-        let ours_by_name = form == "one" || form.starts_with("keys");
-        if path == ours || !ends || !ours_by_name {
+        let of_name = path
+            .file_name()
+            .and_then(|file| file.to_str())
+            .and_then(table_name_of);
+        if of_name != Some(name) || ours.contains(&path.as_path()) {
             continue;
         }
-        let Ok(file) = OpenOptions::new().read(true).open(&path) else {
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(no_follow())
+            .open(&path)
+        else {
             continue;
         };
         if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
@@ -373,6 +650,7 @@ pub fn remove(path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::core::exact::config::{BandConfig, Ratio};
+    use std::os::unix::fs::PermissionsExt;
 
     fn config(burst: u64) -> Config {
         let band = BandConfig::new(Ratio::new(10, 1).unwrap(), Some(burst), None).unwrap();
@@ -386,13 +664,23 @@ mod tests {
         folder
     }
 
+    fn open_one(
+        folder: &Path,
+        name: &str,
+        config: &Config,
+        max_keys: Option<u64>,
+    ) -> Result<(Table<Mapped>, PathBuf), OpenError> {
+        open(folder, name, &[(config, max_keys)], || (1, 2)).map(|mut opened| opened.remove(0))
+    }
+
     #[test]
     fn two_opens_share_one_table_and_the_file_is_private() {
         let folder = folder("share");
-        let (first, path) = open(&folder, "api", &config(5), Some(10), || (1, 2)).unwrap();
-        let (second, _) = open(&folder, "api", &config(5), Some(10), || (3, 4)).unwrap();
+        let (first, path) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
+        let (second, _) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
         let digest = first.digest(b"k");
         assert_eq!(second.digest(b"k"), digest);
+        assert_eq!(first.identity(), second.identity(), "one file, one table");
         first.check(digest, 5, 0);
         assert_eq!(second.available(digest, 0), 0);
         let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
@@ -403,14 +691,103 @@ mod tests {
     #[test]
     fn another_configuration_is_another_file_and_unused_ones_are_removed() {
         let folder = folder("deploy");
-        let (old, old_path) = open(&folder, "api", &config(5), Some(10), || (1, 2)).unwrap();
-        let (_, new_path) = open(&folder, "api", &config(6), Some(10), || (1, 2)).unwrap();
+        let (old, old_path) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
+        let (_, new_path) = open_one(&folder, "api", &config(6), Some(10)).unwrap();
         assert_ne!(old_path, new_path);
         assert!(old_path.exists(), "a table in use is never removed");
         drop(old);
-        let (_, again) = open(&folder, "api", &config(6), Some(10), || (1, 2)).unwrap();
+        let (_, again) = open_one(&folder, "api", &config(6), Some(10)).unwrap();
         assert_eq!(again, new_path);
         assert!(!old_path.exists(), "nobody held the old one");
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+
+    #[test]
+    fn the_tables_of_one_limiter_are_one_set_and_other_names_are_never_removed() {
+        let folder = folder("set");
+        let mut paths = Vec::new();
+        for name in ["api.keys", "api.one", "api.keystone", "api.keys2"] {
+            paths.push(open_one(&folder, name, &config(5), Some(10)).unwrap().1);
+        }
+        let plans = [(&config(5), Some(10)), (&config(6), Some(10))];
+        let opened = open(&folder, "api", &plans, || (1, 2)).unwrap();
+        paths.extend(opened.into_iter().map(|(_, path)| path));
+        // Nobody holds any of them now: opening the plans again, one set, removes none.
+        let opened = open(&folder, "api", &plans, || (1, 2)).unwrap();
+        assert_eq!(opened.len(), 2);
+        for path in &paths {
+            assert!(path.exists(), "{} was removed", path.display());
+        }
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+
+    #[test]
+    fn a_file_name_is_read_by_its_whole_grammar() {
+        let table = |name: &str| {
+            let path = table_path(Path::new("/x"), name, &config(5), Some(10)).unwrap();
+            path.file_name().unwrap().to_str().unwrap().to_owned()
+        };
+        for name in [
+            "api",
+            "api.keys",
+            "api.one",
+            "api.keys2.one",
+            "v2",
+            "a.0123456789abcdef",
+        ] {
+            assert_eq!(table_name_of(&table(name)), Some(name));
+            let draft = draft_path(Path::new(&table(name)), 0xbeef);
+            assert_eq!(table_name_of(draft.to_str().unwrap()), Some(name));
+        }
+        // The layout before version 2: no version in the name.
+        let old = "protocol-in-code-qos.api.keys.one.0123456789abcdef.table";
+        assert_eq!(table_name_of(old), Some("api.keys"));
+        for other in [
+            "protocol-in-code-qos.api.table",
+            "protocol-in-code-qos.api.keysx.0123456789abcdef.table",
+            "protocol-in-code-qos.api.one.0123.table",
+            "something-else.api.one.0123456789abcdef.table",
+        ] {
+            assert_eq!(table_name_of(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_file_open_to_others_or_a_link_is_refused_and_never_used() {
+        let folder = folder("mode");
+        let (table, path) = open_one(&folder, "t", &config(5), None).unwrap();
+        drop(table);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = open_one(&folder, "t", &config(5), None).err().unwrap();
+        assert!(matches!(error, OpenError::NotOurs { .. }), "{error}");
+        assert!(error.to_string().contains("0o644"), "{error}");
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        let error = open_one(&folder, "t", &config(5), None).err().unwrap();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        std::fs::remove_dir_all(folder).unwrap();
+    }
+
+    #[test]
+    fn a_table_of_another_boot_is_replaced_by_a_whole_copy_on_this_boots_clock() {
+        let folder = folder("boot");
+        if host::boot_number() == 0 {
+            return; // no boot to tell apart
+        }
+        let (table, path) = open_one(&folder, "t", &config(5), Some(10)).unwrap();
+        let digest = table.digest(b"k");
+        let far = host::monotonic_ns() + 1_000_000_000_000;
+        table.check(digest, 5, far); // spent, a thousand seconds ahead of this clock
+        let words = table.words();
+        words[8].store(1, std::sync::atomic::Ordering::Relaxed); // "another boot"
+        drop(table);
+        let (moved, again) = open_one(&folder, "t", &config(5), Some(10)).unwrap();
+        assert_eq!(again, path);
+        assert_eq!(moved.boot(), host::boot_number());
+        // Moved to this clock: still spent now, as it was at its last call.
+        assert_eq!(moved.available(digest, host::monotonic_ns()), 0);
+        let leftovers: Vec<_> = std::fs::read_dir(&folder).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "the copy replaced the old file");
         std::fs::remove_dir_all(folder).unwrap();
     }
 
@@ -419,16 +796,15 @@ mod tests {
         let folder = folder("bad");
         for name in ["", ".hidden", "a/b", "a b", &"x".repeat(101)] {
             assert!(matches!(
-                open(&folder, name, &config(5), None, || (1, 2)),
+                open_one(&folder, name, &config(5), None),
                 Err(OpenError::Name(_))
             ));
         }
         let path = table_path(&folder, "t", &config(5), None).unwrap();
         for bytes in [vec![], vec![0; 7], vec![0; 64], b"QOSTABLE".repeat(40)] {
             std::fs::write(&path, bytes).unwrap();
-            let error = open(&folder, "t", &config(5), None, || (1, 2))
-                .err()
-                .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let error = open_one(&folder, "t", &config(5), None).err().unwrap();
             assert!(matches!(error, OpenError::Layout(..)), "{error}");
         }
         std::fs::remove_dir_all(folder).unwrap();

@@ -12,6 +12,7 @@ import os
 import pickle
 import stat
 import sys
+import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -246,12 +247,15 @@ def test_the_file_is_private_and_named_by_name_form_and_configuration(tmp_path: 
     )
 
 
-def test_without_path_the_table_lives_in_dev_shm() -> None:
+def test_without_path_the_table_lives_in_this_users_own_folder_in_dev_shm() -> None:
     limiter = SharedRateLimiter("default-folder-test", 1)
     try:
-        expected = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-        if expected is not None:
-            assert limiter.path.parent == expected
+        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        folder = limiter.path.parent
+        assert folder == base / f"protocol-in-code-qos-{os.geteuid()}"
+        assert folder.stat().st_uid == os.geteuid()
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert limiter.path.stat().st_mode & 0o777 == 0o600
     finally:
         limiter.remove()
     assert not limiter.path.exists()
@@ -303,7 +307,7 @@ def test_remove_deletes_the_file_and_the_next_open_starts_afresh(tmp_path: Path)
         (b"\0" * 7, "too short"),
         (b"\0" * 4096, "not a rate-limit table"),
         (MAGIC + (9).to_bytes(8, sys.byteorder) + b"\0" * 4080, "layout version 9"),
-        (MAGIC + (1).to_bytes(8, sys.byteorder) + b"\0" * 4080, "header"),
+        (MAGIC + (2).to_bytes(8, sys.byteorder) + b"\0" * 4080, "header"),
     ],
     ids=["empty", "odd size", "zeros", "another version", "bad shape"],
 )

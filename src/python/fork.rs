@@ -15,6 +15,7 @@
 //! enforce the limit on their own, and together they admit up to twice it. That is rarely what
 //! was meant, so the first call on an inherited limiter warns once ([`Lineage`]).
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -22,6 +23,8 @@ use std::time::Duration;
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+
+use crate::process_mutex::Taken;
 
 /// Set by a thread about to fork: no new detached section starts until the fork is done.
 static FORKING: AtomicBool = AtomicBool::new(false);
@@ -62,6 +65,11 @@ impl Drop for Inside {
     }
 }
 
+thread_local! {
+    /// Whether this thread runs a detached section (see [`detach`]).
+    static DETACHED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Run `work` with the interpreter released, as one step that a fork never splits.
 pub fn detach<T, F>(py: Python<'_>, work: F) -> T
 where
@@ -70,8 +78,23 @@ where
 {
     py.detach(|| {
         let _inside = Inside::enter();
-        work()
+        let outside = DETACHED.replace(true);
+        let done = work();
+        DETACHED.set(outside);
+        done
     })
+}
+
+/// How a thread waits for a shared table's bucket lock that stays busy (see
+/// `core::exact::shared::lock::Park`): asleep with the interpreter released, so that a holder
+/// stopped in another process stops none of this process's other threads, and as a detached
+/// section, since the waiter may hold in-process locks (a stacked request's) that a fork must
+/// not copy held. A thread in a detached section already just waits.
+pub fn park(wait: &(dyn Fn() -> Taken + Sync)) -> Taken {
+    if DETACHED.get() {
+        return wait();
+    }
+    Python::attach(|py| detach(py, wait))
 }
 
 /// Before a fork: keep new detached sections out, and wait for the running ones to finish,
@@ -118,11 +141,6 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     os.call_method("register_at_fork", (), Some(&hooks))?;
     Ok(())
-}
-
-/// How many forks this process descends through (0 in a process no fork made).
-pub fn forks() -> u64 {
-    FORKS.load(SeqCst)
 }
 
 /// Which process a limiter was made in, as the number of forks behind it: a limiter used where

@@ -7,7 +7,6 @@
 //! the same `Decision`s.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -19,7 +18,6 @@ use crate::core::exact::key::plain_int;
 use crate::core::exact::keyed::KeyedDecision;
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::Plans;
-use crate::core::exact::shared::lock::Owner;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
 use crate::host::fresh_seed;
@@ -42,25 +40,24 @@ use crate::shared_memory::{self, Mapped};
 /// `max_keys` unless given.
 const DEFAULT_MAX_KEYS: u64 = 100_000;
 
-/// A table, this process's name in its locks, and the fork that name was read after.
+/// A table, where it lives, and the clock its calls read.
 struct Shared {
     table: Table<Mapped>,
     path: PathBuf,
     name: String,
     clock: Clock,
-    /// How many forks this process descends through when it last took its name (see
-    /// [`Shared::at`]): a child must lock in its own name, not its parent's.
-    forks: AtomicU64,
 }
 
 impl Shared {
+    /// Open the tables of one limiter, `name`: one per configuration (one per plan, with
+    /// plans), all together, so that opening one never takes another for a stale file.
     fn open(
         py: Python<'_>,
         name: &Bound<'_, PyAny>,
-        config: &Config,
+        configs: &[Config],
         max_keys: Option<u64>,
         path: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> PyResult<Vec<Self>> {
         let name: String = name.extract().map_err(|_| {
             PyTypeError::new_err(format!(
                 "name must be a str naming the table, not {}",
@@ -70,39 +67,40 @@ impl Shared {
             ))
         })?;
         let folder = match path.filter(|path| !path.is_none()) {
-            None => shared_memory::default_folder(),
-            Some(path) => py
-                .import("os")?
-                .call_method1("fspath", (path,))?
-                .extract::<PathBuf>()?,
+            None => None,
+            Some(path) => Some(
+                py.import("os")?
+                    .call_method1("fspath", (path,))?
+                    .extract::<PathBuf>()?,
+            ),
         };
-        let (table, path) = py
-            .detach(|| shared_memory::open(&folder, &name, config, max_keys, fresh_seed))
+        let tables: Vec<(&Config, Option<u64>)> =
+            configs.iter().map(|config| (config, max_keys)).collect();
+        let opened = py
+            .detach(|| {
+                let folder = match folder {
+                    Some(folder) => folder,
+                    None => shared_memory::default_folder()?,
+                };
+                shared_memory::open(&folder, &name, &tables, fresh_seed)
+            })
             .map_err(PyErr::from)?;
-        Ok(Self {
-            table,
-            path,
-            name,
-            clock: Clock::checked(py, None)?,
-            forks: AtomicU64::new(fork::forks()),
-        })
+        opened
+            .into_iter()
+            .map(|(table, path)| {
+                Ok(Self {
+                    table: table.with_park(fork::park),
+                    path,
+                    name: name.clone(),
+                    clock: Clock::checked(py, None)?,
+                })
+            })
+            .collect()
     }
 
-    /// Make sure this process locks in its own name: after a fork, the child's, not the
-    /// parent's. Every call that takes a lock comes here first: a child killed while holding
-    /// a lock in its living parent's name would leave it held for ever.
-    fn mine(&self) {
-        let forks = fork::forks();
-        if self.forks.load(Ordering::Relaxed) != forks {
-            self.table.adopt(Owner::this_process());
-            self.forks.store(forks, Ordering::Relaxed);
-        }
-    }
-
-    /// The table's time for a call at `now`, after making sure this process locks in its own
-    /// name; a `now` too far from the table's clock to be a reading of it is refused.
+    /// The table's time for a call at `now`; a `now` too far from the table's clock to be a
+    /// reading of it is refused.
     fn at(&self, now: i64, now_ns: Option<NowNs>) -> PyResult<i64> {
-        self.mine();
         match self.table.off_the_clock(now) {
             None => Ok(now),
             Some(gap) => {
@@ -254,8 +252,9 @@ impl SharedRateLimiter {
     ) -> PyResult<Self> {
         only_the_rate_by_position("SharedRateLimiter", rate, more)?;
         let config = read_config(py, rate, burst, per, bands)?;
+        let mut opened = Shared::open(py, name, &[config], None, path)?;
         Ok(Self {
-            shared: Shared::open(py, name, &config, None, path)?,
+            shared: opened.remove(0),
         })
     }
 
@@ -496,13 +495,10 @@ impl SharedKeyedRateLimiter {
             )));
         }
         // Each plan's table is the table of its bands under the name: its own file, since the
-        // bands' fingerprint is in the file's name.
-        let tables = configs
-            .iter()
-            .map(|config| Shared::open(py, name, config, Some(max_keys), path))
-            .collect::<PyResult<_>>()?;
+        // bands' fingerprint is in the file's name; the plans are opened as one set.
+        let tables = Shared::open(py, name, &configs, Some(max_keys), path)?;
         Ok(Self {
-            tables,
+            tables: tables.into_boxed_slice(),
             plans: names,
         })
     }
@@ -732,6 +728,7 @@ impl SharedKeyedRateLimiter {
     fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
         let mut sum = crate::core::exact::keyed::Stats::default();
         for shared in &self.tables {
+            shared.table.words().intact()?;
             sum.add(&shared.table.stats());
         }
         stats_record(py, sum)
@@ -806,21 +803,20 @@ impl SharedKeyedRateLimiter {
 
     /// How many keys the table holds now (with plans, every plan's table: a key stored under
     /// two plans counts twice).
-    fn __len__(&self) -> usize {
-        self.tables
-            .iter()
-            .map(|shared| {
-                shared.mine();
-                shared.table.len()
-            })
-            .sum()
+    fn __len__(&self) -> PyResult<usize> {
+        let mut len = 0;
+        for shared in &self.tables {
+            shared.table.words().intact()?;
+            len += shared.table.len();
+        }
+        Ok(len)
     }
 
     /// Whether `key` is stored (a key not stored is a full, fresh one); with plans, under any
     /// plan.
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         for shared in &self.tables {
-            shared.mine();
+            shared.table.words().intact()?;
             if shared.table.contains(key_digest(&shared.table, key)?) {
                 return Ok(true);
             }

@@ -22,12 +22,12 @@
 //! other's; that cannot happen because every request takes its locks in **one global order**,
 //! as a database takes its row locks in key order: first the in-process ones, by the limit's
 //! address and then the shard's index; then those of tables the processes of the host share,
-//! by the table's seed (the same in every process, where addresses are not) and then the
-//! bucket's index. A thread holding a shared lock never waits for an in-process one, so no
-//! thread of another process can be part of a cycle either.
+//! by the table's identity (its file's device and inode, the same in every process, where
+//! addresses are not) and then the bucket's index. A thread holding a shared lock never waits
+//! for an in-process one, so no thread of another process can be part of a cycle either.
 //!
-//! Parts that name the same bucket (the same limiter, or the same key of one table) draw from
-//! it together: the request needs the sum of their tokens there, and each such part answers
+//! Parts that name the same bucket (the same limiter, or the same key of one table, through
+//! whichever objects map it) draw from it together: the request needs the sum of their tokens there, and each such part answers
 //! for that sum. Asked one by one, two halves could each pass where the whole does not.
 
 use std::collections::BTreeMap;
@@ -216,9 +216,9 @@ where
 }
 
 /// Where a limit's locks come in the global order: in-process limits first (0), by address;
-/// then shared tables (1), by seed. The address comes last for tables too: it tells two
-/// tables apart should their seeds ever be equal (each is drawn from the kernel's random
-/// source, so that is a chance of 2^-128), which no other process could then order alike.
+/// then shared tables (1), by identity (their file's, the same in every process and every
+/// object that maps it: two objects of one table are one limit, whose buckets are locked
+/// once).
 type LockId = (u8, u128, usize);
 
 fn lock_id<K, W: Words>(limit: &Limit<'_, K, W>) -> LockId {
@@ -227,8 +227,7 @@ fn lock_id<K, W: Words>(limit: &Limit<'_, K, W>) -> LockId {
         Limit::Keyed(table) => (0, 0, std::ptr::from_ref(*table) as usize),
         Limit::Shared(table, _) => {
             let (high, low) = table.lock_order();
-            let seed = u128::from(high) << 64 | u128::from(low);
-            (1, seed, std::ptr::from_ref(*table) as usize)
+            (1, u128::from(high) << 64 | u128::from(low), 0)
         }
     }
 }

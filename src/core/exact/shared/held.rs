@@ -5,10 +5,12 @@
 //! Two things differ from an in-process table ([`crate::core::exact::keyed::held`]):
 //!
 //! * **The order of the locks.** Other processes lock these buckets too, and each has the
-//!   table mapped at an address of its own, so an address cannot order them. A table is
-//!   ordered by its seed (chosen at random when the file was made, the same in every process
-//!   that maps it), then its buckets by index: every process of the host takes them in one
-//!   order, so none can wait for another that waits for it.
+//!   table mapped at an address of its own, so an address cannot order them, nor tell two
+//!   mappings of one file apart from two tables. A table is known and ordered by its
+//!   [identity](Table::identity) (its file's device and inode, the same in every process that
+//!   maps it), then its buckets by index: every process of the host takes them in one order,
+//!   so none can wait for another that waits for it, and two objects that map one table lock
+//!   its bucket once.
 //! * **Room.** A new key's room is in its own two buckets, which the request holds: when the
 //!   key is asked, a fresh, full entry is stored in a free (or forgettable) slot to hold the
 //!   place, since a second new key of the request may be due in the same bucket; it is freed
@@ -43,11 +45,11 @@ pub struct SharedAsked {
 }
 
 impl<W: Words> Table<W> {
-    /// Where this table's locks come in the global order of stacked decisions: its seed, the
-    /// same in every process that maps the table.
+    /// Where this table's locks come in the global order of stacked decisions: its identity,
+    /// the same in every process and every object that maps the table.
     #[must_use]
     pub fn lock_order(&self) -> (u64, u64) {
-        self.seed
+        self.identity
     }
 
     /// The buckets whose locks a stacked decision on `digest` needs.

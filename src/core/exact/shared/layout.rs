@@ -8,9 +8,11 @@
 //!
 //! ```text
 //! header   magic, version, shape (bands, buckets, slots per bucket, max_keys), the key seed,
-//!          the boot the clock readings belong to, the table's clock, and the limit's
-//!          configuration in its canonical encoding (config.rs), packed 8 bytes to a word
-//! bucket   a lock word, four counters (allowed, denied, refused, forgotten: counted under the
+//!          the boot the clock readings belong to, the table's clock, the kind of lock it
+//!          holds, and the limit's configuration in its canonical encoding (config.rs), packed
+//!          8 bytes to a word
+//! bucket   a lock (a process-shared robust mutex, see `lock.rs`: five words with glibc on
+//!          x86-64), four counters (allowed, denied, refused, forgotten: counted under the
 //!          bucket's lock, so that no shared word is written by every decision), a clock word
 //!          (the one-key form's clock, kept beside its one lock), then `slots_per_bucket`
 //!          slots
@@ -25,13 +27,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::lock;
+use crate::process_mutex;
+
 /// The first word of every table: the bytes "QOSTABLE" on a little-endian host. Words are in
 /// the host's byte order (every process maps them as they are), so a file carried to a host of
 /// the other order reads "ELBATSOQ" there, and is refused as no table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"QOSTABLE");
 
 /// The layout's version: a table written by a version with another layout is refused.
-pub const VERSION: u64 = 1;
+/// (Version 1 had a lock word per bucket whose owner was read from `/proc`.)
+pub const VERSION: u64 = 2;
 
 /// The most slots a bucket holds; a table of fewer keys has one bucket of that many.
 pub const MOST_SLOTS_PER_BUCKET: u64 = 8;
@@ -58,16 +64,20 @@ pub(super) mod at {
     pub const LATEST: usize = 10;
     /// Words per band in one copy of a slot: 2 (units fit one word) or 3.
     pub const BAND_WORDS: usize = 11;
-    /// The configuration's length in bytes; its bytes follow.
+    /// The configuration's length in bytes; its bytes follow the lock's kind.
     pub const CONFIG_BYTES: usize = 12;
-    pub const CONFIG: usize = 13;
+    /// The kind of the buckets' locks ([`process_mutex::KIND`](crate::process_mutex::KIND)).
+    pub const LOCK_KIND: usize = 13;
+    pub const CONFIG: usize = 14;
 }
 
 /// Words at the start of a bucket: its lock, its counters in the order of
 /// [`Stats`](crate::core::exact::keyed::Stats)' fields, and its clock word.
-pub(super) const BUCKET_HEAD_WORDS: usize = 6;
+pub(super) const BUCKET_HEAD_WORDS: usize = lock::WORDS + 5;
+/// The first counter's place in a bucket's head.
+pub(super) const BUCKET_COUNTERS: usize = lock::WORDS;
 /// The clock word's place in a bucket's head (used by the one-key form's one bucket).
-pub(super) const BUCKET_CLOCK: usize = 5;
+pub(super) const BUCKET_CLOCK: usize = lock::WORDS + 4;
 
 /// Words per band in one copy of a slot's balances: units (one word, or low and high), then
 /// the settlement time.
@@ -96,6 +106,8 @@ pub struct Layout {
 /// Why an array of words is not a table this process can use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayoutError {
+    /// Its locks are of another C library's kind (see [`process_mutex::KIND`]).
+    Lock(u64),
     /// Too short to hold a header, or a size other than its header implies.
     Size {
         words: usize,
@@ -135,6 +147,12 @@ impl std::fmt::Display for LayoutError {
             ),
             Self::Shape(what, value) => write!(f, "a header with {what} = {value}"),
             Self::Other => f.write_str("a table of another configuration"),
+            Self::Lock(kind) => write!(
+                f,
+                "its locks are of kind {kind:#x}, where this program's are {:#x}: it was made \
+                 by a program built against another C library (glibc and musl differ)",
+                process_mutex::KIND
+            ),
         }
     }
 }
@@ -193,7 +211,8 @@ impl Layout {
         self.header_words() + self.buckets * self.bucket_words()
     }
 
-    /// The index of bucket `bucket`'s lock word; its counters, then its slots, follow it.
+    /// The index of bucket `bucket`'s first word, its lock's; its counters, its clock word,
+    /// then its slots, follow.
     pub(super) fn bucket(&self, bucket: usize) -> usize {
         self.header_words() + bucket * self.bucket_words()
     }
@@ -225,6 +244,7 @@ impl Layout {
             (at::BOOT + 1, boot_low(boot)),
             (at::LATEST, 0),
             (at::CONFIG_BYTES, config.len() as u64),
+            (at::LOCK_KIND, process_mutex::KIND),
         ];
         for (index, value) in header {
             words[index].store(value, Relaxed);
@@ -261,6 +281,7 @@ impl Layout {
             return Err(LayoutError::Version(version));
         }
         let config_bytes = word(at::CONFIG_BYTES).ok_or(too_short.clone())?;
+
         let bands = word(at::BANDS).ok_or(too_short.clone())?;
         let max_keys = word(at::MAX_KEYS).ok_or(too_short.clone())?;
         if !(1..=MOST_BANDS).contains(&bands) {
@@ -294,6 +315,10 @@ impl Layout {
                     word(index).unwrap_or(0),
                 ));
             }
+        }
+        let lock_kind = word(at::LOCK_KIND).ok_or(too_short.clone())?;
+        if lock_kind != process_mutex::KIND {
+            return Err(LayoutError::Lock(lock_kind));
         }
         if words.len() != layout.words() {
             return Err(LayoutError::Size {
@@ -353,9 +378,12 @@ mod tests {
             Layout::read(&words[..2]),
             Err(LayoutError::Size { expected: None, .. })
         ));
-        words[at::VERSION].store(2, Relaxed);
-        assert_eq!(Layout::read(&words), Err(LayoutError::Version(2)));
+        words[at::VERSION].store(1, Relaxed);
+        assert_eq!(Layout::read(&words), Err(LayoutError::Version(1)));
         words[at::VERSION].store(VERSION, Relaxed);
+        words[at::LOCK_KIND].store(process_mutex::KIND ^ 0x300, Relaxed);
+        assert!(matches!(Layout::read(&words), Err(LayoutError::Lock(_))));
+        words[at::LOCK_KIND].store(process_mutex::KIND, Relaxed);
         words[at::BANDS].store(0, Relaxed);
         assert_eq!(Layout::read(&words), Err(LayoutError::Shape("bands", 0)));
     }

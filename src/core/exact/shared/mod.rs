@@ -12,7 +12,7 @@
 //!
 //! * [`layout`]: every word's place, and a header that says what the table is, so that a file
 //!   of the wrong size, version or configuration is refused before a slot is read.
-//! * [`lock`]: a lock per bucket of slots that a killed process cannot keep.
+//! * [`lock`]: a lock per bucket of slots that the kernel frees when its holder dies.
 //! * [`slot`]: a key's state in two copies and a state word, so a process killed halfway
 //!   through a write never leaves a slot torn.
 //!
@@ -54,7 +54,7 @@ use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedReser
 use crate::core::exact::limiter::{Balances, Decision, Level, Reservation};
 use crate::core::exact::rate::BandSpec;
 use layout::{at, Layout, LayoutError};
-use lock::{Held, Owner};
+use lock::{Held, Park};
 use slot::{Digest, Slot};
 
 /// What a table's words can be: anything that derefs to them and may be shared by threads (a
@@ -74,10 +74,10 @@ pub struct Table<W> {
     seed: (u64, u64),
     /// The one-key form: decided at each call's own time, its one key never forgotten.
     one: bool,
-    /// Who this process is, for the locks it takes (see [`Table::adopt`]).
-    owner: AtomicU64,
-    /// Whether an owner is gone (see [`lock::is_gone`]; tests pretend).
-    gone: fn(u64) -> bool,
+    /// Which table this is, the same in every process that maps it (see [`Table::identity`]).
+    identity: (u64, u64),
+    /// How a thread waits for a busy lock (see [`lock::Park`]).
+    park: Park,
 }
 
 /// The 2^63 bias that makes a signed time's unsigned word order as the time does.
@@ -132,6 +132,10 @@ impl<W: Words> Table<W> {
         let encoding = config.encode();
         let layout = Self::layout(config, max_keys);
         layout.write_header(&words, &encoding, seed, boot);
+        for bucket in 0..layout.buckets {
+            let start = layout.bucket(bucket);
+            lock::init(&words[start..start + lock::WORDS]);
+        }
         let table = Self::open(words, config, max_keys)?;
         if table.one {
             // The one key, not yet anchored: its first call anchors it, as a limiter's does.
@@ -178,22 +182,38 @@ impl<W: Words> Table<W> {
             config: config.clone(),
             seed,
             one: max_keys.is_none(),
-            owner: AtomicU64::new(Owner::this_process().word()),
-            gone: lock::is_gone,
+            identity: seed,
+            park: lock::park_here,
         })
     }
 
-    /// Use `gone` to tell whether a lock's owner is gone (tests stand in for processes).
+    /// Say which table this is: `identity` must be the same in every process that maps these
+    /// words, and differ for every other table of the host (the file's device and inode).
+    /// Until told, a table is known by its seed.
     #[must_use]
-    pub fn with_gone(mut self, gone: fn(u64) -> bool) -> Self {
-        self.gone = gone;
+    pub fn with_identity(mut self, identity: (u64, u64)) -> Self {
+        self.identity = identity;
         self
     }
 
-    /// From now on this process is `owner`: after a fork the child is another process, and
-    /// must not take locks in its parent's name.
-    pub fn adopt(&self, owner: Owner) {
-        self.owner.store(owner.word(), Ordering::Relaxed);
+    /// Wait for busy locks through `park` (the Python glue lets go of the interpreter there).
+    #[must_use]
+    pub fn with_park(mut self, park: Park) -> Self {
+        self.park = park;
+        self
+    }
+
+    /// Which table this is: two tables of one identity are one table, mapped twice (two
+    /// objects that name it, in one process or several).
+    #[must_use]
+    pub fn identity(&self) -> (u64, u64) {
+        self.identity
+    }
+
+    /// The most keys, `None` for the one-key form.
+    #[must_use]
+    pub fn max_keys(&self) -> Option<u64> {
+        (!self.one).then_some(self.layout.max_keys)
     }
 
     /// The words the table lives in.
@@ -283,10 +303,10 @@ impl<W: Words> Table<W> {
         [a.min(b), a.max(b)]
     }
 
-    /// Take the lock of `bucket`, in this process's name.
+    /// Take the lock of `bucket`.
     fn lock_bucket(&self, bucket: usize) -> Held<'_> {
-        let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
-        lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone)
+        let start = self.layout.bucket(bucket);
+        lock::lock(&self.words[start..start + lock::WORDS], self.park)
     }
 
     /// A call on `buckets` (their locks held, here or by the caller), at the table's time for
@@ -348,9 +368,10 @@ impl<W: Words> Table<W> {
         self.add(locked.buckets[0], field, 1);
     }
 
-    /// Add to counter `field` of `bucket` (under its lock: a load and a store suffice).
+    /// Add to counter `field` of `bucket` (1 allowed, 2 denied, 3 refused, 4 forgotten; under
+    /// its lock: a load and a store suffice).
     fn add(&self, bucket: usize, field: usize, by: u64) {
-        let word = &self.words[self.layout.bucket(bucket) + field];
+        let word = &self.words[self.layout.bucket(bucket) + layout::BUCKET_COUNTERS + field - 1];
         word.store(
             word.load(Ordering::Relaxed).wrapping_add(by),
             Ordering::Relaxed,
@@ -644,8 +665,7 @@ impl<W: Words> Table<W> {
     pub fn len(&self) -> usize {
         (0..self.layout.buckets)
             .map(|bucket| {
-                let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
-                let _held = lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone);
+                let _held = self.lock_bucket(bucket);
                 self.slots(bucket).filter(Slot::is_used).count()
             })
             .sum()
@@ -660,8 +680,8 @@ impl<W: Words> Table<W> {
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::default();
         for bucket in 0..self.layout.buckets {
-            let start = self.layout.bucket(bucket);
-            let field = |at: usize| self.words[start + at].load(Ordering::Relaxed);
+            let start = self.layout.bucket(bucket) + layout::BUCKET_COUNTERS;
+            let field = |at: usize| self.words[start + at - 1].load(Ordering::Relaxed);
             stats.allowed += field(1);
             stats.denied += field(2);
             stats.refused += field(3);
@@ -673,10 +693,9 @@ impl<W: Words> Table<W> {
     /// Every slot's balances, each bucket read under its lock: for checking a table's
     /// consistency (tests, tooling).
     pub fn entries(&self) -> Vec<(Digest, Balances)> {
-        let me = Owner::from_word(self.owner.load(Ordering::Relaxed));
         let mut entries = Vec::new();
         for bucket in 0..self.layout.buckets {
-            let _held = lock::lock(&self.words[self.layout.bucket(bucket)], me, self.gone);
+            let _held = self.lock_bucket(bucket);
             for slot in self.slots(bucket).filter(Slot::is_used) {
                 entries.push((slot.digest(), slot.balances()));
             }
@@ -684,26 +703,46 @@ impl<W: Words> Table<W> {
         entries
     }
 
-    /// Move every stored time by `by` nanoseconds: a table made in an earlier boot, whose
-    /// times were read on a monotonic clock that has since restarted, is re-anchored to this
-    /// boot's clock and recorded as of `boot`. The caller makes sure nobody else uses the
-    /// table meanwhile (the file's exclusive lock).
-    pub fn re_anchor(&self, by: i64, boot: u128) {
+    /// This table with every stored time moved by `by` nanoseconds and recorded as of `boot`,
+    /// written into `words` (all zero, [`Layout::words`] long): a table made in an earlier boot,
+    /// whose times were read on a monotonic clock that has since restarted, carried over to
+    /// this boot's clock. Each key keeps its slot, its digest and what it is owed; each bucket
+    /// its counters. The caller makes sure nobody decides on this table meanwhile (the file's
+    /// exclusive lock), and puts the copy in its place in one step (a rename): a copy cut short
+    /// is never used, so carrying over is done whole or not at all.
+    ///
+    /// # Errors
+    ///
+    /// Never for words of the right length; the error is [`Table::create`]'s.
+    pub fn moved_into<V: Words>(
+        &self,
+        words: V,
+        by: i64,
+        boot: u128,
+    ) -> Result<Table<V>, LayoutError> {
+        let copy = Table::create(words, &self.config, self.max_keys(), self.seed, boot)?;
         for bucket in 0..self.layout.buckets {
-            for slot in self.slots(bucket).filter(Slot::is_used) {
-                let mut balances = slot.balances();
-                balances.shift(by);
-                slot.commit(&balances);
+            let (from, to) = (self.layout.bucket(bucket), copy.layout.bucket(bucket));
+            for counter in layout::BUCKET_COUNTERS..layout::BUCKET_CLOCK {
+                let count = self.words[from + counter].load(Ordering::Relaxed);
+                copy.words[to + counter].store(count, Ordering::Relaxed);
+            }
+            for (old, new) in self.slots(bucket).zip(copy.slots(bucket)) {
+                if new.is_used() {
+                    new.free(); // the one-key form's key, made fresh: the old one's replaces it
+                }
+                if old.is_used() {
+                    let mut balances = old.balances();
+                    balances.shift(by);
+                    new.fill(old.digest(), &balances);
+                }
             }
         }
         if let Some(latest) = self.latest() {
             let moved = biased(latest.saturating_add(by));
-            self.clock_word().store(moved, Ordering::Relaxed);
+            copy.clock_word().store(moved, Ordering::Relaxed);
         }
-        #[allow(clippy::cast_possible_truncation)] // the two halves of the boot's id
-        let halves = ((boot >> 64) as u64, boot as u64);
-        self.words[at::BOOT].store(halves.0, Ordering::Relaxed);
-        self.words[at::BOOT + 1].store(halves.1, Ordering::Relaxed);
+        Ok(copy)
     }
 }
 

@@ -1,7 +1,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::layout::LayoutError;
-use super::lock::Owner;
 use super::{Table, THE_KEY};
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::{BandConfig, Config, Ratio};
@@ -181,21 +180,24 @@ fn threads_take_exactly_the_burst_and_what_accrues() {
 }
 
 #[test]
-fn a_lock_left_by_a_dead_process_is_taken_over_and_its_slot_is_whole() {
+fn a_lock_left_by_a_dead_holder_is_taken_over_and_its_slot_is_whole() {
     let config = config(&[(1, 1, 5)]);
-    let shared = table(&config, 1).with_gone(|owner| owner == Owner::new(4242, 1).word());
+    let shared = table(&config, 1);
     let digest = shared.digest(b"k");
     assert_eq!(shared.check(digest, 2, 0).remaining, 3);
-    // A process dies holding the bucket's lock, halfway through writing the slot: its spare
-    // copy holds garbage, its state word was never stored.
-    let bucket = shared.shape().bucket(0);
-    shared.words[bucket].store(Owner::new(4242, 1).word(), Ordering::Relaxed);
+    // A holder dies holding the bucket's lock, halfway through writing the slot: its spare
+    // copy holds garbage, its state word was never stored. (A thread that ends holding the
+    // lock is, to the kernel, a holder that died.)
+    std::thread::scope(|scope| {
+        scope.spawn(|| std::mem::forget(shared.lock_bucket(0)));
+    });
     let slot = shared.shape().slot(0, 0);
     // One band of narrow units: state, digest (2), copy 0 (2), copy 1 (2), the spare.
     assert_eq!(shared.shape().slot_words(), 7);
     for word in &shared.words[slot + 5..slot + 7] {
         word.store(u64::MAX, Ordering::Relaxed);
     }
+    assert!(shared.lock_bucket(0).taken_over);
     let answer = shared.check(digest, 1, 0);
     assert_eq!(answer.decision, KeyedDecision::Decided(Decision::Allowed));
     assert_eq!(answer.remaining, 2);
@@ -245,10 +247,19 @@ fn re_anchoring_keeps_what_each_key_was_owed() {
     let shared = table(&config, 4);
     let digest = shared.digest(b"k");
     shared.check(digest, 5, 1_000_000_000_000);
+    shared.check(shared.digest(b"other"), 1, 1_000_000_000_000);
     // The clock restarted at 0: the key still needs its five seconds, counted from now.
-    shared.re_anchor(-1_000_000_000_000, 8);
-    assert_eq!(shared.boot(), 8);
-    assert_eq!(shared.available(digest, 2_000_000_000), 2);
+    let moved = shared
+        .moved_into(words(&config, 4), -1_000_000_000_000, 8)
+        .unwrap();
+    assert_eq!(moved.boot(), 8);
+    assert_eq!(moved.latest(), Some(0));
+    assert_eq!(moved.available(digest, 2_000_000_000), 2);
+    assert_eq!(moved.stats(), shared.stats());
+    assert_eq!(moved.len(), 2);
+    // The original is untouched: a copy cut short leaves it as it was.
+    assert_eq!(shared.boot(), 7);
+    assert_eq!(shared.available(digest, 1_000_000_000_000), 0);
 }
 
 #[test]

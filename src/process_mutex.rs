@@ -1,0 +1,225 @@
+//! A mutex that lives in memory several processes map, and that the kernel frees when its
+//! holder dies.
+//!
+//! A shared table has one lock per bucket of keys, and any process of the host may be killed,
+//! or may `exec` another program, while it holds one. Who holds a lock cannot be learnt from
+//! outside: a process id means another process in another PID namespace (a container), and
+//! `/proc` may be missing or hide other users' processes. So the lock is one the kernel keeps
+//! track of itself: a POSIX mutex made *process-shared* (it works across mappings of one file)
+//! and *robust*. Each thread tells the kernel where its list of held robust mutexes is; when
+//! the thread ends (killed, exited, or replaced by `exec`), the kernel walks that list, marks
+//! each mutex "owner died", and wakes one waiter, whose lock call then succeeds and says so
+//! (`EOWNERDEAD`). The taker calls `pthread_mutex_consistent`: what the dead holder was writing
+//! is whole already (a slot commits by one atomic store, see `core::exact::shared::slot`).
+//!
+//! Waiters sleep in the kernel (a futex) rather than spin, so a holder that is stopped
+//! (SIGSTOP, a debugger, a frozen container) stops only the threads that need its bucket.
+//!
+//! A mutex here is [`WORDS`] 64-bit words of a table. Rust never reads or writes them as words:
+//! only the C library's mutex calls touch them, through the functions below, which are the
+//! crate's second room with `unsafe` in it (the first maps the file, `shared_memory`).
+//!
+//! The mutex's bytes are the C library's (glibc and musl lay them out differently), so a
+//! table records [`KIND`], and a program built against another C library refuses it rather
+//! than misreading its locks.
+
+use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+
+/// How many 64-bit words one mutex takes.
+pub const WORDS: usize = std::mem::size_of::<libc::pthread_mutex_t>().div_ceil(8);
+
+/// Which C library's mutexes a table holds, and their size in words: a table records it, and a
+/// program whose mutexes differ refuses the table.
+pub const KIND: u64 = {
+    let library: u64 = if cfg!(target_env = "musl") { 2 } else { 1 };
+    (library << 8) | WORDS as u64
+};
+
+/// How a lock was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// From nobody, or from a holder that let go.
+    Free,
+    /// From a holder that died holding it (the kernel said so).
+    FromTheDead,
+}
+
+/// The mutex in `words` (exactly [`WORDS`] of them).
+fn raw(words: &[AtomicU64]) -> *mut libc::pthread_mutex_t {
+    assert_eq!(words.len(), WORDS, "a mutex is {WORDS} words");
+    // An `AtomicU64` is an `UnsafeCell`: writing through a pointer derived from a shared
+    // reference to it is allowed. The words are 8-byte aligned, as `pthread_mutex_t` needs.
+    words.as_ptr().cast::<libc::pthread_mutex_t>().cast_mut()
+}
+
+fn check(call: &str, code: libc::c_int) {
+    assert!(
+        code == 0,
+        "{call} failed: {}",
+        std::io::Error::from_raw_os_error(code)
+    );
+}
+
+/// Make the words a new process-shared robust mutex, unlocked. Only for words nobody else can
+/// be using yet (a table being made).
+///
+/// # Panics
+///
+/// If the C library refuses (it does not for these attributes on Linux).
+pub fn init(words: &[AtomicU64]) {
+    let mutex = raw(words);
+    // SAFETY: `attr` is initialised by `pthread_mutexattr_init` before any other use and
+    // destroyed after; `mutex` points to `WORDS` words of live, aligned memory that no other
+    // thread or process uses yet (the caller's promise), which is what `pthread_mutex_init`
+    // needs.
+    unsafe {
+        let mut attr = std::mem::MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+        check(
+            "pthread_mutexattr_init",
+            libc::pthread_mutexattr_init(attr.as_mut_ptr()),
+        );
+        check(
+            "pthread_mutexattr_setpshared",
+            libc::pthread_mutexattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED),
+        );
+        check(
+            "pthread_mutexattr_setrobust",
+            libc::pthread_mutexattr_setrobust(attr.as_mut_ptr(), libc::PTHREAD_MUTEX_ROBUST),
+        );
+        check(
+            "pthread_mutex_init",
+            libc::pthread_mutex_init(mutex, attr.as_ptr()),
+        );
+        libc::pthread_mutexattr_destroy(attr.as_mut_ptr());
+    }
+}
+
+/// A held mutex, let go when dropped, on the thread that took it (a guard is not `Send`).
+pub struct Guard<'a> {
+    words: &'a [AtomicU64],
+    /// How it was taken.
+    pub taken: Taken,
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: this thread holds the mutex (the guard exists only once a lock call
+        // succeeded on this thread), and the words outlive the guard.
+        let code = unsafe { libc::pthread_mutex_unlock(raw(self.words)) };
+        debug_assert_eq!(code, 0, "pthread_mutex_unlock");
+    }
+}
+
+/// What a lock call said.
+fn taken(call: &str, code: libc::c_int, words: &[AtomicU64]) -> Option<Taken> {
+    match code {
+        0 => Some(Taken::Free),
+        libc::EBUSY => None,
+        libc::EOWNERDEAD => {
+            // SAFETY: the lock call just gave this thread the mutex, marked inconsistent;
+            // making it consistent is the holder's call to make, and the state it guards is
+            // whole (see the module's docs).
+            check("pthread_mutex_consistent", unsafe {
+                libc::pthread_mutex_consistent(raw(words))
+            });
+            Some(Taken::FromTheDead)
+        }
+        code => {
+            check(call, code);
+            unreachable!("check panics on an error")
+        }
+    }
+}
+
+/// Take the mutex in `words` if nobody holds it, without waiting.
+///
+/// # Panics
+///
+/// If the words are not a mutex [`init`] made (the C library says `EINVAL`), or one left
+/// unrecoverable by a holder that died and whose taker did not make it consistent (this
+/// module always does).
+#[must_use]
+pub fn try_lock(words: &[AtomicU64]) -> Option<Guard<'_>> {
+    // SAFETY: `words` are a mutex made by `init` (the caller's table says so), live for the
+    // guard's lifetime.
+    let code = unsafe { libc::pthread_mutex_trylock(raw(words)) };
+    taken("pthread_mutex_trylock", code, words).map(|taken| Guard {
+        words,
+        taken,
+        _one_thread: PhantomData,
+    })
+}
+
+/// Take the mutex in `words`, waiting while another thread or process holds it, asleep in
+/// the kernel meanwhile. The waiting is handed to `park`, which must call what it is given
+/// once and return its answer: it may let go of Python's interpreter around it, so that a
+/// thread waiting for a stopped holder stops no other thread of its process.
+///
+/// # Panics
+///
+/// As [`try_lock`].
+pub fn lock(
+    words: &[AtomicU64],
+    park: impl FnOnce(&(dyn Fn() -> Taken + Sync)) -> Taken,
+) -> Guard<'_> {
+    let taken = park(&|| {
+        // SAFETY: as in `try_lock`.
+        let code = unsafe { libc::pthread_mutex_lock(raw(words)) };
+        taken("pthread_mutex_lock", code, words).expect("a blocking lock is never busy")
+    });
+    Guard {
+        words,
+        taken,
+        _one_thread: PhantomData,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mutex() -> Box<[AtomicU64]> {
+        let words: Box<[AtomicU64]> = (0..WORDS).map(|_| AtomicU64::new(0)).collect();
+        init(&words);
+        words
+    }
+
+    #[test]
+    fn a_held_mutex_is_busy_until_let_go() {
+        let words = mutex();
+        let held = try_lock(&words).expect("free");
+        assert_eq!(held.taken, Taken::Free);
+        std::thread::scope(|scope| {
+            assert!(scope.spawn(|| try_lock(&words).is_none()).join().unwrap());
+        });
+        drop(held);
+        assert!(try_lock(&words).is_some());
+    }
+
+    #[test]
+    fn a_mutex_whose_holder_ended_is_taken_from_the_dead() {
+        let words = mutex();
+        std::thread::scope(|scope| {
+            // The thread ends holding it: the kernel marks it when the thread exits.
+            scope.spawn(|| std::mem::forget(try_lock(&words).expect("free")));
+        });
+        assert_eq!(lock(&words, |wait| wait()).taken, Taken::FromTheDead);
+        // Made consistent: an ordinary mutex again.
+        assert_eq!(try_lock(&words).expect("free").taken, Taken::Free);
+    }
+
+    #[test]
+    fn a_waiter_sleeps_until_the_holder_lets_go() {
+        let words = mutex();
+        let held = try_lock(&words).expect("free");
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| lock(&words, |wait| wait()).taken);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!waiter.is_finished());
+            drop(held);
+            assert_eq!(waiter.join().unwrap(), Taken::Free);
+        });
+    }
+}
