@@ -142,8 +142,10 @@ pub enum OpenError {
         /// What is wrong with it, in words.
         why: String,
     },
-    /// A new table does not fit the file system of its folder.
+    /// A new table, or a table's copy, does not fit the file system of its folder.
     Space {
+        /// What was being written: a new table, or a copy of one moved to this boot's clock.
+        what: &'static str,
         folder: PathBuf,
         bytes: u64,
         free: Option<u64>,
@@ -175,6 +177,7 @@ impl std::fmt::Display for OpenError {
                 path.display()
             ),
             Self::Space {
+                what,
                 folder,
                 bytes,
                 free,
@@ -182,7 +185,7 @@ impl std::fmt::Display for OpenError {
             } => {
                 write!(
                     f,
-                    "{}: a table of {bytes} bytes does not fit ({error}",
+                    "{}: {what} of {bytes} bytes does not fit ({error}",
                     folder.display()
                 )?;
                 if let Some(free) = free {
@@ -191,8 +194,12 @@ impl std::fmt::Display for OpenError {
                 write!(
                     f,
                     "). A container's /dev/shm is 64 MiB unless given more (docker run \
-                     --shm-size); give path= a folder with room, or a smaller max_keys"
-                )
+                     --shm-size); give path= a folder with room"
+                )?;
+                if *what == "a table" {
+                    f.write_str(", or a smaller max_keys")?;
+                }
+                Ok(())
             }
             Self::Truncated {
                 path,
@@ -201,7 +208,8 @@ impl std::fmt::Display for OpenError {
             } => write!(
                 f,
                 "{} was truncated to {length} bytes while in use, where the table is {expected} \
-                 bytes: its keys are no longer all there (open the limiter again for a new table)",
+                 bytes: its keys are no longer all there (remove() it and open the limiter again \
+                 for a new table)",
                 path.display()
             ),
         }
@@ -378,6 +386,10 @@ fn open_one(
         if let Some(why) = not_ours(&meta) {
             return Err(OpenError::NotOurs { path, why });
         }
+        if !meta.is_file() {
+            let why = "it is not a regular file".into();
+            return Err(OpenError::NotOurs { path, why });
+        }
         let table = map(&path, file, config, max_keys)?;
         tries_to_move += 1;
         if let Some(table) = of_this_boot(table, folder, &path, tries_to_move)? {
@@ -393,11 +405,17 @@ fn no_follow() -> i32 {
     rustix::fs::OFlags::NOFOLLOW.bits() as i32
 }
 
+/// `O_NONBLOCK`: opening a FIFO (which a table never is) does not wait for its other end.
+#[allow(clippy::cast_possible_wrap)] // the flag's bits, as `open` takes them
+fn non_blocking() -> i32 {
+    rustix::fs::OFlags::NONBLOCK.bits() as i32
+}
+
 fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {
     match OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(no_follow())
+        .custom_flags(no_follow() | non_blocking())
         .open(path)
     {
         Ok(file) => Ok(Some(file)),
@@ -432,7 +450,12 @@ fn refused(path: &Path, error: io::Error) -> OpenError {
 /// A new file of ours for a table of `bytes` bytes at `path` (a draft's name, never a table's):
 /// made with `O_EXCL | O_NOFOLLOW` and mode 0600, locked shared (another process opening the
 /// name removes the drafts nobody holds, never one being written), its whole size reserved.
-fn new_file(folder: &Path, path: &Path, bytes: u64) -> Result<Mapped, OpenError> {
+fn new_file(
+    folder: &Path,
+    path: &Path,
+    bytes: u64,
+    what: &'static str,
+) -> Result<Mapped, OpenError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -448,6 +471,7 @@ fn new_file(folder: &Path, path: &Path, bytes: u64) -> Result<Mapped, OpenError>
             .ok()
             .map(|fs| fs.f_bavail.saturating_mul(fs.f_frsize));
         OpenError::Space {
+            what,
             folder: folder.to_path_buf(),
             bytes,
             free,
@@ -491,7 +515,7 @@ fn make(
     let layout = Table::<Mapped>::layout(config, max_keys);
     let bytes = u64::try_from(layout.words() * 8).expect("a table's size fits 64 bits");
     let draft = draft_path(path, seed().0);
-    let words = new_file(folder, &draft, bytes)?;
+    let words = new_file(folder, &draft, bytes, "a table")?;
     let made = (|| {
         let file = words.file.try_clone().map_err(io_at(&draft))?;
         Table::create(words, config, max_keys, seed(), host::boot_number())
@@ -582,7 +606,8 @@ fn of_this_boot(
                     .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
                 let bytes = table.words().map.len() as u64;
                 let draft = draft_path(path, host::fresh_seed().0);
-                let words = new_file(folder, &draft, bytes)?;
+                let what = "a copy of the table, its times moved to this boot's clock,";
+                let words = new_file(folder, &draft, bytes, what)?;
                 let moved = table
                     .moved_into(words, by, boot)
                     .map_err(|error| OpenError::Layout(draft.clone(), error))
@@ -618,14 +643,17 @@ fn remove_stale(folder: &Path, name: &str, ours: &[&Path]) {
         if of_name != Some(name) || ours.contains(&path.as_path()) {
             continue;
         }
+        // Never blocking (a FIFO planted under such a name would wait for a writer for ever),
+        // and only ever a regular file.
         let Ok(file) = OpenOptions::new()
             .read(true)
-            .custom_flags(no_follow())
+            .custom_flags(no_follow() | non_blocking())
             .open(&path)
         else {
             continue;
         };
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
+        if file.metadata().is_ok_and(|meta| meta.is_file())
+            && flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
             && still_named(&path, &file).unwrap_or(false)
         {
             let _ = std::fs::remove_file(&path);

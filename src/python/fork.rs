@@ -87,14 +87,20 @@ where
 
 /// How a thread waits for a shared table's bucket lock that stays busy (see
 /// `core::exact::shared::lock::Park`): asleep with the interpreter released, so that a holder
-/// stopped in another process stops none of this process's other threads, and as a detached
-/// section, since the waiter may hold in-process locks (a stacked request's) that a fork must
-/// not copy held. A thread in a detached section already just waits.
+/// stopped in another process stops none of this process's other threads. The waiter may hold
+/// in-process locks (a stacked request's), which a fork must not copy held, so the wait is a
+/// detached section, counted in while this thread still holds the interpreter and without
+/// waiting for a fork under way: the fork waits for it instead. A thread in a detached
+/// section already just waits.
 pub fn park(wait: &(dyn Fn() -> Taken + Sync)) -> Taken {
     if DETACHED.get() {
         return wait();
     }
-    Python::attach(|py| detach(py, wait))
+    Python::attach(|py| {
+        INSIDE.fetch_add(1, SeqCst);
+        let _inside = Inside;
+        py.detach(wait)
+    })
 }
 
 /// Before a fork: keep new detached sections out, and wait for the running ones to finish,

@@ -206,8 +206,11 @@ fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest>
 ///
 /// SharedRateLimiter(name, rate=None, *, burst=None, per=None, bands=None, path=None): the
 /// limit of RateLimiter (the same bands, calls and answers), kept in a table that every
-/// process opening `name` with the same bands maps from one file: in /dev/shm where there is
-/// one, else in the temporary folder, or in the folder `path`. Processes that open the table
+/// process opening `name` with the same bands maps from one file: in the folder `path`, or in
+/// this user's own folder, protocol-in-code-qos-<uid>, in /dev/shm where there is one, else in
+/// the temporary folder. A file or folder of another user's, or open to others, is refused
+/// (PermissionError); a table that does not fit its file system is an OSError at once, never a
+/// crash at a later write. Processes that open the table
 /// independently, or inherit it across a fork, share one limit: together they are admitted no
 /// more than it allows. A table of other bands under the same name is another table (a deploy
 /// that changes the limit starts afresh). Times are the host's monotonic clock.

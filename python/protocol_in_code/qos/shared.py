@@ -23,18 +23,26 @@ Each process opens the table by its name::
 
 What to know:
 
-* **Where.** The table is a file in ``/dev/shm`` where there is one (a folder in memory: the
-  file outlives the processes, not a reboot), otherwise in the temporary folder, or in the
-  folder ``path=``. It is made with mode 0600: only its user's processes can open it.
+* **Where.** The table is a file in the folder ``path=``, or by default in this user's own
+  folder ``protocol-in-code-qos-<uid>`` (mode 0700) in ``/dev/shm`` where there is one (a
+  folder in memory: the file outlives the processes, not a reboot), otherwise in the temporary
+  folder. Its whole size is reserved when it is made: a table that does not fit (a container's
+  ``/dev/shm`` is 64 MiB) is an ``OSError`` then, never a crash later.
+* **Whose.** A table is used only if this user made it and nobody else can read or write it:
+  a file or default folder of another user, or open to others, is refused with a
+  ``PermissionError`` that says why and how to fix it.
 * **Identity.** The bands (and, for the keyed form, ``max_keys``) are part of the table's
   identity: workers with different limits under one name use different tables, and a deploy
   that changes the limit starts a fresh one (a client can get one fresh burst at the change,
   never more). Tables of the name that no process has open any more are removed when a
-  process opens the name, so they do not pile up.
+  process opens the name (all of a limiter's plans are opened as one set, and other names are
+  never touched), so they do not pile up.
 * **Exact.** Each decision is the in-process limiter's, on the same integer arithmetic, made
-  under a lock per bucket of keys; several bands are all-or-nothing. A process killed at any
-  instruction, even while it holds a lock, never leaves a key's state torn and never blocks
-  the others for more than a few milliseconds.
+  under a lock per bucket of keys; several bands are all-or-nothing. The locks are robust
+  mutexes the kernel frees when their holder dies (killed, exited or replaced by ``exec``, in
+  any container): a process killed at any instruction, even while it holds a lock, never
+  leaves a key's state torn and never blocks the others. A waiter sleeps with the interpreter
+  released, so a holder that is stopped stops only the threads that need its bucket.
 * **Keys** are ints, floats, ``str``, ``bytes`` and tuples of these (an object's identity means
   nothing in another process), stored as 128-bit digests under a seed random per table.
   A key is forgotten only when it is full again, and a new key that finds no room is
