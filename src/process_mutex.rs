@@ -12,8 +12,17 @@
 //! (`EOWNERDEAD`). The taker calls `pthread_mutex_consistent`: what the dead holder was writing
 //! is whole already (a slot commits by one atomic store, see `core::exact::shared::slot`).
 //!
-//! Waiters sleep in the kernel (a futex) rather than spin, so a holder that is stopped
-//! (SIGSTOP, a debugger, a frozen container) stops only the threads that need its bucket.
+//! **A waiter never waits inside `pthread_mutex_lock`.** A thread inside a robust lock call is
+//! registered with the kernel as "taking this mutex"; if it dies there, the kernel checks
+//! whether the mutex's word holds the dying thread's id, as that thread's PID namespace
+//! numbers it, and if so marks the mutex's holder dead. Across PID namespaces ids repeat (the
+//! first process of every container is 1), so a waiter killed while it slept in the lock call
+//! would free a lock whose live holder in another container has its id. So a waiter only ever
+//! *tries* (`pthread_mutex_trylock`, registered for a few instructions), and sleeps between
+//! tries, from [`FIRST_PAUSE`] doubling to [`LONGEST_PAUSE`]: a holder that is stopped
+//! (SIGSTOP, a debugger, a frozen container) stops only the threads that need its bucket, and
+//! they do not spin. What is left is a kill landing inside one try's few instructions, of a
+//! thread whose id equals the holder's in another namespace.
 //!
 //! A mutex here is [`WORDS`] 64-bit words of a table. Rust never reads or writes them as words:
 //! only the C library's mutex calls touch them, through the functions below, which are the
@@ -25,6 +34,14 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// A waiter's first sleep between tries; each sleep after doubles it.
+pub const FIRST_PAUSE: Duration = Duration::from_micros(20);
+
+/// A waiter's longest sleep between tries: a holder that runs again is noticed this late at
+/// most.
+pub const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 
 /// How many 64-bit words one mutex takes.
 pub const WORDS: usize = std::mem::size_of::<libc::pthread_mutex_t>().div_ceil(8);
@@ -108,7 +125,9 @@ impl Drop for Guard<'_> {
         // SAFETY: this thread holds the mutex (the guard exists only once a lock call
         // succeeded on this thread), and the words outlive the guard.
         let code = unsafe { libc::pthread_mutex_unlock(raw(self.words)) };
-        debug_assert_eq!(code, 0, "pthread_mutex_unlock");
+        // `EPERM` would mean the kernel gave the mutex to another thread while this one held
+        // it: two deciders on one bucket. Nothing can be undone here; say so loudly.
+        check("pthread_mutex_unlock", code);
     }
 }
 
@@ -152,10 +171,11 @@ pub fn try_lock(words: &[AtomicU64]) -> Option<Guard<'_>> {
     })
 }
 
-/// Take the mutex in `words`, waiting while another thread or process holds it, asleep in
-/// the kernel meanwhile. The waiting is handed to `park`, which must call what it is given
-/// once and return its answer: it may let go of Python's interpreter around it, so that a
-/// thread waiting for a stopped holder stops no other thread of its process.
+/// Take the mutex in `words`, waiting while another thread or process holds it: tries, asleep
+/// between them (see the module's docs for why never inside `pthread_mutex_lock`). The waiting
+/// is handed to `park`, which must call what it is given once and return its answer: it may
+/// let go of Python's interpreter around it, so that a thread waiting for a stopped holder
+/// stops no other thread of its process.
 ///
 /// # Panics
 ///
@@ -165,9 +185,16 @@ pub fn lock(
     park: impl FnOnce(&(dyn Fn() -> Taken + Sync)) -> Taken,
 ) -> Guard<'_> {
     let taken = park(&|| {
-        // SAFETY: as in `try_lock`.
-        let code = unsafe { libc::pthread_mutex_lock(raw(words)) };
-        taken("pthread_mutex_lock", code, words).expect("a blocking lock is never busy")
+        let mut pause = FIRST_PAUSE;
+        loop {
+            // SAFETY: as in `try_lock`.
+            let code = unsafe { libc::pthread_mutex_trylock(raw(words)) };
+            if let Some(taken) = taken("pthread_mutex_trylock", code, words) {
+                return taken;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        }
     });
     Guard {
         words,

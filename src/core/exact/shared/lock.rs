@@ -8,8 +8,9 @@
 //!
 //! Taking it: a holder keeps it well under a microsecond, so a waiter first tries again for a
 //! few microseconds ([`SPINS`] tries), which is all most waits last. Past that, the holder has
-//! been descheduled, or stopped: the waiter sleeps in the kernel until the lock is let go, and
-//! [`Park`] lets go of Python's interpreter meanwhile, so the waiter's other threads go on.
+//! been descheduled, or stopped: the waiter sleeps between tries (20 µs, doubling up to 1 ms;
+//! why it never sleeps inside the lock call is in `process_mutex`), and [`Park`] lets go of
+//! Python's interpreter meanwhile, so the waiter's other threads go on.
 //!
 //! A lock taken from a dead holder needs no repair: a slot is written into its spare copy and
 //! committed by one atomic store (see [`slot`](super::slot)), so the taker finds every slot
@@ -23,8 +24,8 @@ use crate::process_mutex::{self, Guard, Taken};
 /// Tries before a waiter sleeps: a few microseconds, longer than any decision holds a lock.
 const SPINS: u32 = 200;
 
-/// How a thread waits for a lock that stays busy: it is given the wait (which sleeps in the
-/// kernel) and must run it once and return its answer. The Python glue lets go of the
+/// How a thread waits for a lock that stays busy: it is given the wait (tries, asleep between
+/// them) and must run it once and return its answer. The Python glue lets go of the
 /// interpreter around it; without Python, [`park_here`] just waits.
 pub type Park = fn(&(dyn Fn() -> Taken + Sync)) -> Taken;
 
