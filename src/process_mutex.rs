@@ -62,12 +62,24 @@ pub enum Taken {
     FromTheDead,
 }
 
-/// The mutex in `words` (exactly [`WORDS`] of them).
-fn raw(words: &[AtomicU64]) -> *mut libc::pthread_mutex_t {
-    assert_eq!(words.len(), WORDS, "a mutex is {WORDS} words");
+/// A mutex's words.
+pub type Words = [AtomicU64; WORDS];
+
+/// The mutex in `words`.
+fn raw(words: &Words) -> *mut libc::pthread_mutex_t {
     // An `AtomicU64` is an `UnsafeCell`: writing through a pointer derived from a shared
     // reference to it is allowed. The words are 8-byte aligned, as `pthread_mutex_t` needs.
     words.as_ptr().cast::<libc::pthread_mutex_t>().cast_mut()
+}
+
+/// The mutex's words at the start of `words`.
+///
+/// # Panics
+///
+/// If `words` is shorter than a mutex.
+#[must_use]
+pub fn at(words: &[AtomicU64]) -> &Words {
+    words[..WORDS].try_into().expect("a mutex's words")
 }
 
 fn check(call: &str, code: libc::c_int) {
@@ -84,7 +96,7 @@ fn check(call: &str, code: libc::c_int) {
 /// # Panics
 ///
 /// If the C library refuses (it does not for these attributes on Linux).
-pub fn init(words: &[AtomicU64]) {
+pub fn init(words: &Words) {
     let mutex = raw(words);
     // SAFETY: `attr` is initialised by `pthread_mutexattr_init` before any other use and
     // destroyed after; `mutex` points to `WORDS` words of live, aligned memory that no other
@@ -114,7 +126,7 @@ pub fn init(words: &[AtomicU64]) {
 
 /// A held mutex, let go when dropped, on the thread that took it (a guard is not `Send`).
 pub struct Guard<'a> {
-    words: &'a [AtomicU64],
+    words: &'a Words,
     /// How it was taken.
     pub taken: Taken,
     _one_thread: PhantomData<*const ()>,
@@ -132,7 +144,7 @@ impl Drop for Guard<'_> {
 }
 
 /// What a lock call said.
-fn taken(call: &str, code: libc::c_int, words: &[AtomicU64]) -> Option<Taken> {
+fn taken(call: &str, code: libc::c_int, words: &Words) -> Option<Taken> {
     match code {
         0 => Some(Taken::Free),
         libc::EBUSY => None,
@@ -160,7 +172,8 @@ fn taken(call: &str, code: libc::c_int, words: &[AtomicU64]) -> Option<Taken> {
 /// unrecoverable by a holder that died and whose taker did not make it consistent (this
 /// module always does).
 #[must_use]
-pub fn try_lock(words: &[AtomicU64]) -> Option<Guard<'_>> {
+#[inline]
+pub fn try_lock(words: &Words) -> Option<Guard<'_>> {
     // SAFETY: `words` are a mutex made by `init` (the caller's table says so), live for the
     // guard's lifetime.
     let code = unsafe { libc::pthread_mutex_trylock(raw(words)) };
@@ -180,10 +193,7 @@ pub fn try_lock(words: &[AtomicU64]) -> Option<Guard<'_>> {
 /// # Panics
 ///
 /// As [`try_lock`].
-pub fn lock(
-    words: &[AtomicU64],
-    park: impl FnOnce(&(dyn Fn() -> Taken + Sync)) -> Taken,
-) -> Guard<'_> {
+pub fn lock(words: &Words, park: impl FnOnce(&(dyn Fn() -> Taken + Sync)) -> Taken) -> Guard<'_> {
     let taken = park(&|| {
         let mut pause = FIRST_PAUSE;
         loop {
@@ -207,8 +217,8 @@ pub fn lock(
 mod tests {
     use super::*;
 
-    fn mutex() -> Box<[AtomicU64]> {
-        let words: Box<[AtomicU64]> = (0..WORDS).map(|_| AtomicU64::new(0)).collect();
+    fn mutex() -> Words {
+        let words = std::array::from_fn(|_| AtomicU64::new(0));
         init(&words);
         words
     }

@@ -35,36 +35,36 @@ pub fn park_here(wait: &(dyn Fn() -> Taken + Sync)) -> Taken {
 }
 
 /// A held lock, let go when dropped.
-pub struct Held<'a> {
-    _guard: Guard<'a>,
+pub struct Held<'a>(Guard<'a>);
+
+impl Held<'_> {
     /// Whether it was taken from a holder that died holding it.
-    pub taken_over: bool,
+    #[must_use]
+    pub fn taken_over(&self) -> bool {
+        self.0.taken == Taken::FromTheDead
+    }
 }
 
 /// Words of a bucket's lock, at the start of the bucket.
 pub const WORDS: usize = process_mutex::WORDS;
 
-/// Make a new table's lock in `words` (its [`WORDS`] words).
+/// Make a new table's lock in the [`WORDS`] words at the start of `words`.
 pub fn init(words: &[AtomicU64]) {
-    process_mutex::init(words);
+    process_mutex::init(process_mutex::at(words));
 }
 
-/// Take the lock in `words`, trying for a few microseconds, then asleep through `park`.
+/// Take the lock in the [`WORDS`] words at the start of `words`, trying for a few
+/// microseconds, then asleep through `park`.
+#[inline]
 pub fn lock(words: &[AtomicU64], park: Park) -> Held<'_> {
+    let words = process_mutex::at(words);
     for _ in 0..SPINS {
         if let Some(guard) = process_mutex::try_lock(words) {
-            return held(guard);
+            return Held(guard);
         }
         std::hint::spin_loop();
     }
-    held(process_mutex::lock(words, park))
-}
-
-fn held(guard: Guard<'_>) -> Held<'_> {
-    Held {
-        taken_over: guard.taken == Taken::FromTheDead,
-        _guard: guard,
-    }
+    Held(process_mutex::lock(words, park))
 }
 
 #[cfg(test)]
@@ -88,7 +88,7 @@ mod tests {
         let words = lock_words();
         let first = lock(&words, park_here);
         std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| lock(&words, counting).taken_over);
+            let waiter = scope.spawn(|| lock(&words, counting).taken_over());
             std::thread::sleep(Duration::from_millis(20));
             assert!(!waiter.is_finished());
             drop(first);
@@ -103,7 +103,7 @@ mod tests {
         std::thread::scope(|scope| {
             scope.spawn(|| std::mem::forget(lock(&words, park_here)));
         });
-        assert!(lock(&words, park_here).taken_over);
-        assert!(!lock(&words, park_here).taken_over);
+        assert!(lock(&words, park_here).taken_over());
+        assert!(!lock(&words, park_here).taken_over());
     }
 }

@@ -134,7 +134,7 @@ impl<W: Words> Table<W> {
         layout.write_header(&words, &encoding, seed, boot);
         for bucket in 0..layout.buckets {
             let start = layout.bucket(bucket);
-            lock::init(&words[start..start + lock::WORDS]);
+            lock::init(&words[start..]);
         }
         let table = Self::open(words, config, max_keys)?;
         if table.one {
@@ -288,6 +288,7 @@ impl<W: Words> Table<W> {
 
     /// Lock the buckets of `digest` (in index order, once if they are one), and read the
     /// table's time for a call at `now_ns`.
+    #[inline]
     fn locked(&self, digest: Digest, now_ns: i64) -> Locked<'_> {
         let [low, high] = self.buckets_for(digest);
         let first = self.lock_bucket(low);
@@ -297,29 +298,41 @@ impl<W: Words> Table<W> {
 
     /// The buckets the key of `digest` lives in, the lower first: the two its lock covers.
     fn buckets_for(&self, digest: Digest) -> [usize; 2] {
-        let buckets = self.layout.buckets as u64;
+        // A 64-bit digest word scaled to the bucket count (the high word of their product):
+        // as even as a remainder, without a division.
+        let buckets = self.layout.buckets as u128;
         #[allow(clippy::cast_possible_truncation)] // below the bucket count, a usize
-        let (a, b) = ((digest.0 % buckets) as usize, (digest.1 % buckets) as usize);
+        let scaled = |word: u64| ((u128::from(word) * buckets) >> 64) as usize;
+        let (a, b) = (scaled(digest.0), scaled(digest.1));
         [a.min(b), a.max(b)]
     }
 
     /// Take the lock of `bucket`.
+    #[inline]
     fn lock_bucket(&self, bucket: usize) -> Held<'_> {
         let start = self.layout.bucket(bucket);
-        lock::lock(&self.words[start..start + lock::WORDS], self.park)
+        lock::lock(&self.words[start..], self.park)
     }
 
     /// A call on `buckets` (their locks held, here or by the caller), at the table's time for
     /// `now_ns`.
+    #[inline]
     fn timed<'t>(
         &'t self,
         held: [Option<Held<'t>>; 2],
         [low, high]: [usize; 2],
         now_ns: i64,
     ) -> Locked<'t> {
-        let latest = self
-            .clock_word()
-            .fetch_max(biased(now_ns), Ordering::Relaxed);
+        let word = self.clock_word();
+        let latest = if self.one {
+            // The one-key form's clock is its bucket's, written only under its lock (held here
+            // or by the caller): a load and a store suffice.
+            let latest = word.load(Ordering::Relaxed);
+            word.store(latest.max(biased(now_ns)), Ordering::Relaxed);
+            latest
+        } else {
+            word.fetch_max(biased(now_ns), Ordering::Relaxed)
+        };
         let clock = if latest == 0 {
             now_ns
         } else {
@@ -353,10 +366,14 @@ impl<W: Words> Table<W> {
             .map(move |slot| Slot::at(&self.words, self.layout.slot(bucket, slot), self.layout))
     }
 
+    #[inline]
     fn find(&self, locked: &Locked<'_>, digest: Digest) -> Option<Slot<'_>> {
-        buckets_of(locked)
-            .flat_map(|bucket| self.slots(bucket))
-            .find(|slot| slot.holds(digest))
+        for bucket in buckets_of(locked) {
+            if let Some(slot) = self.slots(bucket).find(|slot| slot.holds(digest)) {
+                return Some(slot);
+            }
+        }
+        None
     }
 
     fn count(&self, locked: &Locked<'_>, decision: KeyedDecision) {

@@ -197,7 +197,7 @@ fn a_lock_left_by_a_dead_holder_is_taken_over_and_its_slot_is_whole() {
     for word in &shared.words[slot + 5..slot + 7] {
         word.store(u64::MAX, Ordering::Relaxed);
     }
-    assert!(shared.lock_bucket(0).taken_over);
+    assert!(shared.lock_bucket(0).taken_over());
     let answer = shared.check(digest, 1, 0);
     assert_eq!(answer.decision, KeyedDecision::Decided(Decision::Allowed));
     assert_eq!(answer.remaining, 2);
