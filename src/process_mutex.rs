@@ -31,6 +31,9 @@
 //! The mutex's bytes are the C library's (glibc and musl lay them out differently), so a
 //! table records [`KIND`], and a program built against another C library refuses it rather
 //! than misreading its locks.
+//!
+//! Robust mutexes are Linux's (glibc and musl alike). Elsewhere the mutex is only
+//! process-shared: a holder killed inside it keeps its bucket locked.
 
 use std::marker::PhantomData;
 use std::sync::atomic::AtomicU64;
@@ -112,6 +115,7 @@ pub fn init(words: &Words) {
             "pthread_mutexattr_setpshared",
             libc::pthread_mutexattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED),
         );
+        #[cfg(target_os = "linux")]
         check(
             "pthread_mutexattr_setrobust",
             libc::pthread_mutexattr_setrobust(attr.as_mut_ptr(), libc::PTHREAD_MUTEX_ROBUST),
@@ -138,8 +142,11 @@ impl Drop for Guard<'_> {
         // succeeded on this thread), and the words outlive the guard.
         let code = unsafe { libc::pthread_mutex_unlock(raw(self.words)) };
         // `EPERM` would mean the kernel gave the mutex to another thread while this one held
-        // it: two deciders on one bucket. Nothing can be undone here; say so loudly.
-        check("pthread_mutex_unlock", code);
+        // it: two deciders on one bucket. Nothing can be undone here; say so loudly (a panic,
+        // unless one is already unwinding, which a second would turn into an abort).
+        if !std::thread::panicking() {
+            check("pthread_mutex_unlock", code);
+        }
     }
 }
 
@@ -148,6 +155,7 @@ fn taken(call: &str, code: libc::c_int, words: &Words) -> Option<Taken> {
     match code {
         0 => Some(Taken::Free),
         libc::EBUSY => None,
+        #[cfg(target_os = "linux")]
         libc::EOWNERDEAD => {
             // SAFETY: the lock call just gave this thread the mutex, marked inconsistent;
             // making it consistent is the holder's call to make, and the state it guards is
@@ -184,33 +192,23 @@ pub fn try_lock(words: &Words) -> Option<Guard<'_>> {
     })
 }
 
-/// Take the mutex in `words`, waiting while another thread or process holds it: tries, asleep
-/// between them (see the module's docs for why never inside `pthread_mutex_lock`). The waiting
-/// is handed to `park`, which must call what it is given once and return its answer: it may
-/// let go of Python's interpreter around it, so that a thread waiting for a stopped holder
-/// stops no other thread of its process.
+/// Wait until the mutex in `words` is free: tries, asleep between them (see the module's docs
+/// for why never inside `pthread_mutex_lock`), each success let go at once. The caller then
+/// tries to take it again, holding nothing while it waited. The waiting is handed to `park`,
+/// which must call what it is given once: it may let go of Python's interpreter around it,
+/// so that a thread waiting for a stopped holder stops no other thread of its process.
 ///
 /// # Panics
 ///
 /// As [`try_lock`].
-pub fn lock(words: &Words, park: impl FnOnce(&(dyn Fn() -> Taken + Sync)) -> Taken) -> Guard<'_> {
-    let taken = park(&|| {
+pub fn wait_free(words: &Words, park: impl FnOnce(&(dyn Fn() + Sync))) {
+    park(&|| {
         let mut pause = FIRST_PAUSE;
-        loop {
-            // SAFETY: as in `try_lock`.
-            let code = unsafe { libc::pthread_mutex_trylock(raw(words)) };
-            if let Some(taken) = taken("pthread_mutex_trylock", code, words) {
-                return taken;
-            }
+        while try_lock(words).is_none() {
             std::thread::sleep(pause);
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
     });
-    Guard {
-        words,
-        taken,
-        _one_thread: PhantomData,
-    }
 }
 
 #[cfg(test)]
@@ -240,23 +238,29 @@ mod tests {
         let words = mutex();
         std::thread::scope(|scope| {
             // The thread ends holding it: the kernel marks it when the thread exits.
-            scope.spawn(|| std::mem::forget(try_lock(&words).expect("free")));
+            scope
+                .spawn(|| std::mem::forget(try_lock(&words).expect("free")))
+                .join()
+                .unwrap();
         });
-        assert_eq!(lock(&words, |wait| wait()).taken, Taken::FromTheDead);
+        // Waiting for it to be free takes it from the dead, makes it consistent, lets go.
+        wait_free(&words, |wait| wait());
+        assert_eq!(try_lock(&words).expect("free").taken, Taken::Free);
         // Made consistent: an ordinary mutex again.
         assert_eq!(try_lock(&words).expect("free").taken, Taken::Free);
     }
 
     #[test]
-    fn a_waiter_sleeps_until_the_holder_lets_go() {
+    fn a_waiter_sleeps_until_the_holder_lets_go_holding_nothing() {
         let words = mutex();
         let held = try_lock(&words).expect("free");
         std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| lock(&words, |wait| wait()).taken);
+            let waiter = scope.spawn(|| wait_free(&words, |wait| wait()));
             std::thread::sleep(std::time::Duration::from_millis(20));
             assert!(!waiter.is_finished());
             drop(held);
-            assert_eq!(waiter.join().unwrap(), Taken::Free);
+            waiter.join().unwrap();
         });
+        assert!(try_lock(&words).is_some(), "the waiter let it go");
     }
 }

@@ -151,6 +151,9 @@ pub enum OpenError {
         free: Option<u64>,
         error: io::Error,
     },
+    /// A table of another boot that processes keep open, so it cannot be moved to this
+    /// boot's clock.
+    OtherBoot(PathBuf),
     /// The file was truncated while in use.
     Truncated {
         path: PathBuf,
@@ -201,6 +204,13 @@ impl std::fmt::Display for OpenError {
                 }
                 Ok(())
             }
+            Self::OtherBoot(path) => write!(
+                f,
+                "{} holds times of another boot of this machine, and processes that cannot read \
+                 the boot (no /proc) keep it open, so it cannot be moved to this boot's clock: \
+                 stop them, or remove the file, then open it again",
+                path.display()
+            ),
             Self::Truncated {
                 path,
                 length,
@@ -378,10 +388,7 @@ fn open_one(
                 None => continue, // another process linked its table first: open that
             },
         };
-        flock(&file, FlockOperation::LockShared).map_err(errno_at(&path))?;
-        if !still_named(&path, &file)? {
-            continue; // removed or replaced while we were opening it
-        }
+        // Checked before its lock is waited for: another user's file is refused, not waited on.
         let meta = file.metadata().map_err(io_at(&path))?;
         if let Some(why) = not_ours(&meta) {
             return Err(OpenError::NotOurs { path, why });
@@ -390,9 +397,14 @@ fn open_one(
             let why = "it is not a regular file".into();
             return Err(OpenError::NotOurs { path, why });
         }
+        flock(&file, FlockOperation::LockShared).map_err(errno_at(&path))?;
+        if !still_named(&path, &file)? {
+            continue; // removed or replaced while we were opening it
+        }
         let table = map(&path, file, config, max_keys)?;
         tries_to_move += 1;
         if let Some(table) = of_this_boot(table, folder, &path, tries_to_move)? {
+            let meta = table.words().file.metadata().map_err(io_at(&path))?;
             let table = table.with_identity((meta.dev(), meta.ino()));
             return Ok((table, path));
         }
@@ -467,6 +479,13 @@ fn new_file(
     flock(&file, FlockOperation::LockShared).map_err(errno_at(path))?;
     reserve(&file, bytes).map_err(|error| {
         let _ = std::fs::remove_file(path);
+        let no_room = matches!(
+            error.raw_os_error(),
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+        );
+        if !no_room {
+            return OpenError::Io(path.to_path_buf(), error);
+        }
         let free = rustix::fs::fstatvfs(&file)
             .ok()
             .map(|fs| fs.f_bavail.saturating_mul(fs.f_frsize));
@@ -485,7 +504,11 @@ fn new_file(
 /// is this error, not a `SIGBUS` at the first write to it. File systems without `fallocate`
 /// get a byte written in each page.
 fn reserve(file: &File, bytes: u64) -> io::Result<()> {
-    match rustix::fs::fallocate(file, FallocateFlags::empty(), 0, bytes) {
+    let mut reserved = rustix::fs::fallocate(file, FallocateFlags::empty(), 0, bytes);
+    while reserved == Err(rustix::io::Errno::INTR) {
+        reserved = rustix::fs::fallocate(file, FallocateFlags::empty(), 0, bytes);
+    }
+    match reserved {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
             file.set_len(bytes)?;
@@ -520,6 +543,8 @@ fn make(
         let file = words.file.try_clone().map_err(io_at(&draft))?;
         Table::create(words, config, max_keys, seed(), host::boot_number())
             .map_err(|error| OpenError::Layout(draft.clone(), error))?;
+        // Written through before it is named: on a disk, a table is whole after a power cut.
+        file.sync_data().map_err(io_at(&draft))?;
         match std::fs::hard_link(&draft, path) {
             Ok(()) => Ok(Some(file)),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(None),
@@ -573,18 +598,18 @@ fn map(
 }
 
 /// How many times (a millisecond apart) an opener waits for the others to let go of a table of
-/// another boot before it uses the table as it is.
+/// another boot before it gives up.
 const TRIES_TO_MOVE: u32 = 1000;
 
-/// `table` if its times are of this boot's clock; else `None` once a copy with its times moved
-/// to this clock has replaced it (or another process is doing that): the caller opens the
-/// name again.
+/// `table` if its times are of this boot's clock, or else the copy of it that this process
+/// moved to this clock and renamed into its place; `None` if another process holds the file
+/// (the caller lets go of it, and opens the name again).
 ///
 /// Only a process that holds the file alone (its exclusive lock, taken without waiting) moves
-/// it. Others let go and look again. One that has looked [`TRIES_TO_MOVE`] times uses the
-/// table as it is: other processes have decided on it in this boot all that while (a process
-/// that cannot read the boot takes every table to be of this one), and one table for all
-/// beats a wait for ever.
+/// it. Others let go and look again, [`TRIES_TO_MOVE`] times, then give up with
+/// [`OpenError::OtherBoot`]: a table of another boot that stays open is held by processes that
+/// cannot read the boot (no `/proc`), and deciding on it as it is would decide at the old
+/// boot's times.
 fn of_this_boot(
     table: Table<Mapped>,
     folder: &Path,
@@ -592,38 +617,46 @@ fn of_this_boot(
     tries: u32,
 ) -> Result<Option<Table<Mapped>>, OpenError> {
     let boot = host::boot_number();
-    if boot == 0 || table.boot() == 0 || table.boot() == boot || tries > TRIES_TO_MOVE {
+    if boot == 0 || table.boot() == 0 || table.boot() == boot {
         return Ok(Some(table));
     }
     match flock(
         &table.words().file,
         FlockOperation::NonBlockingLockExclusive,
     ) {
-        Ok(()) => {
-            if still_named(path, &table.words().file)? {
-                let by = table
-                    .latest()
-                    .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
-                let bytes = table.words().map.len() as u64;
-                let draft = draft_path(path, host::fresh_seed().0);
-                let what = "a copy of the table, its times moved to this boot's clock,";
-                let words = new_file(folder, &draft, bytes, what)?;
-                let moved = table
-                    .moved_into(words, by, boot)
-                    .map_err(|error| OpenError::Layout(draft.clone(), error))
-                    .and_then(|_| std::fs::rename(&draft, path).map_err(io_at(path)));
-                if moved.is_err() {
-                    let _ = std::fs::remove_file(&draft);
-                }
-                moved?;
+        Ok(()) if still_named(path, &table.words().file)? => {
+            let by = table
+                .latest()
+                .map_or(0, |latest| host::monotonic_ns().saturating_sub(latest));
+            let bytes = table.words().map.len() as u64;
+            let draft = draft_path(path, host::fresh_seed().0);
+            let what = "a copy of the table, its times moved to this boot's clock,";
+            let words = new_file(folder, &draft, bytes, what)?;
+            let copy = table
+                .moved_into(words, by, boot)
+                .map_err(|error| OpenError::Layout(draft.clone(), error))
+                .and_then(|copy| {
+                    copy.words().file.sync_data().map_err(io_at(&draft))?;
+                    Ok(copy)
+                });
+            let moved = copy.and_then(|copy| match std::fs::rename(&draft, path) {
+                Ok(()) => Ok(Some(copy)),
+                // The draft taken for a stale one in the instant before its lock: again.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(io_at(path)(error)),
+            });
+            if !matches!(moved, Ok(Some(_))) {
+                let _ = std::fs::remove_file(&draft);
             }
-            Ok(None)
+            moved
         }
-        Err(rustix::io::Errno::WOULDBLOCK) => {
+        Ok(()) => Ok(None), // removed or replaced meanwhile: open the name again
+        Err(rustix::io::Errno::WOULDBLOCK) if tries < TRIES_TO_MOVE => {
             drop(table); // let go of it, so that a process that can move it does
             std::thread::sleep(Duration::from_millis(1));
             Ok(None)
         }
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(OpenError::OtherBoot(path.to_path_buf())),
         Err(error) => Err(errno_at(path)(error)),
     }
 }

@@ -704,3 +704,68 @@ def test_a_storm_of_kills_execs_and_stops_leaves_the_survivors_deciding(
     for key in range(STORM_KEYS):
         assert left[key] <= STORM_BURST
         assert admitted[key] + left[key] <= bounds[key], key
+
+
+# ---------------------------------------------------------------------------------------------
+# A stacked request waiting for a busy bucket
+# ---------------------------------------------------------------------------------------------
+
+#: Holds the first bucket lock of the table file ``argv[1]`` for ``argv[2]`` seconds, through
+#: the C library's own call (as a worker deciding on it would), and says when it has it. The
+#: lock is at the first word after the header: 14 words and the configuration's bytes.
+HOLD_A_BUCKET = (
+    "import ctypes, mmap, struct, sys, time\n"
+    "file = open(sys.argv[1], 'r+b'); words = mmap.mmap(file.fileno(), 0)\n"
+    "(config_bytes,) = struct.unpack_from('<Q', words, 12 * 8)\n"
+    "buffer = (ctypes.c_char * len(words)).from_buffer(words)\n"
+    "lock = ctypes.addressof(buffer) + 8 * (14 + -(-config_bytes // 8))\n"
+    "libc = ctypes.CDLL(None)\n"
+    "assert libc.pthread_mutex_lock(ctypes.c_void_p(lock)) == 0\n"
+    "print('held', flush=True); time.sleep(float(sys.argv[2]))\n"
+    "assert libc.pthread_mutex_unlock(ctypes.c_void_p(lock)) == 0\n"
+)
+
+#: One thread stacks a RateLimiter with a SharedRateLimiter whose bucket another process holds;
+#: another thread, meanwhile, decides on the RateLimiter alone. Prints when each returns.
+STACK_AND_SINGLE = (
+    "import sys, threading, time\n"
+    "from protocol_in_code.qos import Part, RateLimiter, SharedRateLimiter, check_together\n"
+    "in_process = RateLimiter('1000/second')\n"
+    "shared = SharedRateLimiter('stack', '1000/second', path=sys.argv[1])\n"
+    "started = time.monotonic()\n"
+    "def stacked():\n"
+    "    allowed = check_together([Part(in_process), Part(shared)]).allowed\n"
+    "    print('stacked', allowed, round(time.monotonic() - started, 2), flush=True)\n"
+    "def single():\n"
+    "    time.sleep(0.2)\n"
+    "    outcome = in_process.check().outcome.name\n"
+    "    print('single', outcome, round(time.monotonic() - started, 2), flush=True)\n"
+    "threads = [threading.Thread(target=stacked), threading.Thread(target=single)]\n"
+    "for thread in threads: thread.start()\n"
+    "for thread in threads: thread.join()\n"
+)
+
+
+def test_a_stack_waiting_for_a_busy_bucket_holds_no_in_process_lock(
+    tmp_path: Path, children: Children
+) -> None:
+    """A stacked request takes its shared buckets before its in-process locks, and lets go of
+    everything while it waits for a busy bucket: a thread that waited holding the in-process
+    limiter's lock, its interpreter released, would meet a thread holding the interpreter and
+    waiting for that lock, and the process would stop for good. Here the other process holds
+    the bucket for 1.5 s: the single call returns at once, the stacked one after the holder
+    lets go."""
+    from protocol_in_code.qos.shared import SharedRateLimiter
+
+    path = SharedRateLimiter("stack", "1000/second", path=tmp_path).path
+    holder = children.popen(
+        [sys.executable, "-c", HOLD_A_BUCKET, str(path), "1.5"], stdout=subprocess.PIPE
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    both = children.popen(
+        [sys.executable, "-c", STACK_AND_SINGLE, str(tmp_path)], stdout=subprocess.PIPE
+    )
+    out, _ = both.communicate(timeout=20)
+    said = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert said["single"][0] == "ALLOWED" and said["stacked"][0] == "True", out
+    assert float(said["single"][1]) < float(said["stacked"][1]), out

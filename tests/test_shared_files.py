@@ -412,6 +412,36 @@ def test_a_symbolic_link_planted_at_a_tables_name_is_refused_and_its_target_unto
 
 
 @linux_only
+def test_another_users_file_held_locked_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A planted file open to us, whose owner holds its exclusive lock: an open checks the
+    file's owner before it waits for its lock, so it refuses at once instead of waiting for as
+    long as the other user likes."""
+    if not can_act_as_another_user():
+        pytest.skip("planting a file as uid 65534 needs root (or CAP_SETUID and CAP_SETGID)")
+    name, content = table_bytes("one", tmp_path / "scratch")
+    folder = world_writable_folder(tmp_path)
+    plant_as(OTHER_UID, folder, name, content, 0o666)
+    hold = "import fcntl, sys, time; f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_EX); "
+    hold += "print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(folder / name)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code = (
+            "import sys; from protocol_in_code.qos.shared import SharedRateLimiter as S\n"
+            "try:\n    S('planted', 1, burst=3, per=3600, path=sys.argv[1]); print('opened')\n"
+            "except PermissionError as error:\n    print('refused', error)\n"
+        )
+        run = [sys.executable, "-c", code, str(folder)]
+        refused = subprocess.run(run, capture_output=True, text=True, timeout=5, env=child_env())
+        assert refused.stdout.startswith("refused"), refused.stdout + refused.stderr
+        assert str(OTHER_UID) in refused.stdout
+    finally:
+        kill_and_reap(holder)
+
+
+@linux_only
 def test_a_fifo_planted_under_a_tables_name_hangs_no_open(tmp_path: Path) -> None:
     """A FIFO named as a stale table of the name (another configuration's) is looked at without
     waiting for a writer, and left alone; one at the table's own name is refused. Each open
@@ -778,6 +808,32 @@ def test_a_process_killed_while_re_anchoring_a_table_of_another_boot_lets_no_key
 # ---------------------------------------------------------------------------------------------
 # 7. Truncation under a live table
 # ---------------------------------------------------------------------------------------------
+
+
+@linux_only
+def test_a_table_of_another_boot_that_others_keep_open_is_an_os_error(tmp_path: Path) -> None:
+    """A table of another boot is moved to this boot's clock only by a process that holds it
+    alone. One that others keep open (processes that cannot read the boot, here a plain
+    shared ``flock``) is refused after a second of trying, with an ``OSError`` that says so:
+    never decided on at the old boot's times, and never waited on for ever."""
+    path = SharedRateLimiter("held", 1, burst=3, per=3600, path=tmp_path).path
+    gc.collect()
+    with open(path, "r+b") as file:
+        file.seek(8 * 8)
+        file.write(struct.pack("<2Q", 1, 2))  # words 8 and 9: the boot, another one
+    hold = "import fcntl, sys, time; f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_SH); "
+    hold += "print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(OSError, match="another boot"):
+            SharedRateLimiter("held", 1, burst=3, per=3600, path=tmp_path)
+    finally:
+        kill_and_reap(holder)
+    # Let go of, it is moved to this boot's clock on the next open.
+    assert SharedRateLimiter("held", 1, burst=3, per=3600, path=tmp_path).available() == 3
 
 
 @linux_only

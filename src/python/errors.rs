@@ -81,28 +81,26 @@ impl From<TraceError> for PyErr {
 /// A shared table that cannot be opened: a bad name or file is a `ValueError`; what the
 /// system said is the `OSError` subclass for its errno (`FileNotFoundError`,
 /// `PermissionError`...), with the path as its filename. A file or folder of another user's
-/// is a `PermissionError`, a table that does not fit an `OSError` of `ENOSPC` (each with the
-/// whole story as its message), and a table truncated while in use an `OSError`.
+/// is a `PermissionError`, a table that does not fit an `OSError` of `ENOSPC`, and a table of
+/// another boot held open, or truncated while in use, an `OSError`: each message names the
+/// file and says what to do (so no `filename`, which would print it twice).
 impl From<OpenError> for PyErr {
     fn from(error: OpenError) -> Self {
-        let with_errno = |errno: i32, path: &std::path::Path, text: String| {
-            PyOSError::new_err((errno, text, path.display().to_string()))
-        };
         match &error {
             OpenError::Name(_) | OpenError::Layout(..) => PyValueError::new_err(error.to_string()),
             OpenError::Io(path, io) => match io.raw_os_error() {
-                Some(errno) => with_errno(errno, path, io.to_string()),
+                Some(errno) => {
+                    PyOSError::new_err((errno, io.to_string(), path.display().to_string()))
+                }
                 None => PyOSError::new_err(error.to_string()),
             },
-            OpenError::NotOurs { path, .. } => with_errno(libc::EACCES, path, error.to_string()),
-            OpenError::Space {
-                folder, error: io, ..
-            } => with_errno(
-                io.raw_os_error().unwrap_or(libc::ENOSPC),
-                folder,
-                error.to_string(),
-            ),
-            OpenError::Truncated { .. } => PyOSError::new_err(error.to_string()),
+            OpenError::NotOurs { .. } => PyOSError::new_err((libc::EACCES, error.to_string())),
+            OpenError::Space { error: io, .. } => {
+                PyOSError::new_err((io.raw_os_error().unwrap_or(libc::ENOSPC), error.to_string()))
+            }
+            OpenError::OtherBoot(_) | OpenError::Truncated { .. } => {
+                PyOSError::new_err(error.to_string())
+            }
         }
     }
 }

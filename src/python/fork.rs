@@ -24,8 +24,6 @@ use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::process_mutex::Taken;
-
 /// Set by a thread about to fork: no new detached section starts until the fork is done.
 static FORKING: AtomicBool = AtomicBool::new(false);
 
@@ -70,6 +68,21 @@ thread_local! {
     static DETACHED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Marks this thread as in a detached section until dropped (even by a panic).
+struct Detached(bool);
+
+impl Detached {
+    fn mark() -> Self {
+        Self(DETACHED.replace(true))
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        DETACHED.set(self.0);
+    }
+}
+
 /// Run `work` with the interpreter released, as one step that a fork never splits.
 pub fn detach<T, F>(py: Python<'_>, work: F) -> T
 where
@@ -78,29 +91,23 @@ where
 {
     py.detach(|| {
         let _inside = Inside::enter();
-        let outside = DETACHED.replace(true);
-        let done = work();
-        DETACHED.set(outside);
-        done
+        let _detached = Detached::mark();
+        work()
     })
 }
 
 /// How a thread waits for a shared table's bucket lock that stays busy (see
 /// `core::exact::shared::lock::Park`): asleep with the interpreter released, so that a holder
-/// stopped in another process stops none of this process's other threads. The waiter may hold
-/// in-process locks (a stacked request's), which a fork must not copy held, so the wait is a
-/// detached section, counted in while this thread still holds the interpreter and without
-/// waiting for a fork under way: the fork waits for it instead. A thread in a detached
-/// section already just waits.
-pub fn park(wait: &(dyn Fn() -> Taken + Sync)) -> Taken {
+/// stopped in another process stops none of this process's other threads. The waiting thread
+/// holds no lock then (a shared table lets go of everything before it waits), so a fork may
+/// come meanwhile, and nothing waits on the moment it takes to get the interpreter back. A
+/// thread in a detached section has released it already, and just waits.
+pub fn park(wait: &(dyn Fn() + Sync)) {
     if DETACHED.get() {
-        return wait();
+        wait();
+    } else {
+        Python::attach(|py| py.detach(wait));
     }
-    Python::attach(|py| {
-        INSIDE.fetch_add(1, SeqCst);
-        let _inside = Inside;
-        py.detach(wait)
-    })
 }
 
 /// Before a fork: keep new detached sections out, and wait for the running ones to finish,

@@ -19,16 +19,20 @@
 //! limiter's; a keyed table's shard of the key, or every shard for keys of one table in
 //! several; a shared table's buckets of the key) is taken before the first question and held
 //! until the last answer. Two stacked requests could each hold one lock and wait for the
-//! other's; that cannot happen because every request takes its locks in **one global order**,
-//! as a database takes its row locks in key order: first the in-process ones, by the limit's
-//! address and then the shard's index; then those of tables the processes of the host share,
-//! by the table's identity (its file's device and inode, the same in every process, where
-//! addresses are not) and then the bucket's index. A thread holding a shared lock never waits
-//! for an in-process one, so no thread of another process can be part of a cycle either.
+//! other's; that cannot happen, for each kind of lock for its own reason:
+//!
+//! * **Shared tables' buckets** (which other processes lock too) are taken first, and never
+//!   waited for while holding anything: each is tried for a few microseconds, and if one stays
+//!   busy the request lets go of every bucket it took, sleeps until that one is free, and
+//!   starts again. A table is known by its identity (its file's device and inode, the same in
+//!   every process and every object that maps it), so two parts on one bucket lock it once.
+//! * **In-process locks** are taken next, in **one global order**, as a database takes its row
+//!   locks in key order: by the limit's address and then the shard's index. Nothing else is
+//!   waited for while they are held.
 //!
 //! Parts that name the same bucket (the same limiter, or the same key of one table, through
-//! whichever objects map it) draw from it together: the request needs the sum of their tokens there, and each such part answers
-//! for that sum. Asked one by one, two halves could each pass where the whole does not.
+//! whichever objects map it) draw from it together: the request needs the sum of their tokens
+//! there, and each such part answers for that sum. Asked one by one, two halves could each pass where the whole does not.
 
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -180,15 +184,8 @@ where
     W: Words,
 {
     let (buckets, of_part, locks) = buckets(parts);
-    // Every lock, in the global order, before any question.
-    let mut held: Vec<Held<'_, K>> = locks
-        .values()
-        .map(|(limit, places)| match limit {
-            Limit::One(mutex) => Held::One(mutex.lock().unwrap_or_else(PoisonError::into_inner)),
-            Limit::Keyed(table) => Held::Keyed(table.hold(places)),
-            Limit::Shared(table, _) => Held::Shared(table.hold(places)),
-        })
-        .collect();
+    // Every lock before any question.
+    let mut held = hold_all(&locks);
     for (index, part) in parts.iter().enumerate() {
         if let Held::One(limiter) = &mut held[buckets[of_part[index]].lock] {
             limiter
@@ -215,9 +212,46 @@ where
     })
 }
 
-/// Where a limit's locks come in the global order: in-process limits first (0), by address;
-/// then shared tables (1), by identity (their file's, the same in every process and every
-/// object that maps it: two objects of one table are one limit, whose buckets are locked
+/// Every lock of a request, one entry per limit in the order of `locks`. First the shared
+/// tables' buckets, each tried for a few microseconds: if one stays busy, every bucket taken so
+/// far is let go, the thread waits until that one is free, and starts again, so it never waits
+/// holding a lock (see `shared::lock`). Then the in-process locks, in order: they are only
+/// ever held by a thread that holds Python's interpreter too (or in a detached section that
+/// takes no other lock), so taking them never waits on a thread that waits on anything else.
+fn hold_all<'a, K, W>(locks: &'a Locks<'a, K, W>) -> Vec<Held<'a, K>>
+where
+    K: Hash + Eq + Clone,
+    W: Words,
+{
+    let mut shared = 'again: loop {
+        let mut shared = Vec::new();
+        for (limit, places) in locks.values() {
+            if let Limit::Shared(table, _) = limit {
+                match table.try_hold(places) {
+                    Ok(held) => shared.push(held),
+                    Err(busy) => {
+                        drop(shared);
+                        table.wait_free(busy);
+                        continue 'again;
+                    }
+                }
+            }
+        }
+        break shared.into_iter();
+    };
+    locks
+        .values()
+        .map(|(limit, places)| match limit {
+            Limit::One(mutex) => Held::One(mutex.lock().unwrap_or_else(PoisonError::into_inner)),
+            Limit::Keyed(table) => Held::Keyed(table.hold(places)),
+            Limit::Shared(..) => Held::Shared(shared.next().expect("one per shared table")),
+        })
+        .collect()
+}
+
+/// Where a limit's locks come in the order they are listed: in-process limits first (0), by
+/// address; then shared tables (1), by identity (their file's, the same in every process and
+/// every object that maps it: two objects of one table are one limit, whose buckets are locked
 /// once).
 type LockId = (u8, u128, usize);
 

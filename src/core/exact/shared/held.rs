@@ -58,15 +58,23 @@ impl<W: Words> Table<W> {
         self.buckets_for(digest)
     }
 
-    /// Lock `buckets` (sorted, each once), in order.
-    pub fn hold(&self, buckets: &[usize]) -> HeldBuckets<'_> {
-        HeldBuckets {
-            _held: buckets
-                .iter()
-                .map(|&bucket| self.lock_bucket(bucket))
-                .collect(),
-            pinned: Vec::new(),
+    /// Lock `buckets` (sorted, each once), in order, each if it is free within a few
+    /// microseconds of trying; else let go of those taken, and say which stayed busy (the
+    /// caller lets go of every other lock too, waits for it, [`Table::wait_free`], and tries
+    /// again: a thread never waits holding a lock).
+    ///
+    /// # Errors
+    ///
+    /// The bucket that stayed busy.
+    pub fn try_hold(&self, buckets: &[usize]) -> Result<HeldBuckets<'_>, usize> {
+        let mut held = Vec::with_capacity(buckets.len());
+        for &bucket in buckets {
+            held.push(self.try_bucket(bucket).ok_or(bucket)?);
         }
+        Ok(HeldBuckets {
+            _held: held,
+            pinned: Vec::new(),
+        })
     }
 
     /// What taking `n` tokens for the key of `digest` at `now_ns` would answer, taking nothing;

@@ -287,13 +287,26 @@ impl<W: Words> Table<W> {
     }
 
     /// Lock the buckets of `digest` (in index order, once if they are one), and read the
-    /// table's time for a call at `now_ns`.
+    /// table's time for a call at `now_ns`. If the second stays busy, the first is let go
+    /// while waiting for it (a thread never waits holding a lock, see [`lock`]).
     #[inline]
     fn locked(&self, digest: Digest, now_ns: i64) -> Locked<'_> {
         let [low, high] = self.buckets_for(digest);
-        let first = self.lock_bucket(low);
-        let second = (high != low).then(|| self.lock_bucket(high));
-        self.timed([Some(first), second], [low, high], now_ns)
+        let held = loop {
+            let Some(first) = self.try_bucket(low) else {
+                self.wait_free(low);
+                continue;
+            };
+            if high == low {
+                break [Some(first), None];
+            }
+            if let Some(second) = self.try_bucket(high) {
+                break [Some(first), Some(second)];
+            }
+            drop(first);
+            self.wait_free(high);
+        };
+        self.timed(held, [low, high], now_ns)
     }
 
     /// The buckets the key of `digest` lives in, the lower first: the two its lock covers.
@@ -307,11 +320,20 @@ impl<W: Words> Table<W> {
         [a.min(b), a.max(b)]
     }
 
-    /// Take the lock of `bucket`.
-    #[inline]
+    /// Take the lock of `bucket` (holding no other).
     fn lock_bucket(&self, bucket: usize) -> Held<'_> {
-        let start = self.layout.bucket(bucket);
-        lock::lock(&self.words[start..], self.park)
+        lock::lock(&self.words[self.layout.bucket(bucket)..], self.park)
+    }
+
+    /// Take the lock of `bucket` if it is free within a few microseconds of trying.
+    #[inline]
+    fn try_bucket(&self, bucket: usize) -> Option<Held<'_>> {
+        lock::try_lock(&self.words[self.layout.bucket(bucket)..])
+    }
+
+    /// Wait, holding no lock, until `bucket`'s lock is free.
+    pub fn wait_free(&self, bucket: usize) {
+        lock::wait_free(&self.words[self.layout.bucket(bucket)..], self.park);
     }
 
     /// A call on `buckets` (their locks held, here or by the caller), at the table's time for

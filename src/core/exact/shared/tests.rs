@@ -189,7 +189,10 @@ fn a_lock_left_by_a_dead_holder_is_taken_over_and_its_slot_is_whole() {
     // copy holds garbage, its state word was never stored. (A thread that ends holding the
     // lock is, to the kernel, a holder that died.)
     std::thread::scope(|scope| {
-        scope.spawn(|| std::mem::forget(shared.lock_bucket(0)));
+        scope
+            .spawn(|| std::mem::forget(shared.lock_bucket(0)))
+            .join()
+            .unwrap();
     });
     let slot = shared.shape().slot(0, 0);
     // One band of narrow units: state, digest (2), copy 0 (2), copy 1 (2), the spare.
