@@ -424,7 +424,8 @@ class Route:
     prefix, by default, percent-encoded where it is not ASCII); ``unit`` is its quota unit,
     ``qu`` (the middleware's ``quota_unit`` by default). ``limiter`` ``None`` exempts the
     route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as under
-    ASGI.
+    ASGI, after the normalisation routers apply (repeated slashes merged, dot segments
+    resolved), and methods in any case (see :func:`routed`).
     """
 
     prefix: str
@@ -902,7 +903,9 @@ class Rules:
         return checked_levels
 
     def rule_for(self, method: str, path: str) -> Rule | None:
-        """The first rule for this request; ``None`` if it is exempt or no rule matches."""
+        """The first rule for this request; ``None`` if it is exempt or no rule matches. The
+        method and path are matched as routers read them (see :func:`routed`)."""
+        method, path = routed(method, path)
         for prefix in self.exempt_prefixes:
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                 return None
@@ -915,6 +918,7 @@ class Rules:
         """Under ``stack=True``, every rule for this request: each matching route's and the
         middleware's own limiter; ``()`` if the request is exempt (a matching route without
         a limiter exempts it from every limit) or nothing matches."""
+        method, path = routed(method, path)
         for prefix in self.exempt_prefixes:
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                 return ()
@@ -975,6 +979,30 @@ def _route_name(route: Route) -> str:
     if route.prefix.isascii():
         return route.prefix
     return urllib.parse.quote(route.prefix)
+
+
+def routed(method: str, path: str) -> tuple[str, str]:
+    """The method and path as the frameworks' routers read them, which is what a route must
+    match: a spelling that a router sends to a limited view is limited.
+
+    * The method in upper case: Flask (Werkzeug) and Django route ``post`` as ``POST``.
+    * Empty segments merged and dot segments resolved: Werkzeug merges ``//upload`` into
+      ``/upload``, and a client (or a server that decodes ``%2F``) may send ``/a/../upload``.
+      A trailing slash is kept, since routers tell ``/upload/`` apart. (Servers decode
+      percent-escapes before the application sees the path, ``%2F`` included under WSGI.)
+    """
+    method = method.upper()
+    if "//" in path or "/." in path:
+        segments: list[str] = []
+        for segment in path.split("/"):
+            if segment == "..":
+                if segments:
+                    segments.pop()
+            elif segment not in ("", "."):
+                segments.append(segment)
+        trailing = "/" if path.endswith(("/", "/.", "/..")) and segments else ""
+        path = "/" + "/".join(segments) + trailing
+    return method, path
 
 
 def _methods(route: Route, i: int) -> frozenset[str] | None:

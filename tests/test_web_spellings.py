@@ -1,0 +1,180 @@
+"""A limited view is limited however a client spells its method and path (issue 32, items 3
+and 4).
+
+Routers read a request more loosely than it is written: Flask (Werkzeug) and Django route
+``post`` as ``POST``, Werkzeug merges ``//upload`` into ``/upload``, and a server that decodes
+``%2F`` turns ``/%2Fupload`` into ``//upload``. A route of the middleware must match every
+spelling the application will run as the limited view. Each server here serves one view,
+``POST /upload``, limited to two runs; two plain requests spend the limit, then every spelling
+is sent once over a raw socket (an HTTP client would correct the spelling), and the view must
+have run twice in all, whatever each server answered to each spelling (429, 404, 400 or a
+redirect).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import qos_support
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.asgi and protocol_in_code.qos.wsgi")
+pytest.importorskip("flask")
+pytest.importorskip("starlette")
+
+from redis_servers import free_port
+from web_servers import Uvicorn, Waitress
+from web_spellings_app import BURST, create_flask_app, create_starlette_app
+
+STARTUP_SECONDS = 30.0
+TESTS = str(qos_support.REPO_ROOT / "tests")
+
+#: (method, path) as a client may send them for the view at ``POST /upload``.
+SPELLINGS = [
+    ("post", "/upload"),
+    ("Post", "/upload"),
+    ("POST", "//upload"),
+    ("POST", "///upload"),
+    ("POST", "/%2Fupload"),
+    ("POST", "/%2fupload"),
+    ("POST", "/./upload"),
+    ("POST", "/x/../upload"),
+    ("POST", "/x/%2E%2E/upload"),
+    ("post", "//./upload"),
+    ("POST", "/upload/"),
+]
+
+
+def send(port: int, method: str, path: str) -> int:
+    """Send one request as written, over a raw socket; the status code (0 if the server
+    closed the connection without one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        request = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n"
+        sock.sendall((request + "Connection: close\r\n\r\n").encode("ascii"))
+        reply = b""
+        while b"\r\n" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return 0
+            reply += chunk
+    parts = reply.split(b"\r\n", 1)[0].split()
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def runs(port: int) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /runs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    return int(reply.rsplit(b"\r\n\r\n", 1)[1])
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while not listening(port):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited: {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+
+
+def werkzeug() -> Iterator[int]:
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, create_flask_app(), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_port
+    finally:
+        server.shutdown()
+        thread.join(STARTUP_SECONDS)
+
+
+def waitress() -> Iterator[int]:
+    pytest.importorskip("waitress")
+    server = Waitress(create_flask_app()).start()
+    try:
+        yield server.sock.getsockname()[1]
+    finally:
+        server.stop()
+
+
+def gunicorn() -> Iterator[int]:
+    pytest.importorskip("gunicorn")
+    port = free_port()
+    command = [
+        sys.executable, "-m", "gunicorn", "--workers", "1", "--bind", f"127.0.0.1:{port}",
+        "--chdir", TESTS, "--log-level", "warning", "web_spellings_app:create_flask_app()",
+    ]  # fmt: skip
+    process = subprocess.Popen(command)
+    try:
+        wait_listening(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(STARTUP_SECONDS)
+
+
+def uvicorn() -> Iterator[int]:
+    pytest.importorskip("uvicorn")
+    server = Uvicorn(create_starlette_app()).start()
+    try:
+        yield server.sock.getsockname()[1]
+    finally:
+        server.stop()
+
+
+SERVERS: dict[str, Callable[[], Iterator[int]]] = {
+    "flask+werkzeug": werkzeug,
+    "flask+waitress": waitress,
+    "flask+gunicorn": gunicorn,
+    "starlette+uvicorn": uvicorn,
+}
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def port(request: pytest.FixtureRequest) -> Iterator[int]:
+    yield from SERVERS[request.param]()
+
+
+def test_every_spelling_of_a_limited_view_is_limited(port: int) -> None:
+    assert [send(port, "POST", "/upload") for _ in range(BURST)] == [200] * BURST
+    answers = {f"{method} {path}": send(port, method, path) for method, path in SPELLINGS}
+    assert runs(port) == BURST, answers
+    assert answers["post /upload"] in (429, 400, 405, 501), answers
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        (("post", "/upload"), ("POST", "/upload")),
+        (("GET", "//upload"), ("GET", "/upload")),
+        (("GET", "/a/./b/../upload"), ("GET", "/a/upload")),
+        (("GET", "/upload//"), ("GET", "/upload/")),
+        (("GET", "/.."), ("GET", "/")),
+        (("GET", "/.well-known/x"), ("GET", "/.well-known/x")),
+        (("GET", "/café"), ("GET", "/café")),
+    ],
+)
+def test_a_request_is_read_as_routers_read_it(given: tuple[str, str], read: Any) -> None:
+    from protocol_in_code.qos._http import routed
+
+    assert routed(*given) == read
