@@ -422,3 +422,10 @@ def test_a_cancelled_asyncio_waiter_hands_its_turn_back(tmp_path: Path) -> None:
 
         wait = asyncio.run(main())
         assert wait < 100_000_000, (type(limiter).__name__, wait)
+
+
+def test_an_empty_shared_keyed_limiter_is_true_as_every_limiter_is(tmp_path: Path) -> None:
+    """``limiter or default`` keeps an empty table: truth does not follow ``len``."""
+    limiter = SharedKeyedRateLimiter("truth", 5, path=tmp_path)
+    assert len(limiter) == 0 and bool(limiter) is True
+    assert (limiter or None) is limiter

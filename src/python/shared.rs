@@ -815,6 +815,13 @@ impl SharedKeyedRateLimiter {
         Ok(len)
     }
 
+    /// Always True, however many keys are stored, as for every other limiter: without it an
+    /// empty table would be false through `__len__`, and `limiter or default` would quietly
+    /// put another limiter in its place.
+    fn __bool__(_slf: &Bound<'_, Self>) -> bool {
+        true
+    }
+
     /// Whether `key` is stored (a key not stored is a full, fresh one); with plans, under any
     /// plan.
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
