@@ -17,7 +17,6 @@ Every table is opened by name here, in the child, in the folder the test gives.
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing
 import os
@@ -30,6 +29,7 @@ from array import array
 from typing import Any
 
 from protocol_in_code.qos.shared import SharedKeyedRateLimiter
+from shared_workers import in_threads, timed_load
 
 #: The table of the load groups: one key, 1000 tokens a second and a burst of 10^8, which a
 #: run never spends: every decision takes a token, so any two decisions made on one state (two
@@ -66,42 +66,24 @@ def load_worker(folder: str, threads: int, ready: Any, go: Any, deadline: Any, o
     and batches of ``LOAD_BATCH`` requests in turn (a batch holds the lock, the interpreter
     released, for most of its length); each reports ``(admitted, requests, first_before,
     first_after, last_before, last_after)``: its first and last decisions lie between those
-    readings of ``time.monotonic_ns``, the clock the table reads."""
+    readings of ``time.monotonic_ns``, the clock the table reads (see
+    :func:`shared_workers.timed_load`)."""
     limiter = open_keyed(folder, LOAD_NAME, LOAD_RATE, LOAD_BURST, 64)
     keys = array("q", [LOAD_KEY]) * LOAD_BATCH
 
+    def decide(step: int, now: int) -> tuple[int, int]:
+        if step % 3 == 0:
+            return int(limiter.try_acquire(LOAD_KEY)), 1
+        if step % 3 == 1:
+            return int(limiter.check(LOAD_KEY).allowed), 1
+        codes = limiter.try_acquire_many(keys, array("q", [now]) * LOAD_BATCH)
+        return codes.count(0), LOAD_BATCH
+
     def run() -> None:
         assert go.wait(60), "never told to go"
-        end = deadline.value
-        admitted = requests = 0
-        first: tuple[int, int] | None = None
-        last = (0, 0)
-        for step in itertools.count():
-            before = time.monotonic_ns()
-            if before >= end:
-                break
-            if step % 3 == 0:
-                allowed, asked = int(limiter.try_acquire(LOAD_KEY)), 1
-            elif step % 3 == 1:
-                allowed, asked = int(limiter.check(LOAD_KEY).allowed), 1
-            else:
-                codes = limiter.try_acquire_many(keys, array("q", [before]) * LOAD_BATCH)
-                allowed, asked = codes.count(0), LOAD_BATCH
-            after = time.monotonic_ns()
-            if first is None:
-                first = (before, after)
-            last = (before, after)
-            admitted += allowed
-            requests += asked
-        assert first is not None, "the thread made no decision"
-        out.put((admitted, requests, *first, *last))
+        out.put(timed_load(decide, deadline.value))
 
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    ready.put(True)
-    for worker in workers:
-        worker.join()
+    in_threads(threads, run, ready)
 
 
 def load_group(folder: str, processes: int, threads: int) -> None:

@@ -8,6 +8,7 @@ or an :class:`Opener`, which opens the table by name in the child.
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -67,42 +68,53 @@ def _deciders(limiter: Any, keyed: bool) -> tuple[Any, Any]:
     return take, check
 
 
-def load(
-    given: Any, keyed: bool, threads: int, ready: Any, go: Any, deadline: Any, out: Any
-) -> None:
-    """Load on the host's clock: ``threads`` threads decide as fast as they can from ``go``
-    until the monotonic clock reaches ``deadline``; each reports ``(admitted, calls,
-    first_before, first_after, last_before, last_after)``: its first and last decisions lie
+def timed_load(decide: Any, end: int) -> tuple[int, int, int, int, int, int]:
+    """Decide by ``decide(step, now_ns)`` (which says how many it admitted of how many it
+    asked) as fast as possible until the monotonic clock reaches ``end``: ``(admitted, asked,
+    first_before, first_after, last_before, last_after)``. The first and last decisions lie
     between those readings of ``time.monotonic_ns``, the clock the limiters read."""
-    limiter = limiter_of(given)
-    take, check = _deciders(limiter, keyed)
+    admitted = asked = 0
+    first: tuple[int, int] | None = None
+    last = (0, 0)
+    for step in itertools.count():
+        before = time.monotonic_ns()
+        if before >= end:
+            break
+        allowed, count = decide(step, before)
+        after = time.monotonic_ns()
+        if first is None:
+            first = (before, after)
+        last = (before, after)
+        admitted += allowed
+        asked += count
+    assert first is not None, "the thread made no decision"
+    return (admitted, asked, *first, *last)
 
-    def run() -> None:
-        assert go.wait(60), "never told to go"
-        end = deadline.value
-        admitted = calls = 0
-        first: tuple[int, int] | None = None
-        last = (0, 0)
-        while True:
-            before = time.monotonic_ns()
-            if before >= end:
-                break
-            allowed = take() if calls % 2 else check()
-            after = time.monotonic_ns()
-            if first is None:
-                first = (before, after)
-            last = (before, after)
-            admitted += allowed
-            calls += 1
-        assert first is not None, "the thread made no decision"
-        out.put((admitted, calls, *first, *last))
 
+def in_threads(threads: int, run: Any, ready: Any) -> None:
+    """Run ``run`` in ``threads`` threads; say ``ready`` once they are started; wait for all."""
     workers = [threading.Thread(target=run) for _ in range(threads)]
     for worker in workers:
         worker.start()
     ready.put(True)
     for worker in workers:
         worker.join()
+
+
+def load(
+    given: Any, keyed: bool, threads: int, ready: Any, go: Any, deadline: Any, out: Any
+) -> None:
+    """Load on the host's clock: ``threads`` threads decide as fast as they can from ``go``
+    until the monotonic clock reaches ``deadline``, by ``check`` and ``try_acquire`` in turn;
+    each reports what :func:`timed_load` says."""
+    limiter = limiter_of(given)
+    take, check = _deciders(limiter, keyed)
+
+    def run() -> None:
+        assert go.wait(60), "never told to go"
+        out.put(timed_load(lambda step, _: (take() if step % 2 else check(), 1), deadline.value))
+
+    in_threads(threads, run, ready)
 
 
 def counted_load(

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -85,16 +84,6 @@ def listening(port: int) -> bool:
         return False
 
 
-def wait_listening(port: int, process: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while not listening(port):
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the server exited: {process.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError("the server did not start")
-        time.sleep(0.05)
-
-
 def werkzeug() -> Iterator[int]:
     from werkzeug.serving import make_server
 
@@ -126,7 +115,12 @@ def gunicorn() -> Iterator[int]:
     ]  # fmt: skip
     process = subprocess.Popen(command)
     try:
-        wait_listening(port, process)
+        qos_support.wait_until(
+            lambda: listening(port) or process.poll() is not None,
+            "gunicorn listening",
+            STARTUP_SECONDS,
+        )
+        assert process.poll() is None, f"gunicorn exited: {process.returncode}"
         yield port
     finally:
         process.terminate()
