@@ -44,6 +44,7 @@ use crate::core::exact::keyed::held::{Asked, HeldShards};
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedLimiter};
 use crate::core::exact::limiter::{Decision, Limiter};
 use crate::core::exact::shared::held::{HeldBuckets, SharedAsked};
+use crate::core::exact::shared::lock;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, Words};
 
@@ -223,22 +224,20 @@ where
     K: Hash + Eq + Clone,
     W: Words,
 {
-    let mut shared = 'again: loop {
-        let mut shared = Vec::new();
-        for (limit, places) in locks.values() {
-            if let Limit::Shared(table, _) = limit {
-                match table.try_hold(places) {
-                    Ok(held) => shared.push(held),
-                    Err(busy) => {
-                        drop(shared);
-                        table.wait_free(busy);
-                        continue 'again;
-                    }
-                }
-            }
-        }
-        break shared.into_iter();
-    };
+    let tables = locks.values().filter_map(|(limit, places)| match limit {
+        Limit::Shared(table, _) => Some((*table, places)),
+        _ => None,
+    });
+    let mut shared = lock::all_of(
+        || {
+            tables
+                .clone()
+                .map(|(table, places)| table.try_hold(places).map_err(|busy| (table, busy)))
+                .collect::<Result<Vec<_>, _>>()
+        },
+        |(table, busy)| table.wait_free(busy),
+    )
+    .into_iter();
     locks
         .values()
         .map(|(limit, places)| match limit {

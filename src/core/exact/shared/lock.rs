@@ -77,16 +77,24 @@ pub fn wait_free(words: &[AtomicU64], park: Park) {
     process_mutex::wait_free(process_mutex::at(words), park);
 }
 
+/// Take several locks, never waiting while holding one (see the module's docs): `try_all`
+/// tries each in turn and, at the first that stays busy, lets go of those it took (by
+/// returning) and says which; `wait_free` then waits, holding nothing, until that one is free,
+/// and `try_all` starts again.
+#[inline]
+pub fn all_of<T, B>(mut try_all: impl FnMut() -> Result<T, B>, mut wait_free: impl FnMut(B)) -> T {
+    loop {
+        match try_all() {
+            Ok(held) => return held,
+            Err(busy) => wait_free(busy),
+        }
+    }
+}
+
 /// Take the lock in the [`WORDS`] words at the start of `words`: tried, waited for, tried
 /// again. Call it holding no lock (see the module's docs).
-#[inline]
 pub fn lock(words: &[AtomicU64], park: Park) -> Held<'_> {
-    loop {
-        if let Some(held) = try_lock(words) {
-            return held;
-        }
-        wait_free(words, park);
-    }
+    all_of(|| try_lock(words).ok_or(()), |()| wait_free(words, park))
 }
 
 #[cfg(test)]

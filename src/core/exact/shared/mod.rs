@@ -292,20 +292,18 @@ impl<W: Words> Table<W> {
     #[inline]
     fn locked(&self, digest: Digest, now_ns: i64) -> Locked<'_> {
         let [low, high] = self.buckets_for(digest);
-        let held = loop {
-            let Some(first) = self.try_bucket(low) else {
-                self.wait_free(low);
-                continue;
-            };
-            if high == low {
-                break [Some(first), None];
-            }
-            if let Some(second) = self.try_bucket(high) {
-                break [Some(first), Some(second)];
-            }
-            drop(first);
-            self.wait_free(high);
-        };
+        let held = lock::all_of(
+            || {
+                let first = self.try_bucket(low).ok_or(low)?;
+                let second = if high == low {
+                    None
+                } else {
+                    Some(self.try_bucket(high).ok_or(high)?)
+                };
+                Ok([Some(first), second])
+            },
+            |busy| self.wait_free(busy),
+        );
         self.timed(held, [low, high], now_ns)
     }
 
