@@ -40,10 +40,11 @@ STARTUP_SECONDS = 30.0
 TESTS = str(qos_support.REPO_ROOT / "tests")
 
 
-def admitted_across_workers(command: list[str], port: int, folder: Path) -> None:
+def admitted_across_workers(command: list[str], port: int, folder: Path | None) -> None:
     """Run the server ``command`` (listening on ``port``), send it three bursts' worth of
-    requests at once, and check that exactly one burst was admitted."""
-    env = dict(os.environ, QOS_WEB_SHARED_DIR=str(folder))
+    requests at once, and check that exactly one burst was admitted; the table in ``folder``
+    (``None``: the default folder, where the command puts it)."""
+    env = dict(os.environ, QOS_WEB_SHARED_DIR=str(folder or ""))
     server = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}/"
@@ -54,7 +55,7 @@ def admitted_across_workers(command: list[str], port: int, folder: Path) -> None
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail(f"{command[2]} did not start")
+                    pytest.fail(f"{' '.join(command)} did not start")
                 time.sleep(0.1)
         with httpx.Client(timeout=STARTUP_SECONDS) as client, ThreadPoolExecutor(16) as pool:
             responses = list(pool.map(lambda _: client.get(url), range(3 * BURST)))
@@ -72,8 +73,9 @@ def admitted_across_workers(command: list[str], port: int, folder: Path) -> None
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    tables = [path.name for path in folder.iterdir()]
-    assert len(tables) == 1 and tables[0].endswith(".table"), tables
+    if folder is not None:
+        tables = [path.name for path in folder.iterdir()]
+        assert len(tables) == 1 and tables[0].endswith(".table"), tables
 
 
 def test_four_uvicorn_workers_on_one_shared_limiter_admit_exactly_the_burst(
@@ -101,3 +103,22 @@ def test_four_gunicorn_workers_on_one_shared_limiter_admit_exactly_the_burst(
         "web_shared_app:create_flask_app()",
     ]  # fmt: skip
     admitted_across_workers(command, port, tmp_path)
+
+
+def test_four_gunicorn_workers_in_a_container_sized_dev_shm_share_the_default_folder() -> None:
+    """As in a container: a private mount namespace whose ``/dev/shm`` is a fresh 64 MiB tmpfs
+    (Docker's default), and no ``path=``. The workers each open the table in the default
+    folder, ``/dev/shm/protocol-in-code-qos-<uid>``, which the first one makes: one burst in
+    all. (The host's ``/dev/shm`` is never touched.)"""
+    pytest.importorskip("gunicorn")
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount is refused here: {probe.stderr.decode().strip()}")
+    port = free_port()
+    script = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
+    command = [
+        "unshare", "--mount", "sh", "-c", script, "sh",
+        sys.executable, "-m", "gunicorn", "--workers", "4", "--bind", f"127.0.0.1:{port}",
+        "--chdir", TESTS, "--log-level", "warning", "web_shared_app:create_flask_app()",
+    ]  # fmt: skip
+    admitted_across_workers(command, port, None)

@@ -1,8 +1,9 @@
 """The applications ``test_shared_web.py`` serves in several worker processes.
 
 Every worker opens the same table by name, in the folder ``QOS_WEB_SHARED_DIR`` (the test's
-``tmp_path``), or inherits the one its server's master process opened before forking it: the
-workers share one budget because its state lives in that one file.
+``tmp_path``, or, empty, the default folder), or inherits the one its server's master process
+opened before forking it: the workers share one budget because its state lives in that one
+file.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ BURST = 50
 
 
 def limiter() -> SharedKeyedRateLimiter:
-    """One limit for all workers, per client: a burst of 50, then one more an hour."""
-    folder = os.environ["QOS_WEB_SHARED_DIR"]
+    """One limit for all workers, per client: a burst of 50, then one more an hour. An empty
+    ``QOS_WEB_SHARED_DIR`` means no ``path=``: the default folder."""
+    folder = os.environ["QOS_WEB_SHARED_DIR"] or None
     return SharedKeyedRateLimiter("web-workers", "1/hour", burst=BURST, path=folder)
 
 
