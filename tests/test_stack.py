@@ -124,6 +124,10 @@ def state(limits: list[Any], now: int) -> list[Any]:
     return seen
 
 
+#: A request: up to four parts. At most one key of the small table (limit 3) per request: the
+#: model asks each part alone, and a small table may have room for each of several new keys
+#: alone but not for all of them, which the stack (rightly) refuses. Keys of one request
+#: competing for a table's room are pinned in test_stack_seams.py.
 request = st.lists(
     st.tuples(
         st.integers(0, 6),
@@ -133,7 +137,7 @@ request = st.lists(
     ),
     min_size=1,
     max_size=4,
-)
+).filter(lambda specs: len({key for limit, key, _, _ in specs if limit == 3}) <= 1)
 
 
 @settings(max_examples=150, deadline=None)
