@@ -267,10 +267,11 @@ def test_enforce_false_decides_counts_and_says_but_never_refuses(serve, clients)
 
 
 @pytest.mark.parametrize("form", FORMS[:3], indirect=True)  # the middleware takes limiters
-def test_a_rate_makes_one_limit_per_client(form, serve, clients):
-    # limit("3/hour"): a KeyedRateLimiter on the real clock, one per client. A token comes
-    # every 20 minutes, so the statuses do not depend on how fast this runs.
-    url = serve("3/hour")
+def test_a_rate_makes_one_limit_per_client(form, serve, clients, tmp_path):
+    # limit("3/hour"): one limit per client, on the real clock, kept in a shared table (here in
+    # tmp_path, not this user's default folder, so each run starts afresh). A token comes every
+    # 20 minutes, so the statuses do not depend on how fast this runs.
+    url = serve("3/hour", store=tmp_path)
     one, two = clients
     assert [one.get(url + "/").status_code for _ in range(4)] == [200] * 3 + [429]
     refused = one.get(url + "/")
@@ -440,7 +441,11 @@ def test_bad_arguments_raise_at_construction():
     with pytest.raises(TypeError, match="limiter"):
         flask_limit(None)
     with pytest.raises(TypeError, match="on_decision"):
-        django_limit("1/second", on_decision="prometheus")
+        django_limit("1/second", on_decision="prometheus")(web_django_app.hello)
+    with pytest.raises(ValueError, match="store"):
+        flask_limit("1/second", store="redis")
+    with pytest.raises(TypeError, match="store"):
+        RateLimit("1/second", store=42)
     with pytest.raises(ValueError, match="forwarded_header"):
         RateLimit("1/second", forwarded_header="X-Real-IP")
 

@@ -45,6 +45,8 @@ __all__ = [
     "_canonical",
     "_check_together",
     "_combined",
+    "_host_folder",
+    "_host_secret",
     "_of_this_host",
     "_only_the_rate_by_position",
     "_read_plans",
@@ -290,6 +292,8 @@ def _check_together(
 ) -> Stacked | None: ...
 def _combined(decisions: list[Decision]) -> Decision: ...
 def _of_this_host(limiter: Any) -> bool: ...
+def _host_secret(path: Any = None) -> bytes: ...
+def _host_folder() -> pathlib.Path: ...
 
 @disjoint_base
 class RateLimiter:

@@ -136,6 +136,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // shared: one limit for the processes of one host
     module.add_class::<shared::SharedRateLimiter>()?;
     module.add_class::<shared::SharedKeyedRateLimiter>()?;
+    module.add_function(wrap_pyfunction!(shared::host_secret_py, module)?)?;
+    module.add_function(wrap_pyfunction!(shared::host_folder_py, module)?)?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
@@ -66,14 +66,7 @@ impl Shared {
                     .map_or_else(|_| "?".into(), |n| n.to_string())
             ))
         })?;
-        let folder = match path.filter(|path| !path.is_none()) {
-            None => None,
-            Some(path) => Some(
-                py.import("os")?
-                    .call_method1("fspath", (path,))?
-                    .extract::<PathBuf>()?,
-            ),
-        };
+        let folder = given_folder(py, path)?;
         let tables: Vec<(&Config, Option<u64>)> =
             configs.iter().map(|config| (config, max_keys)).collect();
         let opened = py
@@ -185,6 +178,49 @@ impl Shared {
         kwargs.set_item("path", self.path.parent())?;
         Ok((PyTuple::new(py, [self.name.as_str()])?, kwargs))
     }
+}
+
+/// The folder `path=` names (any path-like), or `None` for the default folder.
+fn given_folder(py: Python<'_>, path: Option<&Bound<'_, PyAny>>) -> PyResult<Option<PathBuf>> {
+    match path.filter(|path| !path.is_none()) {
+        None => Ok(None),
+        Some(path) => Ok(Some(
+            py.import("os")?
+                .call_method1("fspath", (path,))?
+                .extract::<PathBuf>()?,
+        )),
+    }
+}
+
+/// `_host_secret(path=None)`: the secret every process of this user on this host reads alike
+/// (`shared_memory::host_secret`), in the folder `path` or the shared tables' default folder.
+/// The web middleware key their `pk` hash with it, so that every worker, and every restart,
+/// tells a client by the same `pk`.
+#[pyfunction]
+#[pyo3(name = "_host_secret", signature = (path = None))]
+pub fn host_secret_py<'py>(
+    py: Python<'py>,
+    path: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let folder = given_folder(py, path)?;
+    let secret = py
+        .detach(|| {
+            let folder = match folder {
+                Some(folder) => folder,
+                None => shared_memory::default_folder()?,
+            };
+            shared_memory::host_secret(&folder)
+        })
+        .map_err(PyErr::from)?;
+    Ok(PyBytes::new(py, &secret))
+}
+
+/// `_host_folder()`: the shared tables' default folder, made and checked as for a table.
+#[pyfunction]
+#[pyo3(name = "_host_folder")]
+pub fn host_folder_py(py: Python<'_>) -> PyResult<PathBuf> {
+    py.detach(shared_memory::default_folder)
+        .map_err(PyErr::from)
 }
 
 /// The digest of a Python key in `table` (see `Table::digest_of`): the plain key it is, or

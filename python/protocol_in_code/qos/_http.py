@@ -44,7 +44,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, NamedTuple, TypeAlias
 
-from protocol_in_code._native import Decision, LimitOutcome
+from protocol_in_code._native import (
+    Decision,
+    KeyedRateLimiter,
+    LimitOutcome,
+    RateLimiter,
+    SharedKeyedRateLimiter,
+    _host_secret,
+)
+from protocol_in_code.qos._workers import warn_if_several_workers
 from protocol_in_code.qos.interfaces import kind_of
 from protocol_in_code.qos.stack import Stacked, check_together, check_together_async
 
@@ -526,12 +534,19 @@ def _rule(
     methods: frozenset[str] | None = None,
     unit: str | None = None,
     route: str | None = None,
+    on_event_loop: bool = False,
 ) -> Rule:
     keyed, awaited, redis = _limiter_kind(limiter, parameter)
     if awaited and not allow_async:
         raise TypeError(
             f"{parameter}: an asyncio Redis limiter cannot serve WSGI or a synchronous view; "
             "give it a synchronous client (redis.Redis)"
+        )
+    if redis and not awaited and on_event_loop:
+        raise TypeError(
+            f"{parameter}: a Redis limiter on a synchronous client would block the event loop "
+            "at every request (a slow or stopped server would stall every request of this "
+            "worker, exempt ones too); give it an asyncio client (redis.asyncio.Redis)"
         )
     plans = _plans_of(limiter)
     if plans is not None:
@@ -692,7 +707,12 @@ class Rules:
         on_decision_key: bool = False,
         plan: Callable[[RequestInfo], str] | None = None,
         stack: bool = False,
+        burst: int | None = None,
+        store: Any = "shared",
+        on_event_loop: bool = False,
+        table: str = "web",
     ) -> None:
+        store = checked_store(store)
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
         rules: list[Rule] = []
@@ -708,24 +728,34 @@ class Rules:
                 continue
             costed = route.cost is not None or cost is not None
             unit = route.unit if route.unit is not None else quota_unit
+            parameter = f"routes[{i}].limiter"
             rules.append(
                 _rule(
-                    route.limiter,
+                    limiter_of(route.limiter, None, store, table, _route_name(route), parameter),
                     _route_name(route),
-                    f"routes[{i}].limiter",
+                    parameter,
                     allow_async,
                     route.cost,
                     prefix,
                     methods,
                     _unit(unit, costed, f"routes[{i}].unit"),
                     route.prefix,
+                    on_event_loop=on_event_loop,
                 )
             )
         if limiter is not None:
             unit = _unit(quota_unit, cost is not None, "quota_unit")
-            rules.append(_rule(limiter, name, "limiter", allow_async, unit=unit))
+            limiter = limiter_of(limiter, burst, store, table, name, "limiter")
+            rules.append(
+                _rule(limiter, name, "limiter", allow_async, unit=unit, on_event_loop=on_event_loop)
+            )
         elif not rules:
             raise ValueError("limiter: give a limiter, or routes with limiters, or both")
+        elif burst is not None:
+            raise TypeError("burst is for a rate given as limiter ('100/minute'), not for routes")
+        in_process = [rule.limiter for rule in rules if isinstance(rule.limiter, _IN_PROCESS)]
+        if in_process:
+            warn_if_several_workers(type(in_process[0]).__name__)
         self.rules = tuple(rules)
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the request, not {key!r}")
@@ -758,7 +788,7 @@ class Rules:
         self.headers_on_allowed = bool(headers_on_allowed)
         self.legacy_headers = bool(legacy_headers)
         if partition_secret is None:
-            partition_secret = os.urandom(16)
+            partition_secret = host_secret()
         elif not isinstance(partition_secret, bytes) or len(partition_secret) < 16:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
@@ -1467,7 +1497,10 @@ def view_rules(
     limiter: Any,
     *,
     allow_async: bool,
+    table: str,
     burst: int | None = None,
+    store: Any = "shared",
+    on_event_loop: bool = False,
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
     trusted_proxies: Iterable[str] = (),
@@ -1486,11 +1519,11 @@ def view_rules(
     """The rules of one view's limit, and its one rule: the middleware's, without routes.
 
     ``limiter`` is a limiter of any of the four interfaces, or a rate (``"5/minute"``, ``10``)
-    with an optional ``burst``, which makes a :class:`KeyedRateLimiter` of it: one limit per
-    client. A mapping of policy names to such limiters or rates is several limits stacked on
-    the view (``{"global": RateLimiter("1000/second"), "client": "10/second"}``), decided
-    together: taken from all or none. Every other parameter means what it means for the
-    middleware.
+    with an optional ``burst``: one limit per client, kept in ``store`` under a name made of
+    ``table`` (the view's) and the policy's name (see :func:`limiter_of`). A mapping of policy
+    names to such limiters or rates is several limits stacked on the view (``{"global":
+    RateLimiter("1000/second"), "client": "10/second"}``), decided together: taken from all or
+    none. Every other parameter means what it means for the middleware.
     """
     routes: list[Route] = []
     if isinstance(limiter, Mapping):
@@ -1498,16 +1531,17 @@ def view_rules(
             raise TypeError("burst is for one rate (limit('5/minute', burst=10)), not a mapping")
         if not limiter:
             raise ValueError("limiter: a mapping of stacked limits needs at least one")
-        stacked = [(policy, _view_limiter(one, None)) for policy, one in limiter.items()]
-        for policy, one in stacked[1:]:
+        for policy, one in limiter.items():
             if not isinstance(policy, str):
                 raise TypeError(f"limiter: a stacked limit's name must be a str, not {policy!r}")
-            routes.append(Route("/", one, name=policy))
-        name, limiter = stacked[0]
-        if not isinstance(name, str):
-            raise TypeError(f"limiter: a stacked limit's name must be a str, not {name!r}")
-    else:
-        limiter = _view_limiter(limiter, burst)
+            if one is None:
+                raise TypeError(
+                    f"limiter[{policy!r}]: give a limiter, or a rate such as '5/minute'"
+                )
+        (name, limiter), *others = limiter.items()
+        routes = [Route("/", one, name=policy) for policy, one in others]
+    elif limiter is None:
+        raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
     rules = Rules(
         limiter,
         routes=routes,
@@ -1528,18 +1562,118 @@ def view_rules(
         on_decision_key=on_decision_key,
         plan=plan,
         stack=bool(routes),
+        burst=burst,
+        store=store,
+        on_event_loop=on_event_loop,
+        table=table,
     )
     return rules, rules.rules[-1]
 
 
-def _view_limiter(limiter: Any, burst: int | None) -> Any:
-    """A view's limiter: the one given, or a rate's :class:`KeyedRateLimiter`."""
-    if isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool):
-        from protocol_in_code.qos.keyed import KeyedRateLimiter
+#: The stores a rate given in place of a limiter can be kept in, by name: ``"shared"`` (the
+#: default) is one limit for every process of the host, ``"process"`` one in each process.
+STORES = ("shared", "process")
 
+#: The longest name of a shared table (``shared_memory::LONGEST_NAME`` in the core).
+LONGEST_TABLE_NAME = 100
+
+_IN_PROCESS = (RateLimiter, KeyedRateLimiter)
+
+
+def is_rate(limiter: Any) -> bool:
+    """Whether ``limiter`` is a rate (``"5/minute"``, ``10``, ``Fraction(1, 3)``) given in
+    place of a limiter."""
+    return isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool)
+
+
+def has_rate(limiter: Any) -> bool:
+    """Whether a view's ``limiter`` (or a mapping of them) holds a rate, whose limit needs a
+    name: the view's, known only once the decorator is given the view."""
+    if isinstance(limiter, Mapping):
+        return any(is_rate(one) for one in limiter.values())
+    return is_rate(limiter)
+
+
+def checked_store(store: Any) -> Any:
+    """``store``, if it is one: ``"shared"``, ``"process"`` or a Redis client."""
+    if isinstance(store, str):
+        if store not in STORES:
+            raise ValueError(
+                f"store must be 'shared', 'process', a folder or a Redis client, not {store!r}"
+            )
+    elif not isinstance(store, os.PathLike) and not callable(getattr(store, "evalsha", None)):
+        raise TypeError(
+            "store must be 'shared', 'process', a folder (a pathlib.Path) or a Redis client, "
+            f"not {type(store).__name__}"
+        )
+    return store
+
+
+def table_name(*parts: str) -> str:
+    """The name a rate's limit is kept under: ``parts`` joined by dots, every character a
+    table's name cannot hold (``<locals>``...) made ``-``, and a name too long shortened, a
+    digest of the whole in its place of the end."""
+    whole = ".".join(parts)
+    text = re.sub(r"[^A-Za-z0-9._-]", "-", whole).lstrip(".") or "-"
+    if len(text) > LONGEST_TABLE_NAME:
+        digest = hashlib.sha256(whole.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        text = f"{text[: LONGEST_TABLE_NAME - 17]}-{digest}"
+    return text
+
+
+def limiter_of(
+    limiter: Any, burst: int | None, store: Any, table: str, name: str, parameter: str
+) -> Any:
+    """The limiter a rule asks: ``limiter`` itself, or, for a rate given in its place
+    (``"100/minute"``, with ``burst``), one limit per client kept in ``store``:
+
+    * ``"shared"`` (the default): a :class:`SharedKeyedRateLimiter` named ``<table>.<name>``
+      (the policy's name), one limit for every worker process of the host. The workers of one
+      application name it alike, and find the same table again after a restart.
+    * a folder (``pathlib.Path("/run/shop/qos")``): the same, with the table in that folder.
+    * ``"process"``: a :class:`KeyedRateLimiter`, a limit in each process.
+    * a Redis client (sync or asyncio): a Redis keyed limiter of that name, one limit for
+      every host.
+    """
+    if not is_rate(limiter):
+        if burst is not None:
+            raise TypeError(
+                f"burst is for a rate ({parameter}='5/minute', burst=10), not for a limiter"
+            )
+        return limiter
+    where = table_name(table, name)
+    if store == "shared":
+        return SharedKeyedRateLimiter(where, limiter, burst=burst)
+    if isinstance(store, os.PathLike):
+        return SharedKeyedRateLimiter(where, limiter, burst=burst, path=store)
+    if store == "process":
         return KeyedRateLimiter(limiter, burst=burst)
-    if burst is not None:
-        raise TypeError("burst is for a rate (limit('5/minute', burst=10)), not a limiter")
-    if limiter is None:
-        raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
-    return limiter
+    from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+
+    return RedisKeyedRateLimiter(store, limiter, burst=burst, name=where)
+
+
+def host_secret() -> bytes:
+    """The secret ``pk`` is keyed with unless ``partition_secret`` is given: one that every
+    process of this user on this host reads alike (a file in the shared tables' folder, made
+    once), so that every worker, and every restart until the host reboots, gives a client the
+    same ``pk``. Where that folder cannot be used, a random one of this process's, said once in
+    the log."""
+    try:
+        return _host_secret()
+    except OSError as error:
+        _log.warning(
+            "the host's partition secret cannot be read (%s): pk is keyed with a secret of "
+            "this process's own, so each worker gives a client another pk; give every worker "
+            "the same partition_secret",
+            error,
+        )
+        return os.urandom(16)
+
+
+def view_table(view: Callable[..., Any]) -> str:
+    """The name a view's rates are kept under: ``view.`` and its module and qualified name
+    (``view.shop.views.login``), the same in every worker and after every restart."""
+    module = getattr(view, "__module__", None) or "-"
+    qualname = getattr(view, "__qualname__", None) or getattr(view, "__name__", None) or "-"
+    return table_name("view", str(module), str(qualname))

@@ -64,8 +64,18 @@ def _peer(scope: Scope) -> str | None:
 class RateLimitMiddleware:
     """Limit the requests that reach ``app``; see the module's help for the whole picture.
 
-    ``limiter`` is any of our limiters: a ``RateLimiter`` (one limit for everyone), a
-    ``KeyedRateLimiter`` (one per client), or a Redis limiter, synchronous or asyncio.
+    ``limiter`` is a rate (``"100/minute"``, with an optional ``burst``): one limit per
+    client, for the whole host by default (``store``, below); or any of our limiters: a
+    ``RateLimiter`` (one limit for everyone, in this process), a ``KeyedRateLimiter`` (one per
+    client, in this process), a shared one (``SharedKeyedRateLimiter``: one for every process
+    of the host), or a Redis limiter on an asyncio client (one for every host; a synchronous
+    client would block the event loop, and is refused). Several workers that each have an
+    in-process limiter admit the limit once each: the first of them to start that finds
+    another says so once (a ``RuntimeWarning``).
+    ``store`` says where a rate's limits are kept: ``"shared"`` (the default), a table every
+    worker process of the host shares (a ``SharedKeyedRateLimiter`` named ``web.<name>``, or
+    ``web.<route name>`` for a route's, found again after a restart); ``"process"``, a
+    ``KeyedRateLimiter`` in each process; or a Redis client, a Redis limiter of that name.
     ``routes`` gives other limits to parts of the application (the first matching
     :class:`Route` wins; ``limiter`` covers the rest, and may be ``None``). With
     ``stack=True`` every matching route's limit *and* ``limiter`` apply to a request, decided
@@ -85,8 +95,10 @@ class RateLimitMiddleware:
       when there are several).
     * ``headers_on_allowed``: add the RateLimit fields to allowed responses too (default);
       ``legacy_headers`` adds ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``.
-    * ``partition_secret``: the key of the hash that makes ``pk``; give the same one to every
-      worker so that a client's ``pk`` is the same whichever answers. Random by default.
+    * ``partition_secret``: the key of the hash that makes ``pk``. By default a secret every
+      process of this user on this host shares (made once, in the shared tables' folder), so
+      a client's ``pk`` is the same whichever worker answers, and after a restart; give the
+      same one to every host for a ``pk`` that is the same across hosts.
     * ``quota_unit``: the unit of the quota, ``qu`` (``"content-bytes"``...): by default
       requests, or ``"units"`` where a ``cost`` function counts something else
       (``Route(unit=...)`` for a route's).
@@ -108,6 +120,8 @@ class RateLimitMiddleware:
         app: ASGIApp,
         limiter: Any = None,
         *,
+        burst: int | None = None,
+        store: Any = "shared",
         routes: Iterable[Route] = (),
         key: KeyFunction | None = None,
         cost: CostFunction | None = None,
@@ -149,6 +163,9 @@ class RateLimitMiddleware:
             on_decision_key=on_decision_key,
             plan=plan,
             stack=stack,
+            burst=burst,
+            store=store,
+            on_event_loop=True,
             allow_async=True,
         )
         self.websocket = bool(websocket)

@@ -41,11 +41,14 @@ from protocol_in_code.qos._http import (
     Rule,
     Rules,
     Verdict,
+    checked_store,
     decide,
     decide_async,
     decide_stacked,
     decide_stacked_async,
+    has_rate,
     view_rules,
+    view_table,
 )
 from protocol_in_code.qos.asgi import RateLimitMiddleware as _ASGIMiddleware
 from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
@@ -81,6 +84,7 @@ def limit(
     limiter: Any,
     *,
     burst: int | None = None,
+    store: Any = "shared",
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
     trusted_proxies: Iterable[str] = (),
@@ -99,34 +103,55 @@ def limit(
     """A decorator limiting the view (a function of the request) it decorates.
 
     ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces`, or a rate
-    (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one limit
-    per client; or a mapping of policy names to limiters or rates, stacked on the view and
+    (``"5/minute"``) with an optional ``burst``: one limit per client, kept in ``store``. By
+    default (``"shared"``) that is one limit for every worker process of the host, in a
+    ``SharedKeyedRateLimiter`` named after the view (``view.<module>.<qualified
+    name>.<policy name>``), so every worker and every restart finds the same table;
+    ``store="process"`` keeps a limit in each process, and a Redis client one for every
+    host. Or a mapping of policy names to limiters or rates, stacked on the view and
     decided together (taken from all or none). An asyncio limiter needs an ``async def`` view,
     where it is awaited. The other
     parameters are the WSGI middleware's. One decorator is one limit: made once and put on
     several views, it limits them together.
     """
-    rules, rule = view_rules(
-        limiter,
-        allow_async=True,
-        burst=burst,
-        key=key,
-        cost=cost,
-        trusted_proxies=trusted_proxies,
-        forwarded_header=forwarded_header,
-        name=name,
-        headers_on_allowed=headers_on_allowed,
-        legacy_headers=legacy_headers,
-        partition_secret=partition_secret,
-        quota_unit=quota_unit,
-        problem_json=problem_json,
-        enforce=enforce,
-        on_decision=on_decision,
-        on_decision_key=on_decision_key,
-        plan=plan,
-    )
+    checked_store(store)
+    options: dict[str, Any] = {
+        "burst": burst,
+        "store": store,
+        "key": key,
+        "cost": cost,
+        "trusted_proxies": trusted_proxies,
+        "forwarded_header": forwarded_header,
+        "name": name,
+        "headers_on_allowed": headers_on_allowed,
+        "legacy_headers": legacy_headers,
+        "partition_secret": partition_secret,
+        "quota_unit": quota_unit,
+        "problem_json": problem_json,
+        "enforce": enforce,
+        "on_decision": on_decision,
+        "on_decision_key": on_decision_key,
+        "plan": plan,
+    }
+    # A rate's limit is named after the view: built for the first view decorated (a decorator
+    # put on several views is one limit for all of them). Without a rate, built now.
+    built: list[tuple[Rules, Rule]] = []
+    if not has_rate(limiter):
+        built.append(view_rules(limiter, allow_async=True, table="view", **options))
 
     def decorate(view: View) -> View:
+        if not built:
+            built.append(view_rules(limiter, allow_async=True, table=view_table(view), **options))
+        rules, rule = built[0]
+        # An async view is awaited on the event loop, where a synchronous Redis client would
+        # block; a sync view runs in a thread of its own under ASGI.
+        blocking = any(one.redis and not one.awaited for one in rules.rules)
+        if inspect.iscoroutinefunction(view) and blocking:
+            raise TypeError(
+                f"limiter: a Redis limiter on a synchronous client would block the event loop "
+                f"at every request of {view.__name__}, an async view; give it an asyncio "
+                "client (redis.asyncio.Redis)"
+            )
         if inspect.iscoroutinefunction(view):
 
             @functools.wraps(view)

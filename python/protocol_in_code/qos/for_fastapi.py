@@ -21,7 +21,9 @@ import for_fastapi`` never hides the framework's own package in the application'
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -36,6 +38,7 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     client_address,
     decide_async,
+    table_name,
     view_rules,
 )
 
@@ -76,13 +79,30 @@ async def rate_limit_exceeded_handler(request: Request, exc: Exception) -> Respo
     return Response(exc.body, exc.status_code, exc.headers, media_type=exc.content_type)
 
 
+def _table(name: str, caller: FrameType) -> str:
+    """The name a dependency's rates are kept under, from where it is written: its module and
+    ``name`` when it has a name of its own (``view.shop.api.search``), else its module and
+    line (``view.shop.api.line42``). A dependency knows no view of its own (one may serve
+    several routes); its module and name are the same in every worker and after a restart."""
+    module = caller.f_globals.get("__name__") or "-"
+    if name != "default":
+        return table_name("view", module)
+    return table_name("view", module, f"line{caller.f_lineno}")
+
+
 class RateLimit:
     """A FastAPI dependency limiting the requests of the routes it is given to.
 
     ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces` (an asyncio one is
-    awaited; an in-process one never sleeps, so it is called directly), or a rate
-    (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one limit
-    per client; or a mapping of policy names to limiters or rates, stacked on the route and
+    awaited; an in-process one never sleeps, so it is called directly; a Redis limiter on a
+    synchronous client would block the event loop, and is refused), or a rate
+    (``"5/minute"``) with an optional ``burst``: one limit per client, kept in ``store``. By
+    default (``"shared"``) that is one limit for every worker process of the host, in a
+    ``SharedKeyedRateLimiter`` named after where the dependency is written: its module and
+    ``name`` (give each a name of its own, ``RateLimit("5/minute", name="search")``, so its
+    table keeps its count across edits), or without one its module and line.
+    ``store="process"`` keeps a limit in each process, and a Redis client (asyncio) one for
+    every host. Or a mapping of policy names to limiters or rates, stacked on the route and
     decided together (taken from all or none). The other parameters are the ASGI
     middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
     ``headers_on_allowed``,
@@ -99,6 +119,7 @@ class RateLimit:
         limiter: Any,
         *,
         burst: int | None = None,
+        store: Any = "shared",
         key: KeyFunction | None = None,
         cost: CostFunction | None = None,
         trusted_proxies: Iterable[str] = (),
@@ -117,7 +138,10 @@ class RateLimit:
         self.rules, self.rule = view_rules(
             limiter,
             allow_async=True,
+            table=_table(name, sys._getframe(1)),
+            on_event_loop=True,
             burst=burst,
+            store=store,
             key=key,
             cost=cost,
             trusted_proxies=trusted_proxies,

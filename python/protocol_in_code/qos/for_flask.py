@@ -36,8 +36,11 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     Rule,
     Rules,
+    checked_store,
     decide,
+    has_rate,
     view_rules,
+    view_table,
 )
 from protocol_in_code.qos.wsgi import _info, _path
 
@@ -50,6 +53,7 @@ def limit(
     limiter: Any,
     *,
     burst: int | None = None,
+    store: Any = "shared",
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
     trusted_proxies: Iterable[str] = (),
@@ -68,8 +72,12 @@ def limit(
     """A decorator limiting the view it decorates.
 
     ``limiter`` is any synchronous limiter of :mod:`protocol_in_code.qos.interfaces`, or a
-    rate (``"5/minute"``) with an optional ``burst``, which makes a ``KeyedRateLimiter``: one
-    limit per client. A mapping of policy names to limiters or rates stacks them on the
+    rate (``"5/minute"``) with an optional ``burst``: one limit per client, kept in ``store``.
+    By default (``"shared"``) that is one limit for every worker process of the host, in a
+    ``SharedKeyedRateLimiter`` named after the view (``view.<module>.<qualified
+    name>.<policy name>``), so every worker and every restart finds the same table;
+    ``store="process"`` keeps a limit in each process, and a Redis client one for every
+    host. A mapping of policy names to limiters or rates stacks them on the
     view, decided together (taken from all or none). The other parameters are the WSGI
     middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
     ``headers_on_allowed``,
@@ -79,27 +87,36 @@ def limit(
     One decorator is one limit: a decorator made once and put on several views limits them
     together; ``limit(...)`` written on each limits each on its own.
     """
-    rules, rule = view_rules(
-        limiter,
-        allow_async=False,
-        burst=burst,
-        key=key,
-        cost=cost,
-        trusted_proxies=trusted_proxies,
-        forwarded_header=forwarded_header,
-        name=name,
-        headers_on_allowed=headers_on_allowed,
-        legacy_headers=legacy_headers,
-        partition_secret=partition_secret,
-        quota_unit=quota_unit,
-        problem_json=problem_json,
-        enforce=enforce,
-        on_decision=on_decision,
-        on_decision_key=on_decision_key,
-        plan=plan,
-    )
+    checked_store(store)
+    options: dict[str, Any] = {
+        "burst": burst,
+        "store": store,
+        "key": key,
+        "cost": cost,
+        "trusted_proxies": trusted_proxies,
+        "forwarded_header": forwarded_header,
+        "name": name,
+        "headers_on_allowed": headers_on_allowed,
+        "legacy_headers": legacy_headers,
+        "partition_secret": partition_secret,
+        "quota_unit": quota_unit,
+        "problem_json": problem_json,
+        "enforce": enforce,
+        "on_decision": on_decision,
+        "on_decision_key": on_decision_key,
+        "plan": plan,
+    }
+    # A rate's limit is named after the view: built for the first view decorated (a decorator
+    # put on several views is one limit for all of them). Without a rate, built now.
+    built: list[tuple[Rules, Rule]] = []
+    if not has_rate(limiter):
+        built.append(view_rules(limiter, allow_async=False, table="view", **options))
 
     def decorate(view: View) -> View:
+        if not built:
+            built.append(view_rules(limiter, allow_async=False, table=view_table(view), **options))
+        rules, rule = built[0]
+
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
             return _limited(rules, rule, view, args, kwargs)

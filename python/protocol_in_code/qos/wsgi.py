@@ -101,8 +101,8 @@ def _path(environ: Environ) -> str:
 class RateLimitMiddleware:
     """Limit the requests that reach ``app``: the parameters are the ASGI middleware's.
 
-    ``limiter``, ``routes``, ``key``, ``cost``, ``exempt``, ``trusted_proxies``,
-    ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers``,
+    ``limiter``, ``burst``, ``store``, ``routes``, ``key``, ``cost``, ``exempt``,
+    ``trusted_proxies``, ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers``,
     ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``, ``on_decision`` and
     ``on_decision_key``, ``plan`` and ``stack`` mean what they mean for
     :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
@@ -116,6 +116,8 @@ class RateLimitMiddleware:
         app: WSGIApp,
         limiter: Any = None,
         *,
+        burst: int | None = None,
+        store: Any = "shared",
         routes: Iterable[Route] = (),
         key: KeyFunction | None = None,
         cost: CostFunction | None = None,
@@ -156,6 +158,8 @@ class RateLimitMiddleware:
             on_decision_key=on_decision_key,
             plan=plan,
             stack=stack,
+            burst=burst,
+            store=store,
             allow_async=False,
         )
 

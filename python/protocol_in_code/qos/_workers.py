@@ -1,0 +1,111 @@
+"""Is this process one of several workers of one server? Told without ``/proc`` or a preload.
+
+An in-process limiter in front of a web application is exact in one process, and admits its
+limit once per worker under ``gunicorn -w 4`` or ``uvicorn --workers 4``. Nothing in the
+process says how many workers its server runs: gunicorn forks its workers before they import
+the application (unless ``--preload``), uvicorn spawns them, neither sets an environment
+variable, and a container may have no ``/proc`` to read the parent from. So the workers tell
+each other.
+
+Each process that puts an in-process limiter in front of an application registers: it makes
+the file ``protocol-in-code-qos.worker.<parent pid>.<pid>`` in the shared tables' folder of
+this user (``/dev/shm/protocol-in-code-qos-<uid>``) and holds an exclusive ``flock`` on it for
+as long as it lives (the kernel lets go of it when the process ends, however). Then it looks
+for the files of other processes of the same parent: one whose lock is held is a live sibling.
+Of any two siblings, the one that looks second sees the first, so with two workers or more at
+least one of them finds out; the first to find out makes ``...worker.<parent pid>.warned``
+(exclusively), and only it warns: one warning per server, in its log at startup.
+
+A parent's files are tidied by the next process that looks: the files whose lock nobody holds
+are removed, and a ``warned`` file goes when no sibling is alive, so a new server that happens
+to get an old one's pid is told again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import warnings
+from pathlib import Path
+
+from protocol_in_code import _native
+
+_PREFIX = "protocol-in-code-qos.worker."
+
+#: This process's own file, held open (and locked) until it ends; set once it registered.
+_registered: dict[int, int] = {}
+
+
+def _held_by_another(path: Path) -> bool | None:
+    """Whether a live process holds ``path``'s lock; ``None`` if the file is gone. A file whose
+    lock is free is removed on the way (its process has ended)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        try:
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                os.unlink(path)
+        except OSError:
+            pass
+        return False
+    finally:
+        os.close(fd)
+
+
+def several_workers() -> bool:
+    """Register this process as a worker of its parent, and say whether this is the one process
+    of the parent's workers to warn that they are several (``True`` at most once per server).
+
+    Best effort: where the folder cannot be used, nothing is registered and the answer is
+    ``False``.
+    """
+    parent, pid = os.getppid(), os.getpid()
+    if pid in _registered:  # one registration per process (a forked child registers anew)
+        return False
+    try:
+        folder = _native._host_folder()
+        mine = folder / f"{_PREFIX}{parent}.{pid}"
+        fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _registered[pid] = fd
+    siblings = 0
+    for path in folder.glob(f"{_PREFIX}{parent}.*"):
+        other = path.name.rsplit(".", 1)[1]
+        if other.isdigit() and int(other) != pid and _held_by_another(path):
+            siblings += 1
+    warned = folder / f"{_PREFIX}{parent}.warned"
+    if not siblings:
+        warned.unlink(missing_ok=True)
+        return False
+    try:
+        os.close(os.open(warned, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError:
+        return False  # another worker of this server warned already
+    return True
+
+
+def warn_if_several_workers(what: str) -> None:
+    """Warn once per server (a ``RuntimeWarning``) when ``what``, an in-process limiter in front
+    of an application, is used by several workers of one server: each enforces the whole limit
+    on its own."""
+    if several_workers():
+        warnings.warn(
+            f"{what} is a limiter of this process, and this server runs several worker "
+            "processes, each with its own: together they admit the limit once per worker. "
+            "Give a rate ('100/minute') to keep one limit for the host, or a "
+            "SharedKeyedRateLimiter, or a Redis limiter for several hosts",
+            RuntimeWarning,
+            stacklevel=3,
+        )
