@@ -67,9 +67,10 @@ class _Server:
 
 
 class Uvicorn(_Server):
-    """uvicorn serving an ASGI application."""
+    """uvicorn serving an ASGI application; ``options`` are more of ``uvicorn.Config``'s, as
+    the command line's are (``root_path="/api"`` is ``--root-path /api``)."""
 
-    def __init__(self, app: Any, sock: socket.socket | None = None) -> None:
+    def __init__(self, app: Any, sock: socket.socket | None = None, **options: Any) -> None:
         import uvicorn
 
         super().__init__(sock)
@@ -77,7 +78,12 @@ class Uvicorn(_Server):
         # whenever the peer is 127.0.0.1, its default trusted proxy, before the middleware sees
         # it; the trusted-proxy rule is the middleware's to apply here.
         config = uvicorn.Config(
-            app, lifespan="off", log_level="warning", access_log=False, proxy_headers=False
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            **options,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(

@@ -80,9 +80,12 @@ REASONS = {
 class RequestInfo:
     """A request as a key, cost or exemption function sees it, whichever server runs it.
 
-    ``headers`` has lower-case names, and repeated fields joined with ``", "``. ``client`` is
-    the address :func:`client_address` settled on (``None`` when the server gives none, as on
-    a Unix socket).
+    ``path`` is relative to where the application is mounted, as its own routes are written:
+    ASGI's ``path`` without ``root_path``, WSGI's ``PATH_INFO`` (``SCRIPT_NAME`` is not in
+    it), Django's ``path_info``; decoded from UTF-8, and spelled as the client sent it (routes
+    match it as routers read it, :func:`routed`). ``headers`` has lower-case names, and
+    repeated fields joined with ``", "``. ``client`` is the address :func:`client_address`
+    settled on (``None`` when the server gives none, as on a Unix socket).
     """
 
     method: str
@@ -431,9 +434,12 @@ class Route:
     function for this route; ``name`` is the policy name the RateLimit fields give (the
     prefix, by default, percent-encoded where it is not ASCII); ``unit`` is its quota unit,
     ``qu`` (the middleware's ``quota_unit`` by default). ``limiter`` ``None`` exempts the
-    route. Paths are matched as the client sent them, decoded from UTF-8, under WSGI as under
-    ASGI, after the normalisation routers apply (repeated slashes merged, dot segments
-    resolved), and methods in any case (see :func:`routed`).
+    route. ``prefix`` is written as the wrapped application writes its own routes: relative
+    to where it is mounted (``Mount("/v1", ...)``, ``uvicorn --root-path``, ``SCRIPT_NAME``),
+    so ``Route("/upload")`` limits ``/v1/upload`` in an application mounted at ``/v1``. Paths
+    are matched as the client sent them, decoded from UTF-8, under WSGI as under ASGI, after
+    the normalisation routers apply (repeated slashes merged, dot segments resolved), and
+    methods in any case (see :func:`routed`).
     """
 
     prefix: str

@@ -17,6 +17,11 @@ Never blocking the event loop: an in-process limiter's ``check`` is one native c
 never sleeps, so it is called directly; an asyncio Redis limiter's is awaited. A refusal is
 answered at once, however long the wait: nothing here sleeps.
 
+Routes and exempt prefixes are written as the application writes its own routes: relative to
+where it is mounted. In an application mounted at ``/v1`` (by Starlette's ``Mount``, or under
+``uvicorn --root-path /v1``), ``Route("/upload")`` limits ``/v1/upload``, and the functions of
+the request are given ``/upload`` as ``info.path`` (see :func:`_path`).
+
 WebSocket and lifespan scopes pass through untouched, unless ``websocket=True``, which limits
 each WebSocket handshake like a request (a refused one is closed before it is accepted, with
 code 1008, policy violation).
@@ -52,6 +57,31 @@ Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 ASGIApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _path(scope: Scope) -> str:
+    """The request's path relative to where the application is mounted: what its own routes
+    are written against, and so what routes and exempt prefixes match and ``info.path`` is.
+
+    ``root_path`` says where the application is mounted: by its server (``uvicorn
+    --root-path /api``) or by a router in front of it (Starlette's ``Mount("/v1", ...)``,
+    which adds ``/v1`` to it). Current servers and Starlette keep it in ``path`` too
+    (``/api/upload``); older servers left it out (``/upload``). It is taken off where it
+    stands at the start of the path, ending on a segment boundary, as Starlette's router
+    takes it off: so both read ``/upload``, and under ``/api`` a path of ``/apiary`` is left
+    as it is. The mount's own path, ``/api`` itself, is ``/``. WSGI servers take
+    ``SCRIPT_NAME`` off ``PATH_INFO`` themselves (see :func:`protocol_in_code.qos.wsgi._path`),
+    so both middleware match alike.
+    """
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        rest = path[len(root) :]
+        if not rest:
+            return "/"
+        if rest[0] == "/":
+            return rest
+    return path
 
 
 def _peer(scope: Scope) -> str | None:
@@ -90,7 +120,8 @@ class RateLimitMiddleware:
       ``bytes``. A key the limiter cannot take raises ``TypeError`` naming it, before
       anything is spent.
     * ``cost(info)``: tokens the request takes (1 by default).
-    * ``exempt``: path prefixes, or a function of the request, never limited.
+    * ``exempt``: path prefixes, or a function of the request, never limited. Prefixes, as
+      routes, are relative to where the application is mounted (``root_path`` taken off).
     * ``name``: the policy name in the RateLimit fields (bands are ``name-1``, ``name-2``...
       when there are several).
     * ``headers_on_allowed``: add the RateLimit fields to allowed responses too (default);
@@ -177,13 +208,14 @@ class RateLimitMiddleware:
             return
         rules = self.rules
         method = scope.get("method", "GET")
+        path = _path(scope)
         # Under stack=True every rule that matches applies; otherwise the first.
-        matched = rules.rules_for(method, scope["path"]) if rules.stack else None
-        rule = None if matched is not None else rules.rule_for(method, scope["path"])
+        matched = rules.rules_for(method, path) if rules.stack else None
+        rule = None if matched is not None else rules.rule_for(method, path)
         if not matched and rule is None:
             await self.app(scope, receive, send)
             return
-        info = _info(rules, scope, method)
+        info = _info(rules, scope, method, path)
         if rules.exempt is not None and rules.exempt(info):
             await self.app(scope, receive, send)
             return
@@ -246,7 +278,7 @@ class RateLimitMiddleware:
         await self.app(scope, receive, send_with_fields)
 
 
-def _info(rules: Rules, scope: Scope, method: str) -> RequestInfo:
+def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:
     """The request as the key, cost, plan and exemption functions see it."""
     headers: dict[str, str] = {}
     for name, value in scope.get("headers", ()):
@@ -257,7 +289,7 @@ def _info(rules: Rules, scope: Scope, method: str) -> RequestInfo:
             headers[text] = value.decode("latin-1")
     return RequestInfo(
         method,
-        scope["path"],
+        path,
         client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
         headers,
     )

@@ -41,6 +41,7 @@ from protocol_in_code.qos._http import (
     table_name,
     view_rules,
 )
+from protocol_in_code.qos.asgi import _path
 
 __all__ = [
     "DecisionEvent",
@@ -107,7 +108,8 @@ class RateLimit:
     middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
     ``headers_on_allowed``,
     ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
-    ``on_decision``, ``on_decision_key``).
+    ``on_decision``, ``on_decision_key``). The request's path, ``info.path``, is the
+    middleware's: relative to where the application is mounted.
 
     One instance is one limit: given to several routes, they share it. The fields of an allowed
     request are added to the ``Response`` FastAPI hands the dependency, which it merges into
@@ -171,7 +173,7 @@ class RateLimit:
         peer = (client.host or None) if client else None
         info = RequestInfo(
             request.method,
-            request.scope["path"],
+            _path(request.scope),
             client_address(peer, headers, rules.proxies, rules.forwarded_header),
             headers,
         )

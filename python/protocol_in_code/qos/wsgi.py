@@ -78,7 +78,11 @@ def _peer(environ: Environ) -> str | None:
 
 
 def _path(environ: Environ) -> str:
-    """The request's path as ASGI gives it: the characters the client's UTF-8 bytes spell.
+    """The request's path as the ASGI middleware reads it: relative to where the application
+    is mounted, in the characters the client's UTF-8 bytes spell.
+
+    ``PATH_INFO`` is already relative: the mount's prefix is in ``SCRIPT_NAME``, which is
+    left out, as the ASGI middleware leaves out ``root_path``.
 
     PEP 3333 has the server decode the path's bytes as latin-1, one character per byte, so
     ``/café`` arrives as ``/cafÃ©``; turned back into those bytes, it is read as UTF-8 here,
@@ -108,7 +112,10 @@ class RateLimitMiddleware:
     :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
     Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
     path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
-    ``PATH_INFO`` read as UTF-8 (see :func:`_path`).
+    ``PATH_INFO`` read as UTF-8 (see :func:`_path`). It is relative to where the application
+    is mounted, as under ASGI: the server (gunicorn's ``SCRIPT_NAME``) or the dispatcher in
+    front (Werkzeug's ``DispatcherMiddleware``) moves the mount's prefix into ``SCRIPT_NAME``,
+    so ``Route("/upload")`` limits ``/v1/upload`` in an application mounted at ``/v1``.
     """
 
     def __init__(
