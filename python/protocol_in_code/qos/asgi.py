@@ -23,8 +23,22 @@ where it is mounted. In an application mounted at ``/v1`` (by Starlette's ``Moun
 the request are given ``/upload`` as ``info.path`` (see :func:`_path`).
 
 WebSocket and lifespan scopes pass through untouched, unless ``websocket=True``, which limits
-each WebSocket handshake like a request (a refused one is closed before it is accepted, with
-code 1008, policy violation).
+each WebSocket handshake like a request. A refused handshake is told why, as well as the server
+lets it be:
+
+* where the server offers ASGI's denial response (the ``websocket.http.response`` extension:
+  uvicorn, with any of its WebSocket implementations, and hypercorn), it gets the answer a
+  refused request gets: ``429`` (or ``503``), ``Retry-After``, the RateLimit fields, the body;
+* elsewhere, where the server sends a close frame's reason (ASGI spec 2.3 on), it is accepted,
+  its ``101`` carrying ``Retry-After`` and the fields, and at once closed with code 1008
+  (policy violation) and a reason such as ``Too Many Requests; retry after 3 s``. Closed before
+  it is accepted, it would become a bare HTTP 403 written by the server, which a browser
+  reports as a failed connection (close code 1006), without the status, the code or the wait;
+* on an older server (daphne says no version, and cannot send 1008 on an accepted socket), it
+  is closed before it is accepted: the server's 403.
+
+An allowed handshake's ``101`` carries the RateLimit fields (unless ``headers_on_allowed=False``)
+where the server sends the headers of ``websocket.accept`` (ASGI spec 2.1 on).
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, TypeAlias
 
 from protocol_in_code.qos._http import (
+    REASONS,
     CostFunction,
     DecisionEvent,
     DecisionHook,
@@ -247,7 +262,7 @@ class RateLimitMiddleware:
         status, fields = answer(rules, rule, decision, pk, key)
         if status:
             content_type, body = refusal(rules, rule, decision, status, n, key)
-            await _refuse(scope, send, status, fields, content_type, body)
+            await _refuse(scope, receive, send, status, fields, content_type, body)
             return
         await self._with_fields(scope, receive, send, fields)
 
@@ -255,7 +270,13 @@ class RateLimitMiddleware:
         """Send ``verdict``'s refusal, or pass the request on with its fields."""
         if verdict.status:
             await _refuse(
-                scope, send, verdict.status, verdict.fields, verdict.content_type, verdict.body
+                scope,
+                receive,
+                send,
+                verdict.status,
+                verdict.fields,
+                verdict.content_type,
+                verdict.body,
             )
             return
         await self._with_fields(scope, receive, send, verdict.fields)
@@ -263,14 +284,22 @@ class RateLimitMiddleware:
     async def _with_fields(
         self, scope: Scope, receive: Receive, send: Send, fields: list[tuple[str, str]]
     ) -> None:
-        """Pass the request on, adding ``fields`` to its response."""
-        if not fields or scope["type"] != "http":
+        """Pass the request on, adding ``fields`` to its response: an HTTP response's start, or
+        a WebSocket's ``101`` (where the server takes headers in ``websocket.accept``) or the
+        application's own denial response."""
+        if not fields:
             await self.app(scope, receive, send)
             return
-        extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+        if scope["type"] == "http":
+            starts = {"http.response.start"}
+        elif _spec_version(scope) >= ACCEPT_HEADERS:
+            starts = {"websocket.accept", "websocket.http.response.start"}
+        else:
+            starts = {"websocket.http.response.start"}
+        extra = _raw(fields)
 
         async def send_with_fields(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in starts:
                 message = dict(message)
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
@@ -295,21 +324,82 @@ def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:
     )
 
 
+#: The ASGI extension through which an application answers a WebSocket handshake with an HTTP
+#: response of its own (ASGI spec 2.4's "denial response").
+DENIAL_RESPONSE = "websocket.http.response"
+
+#: The close code of a refused WebSocket: 1008, policy violation (RFC 6455, section 7.4.1).
+POLICY_VIOLATION = 1008
+
+
+def _raw(fields: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``fields`` as ASGI headers: lower-case names, both as bytes."""
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+
+
+def _spec_version(scope: Scope) -> tuple[int, int]:
+    """The ASGI spec version the server says it speaks: 2.0 where it does not say (daphne)."""
+    version = str((scope.get("asgi") or {}).get("spec_version", "2.0"))
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return (2, 0)
+    return major, minor
+
+
+#: From these ASGI spec versions on, a server sends the headers of ``websocket.accept`` on its
+#: ``101``, and the reason of ``websocket.close`` in the close frame.
+ACCEPT_HEADERS = (2, 1)
+CLOSE_REASON = (2, 3)
+
+
+def _close_reason(status: int, fields: list[tuple[str, str]]) -> str:
+    """The reason a refused WebSocket is closed with: the status's phrase and, where the refusal
+    has a ``Retry-After``, the wait, as in ``Too Many Requests; retry after 3 s``. ASCII, and
+    far within the 123 bytes a close frame has for it (a wait has at most 11 digits)."""
+    phrase = REASONS.get(status, "Refused")
+    for name, value in fields:
+        if name == "Retry-After":
+            return f"{phrase}; retry after {value} s"
+    return phrase
+
+
 async def _refuse(
     scope: Scope,
+    receive: Receive,
     send: Send,
     status: int,
     fields: list[tuple[str, str]],
     content_type: str,
     body: bytes,
 ) -> None:
-    """Answer a refused request here: a WebSocket handshake is closed (1008, policy
-    violation) before it is accepted; an HTTP request gets ``status``, ``fields`` and ``body``."""
-    if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": 1008})
+    """Answer a refused request here, with ``status``, ``fields`` and ``body``.
+
+    A WebSocket handshake gets that same HTTP answer where the server offers the denial
+    response. Elsewhere, where the server sends a close frame's reason (ASGI spec 2.3 on), it is
+    accepted, its ``101`` carrying ``fields``, then closed with 1008 and :func:`_close_reason`.
+    Where neither can be said, it is closed before it is accepted: the server's 403.
+    """
+    headers = _raw(fields)
+    headers.append((b"content-type", content_type.encode("latin-1")))
+    headers.append((b"content-length", str(len(body)).encode("ascii")))
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
         return
-    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
-    raw.append((b"content-type", content_type.encode("latin-1")))
-    raw.append((b"content-length", str(len(body)).encode("ascii")))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
+    # The server's websocket.connect first, as an application answers it; a client that left
+    # before the handshake ended needs no answer.
+    if (await receive())["type"] != "websocket.connect":
+        return
+    if DENIAL_RESPONSE in (scope.get("extensions") or {}):
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    if _spec_version(scope) < CLOSE_REASON:
+        # Accepted, the socket could only be closed without a word of why (and daphne, which
+        # says no version, refuses to send 1008 at all, and fails the socket with 1011).
+        await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+        return
+    await send({"type": "websocket.accept", "headers": _raw(fields)})
+    reason = _close_reason(status, fields)
+    await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": reason})
