@@ -1,5 +1,5 @@
-"""The applications ``test_web_workers.py`` serves under several worker processes, each written
-as the README and the guide write it: a rate, with nothing said about workers.
+"""The applications ``test_web_default_store.py`` serves under several worker processes, each
+written as the README and the guide write it: a rate, with nothing said about workers.
 
 Every application answers ``GET /pid`` (never limited) with the worker's pid, so the test can
 wait until every worker serves, and its limited route with the pid too. Each is made by a
