@@ -236,22 +236,32 @@ fn errno_at(path: &Path) -> impl Fn(rustix::io::Errno) -> OpenError + '_ {
     move |error| OpenError::Io(path.to_path_buf(), error.into())
 }
 
-/// The folder tables live in unless told: `protocol-in-code-qos-<uid>`, this user's own, in
-/// `/dev/shm` if there is one, else in the temporary folder; made with mode 0700 if missing.
+/// The environment variable that moves the default folder (a test suite's own, a deployment's
+/// `/run/...`): every process that reads it opens its tables there.
+pub const FOLDER_VARIABLE: &str = "PROTOCOL_IN_CODE_QOS_FOLDER";
+
+/// The folder tables live in unless told: the folder [`FOLDER_VARIABLE`] names, if set, or else
+/// `protocol-in-code-qos-<uid>`, this user's own, in `/dev/shm` if there is one, else in the
+/// temporary folder; made with mode 0700 if missing, and checked either way.
 ///
 /// # Errors
 ///
 /// If it cannot be made, or is not this user's own folder closed to others
 /// ([`OpenError::NotOurs`]).
 pub fn default_folder() -> Result<PathBuf, OpenError> {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
+    let folder = match std::env::var_os(FOLDER_VARIABLE).filter(|named| !named.is_empty()) {
+        Some(named) => PathBuf::from(named),
+        None => {
+            let shm = Path::new("/dev/shm");
+            let base = if shm.is_dir() {
+                shm.to_path_buf()
+            } else {
+                std::env::temp_dir()
+            };
+            let uid = rustix::process::geteuid().as_raw();
+            base.join(format!("{}{uid}", PREFIX.replace('.', "-")))
+        }
     };
-    let uid = rustix::process::geteuid().as_raw();
-    let folder = base.join(format!("{}{uid}", PREFIX.replace('.', "-")));
     match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}

@@ -11,8 +11,11 @@ outside CI) and ``thorough``. Pick one with ``HYPOTHESIS_PROFILE=...``; ``CI=tru
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import qos_support
 import redis_servers
+
+#: The environment variable that moves the shared tables' default folder.
+FOLDER_VARIABLE = "PROTOCOL_IN_CODE_QOS_FOLDER"
+# The shared tables of this run, in a folder of its own (set before any test, so every server a
+# test starts inherits it): a rate given to a web form or a page's example keeps its clients'
+# state for minutes, and a second run must not find the first's. The tests of the default
+# folder itself take the variable away (the ``real_default_folder`` fixture).
+_shm = Path("/dev/shm")
+_TABLES = tempfile.mkdtemp(prefix="qos-tests-", dir=_shm if _shm.is_dir() else None)
+os.environ[FOLDER_VARIABLE] = _TABLES
+atexit.register(shutil.rmtree, _TABLES, ignore_errors=True)
+
+
+@pytest.fixture
+def real_default_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared tables' default folder as users get it: this user's own in ``/dev/shm``."""
+    monkeypatch.delenv(FOLDER_VARIABLE)
+
 
 _common = dict(
     deadline=None,

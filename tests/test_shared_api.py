@@ -247,7 +247,9 @@ def test_the_file_is_private_and_named_by_name_form_and_configuration(tmp_path: 
     )
 
 
-def test_without_path_the_table_lives_in_this_users_own_folder_in_dev_shm() -> None:
+def test_without_path_the_table_lives_in_this_users_own_folder_in_dev_shm(
+    real_default_folder: None,
+) -> None:
     limiter = SharedRateLimiter("default-folder-test", 1)
     try:
         base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())

@@ -287,7 +287,9 @@ def test_a_stack_over_two_objects_of_one_table_returns_and_draws_from_one_bucket
 # ---------------------------------------------------------------------------------------------
 
 
-def test_without_path_the_table_lives_in_a_private_per_user_folder() -> None:
+def test_without_path_the_table_lives_in_a_private_per_user_folder(
+    real_default_folder: None,
+) -> None:
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     euid = os.geteuid()
     limiter = SharedRateLimiter(f"files-default-{os.getpid()}-{uuid.uuid4().hex[:12]}", 1)
@@ -481,7 +483,7 @@ def test_a_table_file_of_ours_with_mode_0600_is_opened(tmp_path: Path, form: str
 
 @linux_only
 def test_a_default_folder_planted_by_another_user_or_open_to_all_is_refused(
-    tmp_path: Path,
+    tmp_path: Path, real_default_folder: None
 ) -> None:
     """In a child with a mount namespace of its own and a fresh tmpfs on ``/dev/shm`` (the
     host's ``/dev/shm`` is never touched): the per-user folder is made with mode 0700; one owned

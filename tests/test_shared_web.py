@@ -105,7 +105,9 @@ def test_four_gunicorn_workers_on_one_shared_limiter_admit_exactly_the_burst(
     admitted_across_workers(command, port, tmp_path)
 
 
-def test_four_gunicorn_workers_in_a_container_sized_dev_shm_share_the_default_folder() -> None:
+def test_four_gunicorn_workers_in_a_container_sized_dev_shm_share_the_default_folder(
+    real_default_folder: None,
+) -> None:
     """As in a container: a private mount namespace whose ``/dev/shm`` is a fresh 64 MiB tmpfs
     (Docker's default), and no ``path=``. The workers each open the table in the default
     folder, ``/dev/shm/protocol-in-code-qos-<uid>``, which the first one makes: one burst in

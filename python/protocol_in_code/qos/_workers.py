@@ -16,9 +16,9 @@ Of any two siblings, the one that looks second sees the first, so with two worke
 least one of them finds out; the first to find out makes ``...worker.<parent pid>.warned``
 (exclusively), and only it warns: one warning per server, in its log at startup.
 
-A parent's files are tidied by the next process that looks: the files whose lock nobody holds
-are removed, and a ``warned`` file goes when no sibling is alive, so a new server that happens
-to get an old one's pid is told again.
+The files are tidied by the next process that registers: those whose lock nobody holds are
+removed, and a ``warned`` file goes when no worker of its server is alive, so a new server that
+happens to get an old one's pid is told again.
 """
 
 from __future__ import annotations
@@ -80,11 +80,18 @@ def several_workers() -> bool:
         os.close(fd)
         return False
     _registered[pid] = fd
-    siblings = 0
-    for path in folder.glob(f"{_PREFIX}{parent}.*"):
-        other = path.name.rsplit(".", 1)[1]
-        if other.isdigit() and int(other) != pid and _held_by_another(path):
-            siblings += 1
+    siblings, live_parents = 0, {parent}
+    for path in folder.glob(f"{_PREFIX}*.*"):
+        of, _, other = path.name[len(_PREFIX) :].partition(".")
+        if not (of.isdigit() and other.isdigit()) or int(other) == pid:
+            continue
+        if _held_by_another(path):  # a file nobody holds is removed on the way
+            live_parents.add(int(of))
+            siblings += int(of) == parent
+    for path in folder.glob(f"{_PREFIX}*.warned"):
+        of = path.name[len(_PREFIX) :].partition(".")[0]
+        if of.isdigit() and int(of) not in live_parents:
+            path.unlink(missing_ok=True)  # a server that has gone: its pid may come again
     warned = folder / f"{_PREFIX}{parent}.warned"
     if not siblings:
         warned.unlink(missing_ok=True)
