@@ -249,9 +249,9 @@ pub const FOLDER_VARIABLE: &str = "PROTOCOL_IN_CODE_QOS_FOLDER";
 /// If it cannot be made, or is not this user's own folder closed to others
 /// ([`OpenError::NotOurs`]).
 pub fn default_folder() -> Result<PathBuf, OpenError> {
-    let folder = match std::env::var_os(FOLDER_VARIABLE).filter(|named| !named.is_empty()) {
-        Some(named) => PathBuf::from(named),
-        None => {
+    let named = std::env::var_os(FOLDER_VARIABLE).filter(|named| !named.is_empty());
+    let folder = named.map_or_else(
+        || {
             let shm = Path::new("/dev/shm");
             let base = if shm.is_dir() {
                 shm.to_path_buf()
@@ -260,8 +260,9 @@ pub fn default_folder() -> Result<PathBuf, OpenError> {
             };
             let uid = rustix::process::geteuid().as_raw();
             base.join(format!("{}{uid}", PREFIX.replace('.', "-")))
-        }
-    };
+        },
+        PathBuf::from,
+    );
     match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
