@@ -63,6 +63,7 @@ from protocol_in_code._native import (
     _of_this_host,
 )
 from protocol_in_code._native import _check_together as _native_together
+from protocol_in_code.qos._give_backs import run_to_the_end
 
 __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
 
@@ -129,7 +130,9 @@ async def check_together_async(
     parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None
 ) -> Stacked:
     """:func:`check_together` where parts may be asyncio limiters (awaited): the same steps,
-    each awaited where its limiter's calls are."""
+    each awaited where its limiter's calls are. If the caller is cancelled meanwhile, the cancel
+    is raised at once and nothing stays taken: what the parts took is given back by a task the
+    cancel does not reach."""
     asked = _parts(parts)
     local, remote = _groups(asked, awaited=True)
     decisions: list[Decision | None] = [None] * len(asked)
@@ -172,8 +175,14 @@ def _give_back(
 async def _give_back_async(
     taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
 ) -> None:
-    while taken:
-        await taken.pop().give_back_async(asked, decisions, now_ns)
+    """:func:`_give_back`, awaited, and run to its end even if the caller is cancelled
+    meanwhile (the cancel is raised at once; the give-back goes on without it)."""
+
+    async def give_back() -> None:
+        while taken:
+            await taken.pop().give_back_async(asked, decisions, now_ns)
+
+    await run_to_the_end(give_back())
 
 
 def _parts(parts: Iterable[Part | tuple[Any, ...]]) -> list[_Asked]:
@@ -339,21 +348,29 @@ class _OneByOne(_Group):
     ) -> bool:
         taken: list[int] = []
         try:
-            for place, i in enumerate(self.indices):
+            for i in self.indices:
                 decision = await _awaited("check", asked[i], now_ns)
                 decisions[i] = decision
                 if decision.outcome is not LimitOutcome.ALLOWED:
-                    while taken:
-                        await _awaited("refund", asked[taken.pop()], now_ns)
-                    for j in self.indices[:place] + self.indices[place + 1 :]:
-                        decisions[j] = await _awaited("peek", asked[j], now_ns)
-                    return False
+                    break
                 taken.append(i)
+            else:
+                return True
         except BaseException:
-            while taken:
-                await _awaited("refund", asked[taken.pop()], now_ns)
+            await run_to_the_end(self._refunded_async(asked, taken, now_ns))
             raise
-        return True
+        # Given back whatever befalls the caller from here: the refunds run to their end.
+        await run_to_the_end(self._refunded_async(asked, taken, now_ns))
+        for j in self.indices:
+            if j != i:  # every other part says what it holds now, those given back included
+                decisions[j] = await _awaited("peek", asked[j], now_ns)
+        return False
+
+    @staticmethod
+    async def _refunded_async(asked: list[_Asked], taken: list[int], now_ns: int | None) -> None:
+        """Refund the parts in ``taken``, the last first; ``taken`` is emptied."""
+        while taken:
+            await _awaited("refund", asked[taken.pop()], now_ns)
 
     def give_back(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
