@@ -44,7 +44,8 @@ after a wait on another store (a refund is capped at the burst only: given back 
 bring back refill the limit would have lost at its burst). Once a part has refused, the parts
 not yet asked are only ``peek``-ed, so each still answers. Parts that name the same bucket (the
 same limiter and key) draw from it together: the request needs the sum of their tokens there,
-wherever the limiter keeps them.
+wherever the limiter keeps them. A keyed table's ``stats`` counts the request once, on every
+path: allowed if taken, else its key's own refusal, or DENIED where the key would have allowed.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from typing import Any, NamedTuple
 from protocol_in_code._native import (
     Decision,
     LimitOutcome,
+    RateLimiter,
     Stacked,
     _combined,
     _of_this_host,
@@ -106,6 +108,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
         if _refused(decisions):
             for group in remote:
                 group.peek(asked, decisions, now_ns)
+            local.count_refusal(asked, now_ns)
             return _stacked(decisions)
     taken: list[_Group] = []
     try:
@@ -114,6 +117,8 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
                 _give_back(taken, asked, decisions, now_ns)
                 for rest in remote[place + 1 :]:
                     rest.peek(asked, decisions, now_ns)
+                if local is not None:
+                    local.count_refusal(asked, now_ns)
                 return _stacked(decisions)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
@@ -134,6 +139,9 @@ async def check_together_async(
     is raised at once and nothing stays taken: what the parts took is given back by a task the
     cancel does not reach."""
     asked = _parts(parts)
+    stacked = _native_together(asked, now_ns)
+    if stacked is not None:  # every limit of this host: nothing to await
+        return stacked
     local, remote = _groups(asked, awaited=True)
     decisions: list[Decision | None] = [None] * len(asked)
     if local is not None:
@@ -141,6 +149,7 @@ async def check_together_async(
         if _refused(decisions):
             for group in remote:
                 await group.peek_async(asked, decisions, now_ns)
+            local.count_refusal(asked, now_ns)
             return _stacked(decisions)
     taken: list[_Group] = []
     try:
@@ -149,6 +158,8 @@ async def check_together_async(
                 await _give_back_async(taken, asked, decisions, now_ns)
                 for rest in remote[place + 1 :]:
                     await rest.peek_async(asked, decisions, now_ns)
+                if local is not None:
+                    local.count_refusal(asked, now_ns)
                 return _stacked(decisions)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
@@ -289,6 +300,25 @@ class _Native(_Group):
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> None:
         self._ask(asked, decisions, now_ns, peek=True)
+
+    def count_refusal(self, asked: list[_Asked], now_ns: int | None) -> None:
+        """Count the request, refused, in this host's keyed tables (their ``stats``), which
+        were only asked (``peek`` counts nothing): each as the native call counts a request
+        it refuses, its key's own refusal, or DENIED where the key would have allowed.
+
+        The parts are decided again, in one native call, beside a part that can never allow
+        (2 tokens of a burst of 1): the call refuses, takes nothing, and counts. Its answers
+        are not used: the request was answered from what the parts said when asked.
+        """
+        # On the default clock, one such limiter serves every call; a time given is read on
+        # the caller's clock, so the limiter starts there (a clock a decade away would be
+        # refused as another clock's reading).
+        never = _NEVER if now_ns is None else RateLimiter(1, burst=1, start_ns=now_ns)
+        _native_together([*(asked[i] for i in self.indices), (never, None, 2, None)], now_ns)
+
+
+#: A limit that never allows 2 tokens (see :meth:`_Native.count_refusal`).
+_NEVER = RateLimiter(1, burst=1)
 
 
 class _Redis(_Group):
