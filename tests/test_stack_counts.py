@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -203,3 +206,26 @@ def test_a_request_refused_by_two_tables_is_counted_once_in_each(tmp_path: Path)
     stack = [Part(first, "k"), Part(second, "k"), Part(Counter(PLENTY))]
     assert [bool(check_together(stack)) for _ in range(3)] == [True, False, False]
     assert counts(first) == counts(second) == (1, 2, 0, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+def test_a_forked_worker_counts_refusals_without_a_warning() -> None:
+    """Counting a refusal leaves nothing made before a fork for a worker to inherit (a limiter
+    used after a fork warns): in the child, a table of its own counts, and nothing warns."""
+    assert not check_together([Part(KeyedRateLimiter(1), "k"), Part(Counter(0))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads running
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            signal.alarm(20)  # never outlive the test
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                table = KeyedRateLimiter(1, burst=1)
+                assert not check_together([Part(table, "k"), Part(Counter(0))])
+                code = 0 if counts(table) == (0, 1, 0, 0) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "1: a warning or an error, 2: not counted"

@@ -310,15 +310,11 @@ class _Native(_Group):
         (2 tokens of a burst of 1): the call refuses, takes nothing, and counts. Its answers
         are not used: the request was answered from what the parts said when asked.
         """
-        # On the default clock, one such limiter serves every call; a time given is read on
-        # the caller's clock, so the limiter starts there (a clock a decade away would be
-        # refused as another clock's reading).
-        never = _NEVER if now_ns is None else RateLimiter(1, burst=1, start_ns=now_ns)
+        # Made for the call (a few microseconds, on refusals only): one made once would be
+        # copied into forked workers, and warn there as a limiter used after a fork. It starts
+        # at the time given, if any, which may be read on another clock than its own.
+        never = RateLimiter(1, burst=1, start_ns=now_ns)
         _native_together([*(asked[i] for i in self.indices), (never, None, 2, None)], now_ns)
-
-
-#: A limit that never allows 2 tokens (see :meth:`_Native.count_refusal`).
-_NEVER = RateLimiter(1, burst=1)
 
 
 class _Redis(_Group):
