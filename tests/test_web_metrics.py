@@ -29,6 +29,7 @@ from web_servers import Uvicorn  # noqa: E402
 sys.path.insert(0, str(REPO_ROOT / "examples" / "web"))
 
 import fastapi_app  # noqa: E402
+from protocol_in_code.qos import Band  # noqa: E402
 from protocol_in_code.qos.asgi import Route  # noqa: E402
 from protocol_in_code.qos.keyed import KeyedRateLimiter  # noqa: E402
 from protocol_in_code.qos.limiter import RateLimiter  # noqa: E402
@@ -153,6 +154,36 @@ def test_prometheus_counts_shadow_decisions_apart(clients):
     decisions = "ratelimit_decisions_total"
     assert sample(samples, decisions, outcome="allowed", enforced="false") == 1
     assert sample(samples, decisions, outcome="denied", enforced="false") == 2
+
+
+def test_with_plans_the_keys_and_the_most_keys_count_every_plan(clients):
+    """A limiter with plans keeps a table of ``max_keys`` per plan. Two clients under each of
+    two plans fill both tables (2 keys each): ``ratelimit_keys`` says 4, and
+    ``ratelimit_keys_max`` must say 4 too, every plan's room, not one plan's 2 (which read as
+    twice as many keys as the limiter may hold). A third client is then refused for room."""
+    registry = prometheus_client.CollectorRegistry()
+    plans = {"free": Band(1, burst=2, per=60), "pro": Band(10, burst=5)}
+    app = fastapi_app.create_app(
+        KeyedRateLimiter(plans=plans, max_keys=2, clock=clock),
+        plan=lambda info: info.headers.get("x-plan", "free"),
+        exempt=["/metrics"],
+        on_decision=PrometheusMetrics(registry),
+    )
+    app.mount("/metrics", prometheus_client.make_asgi_app(registry))
+    server = Uvicorn(app).start()
+    third = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=10)
+    try:
+        for client in clients:
+            for plan in plans:
+                assert client.get(server.url + "/", headers={"x-plan": plan}).status_code == 200
+        assert third.get(server.url + "/", headers={"x-plan": "pro"}).status_code == 503
+        samples = scrape(server.url, clients[0])
+    finally:
+        third.close()
+        server.stop()
+    keys = sample(samples, "ratelimit_keys", policy="default", route="")
+    most = sample(samples, "ratelimit_keys_max", policy="default", route="")
+    assert (keys, most) == (4, 4)
 
 
 def test_opentelemetry_metrics_scraped_from_uvicorn(clients):

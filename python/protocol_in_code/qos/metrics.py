@@ -21,7 +21,9 @@ and records, for every decision:
 * a histogram of the waits refusals gave (DENIED and REFUSED; an allowed request waits 0 and
   a NEVER has no wait), in seconds, by policy, plan and route;
 * the occupancy of each keyed table met (a limiter with ``len()`` and ``max_keys``): keys
-  remembered and the most it may, by policy and route, read when scraped.
+  remembered and the most it may, by policy and route, read when scraped. A limiter with
+  plans has a table of ``max_keys`` per plan: both count every plan's (the most is
+  ``max_keys`` times the plans).
 
 No label is ever the client's key: a label set per policy, plan and route, however many
 clients.
@@ -90,12 +92,22 @@ class _Tables:
             self._tables.setdefault(where, table)
 
     def occupancy(self) -> Iterator[tuple[str, str, int, int]]:
-        """(policy, route, keys remembered, max_keys) for every keyed table met."""
+        """(policy, route, keys remembered, the most it may remember) for every keyed table
+        met (see :func:`_most_keys`)."""
         with self._lock:
             tables = list(self._tables.items())
         for (policy, route), table in tables:
             if table is not None:
-                yield policy, route, len(table), int(table.max_keys)
+                yield policy, route, len(table), _most_keys(table)
+
+
+def _most_keys(table: Any) -> int:
+    """The most keys ``table`` may remember, counted as ``len()`` counts them. A limiter with
+    plans keeps a table of ``max_keys`` per plan, and its ``len()`` adds up every plan's keys:
+    its most is every plan's room, ``max_keys`` times the plans, so that the keys are never
+    more than their most and their ratio is the share of the room in use."""
+    plans = getattr(table, "plans", None)
+    return int(table.max_keys) * (len(plans) if plans else 1)
 
 
 def _counted(counter: itertools.count[int]) -> int:
@@ -111,7 +123,7 @@ class PrometheusMetrics:
     default); ``prefix`` starts every name. The metrics are ``{prefix}_decisions_total``
     (outcome, policy, plan, route, enforced), ``{prefix}_wait_seconds`` (a histogram, policy,
     plan and route), and ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and
-    route: a table with plans counts every plan's keys).
+    route: for a limiter with plans, both count every plan's table).
 
     The decisions are counted in ``itertools.count`` objects, one per label set, whose
     ``next()`` is one call into C that the interpreter lock keeps whole, and are read when

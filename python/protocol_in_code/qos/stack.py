@@ -44,7 +44,8 @@ after a wait on another store (a refund is capped at the burst only: given back 
 bring back refill the limit would have lost at its burst). Once a part has refused, the parts
 not yet asked are only ``peek``-ed, so each still answers. Parts that name the same bucket (the
 same limiter and key) draw from it together: the request needs the sum of their tokens there,
-wherever the limiter keeps them.
+wherever the limiter keeps them. A keyed table's ``stats`` counts the request once, on every
+path: allowed if taken, else its key's own refusal, or DENIED where the key would have allowed.
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ from typing import Any, NamedTuple
 from protocol_in_code._native import (
     Decision,
     LimitOutcome,
+    RateLimiter,
     Stacked,
     _combined,
     _of_this_host,
 )
 from protocol_in_code._native import _check_together as _native_together
+from protocol_in_code.qos._give_backs import run_to_the_end
 
 __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
 
@@ -105,6 +108,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
         if _refused(decisions):
             for group in remote:
                 group.peek(asked, decisions, now_ns)
+            local.count_refusal(asked, now_ns)
             return _stacked(decisions)
     taken: list[_Group] = []
     try:
@@ -113,6 +117,8 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
                 _give_back(taken, asked, decisions, now_ns)
                 for rest in remote[place + 1 :]:
                     rest.peek(asked, decisions, now_ns)
+                if local is not None:
+                    local.count_refusal(asked, now_ns)
                 return _stacked(decisions)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
@@ -129,8 +135,13 @@ async def check_together_async(
     parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None = None
 ) -> Stacked:
     """:func:`check_together` where parts may be asyncio limiters (awaited): the same steps,
-    each awaited where its limiter's calls are."""
+    each awaited where its limiter's calls are. If the caller is cancelled meanwhile, the cancel
+    is raised at once and nothing stays taken: what the parts took is given back by a task the
+    cancel does not reach."""
     asked = _parts(parts)
+    stacked = _native_together(asked, now_ns)
+    if stacked is not None:  # every limit of this host: nothing to await
+        return stacked
     local, remote = _groups(asked, awaited=True)
     decisions: list[Decision | None] = [None] * len(asked)
     if local is not None:
@@ -138,6 +149,7 @@ async def check_together_async(
         if _refused(decisions):
             for group in remote:
                 await group.peek_async(asked, decisions, now_ns)
+            local.count_refusal(asked, now_ns)
             return _stacked(decisions)
     taken: list[_Group] = []
     try:
@@ -146,6 +158,8 @@ async def check_together_async(
                 await _give_back_async(taken, asked, decisions, now_ns)
                 for rest in remote[place + 1 :]:
                     await rest.peek_async(asked, decisions, now_ns)
+                if local is not None:
+                    local.count_refusal(asked, now_ns)
                 return _stacked(decisions)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
@@ -172,8 +186,14 @@ def _give_back(
 async def _give_back_async(
     taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
 ) -> None:
-    while taken:
-        await taken.pop().give_back_async(asked, decisions, now_ns)
+    """:func:`_give_back`, awaited, and run to its end even if the caller is cancelled
+    meanwhile (the cancel is raised at once; the give-back goes on without it)."""
+
+    async def give_back() -> None:
+        while taken:
+            await taken.pop().give_back_async(asked, decisions, now_ns)
+
+    await run_to_the_end(give_back())
 
 
 def _parts(parts: Iterable[Part | tuple[Any, ...]]) -> list[_Asked]:
@@ -281,6 +301,21 @@ class _Native(_Group):
     ) -> None:
         self._ask(asked, decisions, now_ns, peek=True)
 
+    def count_refusal(self, asked: list[_Asked], now_ns: int | None) -> None:
+        """Count the request, refused, in this host's keyed tables (their ``stats``), which
+        were only asked (``peek`` counts nothing): each as the native call counts a request
+        it refuses, its key's own refusal, or DENIED where the key would have allowed.
+
+        The parts are decided again, in one native call, beside a part that can never allow
+        (2 tokens of a burst of 1): the call refuses, takes nothing, and counts. Its answers
+        are not used: the request was answered from what the parts said when asked.
+        """
+        # Made for the call (a few microseconds, on refusals only): one made once would be
+        # copied into forked workers, and warn there as a limiter used after a fork. It starts
+        # at the time given, if any, which may be read on another clock than its own.
+        never = RateLimiter(1, burst=1, start_ns=now_ns)
+        _native_together([*(asked[i] for i in self.indices), (never, None, 2, None)], now_ns)
+
 
 class _Redis(_Group):
     """Redis limiters: the distributed module's stacked call."""
@@ -339,21 +374,29 @@ class _OneByOne(_Group):
     ) -> bool:
         taken: list[int] = []
         try:
-            for place, i in enumerate(self.indices):
+            for i in self.indices:
                 decision = await _awaited("check", asked[i], now_ns)
                 decisions[i] = decision
                 if decision.outcome is not LimitOutcome.ALLOWED:
-                    while taken:
-                        await _awaited("refund", asked[taken.pop()], now_ns)
-                    for j in self.indices[:place] + self.indices[place + 1 :]:
-                        decisions[j] = await _awaited("peek", asked[j], now_ns)
-                    return False
+                    break
                 taken.append(i)
+            else:
+                return True
         except BaseException:
-            while taken:
-                await _awaited("refund", asked[taken.pop()], now_ns)
+            await run_to_the_end(self._refunded_async(asked, taken, now_ns))
             raise
-        return True
+        # Given back whatever befalls the caller from here: the refunds run to their end.
+        await run_to_the_end(self._refunded_async(asked, taken, now_ns))
+        for j in self.indices:
+            if j != i:  # every other part says what it holds now, those given back included
+                decisions[j] = await _awaited("peek", asked[j], now_ns)
+        return False
+
+    @staticmethod
+    async def _refunded_async(asked: list[_Asked], taken: list[int], now_ns: int | None) -> None:
+        """Refund the parts in ``taken``, the last first; ``taken`` is emptied."""
+        while taken:
+            await _awaited("refund", asked[taken.pop()], now_ns)
 
     def give_back(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None

@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
+from protocol_in_code.qos._give_backs import in_background, run_to_the_end
 from protocol_in_code.qos.distributed import _bands
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
 from protocol_in_code.qos.distributed.limiters import (
@@ -53,7 +54,6 @@ from protocol_in_code.qos.distributed.limiters import (
     RedisKeyedRateLimiter,
     RedisRateLimiter,
     _Core,
-    _in_background,
     _ManyKeys,
     _net_zero,
     _OneKey,
@@ -423,13 +423,14 @@ class _Stack:
         except asyncio.CancelledError:
             # The groups taken so far took tokens nobody will be told of (the one under way
             # gives its own back): net zero, as for a single call.
-            _in_background(self.give_back_async())
+            in_background(self.give_back_async())
             raise
         except BaseException:
-            await self.give_back_async()
+            await run_to_the_end(self.give_back_async())
             raise
         if self.refused:
-            await self.give_back_async()
+            # A cancel while this runs must not leave the later groups' keys taken.
+            await run_to_the_end(self.give_back_async())
         return self.finished()
 
     def _undo(self, group: _Group) -> Callable[[Any], Awaitable[None] | None]:

@@ -33,6 +33,7 @@ from protocol_in_code._native import (
     _wait_for_turn,
 )
 from protocol_in_code.qos import _conveniences
+from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed import _bands
 from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
 
@@ -154,9 +155,6 @@ def took(reply: Any) -> bool:
 
 _T = TypeVar("_T")
 
-#: Give-backs under way for cancelled calls: a task the loop holds only weakly must be kept.
-_giving_back: set[asyncio.Future[None]] = set()
-
 
 async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[None] | None]) -> _T:
     """Await a script call that may take tokens, so that a caller cancelled meanwhile is net
@@ -180,13 +178,6 @@ async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[No
 
         _in_background(settle())
         raise
-
-
-def _in_background(give_back: Awaitable[None]) -> None:
-    """Run a give-back on its own, kept referenced until it is done."""
-    background = asyncio.ensure_future(give_back)
-    _giving_back.add(background)
-    background.add_done_callback(_giving_back.discard)
 
 
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
