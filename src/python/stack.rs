@@ -6,7 +6,7 @@
 //! plan, `n`, the time, the key), and every part is read before anything is decided, so a bad
 //! part raises with nothing taken. An error names its part in a note.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -16,7 +16,7 @@ use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{Answer, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::shared::THE_KEY;
-use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part};
+use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part, Then};
 use crate::python::args::{tokens, NowNs, N};
 use crate::python::errors::{clock_error, OfClock};
 use crate::python::keyed::{decision, KeyedRateLimiter};
@@ -61,15 +61,31 @@ struct Read<'a> {
 /// another kind (nothing is read or decided then). If every part
 /// allows, every part's tokens are taken and each decision is what its `check` would say;
 /// otherwise nothing is taken and each decision is what its `peek` would say. With `peek`,
-/// nothing is taken either way (the request's decision says what would be).
+/// nothing is taken either way (the request's decision says what would be). With `refused`,
+/// nothing is taken and the keyed tables count the request as refused: another store's part
+/// of it refused it (`Then::Refuse`).
 #[pyfunction]
-#[pyo3(name = "_check_together", signature = (parts, now_ns = None, peek = false))]
+#[pyo3(
+    name = "_check_together",
+    signature = (parts, now_ns = None, peek = false, refused = false)
+)]
 pub fn check_together<'py>(
     py: Python<'py>,
     parts: &Bound<'py, PyList>,
     now_ns: Option<NowNs>,
     peek: bool,
+    refused: bool,
 ) -> PyResult<Option<Bound<'py, Stacked>>> {
+    let then = match (peek, refused) {
+        (false, false) => Then::Take,
+        (true, false) => Then::Peek,
+        (false, true) => Then::Refuse,
+        (true, true) => {
+            return Err(PyValueError::new_err(
+                "peek and refused: a peek counts nothing, a refusal is counted; give one",
+            ))
+        }
+    };
     let parts: Vec<Bound<'py, PyTuple>> = parts
         .iter()
         .map(|part| part.cast_into::<PyTuple>().map_err(PyErr::from))
@@ -120,7 +136,7 @@ pub fn check_together<'py>(
             now_ns: part.now,
         })
         .collect();
-    let stacked = decide_together(&core_parts, peek).map_err(|ClockGap { part, gap }| {
+    let stacked = decide_together(&core_parts, then).map_err(|ClockGap { part, gap }| {
         let what = if now_ns.is_some() {
             "now_ns"
         } else {

@@ -59,7 +59,6 @@ from typing import Any, NamedTuple
 from protocol_in_code._native import (
     Decision,
     LimitOutcome,
-    RateLimiter,
     Stacked,
     _combined,
     _of_this_host,
@@ -303,18 +302,11 @@ class _Native(_Group):
 
     def count_refusal(self, asked: list[_Asked], now_ns: int | None) -> None:
         """Count the request, refused, in this host's keyed tables (their ``stats``), which
-        were only asked (``peek`` counts nothing): each as the native call counts a request
-        it refuses, its key's own refusal, or DENIED where the key would have allowed.
-
-        The parts are decided again, in one native call, beside a part that can never allow
-        (2 tokens of a burst of 1): the call refuses, takes nothing, and counts. Its answers
-        are not used: the request was answered from what the parts said when asked.
-        """
-        # Made for the call (a few microseconds, on refusals only): one made once would be
-        # copied into forked workers, and warn there as a limiter used after a fork. It starts
-        # at the time given, if any, which may be read on another clock than its own.
-        never = RateLimiter(1, burst=1, start_ns=now_ns)
-        _native_together([*(asked[i] for i in self.indices), (never, None, 2, None)], now_ns)
+        were only asked (``peek`` counts nothing): the native call with ``refused=True``
+        takes nothing and counts each key as a stacked refusal is counted, its key's own
+        refusal, or DENIED where the key would have allowed. Its answers are not used: the
+        request was answered from what the parts said when asked."""
+        _native_together([asked[i] for i in self.indices], now_ns, refused=True)
 
 
 class _Redis(_Group):

@@ -68,6 +68,20 @@ pub struct Part<'a, K, Q: ?Sized, W> {
     pub now_ns: i64,
 }
 
+/// What a stacked call does once every part has been asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Take every part's tokens if every part allows, else none; the keyed tables count the
+    /// request, as a single call counts it.
+    Take,
+    /// Take nothing, count nothing: what the request would be answered, as `peek` says it.
+    Peek,
+    /// Take nothing, and count the request as refused: a limit elsewhere (another store's part
+    /// of the same request) refused it. Each keyed table counts it as it counts a stacked
+    /// refusal: its key's own refusal, or DENIED where the key would have allowed.
+    Refuse,
+}
+
 /// A stacked request, decided: whether its tokens were taken, and every part's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stacked {
@@ -167,8 +181,9 @@ impl Said {
     }
 }
 
-/// Decide `parts` together: take every part's tokens if every part allows, else none. With
-/// `peek`, take none either way: what the request would be answered, as `peek` says it.
+/// Decide `parts` together: take every part's tokens if every part allows, else none; or, as
+/// `then` says, only say what would be ([`Then::Peek`]), or count a request refused elsewhere
+/// ([`Then::Refuse`]).
 ///
 /// # Errors
 ///
@@ -176,7 +191,7 @@ impl Said {
 /// anything is decided. (A keyed table's gap is checked by the caller, as for a single call.)
 pub fn decide_together<K, Q, W>(
     parts: &[Part<'_, K, Q, W>],
-    peek: bool,
+    then: Then,
 ) -> Result<Stacked, ClockGap>
 where
     K: Hash + Eq + Clone,
@@ -198,14 +213,15 @@ where
         .iter()
         .map(|bucket| ask(bucket, &mut held[bucket.lock]))
         .collect();
-    let taken = !peek
+    let taken = then == Then::Take
         && said
             .iter()
             .all(|said| said.answer().decision == KeyedDecision::Decided(Decision::Allowed));
+    let counted = then != Then::Peek;
     let answers: Vec<Answer> = buckets
         .iter()
         .zip(&said)
-        .map(|(bucket, said)| settle(bucket, said, taken, !peek, &mut held[bucket.lock]))
+        .map(|(bucket, said)| settle(bucket, said, taken, counted, &mut held[bucket.lock]))
         .collect();
     Ok(Stacked {
         taken,

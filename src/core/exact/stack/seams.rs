@@ -59,7 +59,7 @@ fn two_new_keys_in_a_table_with_room_for_one_are_refused_taking_nothing() {
         keyed(&table, "a", 1, 0),
         keyed(&table, "b", 1, 0),
     ];
-    let stacked = decide_together(&parts, false).unwrap();
+    let stacked = decide_together(&parts, Then::Take).unwrap();
     assert!(!stacked.taken, "{stacked:?}");
     assert!(refused(&stacked), "{stacked:?}");
     assert_eq!(everyone.lock().unwrap().available_at(0), 10);
@@ -86,7 +86,7 @@ fn new_keys_in_several_shards_keep_the_places_they_were_given() {
         keyed(&table, keys[1], 1, 0),
         keyed(&table, keys[2], 1, 0),
     ];
-    let stacked = decide_together(&parts, false).unwrap();
+    let stacked = decide_together(&parts, Then::Take).unwrap();
     assert!(!stacked.taken && refused(&stacked), "{stacked:?}");
     assert_eq!(everyone.lock().unwrap().available_at(0), 10);
     assert_eq!(table.len(), 0);
@@ -111,7 +111,7 @@ fn a_refilled_key_of_the_request_is_not_forgotten_for_its_other_key() {
             keyed(&table, order[0], 1, now),
             keyed(&table, order[1], 1, now),
         ];
-        let stacked = decide_together(&parts, false).unwrap();
+        let stacked = decide_together(&parts, Then::Take).unwrap();
         assert!(
             !stacked.taken && refused(&stacked),
             "{order:?}: {stacked:?}"
@@ -129,7 +129,7 @@ fn a_refilled_key_of_the_request_is_not_forgotten_for_its_other_key() {
 fn after_the_refusal_the_table_has_its_room_back() {
     let table = KeyedLimiter::new(&[band(1, 2)], 1, 1);
     let parts = [keyed(&table, "a", 1, 0), keyed(&table, "b", 1, 0)];
-    let stacked = decide_together(&parts, false).unwrap();
+    let stacked = decide_together(&parts, Then::Take).unwrap();
     assert!(!stacked.taken);
     let Stats {
         allowed, refused, ..
@@ -137,7 +137,7 @@ fn after_the_refusal_the_table_has_its_room_back() {
     assert_eq!((allowed, refused), (0, 1));
     assert_eq!(table.len(), 0);
     let alone = [keyed(&table, "b", 1, 0)];
-    assert!(decide_together(&alone, false).unwrap().taken);
+    assert!(decide_together(&alone, Then::Take).unwrap().taken);
     assert_eq!(table.len(), 1);
 }
 
@@ -193,7 +193,8 @@ fn keys_of_one_request_share_the_room_and_the_request_is_all_or_nothing() {
             };
             let before = levels();
             let peek = random.below(6) == 0;
-            let stacked = decide_together(&parts, peek).unwrap();
+            let stacked =
+                decide_together(&parts, if peek { Then::Peek } else { Then::Take }).unwrap();
             let after = levels();
             let context = format!("seed {seed}, step {step}: {specs:?}, {stacked:?}");
             let all_allowed = stacked
@@ -260,7 +261,7 @@ fn a_shared_tables_keys_of_one_request_share_their_buckets_room_all_or_nothing()
     // the second never takes the first's place, and nothing is taken.
     for now in [0, 2 * SECOND] {
         let parts = [one(&global, 1, now), part("new-a", now), part("new-b", now)];
-        let stacked = decide_together(&parts, false).unwrap();
+        let stacked = decide_together(&parts, Then::Take).unwrap();
         assert!(!stacked.taken, "at {now}: {stacked:?}");
         assert!(matches!(
             stacked.answers[2].decision,
@@ -278,6 +279,6 @@ fn a_shared_tables_keys_of_one_request_share_their_buckets_room_all_or_nothing()
     }
     // One new key fits.
     let parts = [one(&global, 1, 2 * SECOND), part("new-a", 2 * SECOND)];
-    assert!(decide_together(&parts, false).unwrap().taken);
+    assert!(decide_together(&parts, Then::Take).unwrap().taken);
     assert!(table.contains(table.digest(b"new-a")));
 }

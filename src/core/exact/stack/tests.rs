@@ -214,7 +214,11 @@ fn every_stack_answers_as_the_model_of_single_calls() {
                 }
             }
             let peek = random.below(5) == 0;
-            let got = decide_together(&parts(&stacked, &specs, now), peek).unwrap();
+            let got = decide_together(
+                &parts(&stacked, &specs, now),
+                if peek { Then::Peek } else { Then::Take },
+            )
+            .unwrap();
             let want = model(&modelled, &specs, now, peek);
             assert_eq!(got, want, "seed {seed}, step {step}: {specs:?}");
         }
@@ -275,7 +279,7 @@ fn a_refusal_takes_nothing_anywhere_and_names_every_limit_that_refused() {
             n: 3,
         },
     ];
-    let got = decide_together(&parts(&world, &specs, 0), false).unwrap();
+    let got = decide_together(&parts(&world, &specs, 0), Then::Take).unwrap();
     assert!(!got.taken);
     assert_eq!(got.answers[0].decision, ALLOWED);
     assert_eq!(got.answers[1].decision, ALLOWED);
@@ -299,6 +303,40 @@ fn a_refusal_takes_nothing_anywhere_and_names_every_limit_that_refused() {
 }
 
 #[test]
+fn a_request_refused_elsewhere_takes_nothing_and_is_counted_as_refused() {
+    let world = World::new();
+    // Every part would allow: another store's part refused the request.
+    let specs = [
+        Spec {
+            limit: 0,
+            key: 0,
+            n: 1,
+        },
+        Spec {
+            limit: 2,
+            key: 0,
+            n: 1,
+        },
+    ];
+    let got = decide_together(&parts(&world, &specs, 0), Then::Refuse).unwrap();
+    assert!(!got.taken);
+    assert!(got.answers.iter().all(|answer| answer.decision == ALLOWED));
+    assert_eq!(world.ones[0].lock().unwrap().available_at(0), 5);
+    assert!(world.tables[0].is_empty(), "nothing taken, nothing kept");
+    assert_eq!(
+        world.tables[0].stats(),
+        Stats {
+            denied: 1,
+            ..Stats::default()
+        },
+        "counted as a stacked refusal counts a key that would have allowed"
+    );
+    let peeked = decide_together(&parts(&world, &specs, 0), Then::Peek).unwrap();
+    assert!(!peeked.taken);
+    assert_eq!(world.tables[0].stats().denied, 1, "a peek counts nothing");
+}
+
+#[test]
 fn a_full_table_refuses_the_request_before_anything_is_taken() {
     let world = World::new();
     for key in ["a", "b", "c"] {
@@ -316,7 +354,7 @@ fn a_full_table_refuses_the_request_before_anything_is_taken() {
             n: 1,
         },
     ];
-    let got = decide_together(&parts(&world, &specs, SECOND / 10), false).unwrap();
+    let got = decide_together(&parts(&world, &specs, SECOND / 10), Then::Take).unwrap();
     assert!(!got.taken);
     assert!(matches!(
         got.answers[1].decision,
@@ -342,7 +380,7 @@ fn parts_on_one_bucket_draw_from_it_together() {
             n: 3,
         },
     ];
-    let got = decide_together(&parts(&world, &specs, 0), false).unwrap();
+    let got = decide_together(&parts(&world, &specs, 0), Then::Take).unwrap();
     assert!(!got.taken);
     assert_eq!(got.answers[0], got.answers[1]);
     assert_eq!(
@@ -362,7 +400,7 @@ fn parts_on_one_bucket_draw_from_it_together() {
             n: 4,
         },
     ];
-    let got = decide_together(&parts(&world, &specs, 0), false).unwrap();
+    let got = decide_together(&parts(&world, &specs, 0), Then::Take).unwrap();
     assert!(got.taken);
     assert_eq!(world.tables[0].len(), 2);
 }
@@ -382,10 +420,10 @@ fn a_time_off_a_limiters_clock_is_refused_before_anything_is_decided() {
             n: 1,
         },
     ];
-    decide_together(&parts(&world, &specs, 0), false).unwrap();
+    decide_together(&parts(&world, &specs, 0), Then::Take).unwrap();
     let mut far = parts(&world, &specs, 0);
     far[1].now_ns = i64::MAX;
-    let error = decide_together(&far, false).unwrap_err();
+    let error = decide_together(&far, Then::Take).unwrap_err();
     assert_eq!(error.part, 1);
     assert_eq!(
         world.tables[0].levels("a", 0)[0].tokens,
@@ -439,7 +477,7 @@ fn stacks_in_opposite_orders_on_many_threads_never_wait_for_each_other() {
                         specs.reverse();
                     }
                     let now = i64::try_from(i).unwrap() * 1_000_000;
-                    if decide_together(&parts(&world, &specs, now), false)
+                    if decide_together(&parts(&world, &specs, now), Then::Take)
                         .unwrap()
                         .taken
                     {
