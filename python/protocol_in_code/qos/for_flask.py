@@ -75,6 +75,9 @@ def limit(
     ``headers_on_allowed``,
     ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
     ``on_decision``, ``on_decision_key``). The peer is ``REMOTE_ADDR``, as for the middleware.
+    The functions given as ``key``, ``cost`` and ``plan`` are called in the request's context
+    (``flask.g``, Flask-Login's ``current_user``), and ``info.request`` is the
+    ``flask.Request``.
 
     One decorator is one limit: a decorator made once and put on several views limits them
     together; ``limit(...)`` written on each limits each on its own.
@@ -114,7 +117,8 @@ def _limited(
     rules: Rules, rule: Rule, view: Callable[..., Any], args: Any, kwargs: Any
 ) -> Response:
     environ = request.environ
-    info = _info(rules, environ, environ.get("REQUEST_METHOD", "GET"), _path(environ))
+    method, path = environ.get("REQUEST_METHOD", "GET"), _path(environ)
+    info = _info(rules, environ, method, path, request._get_current_object())  # type: ignore[attr-defined]
     verdict = decide(rules, rule, info)
     if verdict.status:
         return Response(
