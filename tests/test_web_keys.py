@@ -1,5 +1,5 @@
 """Key functions, in the real servers: what a key is, what ``None`` means, the framework's own
-request, and a FastAPI dependency as the key.
+request, a FastAPI dependency as the key, and Flask's ``@limit`` above ``@app.route``.
 
 * A key is a value (``str``, ``bytes``, ``int``, ``float``, tuples of them). A key function
   returning anything else (an ORM's user, equal only to itself, which made every request a new
@@ -10,10 +10,11 @@ request, and a FastAPI dependency as the key.
 * ``key=``, ``plan=`` and ``cost=`` see the framework's request in ``info.request`` (Django's
   ``request.user``, the ``flask.Request``, Starlette's ``Request``); FastAPI's ``RateLimit``
   takes ``key=Depends(...)``, resolved by FastAPI with the route's own dependencies.
+* Flask's ``@limit`` limits the view in either order with ``@app.route``.
 
-FastAPI and the ASGI middleware run under uvicorn; Flask, Django and the WSGI middleware under
-waitress. The limiters read clocks that stand still: every status is exact, and nothing here
-is about time.
+FastAPI and the ASGI middleware run under uvicorn; Flask under waitress and Werkzeug's server;
+Django and the WSGI middleware under waitress. The limiters read clocks that stand still: every
+status is exact, and nothing here is about time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
@@ -39,7 +41,7 @@ import web_django_app
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.testclient import TestClient
-from flask import Flask, g
+from flask import Blueprint, Flask, g
 from flask import Request as FlaskRequest
 from flask import request as flask_request
 from protocol_in_code.qos import Band, KeyedRateLimiter, RateLimiter
@@ -52,7 +54,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route as StarletteRoute
-from web_servers import Uvicorn, Waitress
+from web_servers import Uvicorn, Waitress, Werkzeug
 from web_users import User, bearer, signed_in
 
 T0 = 1_000 * 1_000_000_000
@@ -539,3 +541,102 @@ def test_the_middleware_give_the_scope_or_the_environ_as_the_request():
     assert seen[-1] is scope  # what an authentication middleware in front wrote is there
     _wsgi_get(WSGIMiddleware(_pass, KeyedRateLimiter(1), key=key))
     assert seen[-1]["REMOTE_ADDR"] == "192.0.2.1" and seen[-1]["PATH_INFO"] == "/"
+
+
+# ---------------------------------------------------------------------------------------------
+# Flask: @limit above @app.route
+# ---------------------------------------------------------------------------------------------
+
+
+def test_flask_limit_above_app_route_limits_the_view_under_werkzeug_s_server(client):
+    # Flask registered the view @app.route was given, before @limit saw it: it ran unlimited.
+    limiter = KeyedRateLimiter(1, burst=2, clock=frozen)
+    app = Flask(__name__)
+
+    @flask_limit(limiter)
+    @app.get("/")
+    def hello() -> str:
+        return "hello"
+
+    server = Werkzeug(app).start()
+    try:
+        statuses = [client.get(server.url + "/").status_code for _ in range(5)]
+    finally:
+        server.stop()
+    assert statuses == [200, 200, 429, 429, 429], f"{statuses.count(200)} of 5 admitted"
+
+
+def create_blueprint_app(limiter: Any) -> Flask:
+    """An application factory, registering a blueprint whose view has @limit above its route:
+    no module-level name leads to either."""
+    api = Blueprint("api", __name__)
+
+    @flask_limit(limiter, name="api")
+    @api.get("/items")
+    def items() -> str:
+        return "items"
+
+    app = Flask(__name__)
+    app.register_blueprint(api, url_prefix="/api")
+    return app
+
+
+def test_flask_limit_above_a_blueprint_route_is_limited_under_waitress_from_the_first_requests():
+    # Eight first requests at once, on four threads: exactly the burst is admitted.
+    limiter = KeyedRateLimiter(1, burst=2, clock=frozen)
+    server = Waitress(create_blueprint_app(limiter)).start()
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        with httpx.Client(timeout=10) as own:
+            status = own.get(server.url + "/api/items").status_code
+        with lock:
+            statuses.append(status)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        server.stop()
+    assert sorted(statuses) == [200] * 2 + [429] * 6
+
+
+def test_flask_limit_in_either_order_twice_and_a_view_served_both_ways():
+    # Above and under one route: both limits apply (a burst of 3, and one of 2 inside it).
+    outer = KeyedRateLimiter(1, burst=3, clock=frozen)
+    inner = KeyedRateLimiter(1, burst=2, clock=frozen)
+    app = Flask(__name__)
+
+    @flask_limit(outer, name="outer")
+    @app.get("/")
+    @flask_limit(inner, name="inner")
+    def hello() -> str:
+        return "hello"
+
+    # One function served unlimited at /internal and limited at /public: as written.
+    def report() -> str:
+        return "report"
+
+    public = KeyedRateLimiter(1, burst=1, clock=frozen)
+    app.add_url_rule("/internal", "internal", report)
+    app.add_url_rule("/public", "public", flask_limit(public)(report))
+    # Under its route only: the view registered is the limited one, and stays.
+    under = KeyedRateLimiter(1, burst=1, clock=frozen)
+
+    @app.get("/under")
+    @flask_limit(under)
+    def limited_under() -> str:
+        return "under"
+
+    registered = app.view_functions["limited_under"]
+    test_client = app.test_client()
+    assert [test_client.get("/").status_code for _ in range(4)] == [200, 200, 429, 429]
+    assert outer.available("127.0.0.1") == 0 and inner.available("127.0.0.1") == 0
+    assert [test_client.get("/public").status_code for _ in range(2)] == [200, 429]
+    assert [test_client.get("/internal").status_code for _ in range(3)] == [200] * 3
+    assert [test_client.get("/under").status_code for _ in range(2)] == [200, 429]
+    assert app.view_functions["limited_under"] is registered is limited_under
