@@ -14,6 +14,7 @@ from typing import Any
 import django
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
+from web_users import AnonymousUser, signed_in
 
 urlpatterns: list[Any] = []
 
@@ -69,21 +70,35 @@ def create_asgi_app(limiter: Any, form: str = "decorator", **options: Any) -> An
     return ASGIHandler()
 
 
-def create_app(limiter: Any, form: str = "decorator", **options: Any) -> Any:
+def token_user(get_response: Any) -> Any:
+    """A middleware signing each request in from its bearer token, as token authentication
+    does: ``request.user`` is the user (:mod:`web_users`), or an anonymous one."""
+
+    def middleware(request: HttpRequest) -> Any:
+        user = signed_in(request.headers.get("Authorization"))
+        request.user = AnonymousUser() if user is None else user
+        return get_response(request)
+
+    return middleware
+
+
+def create_app(limiter: Any, form: str = "decorator", users: bool = False, **options: Any) -> Any:
     """A WSGI application: ``/`` limited by ``limiter`` through ``form`` (``"decorator"`` or
-    ``"middleware"``), and ``/health`` never limited."""
+    ``"middleware"``), and ``/health`` never limited. With ``users``, :func:`token_user` signs
+    each request in first."""
     configure()
     from django.core.handlers.wsgi import WSGIHandler
     from django.urls import clear_url_caches, path
     from protocol_in_code.qos.for_django import limit
 
+    first = [f"{__name__}.token_user"] if users else []
     if form == "decorator":
         view = limit(limiter, **options)(hello)
-        settings.MIDDLEWARE = []
+        settings.MIDDLEWARE = first
     else:
         view = hello
         Limited.options = {"limiter": limiter, "exempt": ["/health"], **options}
-        settings.MIDDLEWARE = [f"{__name__}.Limited"]
+        settings.MIDDLEWARE = [*first, f"{__name__}.Limited"]
     urlpatterns[:] = [path("", view), path("health", health)]
     clear_url_caches()
     return WSGIHandler()

@@ -146,3 +146,31 @@ class Waitress(_Server):
         self.thread.join(STARTUP_SECONDS)
         self.server.task_dispatcher.shutdown()
         self.sock.close()
+
+
+class Werkzeug(_Server):
+    """Werkzeug's own server (what ``flask run`` serves with), threaded, serving a WSGI
+    application."""
+
+    def __init__(self, app: Any, sock: socket.socket | None = None) -> None:
+        from werkzeug.serving import make_server
+
+        super().__init__(sock)
+        self.sock.listen()
+        self.server = make_server("127.0.0.1", 0, app, threaded=True, fd=self.sock.fileno())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> Werkzeug:
+        self.thread.start()
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not self.listening():
+            if time.monotonic() > deadline:
+                raise RuntimeError("werkzeug's server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(STARTUP_SECONDS)
+        self.server.server_close()
+        self.sock.close()

@@ -78,7 +78,7 @@ REASONS = {
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """A request as a key, cost or exemption function sees it, whichever server runs it.
+    """A request as a key, cost, plan or exemption function sees it, whichever server runs it.
 
     ``path`` is relative to where the application is mounted, as its own routes are written:
     ASGI's ``path`` without ``root_path``, WSGI's ``PATH_INFO`` (``SCRIPT_NAME`` is not in
@@ -86,15 +86,27 @@ class RequestInfo:
     match it as routers read it, :func:`routed`). ``headers`` has lower-case names, and
     repeated fields joined with ``", "``. ``client`` is the address :func:`client_address`
     settled on (``None`` when the server gives none, as on a Unix socket).
+
+    ``request`` is the request as the code around the limit holds it, for what only it knows
+    (who is signed in): under the framework forms, the framework's own request (Django's
+    ``HttpRequest``, with ``request.user``; Flask's ``flask.Request``; Starlette's
+    ``Request`` for FastAPI); under the ASGI middleware the ASGI ``scope`` (where an
+    authentication middleware in front puts ``scope["user"]``), and under the WSGI middleware
+    the ``environ``. It is not compared and not shown, as it is not the request's value.
     """
 
     method: str
     path: str
     client: str | None
     headers: Mapping[str, str]
+    request: Any = field(default=None, compare=False, repr=False)
 
 
-KeyFunction: TypeAlias = Callable[[RequestInfo], Hashable]
+#: What a key function may return: a value, equal to another key exactly when their values are
+#: equal, in this process and in every other: text, bytes, numbers, and tuples of them.
+Key: TypeAlias = str | bytes | int | float | tuple["Key", ...]
+#: A key function: the request's key, or ``None`` when its limit does not apply to the request.
+KeyFunction: TypeAlias = Callable[[RequestInfo], "Key | None"]
 CostFunction: TypeAlias = Callable[[RequestInfo], int]
 
 
@@ -996,15 +1008,33 @@ def key_bytes(key: Hashable) -> bytes:
 
     A ``str`` is its UTF-8 (lone surrogates kept), ``bytes`` are themselves, and any other key
     (``42``, ``("user", 42)``) is its ``repr()``, which for numbers, strings and tuples of them
-    is the same in every process, so every worker gives a client the same ``pk``. A key of the
-    application's own class needs a ``__repr__`` that says its value for that to hold. Keys
-    the limiter holds as one but spelled apart (``1`` and ``1.0``) have two ``pk``.
+    is the same in every process, so every worker gives a client the same ``pk``; an int too
+    long for Python to write in decimal (more than 4,300 digits) is written in hex. Keys the
+    limiter holds as one but spelled apart (``1`` and ``1.0``) have two ``pk``.
     """
     if isinstance(key, str):
         return key.encode("utf-8", "surrogatepass")
     if isinstance(key, bytes):
         return key
-    return repr(key).encode("utf-8", "surrogatepass")
+    try:
+        text = repr(key)
+    except ValueError:  # an int of more digits than Python writes in decimal (4,300 by default)
+        text = _long_text(key)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _long_text(key: Any) -> str:
+    """:func:`repr`, but with an int of more digits than Python writes in decimal written in
+    hex (``0x...``), as ``repr()`` raises for it: a key can be any int."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        try:
+            return repr(key)
+        except ValueError:
+            return hex(key)
+    if isinstance(key, tuple):
+        items = [_long_text(item) for item in key]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return repr(key)
 
 
 def _route_name(route: Route) -> str:
@@ -1270,30 +1300,84 @@ def cost_of(rules: Rules, rule: Rule, info: RequestInfo) -> int:
     return n
 
 
-def key_of(rules: Rules, rule: Rule, info: RequestInfo) -> Hashable:
+def key_of(rules: Rules, rule: Rule, info: RequestInfo) -> Key | None:
     """The key of a keyed limiter: the key function's, or the client's address.
 
-    A key the limiter cannot take raises ``TypeError`` here, naming it, before the limiter is
-    asked: the middleware never fails after a token is spent.
+    ``None`` from the key function means that this limit does not apply to this request (a
+    limit per signed-in user, for a request nobody signed in to): it is passed over, as if its
+    route did not match. Any other key must be a value (see :func:`not_a_key`); one that is not
+    raises ``TypeError`` here, naming the key function and what it returned, before the limiter
+    is asked: the middleware never fails after a token is spent.
     """
-    if rules.key is None:
+    function = rules.key
+    if function is None:
         return info.client if info.client is not None else "unknown"
-    key = rules.key(info)
+    key = function(info)
+    if key is None:
+        return None
     if rule.redis:
         if not isinstance(key, (str, bytes)):
             raise TypeError(
                 f"key= returned {reprlib.repr(key)}, which a Redis limiter cannot take: "
-                "its keys are str or bytes"
+                f"its keys are str or bytes ({function_name(function)} returned a "
+                f"{type(key).__qualname__})"
             )
         return key
-    try:
-        hash(key)
-    except TypeError:
+    kind = type(key)
+    if kind is str or kind is int or kind is bytes:  # the keys most functions return
+        return key
+    wrong = not_a_key(key)
+    if wrong is not None:
         raise TypeError(
-            f"key= returned {reprlib.repr(key)}, which a KeyedRateLimiter cannot take: "
-            "its keys are hashable, as dict keys are (str, bytes, int, tuples of them...)"
-        ) from None
+            f"key= returned {reprlib.repr(key)}, which {wrong}. {function_name(function)} "
+            "must return a value (str, bytes, int, float, or a tuple of them: the user's id, "
+            "not the user), or None where this limit does not apply to the request"
+        )
     return key
+
+
+def not_a_key(key: object) -> str | None:
+    """Why ``key`` is not a key, or ``None`` for a key.
+
+    A key is a value: ``str``, ``bytes``, ``int``, ``float`` and tuples of them, nested to any
+    depth, each equal to another key exactly when their values are. Anything else would
+    misplace clients without a word. An object equal only to itself (an ORM's user, made anew
+    for every request) is a new client at every request, so the limit never applies; so is
+    NaN, which equals nothing. A list or a dict is no dict key. And a bool is refused too:
+    ``True`` is the key ``1`` (the user of id 1), and a key function that returns one
+    (``user.is_authenticated and user.pk``) puts every anonymous client in the one key
+    ``False``; ``None`` says that a limit does not apply.
+    """
+    stack = [key]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            continue
+        if isinstance(item, bool):
+            return "is a bool, not a key: True is the key 1, and False is 0"
+        if isinstance(item, int):
+            continue
+        if isinstance(item, float):
+            if item != item:
+                return "is NaN, not a key: NaN equals nothing, so each request is a new client"
+            continue
+        if isinstance(item, tuple):
+            stack.extend(item)
+            continue
+        kind = type(item).__qualname__
+        if item is key:
+            return f"is a {kind}, not a key"
+        return f"holds a {kind}, which is not a key"
+    return None
+
+
+def function_name(function: Callable[..., Any]) -> str:
+    """A function as an error names it: its module and qualified name, where it has them."""
+    name = getattr(function, "__qualname__", None)
+    if not isinstance(name, str):
+        return reprlib.repr(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{name}" if isinstance(module, str) and module else name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1315,16 +1399,55 @@ class Verdict(NamedTuple):
     body: bytes
 
 
-def _asked(rules: Rules, rule: Rule, info: RequestInfo) -> tuple[Any, int, Hashable, str | None]:
-    """What the middleware do before the limiter answers: the cost and key (each of which may
-    raise, before anything is spent), the ``pk``, and the limiter's ``check`` called (its
-    result is awaitable for an asyncio limiter)."""
-    n = cost_of(rules, rule, info)
+class Asked(NamedTuple):
+    """A request as one limit asks its limiter about it: the rule (for a limiter with plans,
+    the request's plan's), the tokens, the key and its ``pk`` (``None`` for a limiter without
+    keys)."""
+
+    rule: Rule
+    n: int
+    key: Key | None
+    pk: str | None
+
+
+def prepared(rules: Rules, rule: Rule, info: RequestInfo) -> Asked | None:
+    """What ``rule``'s limiter is asked about ``info``: everything that can fail (the key, the
+    plan, the cost), read before anything is spent; ``None`` when the key function says that
+    this limit does not apply to the request.
+
+    The key is read first, so that a limit that does not apply asks nothing more of the
+    request: a plan function for signed-in users is never called for anyone else.
+    """
+    key = pk = None
     if rule.keyed:
         key = key_of(rules, rule, info)
+        if key is None:
+            return None
+    if rule.plans is not None:
+        rule = rules.planned(rule, info)
+    n = cost_of(rules, rule, info)
+    if key is not None:
         pk = rules.partition_key(key)
-        return rule.decider.check(key, n), n, key, pk
-    return rule.decider.check(n), n, None, None
+    return Asked(rule, n, key, pk)
+
+
+def ask(asked: Asked) -> Any:
+    """The limiter's ``check`` (its ``check_levels`` for a :attr:`Rule.leveled` rule) called
+    for ``asked``: the decision (with the levels), awaitable for an asyncio limiter."""
+    rule = asked.rule
+    decider = rule.decider
+    if rule.leveled:
+        if rule.keyed:
+            return decider.check_levels(asked.key, asked.n)
+        return decider.check_levels(asked.n)
+    if rule.keyed:
+        return decider.check(asked.key, asked.n)
+    return decider.check(asked.n)
+
+
+def passed() -> Verdict:
+    """The verdict on a request no limit applies to: go on, with no fields."""
+    return Verdict(0, [], "", b"")
 
 
 def _verdict(
@@ -1332,7 +1455,7 @@ def _verdict(
     rule: Rule,
     decision: Decision,
     n: int,
-    key: Hashable,
+    key: Key | None,
     pk: str | None,
     levels: list[tuple[int, int]] | None = None,
 ) -> Verdict:
@@ -1343,33 +1466,27 @@ def _verdict(
     return Verdict(status, fields, content_type, body)
 
 
-def _asked_levels(
-    rules: Rules, rule: Rule, info: RequestInfo, n: int
-) -> tuple[Any, Hashable | None, str | None]:
-    """:func:`_asked` for a :attr:`Rule.leveled` rule, whose cost is ``n``: the key and ``pk``
-    (which may raise, before anything is spent), and ``check_levels`` called (its result, a
-    decision and the levels, is awaitable for an asyncio limiter)."""
-    if rule.keyed:
-        key = key_of(rules, rule, info)
-        pk = rules.partition_key(key)
-        return rule.decider.check_levels(key, n), key, pk
-    return rule.decider.check_levels(n), None, None
+def _decided(rules: Rules, asked: Asked, answered: Any) -> Verdict:
+    """The verdict on ``asked``, given what :func:`ask` answered (awaited, if it was to be)."""
+    if asked.rule.leveled:
+        decision, levels = answered
+        return _verdict(rules, asked.rule, decision, asked.n, asked.key, asked.pk, levels)
+    return _verdict(rules, asked.rule, answered, asked.n, asked.key, asked.pk)
 
 
-def decide_leveled(rules: Rules, rule: Rule, info: RequestInfo, n: int) -> Verdict:
-    """Decide ``info``, of cost ``n``, under a :attr:`Rule.leveled` rule of a synchronous
-    limiter: one call says the decision and every band's level, and the fields say each
-    band's own ``r`` and ``t``."""
-    asked, key, pk = _asked_levels(rules, rule, info, n)
-    decision, levels = asked
-    return _verdict(rules, rule, decision, n, key, pk, levels)
+def decide_asked(rules: Rules, asked: Asked) -> Verdict:
+    """Decide ``asked`` under a synchronous limiter: one call says the decision (and, for a
+    :attr:`Rule.leveled` rule, every band's level, so that the fields say each band's own
+    ``r`` and ``t``)."""
+    return _decided(rules, asked, ask(asked))
 
 
-async def decide_leveled_async(rules: Rules, rule: Rule, info: RequestInfo, n: int) -> Verdict:
-    """:func:`decide_leveled`, awaiting an asyncio limiter's ``check_levels``."""
-    asked, key, pk = _asked_levels(rules, rule, info, n)
-    decision, levels = (await asked) if rule.awaited else asked
-    return _verdict(rules, rule, decision, n, key, pk, levels)
+async def decide_asked_async(rules: Rules, asked: Asked) -> Verdict:
+    """:func:`decide_asked`, awaiting an asyncio limiter."""
+    answered = ask(asked)
+    if asked.rule.awaited:
+        answered = await answered
+    return _decided(rules, asked, answered)
 
 
 def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
@@ -1379,11 +1496,8 @@ def decide(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
         return decide_stacked(rules, rules.rules, info)
     if rule.awaited:
         raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
-    rule = rules.planned(rule, info)
-    if rule.leveled:
-        return decide_leveled(rules, rule, info, cost_of(rules, rule, info))
-    decision, n, key, pk = _asked(rules, rule, info)
-    return _verdict(rules, rule, decision, n, key, pk)
+    asked = prepared(rules, rule, info)
+    return passed() if asked is None else decide_asked(rules, asked)
 
 
 async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
@@ -1391,13 +1505,8 @@ async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
     in-process limiter's never sleeps, so it is called directly, as the ASGI middleware do)."""
     if rules.stack:
         return await decide_stacked_async(rules, rules.rules, info)
-    rule = rules.planned(rule, info)
-    if rule.leveled:
-        return await decide_leveled_async(rules, rule, info, cost_of(rules, rule, info))
-    decision, n, key, pk = _asked(rules, rule, info)
-    if rule.awaited:
-        decision = await decision
-    return _verdict(rules, rule, decision, n, key, pk)
+    asked = prepared(rules, rule, info)
+    return passed() if asked is None else await decide_asked_async(rules, asked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1405,38 +1514,26 @@ async def decide_async(rules: Rules, rule: Rule, info: RequestInfo) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Asked(NamedTuple):
-    """One limit of a stacked request, asked: its rule (the plan's), tokens, key and ``pk``."""
-
-    rule: Rule
-    n: int
-    key: Hashable | None
-    pk: str | None
-
-
 def _stack_parts(
     rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
-) -> tuple[list[_Asked], list[tuple[Any, Hashable | None, int, str | None]]]:
-    """What a stacked request asks of each limit: every plan, cost and key is read (each of
-    which may raise) before any limit is asked."""
+) -> tuple[list[Asked], list[tuple[Any, Key | None, int, str | None]]]:
+    """What a stacked request asks of each limit: every key, plan and cost is read (each of
+    which may raise) before any limit is asked. A limit whose key function returns ``None``
+    does not apply, and is left out; the others decide."""
     asked, parts = [], []
     for rule in matched:
-        if rule.plans is not None:
-            rule = rules.planned(rule, info)
-        n = cost_of(rules, rule, info)
-        key = pk = None
-        if rule.keyed:
-            key = key_of(rules, rule, info)
-            pk = rules.partition_key(key)
-        limiter, plan = rule.limiter, None
+        one = prepared(rules, rule, info)
+        if one is None:
+            continue
+        limiter, plan = one.rule.limiter, None
         if isinstance(limiter, _PlanView):
             limiter, plan = limiter.limiter, limiter.plan
-        asked.append(_Asked(rule, n, key, pk))
-        parts.append((limiter, key, n, plan))
+        asked.append(one)
+        parts.append((limiter, one.key, one.n, plan))
     return asked, parts
 
 
-def _stacked_verdict(rules: Rules, asked: list[_Asked], stacked: Stacked) -> Verdict:
+def _stacked_verdict(rules: Rules, asked: list[Asked], stacked: Stacked) -> Verdict:
     """The answer to a stacked request: the request's status and ``Retry-After``, every
     limit's policies and ``RateLimit`` items, and (with ``problem_json``) every violated
     policy of every limit that refused."""
@@ -1484,6 +1581,8 @@ def decide_stacked(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -
     """Decide ``info`` under every rule in ``matched`` together (see
     :mod:`protocol_in_code.qos.stack`)."""
     asked, parts = _stack_parts(rules, matched, info)
+    if not asked:
+        return passed()
     return _stacked_verdict(rules, asked, check_together(parts))
 
 
@@ -1492,6 +1591,8 @@ async def decide_stacked_async(
 ) -> Verdict:
     """:func:`decide_stacked`, awaiting the asyncio limiters among them."""
     asked, parts = _stack_parts(rules, matched, info)
+    if not asked:
+        return passed()
     if any(one.rule.awaited for one in asked):
         stacked = await check_together_async(parts)
     else:

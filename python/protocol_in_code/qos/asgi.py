@@ -57,11 +57,11 @@ from protocol_in_code.qos._http import (
     Rules,
     Verdict,
     answer,
+    ask,
     client_address,
-    cost_of,
-    decide_leveled_async,
+    decide_asked_async,
     decide_stacked_async,
-    key_of,
+    prepared,
     refusal,
 )
 
@@ -130,10 +130,12 @@ class RateLimitMiddleware:
       when the peer is one of ``trusted_proxies`` (addresses, networks, and ``"unix"`` for a
       peer on a Unix socket), the address it forwarded in ``forwarded_header``
       (``"X-Forwarded-For"`` or ``"Forwarded"``), normalised (``::ffff:192.0.2.1`` is
-      ``192.0.2.1``, ``2001:DB8::1`` is ``2001:db8::1``, a port is dropped). Any key the limiter
-      takes will do (an API key, ``("user", 42)``, an int); a Redis limiter takes ``str`` or
-      ``bytes``. A key the limiter cannot take raises ``TypeError`` naming it, before
-      anything is spent.
+      ``192.0.2.1``, ``2001:DB8::1`` is ``2001:db8::1``, a port is dropped). A key is a value
+      (an API key, ``("user", 42)``, an int: ``str``, ``bytes``, ``int``, ``float`` and
+      tuples of them); a Redis limiter takes ``str`` or ``bytes``. Anything else (a user
+      object, a bool, NaN) raises ``TypeError`` naming the key function, before anything is
+      spent. ``None`` means that the limit does not apply to the request. ``info.request``
+      is the ASGI ``scope``.
     * ``cost(info)``: tokens the request takes (1 by default).
     * ``exempt``: path prefixes, or a function of the request, never limited. Prefixes, as
       routes, are relative to where the application is mounted (``root_path`` taken off).
@@ -242,21 +244,15 @@ class RateLimitMiddleware:
         assert rule is not None  # a request no rule matched went on above
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
-        if rule.plans is not None:
-            rule = rules.planned(rule, info)
-        n = cost_of(rules, rule, info)
-        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
-            await self._answered(
-                scope, receive, send, await decide_leveled_async(rules, rule, info, n)
-            )
+        asked = prepared(rules, rule, info)
+        if asked is None:  # the key function says this limit does not apply to the request
+            await self.app(scope, receive, send)
             return
-        pk = key = None
-        if rule.keyed:
-            key = key_of(rules, rule, info)
-            pk = rules.partition_key(key)
-            decision = rule.decider.check(key, n)
-        else:
-            decision = rule.decider.check(n)
+        rule, n, key, pk = asked
+        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
+            await self._answered(scope, receive, send, await decide_asked_async(rules, asked))
+            return
+        decision = ask(asked)
         if rule.awaited:
             decision = await decision
         status, fields = answer(rules, rule, decision, pk, key)
@@ -321,6 +317,7 @@ def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:
         path,
         client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
         headers,
+        scope,
     )
 
 

@@ -60,9 +60,10 @@ View = TypeVar("View", bound=Callable[..., Any])
 
 
 def _info(rules: Rules, request: HttpRequest) -> RequestInfo:
-    """The request as the key, cost and exemption functions see it: the peer is
-    ``REMOTE_ADDR`` and the headers are ``HTTP_*`` of ``request.META``, as under WSGI."""
-    return _wsgi_info(rules, request.META, request.method or "GET", request.path_info)
+    """The request as the key, cost, plan and exemption functions see it: the peer is
+    ``REMOTE_ADDR`` and the headers are ``HTTP_*`` of ``request.META``, as under WSGI, and
+    ``info.request`` is the ``HttpRequest`` itself (``info.request.user``)."""
+    return _wsgi_info(rules, request.META, request.method or "GET", request.path_info, request)
 
 
 def _refusal(verdict: Verdict) -> HttpResponse:
@@ -111,7 +112,9 @@ def limit(
     host. Or a mapping of policy names to limiters or rates, stacked on the view and
     decided together (taken from all or none). An asyncio limiter needs an ``async def`` view,
     where it is awaited. The other
-    parameters are the WSGI middleware's. One decorator is one limit: made once and put on
+    parameters are the WSGI middleware's; ``info.request``, given to ``key``, ``plan`` and
+    ``cost``, is the ``HttpRequest`` (``info.request.user.pk``: ``None``, the limit not
+    applying, for an anonymous user). One decorator is one limit: made once and put on
     several views, it limits them together.
     """
     checked_store(store)

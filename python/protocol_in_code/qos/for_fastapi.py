@@ -21,11 +21,14 @@ import for_fastapi`` never hides the framework's own package in the application'
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from fastapi.params import Depends
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,6 +41,7 @@ from protocol_in_code.qos._http import (
     RequestInfo,
     client_address,
     decide_async,
+    function_name,
     table_name,
     view_rules,
 )
@@ -111,10 +115,21 @@ class RateLimit:
     ``on_decision``, ``on_decision_key``). The request's path, ``info.path``, is the
     middleware's: relative to where the application is mounted.
 
+    ``key``, ``plan`` and ``cost`` are each a function of the request (a :class:`RequestInfo`,
+    whose ``request`` is the Starlette ``Request``), or a FastAPI dependency,
+    ``Depends(current_user_id)``, whose result is the key (the plan, the cost): FastAPI
+    resolves it with the route's own dependencies (a dependency the route uses too is called
+    once per request), and one that fails (no credentials) answers before anything is
+    spent. A key of ``None`` means that the limit does not apply to the request.
+
     One instance is one limit: given to several routes, they share it. The fields of an allowed
     request are added to the ``Response`` FastAPI hands the dependency, which it merges into
     the route's response unless the route returns a ``Response`` of its own.
     """
+
+    #: What FastAPI reads to know what to give :meth:`__call__`: the request and response,
+    #: and the dependencies given as ``key``, ``plan`` or ``cost``.
+    __signature__: inspect.Signature
 
     def __init__(
         self,
@@ -122,8 +137,8 @@ class RateLimit:
         *,
         burst: int | None = None,
         store: Any = "shared",
-        key: KeyFunction | None = None,
-        cost: CostFunction | None = None,
+        key: KeyFunction | Depends | None = None,
+        cost: CostFunction | Depends | None = None,
         trusted_proxies: Iterable[str] = (),
         forwarded_header: str = "X-Forwarded-For",
         name: str = "default",
@@ -135,8 +150,29 @@ class RateLimit:
         enforce: bool = True,
         on_decision: DecisionHook | None = None,
         on_decision_key: bool = False,
-        plan: Callable[[RequestInfo], str] | None = None,
+        plan: Callable[[RequestInfo], str] | Depends | None = None,
     ) -> None:
+        depended = {
+            name: given
+            for name, given in (("key", key), ("plan", plan), ("cost", cost))
+            if isinstance(given, Depends)
+        }
+        if isinstance(key, Depends):
+            key = _resolved("key", key)
+        if isinstance(plan, Depends):
+            plan = _resolved("plan", plan)
+        if isinstance(cost, Depends):
+            cost = _resolved("cost", cost)
+        self.__signature__ = inspect.Signature(
+            [
+                inspect.Parameter("request", _POSITIONAL, annotation=Request),
+                inspect.Parameter("response", _POSITIONAL, annotation=Response),
+                *(
+                    inspect.Parameter(name, _KEYWORD, default=marker, annotation=Any)
+                    for name, marker in depended.items()
+                ),
+            ]
+        )
         self.rules, self.rule = view_rules(
             limiter,
             allow_async=True,
@@ -161,7 +197,9 @@ class RateLimit:
         )
         self.limiter = self.rule.limiter
 
-    async def __call__(self, request: Request, response: Response) -> None:
+    async def __call__(self, request: Request, response: Response, **depended: Any) -> None:
+        """Decide ``request``; ``depended`` are the results of the dependencies given as
+        ``key``, ``plan`` or ``cost``, by their names."""
         rules = self.rules
         headers: dict[str, str] = {}
         for name, value in request.headers.items():
@@ -169,14 +207,13 @@ class RateLimit:
                 headers[name] += ", " + value
             else:
                 headers[name] = value
-        client = request.client
-        peer = (client.host or None) if client else None
-        info = RequestInfo(
-            request.method,
-            _path(request.scope),
-            client_address(peer, headers, rules.proxies, rules.forwarded_header),
-            headers,
-        )
+        peer = (request.client.host or None) if request.client else None
+        address = client_address(peer, headers, rules.proxies, rules.forwarded_header)
+        method, path = request.method, _path(request.scope)
+        if depended:
+            info: RequestInfo = _Depended(method, path, address, headers, request, depended)
+        else:
+            info = RequestInfo(method, path, address, headers, request)
         verdict = await decide_async(rules, self.rule, info)
         if verdict.status:
             raise RateLimitExceeded(
@@ -184,3 +221,33 @@ class RateLimit:
             )
         for name, value in verdict.fields:
             response.headers.append(name, value)
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+@dataclass(frozen=True)
+class _Depended(RequestInfo):
+    """A request, and the results of the dependencies given as ``key``, ``plan`` or ``cost``."""
+
+    depended: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _resolved(name: str, marker: Depends) -> Callable[[RequestInfo], Any]:
+    """The function of the request that gives what FastAPI resolved ``marker`` to for it:
+    named after the dependency, so that an error about its result names the dependency."""
+    dependency = marker.dependency
+    if dependency is None:
+        raise TypeError(
+            f"{name}=Depends() needs its dependency: Depends(current_user_id), a function "
+            f"that returns the {name}"
+        )
+
+    def resolved(info: RequestInfo) -> Any:
+        assert isinstance(info, _Depended)  # given to the rules of a RateLimit with it only
+        return info.depended[name]
+
+    resolved.__qualname__ = f"Depends({function_name(dependency)})"
+    resolved.__module__ = ""  # the dependency's is in the name
+    return resolved

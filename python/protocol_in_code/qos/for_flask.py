@@ -15,18 +15,22 @@ allowed one runs it, and its response carries the fields::
     def login() -> dict[str, bool]:
         return {"ok": True}
 
-The decorator goes *under* the route's, so that Flask registers the limited view. The module is
-named ``for_flask``, not ``flask``, so that ``from protocol_in_code.qos import for_flask``
-never hides the framework's own package in the application's namespace.
+The decorator goes *under* the route's, so that Flask registers the limited view. Written above
+it, it is given the view Flask has already registered, and Flask would run that view unlimited:
+so it limits it all the same, from the application's first request (see
+:func:`_limit_views_registered_before`). The module is named ``for_flask``, not ``flask``, so
+that ``from protocol_in_code.qos import for_flask`` never hides the framework's own package in
+the application's namespace.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from flask import Response, current_app, request
+from flask import Flask, Response, current_app, request, request_started
 
 from protocol_in_code.qos._http import (
     CostFunction,
@@ -83,9 +87,14 @@ def limit(
     ``headers_on_allowed``,
     ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
     ``on_decision``, ``on_decision_key``). The peer is ``REMOTE_ADDR``, as for the middleware.
+    The functions given as ``key``, ``cost`` and ``plan`` are called in the request's context
+    (``flask.g``, Flask-Login's ``current_user``), and ``info.request`` is the
+    ``flask.Request``.
 
     One decorator is one limit: a decorator made once and put on several views limits them
-    together; ``limit(...)`` written on each limits each on its own.
+    together; ``limit(...)`` written on each limits each on its own. It is written under
+    ``@app.route``, or above it (then the view is limited from the application's first
+    request on).
     """
     checked_store(store)
     options: dict[str, Any] = {
@@ -122,16 +131,75 @@ def limit(
             return _limited(rules, rule, view, args, kwargs)
 
         limited.limiter = rule.limiter  # type: ignore[attr-defined]
+        limited.__dict__.pop(LIMITED_AS, None)  # copied from the view by functools.wraps
+        _remember(view, limited)
         return limited  # type: ignore[return-value]
 
     return decorate
+
+
+# ---------------------------------------------------------------------------------------------
+# @limit above @app.route: the view Flask registered, limited from the first request on
+# ---------------------------------------------------------------------------------------------
+
+#: The attribute of a view that names its limited form: the view ``limit`` made of it.
+LIMITED_AS = "protocol_in_code_limited_as"
+#: The key of ``app.extensions`` set once an application's views have been looked through.
+EXTENSION = "protocol_in_code.qos.for_flask"
+_looking = threading.Lock()
+
+
+def _remember(view: Callable[..., Any], limited: Callable[..., Any]) -> None:
+    """Write on ``view`` the view ``limit`` made of it, for an application that registered
+    ``view`` itself (``@limit`` written above ``@app.route``), and have every application
+    looked through at its first request."""
+    try:
+        setattr(view, LIMITED_AS, limited)
+    except (AttributeError, TypeError):  # a bound method, a builtin: it cannot be told
+        return
+    # Connecting the same function again changes nothing.
+    request_started.connect(_limit_views_registered_before)
+
+
+def _limit_views_registered_before(app: Flask, **extra: Any) -> None:
+    """At an application's first request, put in place of each view registered unlimited the
+    view ``limit`` made of it (the last of them, if it was limited twice).
+
+    ``@app.route`` registers the function it is given and gives it back unchanged, so a
+    ``@limit`` above it makes a limited view that nothing registered, and when the module is
+    imported no application is known to look for the view in (an application factory keeps
+    its application to itself). Flask tells of every request of every application
+    (``request_started``, sent before the view is found), and adds no view after the first
+    request, so looking once, at the first, finds every such view, before any of them runs.
+
+    A view registered unlimited while the view ``limit`` made of it is registered too (one
+    function served both ways, under two endpoints) is left as it is: that was written so.
+    """
+    if EXTENSION in app.extensions:
+        return
+    with _looking:  # the first requests of a threaded server run at once
+        if EXTENSION in app.extensions:
+            return
+        views = app.view_functions
+        registered = {id(view) for view in views.values()}
+        for endpoint, view in list(views.items()):
+            limited = view
+            while True:
+                further = getattr(limited, LIMITED_AS, None)
+                if further is None or id(further) in registered:
+                    break
+                limited = further
+            if limited is not view:
+                views[endpoint] = limited
+        app.extensions[EXTENSION] = True
 
 
 def _limited(
     rules: Rules, rule: Rule, view: Callable[..., Any], args: Any, kwargs: Any
 ) -> Response:
     environ = request.environ
-    info = _info(rules, environ, environ.get("REQUEST_METHOD", "GET"), _path(environ))
+    method, path = environ.get("REQUEST_METHOD", "GET"), _path(environ)
+    info = _info(rules, environ, method, path, request._get_current_object())  # type: ignore[attr-defined]
     verdict = decide(rules, rule, info)
     if verdict.status:
         return Response(

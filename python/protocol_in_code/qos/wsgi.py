@@ -33,11 +33,11 @@ from protocol_in_code.qos._http import (
     Rules,
     Verdict,
     answer,
+    ask,
     client_address,
-    cost_of,
-    decide_leveled,
+    decide_asked,
     decide_stacked,
-    key_of,
+    prepared,
     refusal,
 )
 
@@ -187,18 +187,13 @@ class RateLimitMiddleware:
         assert rule is not None  # a request no rule matched went on above
         # Whatever can fail is done before the limiter is asked, so a request that spent a
         # token is always answered.
-        if rule.plans is not None:
-            rule = rules.planned(rule, info)
-        n = cost_of(rules, rule, info)
+        asked = prepared(rules, rule, info)
+        if asked is None:  # the key function says this limit does not apply to the request
+            return self.app(environ, start_response)
+        rule, n, key, pk = asked
         if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
-            return self._answered(environ, start_response, decide_leveled(rules, rule, info, n))
-        pk = key = None
-        if rule.keyed:
-            key = key_of(rules, rule, info)
-            pk = rules.partition_key(key)
-            decision = rule.decider.check(key, n)
-        else:
-            decision = rule.decider.check(n)
+            return self._answered(environ, start_response, decide_asked(rules, asked))
+        decision = ask(asked)
         status, fields = answer(rules, rule, decision, pk, key)
         if status:
             content_type, body = refusal(rules, rule, decision, status, n, key)
@@ -243,8 +238,11 @@ def _refuse(
     return [body]
 
 
-def _info(rules: Rules, environ: Environ, method: str, path: str) -> RequestInfo:
-    """The request as the key, cost, plan and exemption functions see it."""
+def _info(
+    rules: Rules, environ: Environ, method: str, path: str, request: Any = None
+) -> RequestInfo:
+    """The request as the key, cost, plan and exemption functions see it; its ``request`` is
+    ``request`` (a framework's), or else the ``environ``."""
     headers = _headers(environ)
     client = client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header)
-    return RequestInfo(method, path, client, headers)
+    return RequestInfo(method, path, client, headers, environ if request is None else request)
