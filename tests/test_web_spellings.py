@@ -4,7 +4,9 @@ and 4).
 Routers read a request more loosely than it is written: Flask (Werkzeug) and Django route
 ``post`` as ``POST``, Werkzeug merges ``//upload`` into ``/upload``, and a server that decodes
 ``%2F`` turns ``/%2Fupload`` into ``//upload``. A route of the middleware must match every
-spelling the application will run as the limited view. Each server here serves one view,
+spelling the application will run as the limited view. Each server here (Werkzeug's,
+waitress and gunicorn with Flask, uvicorn with Starlette, Django's runserver with its
+middleware) serves one view,
 ``POST /upload``, limited to two runs; two plain requests spend the limit, then every spelling
 is sent once over a raw socket (an HTTP client would correct the spelling), and the view must
 have run twice in all, whatever each server answered to each spelling (429, 404, 400 or a
@@ -13,6 +15,7 @@ redirect).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -136,7 +139,62 @@ def uvicorn() -> Iterator[int]:
         server.stop()
 
 
-SERVERS: dict[str, Callable[[], Iterator[int]]] = {
+#: A Django project with the middleware limiting ``POST /upload``, for ``runserver``.
+DJANGO_SETTINGS = f"""
+from protocol_in_code.qos import RateLimiter
+from protocol_in_code.qos.for_django import Route
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "spelling_urls"
+INSTALLED_APPS = []
+SECRET_KEY = "not a secret: a test site on loopback, not a secret at all"
+MIDDLEWARE = ["protocol_in_code.qos.for_django.RateLimitMiddleware"]
+QOS_RATE_LIMIT = {{
+    "routes": [Route("/upload", RateLimiter(1, per=3600, burst={BURST}), methods={{"POST"}})],
+}}
+"""
+
+DJANGO_URLS = """
+from django.http import HttpResponse
+from django.urls import path
+
+ran = [0]
+
+def upload(request):
+    ran[0] += 1
+    return HttpResponse("uploaded")
+
+def runs(request):
+    return HttpResponse(str(ran[0]))
+
+urlpatterns = [path("upload", upload), path("runs", runs)]
+"""
+
+
+def django_runserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    pytest.importorskip("django")
+    folder = tmp_path_factory.mktemp("spellings-site")
+    (folder / "spelling_settings.py").write_text(DJANGO_SETTINGS)
+    (folder / "spelling_urls.py").write_text(DJANGO_URLS)
+    port = free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "spelling_settings", "PYTHONPATH": str(folder)}
+    command = [sys.executable, "-m", "django", "runserver", "--noreload", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(command, cwd=folder, env=env, stderr=subprocess.DEVNULL)
+    try:
+        qos_support.wait_until(
+            lambda: listening(port) or process.poll() is not None,
+            "runserver listening",
+            STARTUP_SECONDS,
+        )
+        assert process.poll() is None, f"runserver exited: {process.returncode}"
+        yield port
+    finally:
+        process.terminate()
+        process.wait(STARTUP_SECONDS)
+
+
+SERVERS: dict[str, Callable[..., Iterator[int]]] = {
+    "django+runserver": django_runserver,
     "flask+werkzeug": werkzeug,
     "flask+waitress": waitress,
     "flask+gunicorn": gunicorn,
@@ -145,8 +203,9 @@ SERVERS: dict[str, Callable[[], Iterator[int]]] = {
 
 
 @pytest.fixture(params=sorted(SERVERS))
-def port(request: pytest.FixtureRequest) -> Iterator[int]:
-    yield from SERVERS[request.param]()
+def port(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    start = SERVERS[request.param]
+    yield from start(tmp_path_factory) if start is django_runserver else start()
 
 
 def test_every_spelling_of_a_limited_view_is_limited(port: int) -> None:
