@@ -29,6 +29,7 @@ write a response:
 from __future__ import annotations
 
 import base64
+import errno
 import functools
 import hashlib
 import hmac
@@ -38,6 +39,7 @@ import logging
 import os
 import re
 import reprlib
+import threading
 import urllib.parse
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -726,11 +728,25 @@ class Rules:
         plan: Callable[[RequestInfo], str] | None = None,
         stack: bool = False,
         burst: int | None = None,
-        store: Any = "shared",
+        store: Any = None,
         on_event_loop: bool = False,
         table: str = "web",
     ) -> None:
+        if store is not None and not is_rate(limiter):
+            routes = list(routes) if not isinstance(routes, Route) else routes
+            if not any(is_rate(route.limiter) for route in routes if isinstance(route, Route)):
+                raise TypeError(
+                    "store= says where a rate's limits are kept ('100/minute'): with limiters "
+                    "given, leave it out (each limiter keeps its own state)"
+                )
         store = checked_store(store)
+        # Checked before any rate's table is made: a refused construction leaves none behind.
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of the request, not {key!r}")
+        if cost is not None and not callable(cost):
+            raise TypeError(f"cost must be a function of the request, not {cost!r}")
+        if is_rate(limiter):
+            _sf_string(name, "name")
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
         rules: list[Rule] = []
@@ -747,11 +763,13 @@ class Rules:
             costed = route.cost is not None or cost is not None
             unit = route.unit if route.unit is not None else quota_unit
             parameter = f"routes[{i}].limiter"
+            if is_rate(route.limiter):
+                _sf_string(_route_name(route), f"routes[{i}].name")
             rules.append(
                 _rule(
                     limiter_of(route.limiter, None, store, table, _route_name(route), parameter),
                     _route_name(route),
-                    parameter,
+                    _from_store(route.limiter, store, parameter),
                     allow_async,
                     route.cost,
                     prefix,
@@ -763,9 +781,10 @@ class Rules:
             )
         if limiter is not None:
             unit = _unit(quota_unit, cost is not None, "quota_unit")
+            parameter = _from_store(limiter, store, "limiter")
             limiter = limiter_of(limiter, burst, store, table, name, "limiter")
             rules.append(
-                _rule(limiter, name, "limiter", allow_async, unit=unit, on_event_loop=on_event_loop)
+                _rule(limiter, name, parameter, allow_async, unit=unit, on_event_loop=on_event_loop)
             )
         elif not rules:
             raise ValueError("limiter: give a limiter, or routes with limiters, or both")
@@ -775,10 +794,6 @@ class Rules:
         if in_process:
             warn_if_several_workers(type(in_process[0]).__name__)
         self.rules = tuple(rules)
-        if key is not None and not callable(key):
-            raise TypeError(f"key must be a function of the request, not {key!r}")
-        if cost is not None and not callable(cost):
-            raise TypeError(f"cost must be a function of the request, not {cost!r}")
         self.key = key
         self.cost = cost
         self.exempt_prefixes: tuple[str, ...] = ()
@@ -806,7 +821,7 @@ class Rules:
         self.headers_on_allowed = bool(headers_on_allowed)
         self.legacy_headers = bool(legacy_headers)
         if partition_secret is None:
-            partition_secret = host_secret()
+            partition_secret = host_secret(store)
         elif not isinstance(partition_secret, bytes) or len(partition_secret) < 16:
             raise ValueError("partition_secret must be at least 16 bytes")
         self.secret = partition_secret
@@ -1606,7 +1621,7 @@ def view_rules(
     allow_async: bool,
     table: str,
     burst: int | None = None,
-    store: Any = "shared",
+    store: Any = None,
     on_event_loop: bool = False,
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
@@ -1702,18 +1717,34 @@ def has_rate(limiter: Any) -> bool:
 
 
 def checked_store(store: Any) -> Any:
-    """``store``, if it is one: ``"shared"``, ``"process"`` or a Redis client."""
+    """``store``, if it is one: ``"shared"``, ``"process"``, a folder that is there, or a Redis
+    client (``None``, not given, is ``"shared"``)."""
+    if store is None:
+        return "shared"
     if isinstance(store, str):
         if store not in STORES:
             raise ValueError(
                 f"store must be 'shared', 'process', a folder or a Redis client, not {store!r}"
             )
-    elif not isinstance(store, os.PathLike) and not callable(getattr(store, "evalsha", None)):
+    elif isinstance(store, os.PathLike):
+        if not os.path.isdir(store):
+            raise FileNotFoundError(
+                errno.ENOENT, f"store={os.fspath(store)!r} is no folder: make it, or give another"
+            )
+    elif not callable(getattr(store, "evalsha", None)):
         raise TypeError(
             "store must be 'shared', 'process', a folder (a pathlib.Path) or a Redis client, "
             f"not {type(store).__name__}"
         )
     return store
+
+
+def _from_store(limiter: Any, store: Any, parameter: str) -> str:
+    """The parameter an error about a rule's limiter names: ``store`` where the limiter was
+    made from a rate in a Redis client given as ``store``, else ``parameter``."""
+    if is_rate(limiter) and not isinstance(store, (str, os.PathLike)):
+        return f"store (the Redis client for {parameter})"
+    return parameter
 
 
 def table_name(*parts: str) -> str:
@@ -1748,26 +1779,42 @@ def limiter_of(
                 f"burst is for a rate ({parameter}='5/minute', burst=10), not for a limiter"
             )
         return limiter
-    where = table_name(table, name)
+    if store == "process":
+        return KeyedRateLimiter(limiter, burst=burst)
+    where = claimed_name(table_name(table, name))
     if store == "shared":
         return SharedKeyedRateLimiter(where, limiter, burst=burst)
     if isinstance(store, os.PathLike):
         return SharedKeyedRateLimiter(where, limiter, burst=burst, path=store)
-    if store == "process":
-        return KeyedRateLimiter(limiter, burst=burst)
     from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
 
     return RedisKeyedRateLimiter(store, limiter, burst=burst, name=where)
 
 
-def host_secret() -> bytes:
+#: How many limits of this process were given each name, to tell apart those given one.
+_claimed: dict[str, int] = {}
+_claiming = threading.Lock()
+
+
+def claimed_name(name: str) -> str:
+    """``name`` for the first limit of this process that is given it, ``<name>.2`` for the
+    second, and so on: limits that would share a name (two views of one qualified name, two
+    dependencies written on one line, a mounted application's middleware and its parent's)
+    keep apart. Every worker makes its limits in the same order (its application's import, its
+    middleware stacks), so the workers name each limit alike."""
+    with _claiming:
+        count = _claimed[name] = _claimed.get(name, 0) + 1
+    return name if count == 1 else table_name(name, str(count))
+
+
+def host_secret(store: Any = None) -> bytes:
     """The secret ``pk`` is keyed with unless ``partition_secret`` is given: one that every
     process of this user on this host reads alike (a file in the shared tables' folder, made
     once), so that every worker, and every restart until the host reboots, gives a client the
     same ``pk``. Where that folder cannot be used, a random one of this process's, said once in
     the log."""
     try:
-        return _host_secret()
+        return _host_secret(store if isinstance(store, os.PathLike) else None)
     except OSError as error:
         _log.warning(
             "the host's partition secret cannot be read (%s): pk is keyed with a secret of "
@@ -1778,9 +1825,15 @@ def host_secret() -> bytes:
         return os.urandom(16)
 
 
-def view_table(view: Callable[..., Any]) -> str:
+def view_table(view: Callable[..., Any]) -> str | None:
     """The name a view's rates are kept under: ``view.`` and its module and qualified name
-    (``view.shop.views.login``), the same in every worker and after every restart."""
-    module = getattr(view, "__module__", None) or "-"
-    qualname = getattr(view, "__qualname__", None) or getattr(view, "__name__", None) or "-"
-    return table_name("view", str(module), str(qualname))
+    (``view.shop.views.login``), the same in every worker and after every restart. A class's
+    view (Django's and Flask's ``as_view()``) is named after its class. ``None`` for the
+    stand-in function Django's ``method_decorator`` decorates first, whose name is Django's:
+    the view is named by the method it decorates next, at the first request."""
+    named = getattr(view, "view_class", view)
+    module = str(getattr(named, "__module__", None) or "-")
+    if module == "django.utils.decorators":
+        return None
+    qualname = getattr(named, "__qualname__", None) or getattr(named, "__name__", None) or "-"
+    return table_name("view", module, str(qualname))

@@ -8,13 +8,15 @@ variable, and a container may have no ``/proc`` to read the parent from. So the 
 each other.
 
 Each process that puts an in-process limiter in front of an application registers: it makes
-the file ``protocol-in-code-qos.worker.<parent pid>.<pid>`` in the shared tables' folder of
-this user (``/dev/shm/protocol-in-code-qos-<uid>``) and holds an exclusive ``flock`` on it for
-as long as it lives (the kernel lets go of it when the process ends, however). Then it looks
-for the files of other processes of the same parent: one whose lock is held is a live sibling.
-Of any two siblings, the one that looks second sees the first, so with two workers or more at
-least one of them finds out; the first to find out makes ``...worker.<parent pid>.warned``
-(exclusively), and only it warns: one warning per server, in its log at startup.
+the file ``protocol-in-code-qos.worker.<parent pid>-<command line digest>.<pid>`` in the shared
+tables' folder of this user (``/dev/shm/protocol-in-code-qos-<uid>``) and holds an exclusive
+``flock`` on it for as long as it lives (the kernel lets go of it when the process ends,
+however). Then it looks for the files of other processes of the same parent and command line
+(the workers of one server; two services that one supervisor started differ in their command
+lines): one whose lock is held is a live sibling. Of any two siblings, the one that looks
+second sees the first, so with two workers or more at least one of them finds out; the first
+to find out makes ``...worker.<parent pid>-<digest>.warned`` (exclusively), and only it warns:
+one warning per server, in its log at startup.
 
 The files are tidied by the next process that registers: those whose lock nobody holds are
 removed, and a ``warned`` file goes when no worker of its server is alive, so a new server that
@@ -24,7 +26,9 @@ happens to get an old one's pid is told again.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -58,6 +62,12 @@ def _held_by_another(path: Path) -> bool | None:
         os.close(fd)
 
 
+def _command_line() -> str:
+    """A short digest of this process's command line (``sys.argv``), for a file's name."""
+    text = "\0".join(sys.argv)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
 def several_workers() -> bool:
     """Register this process as a worker of its parent, and say whether this is the one process
     of the parent's workers to warn that they are several (``True`` at most once per server).
@@ -65,7 +75,10 @@ def several_workers() -> bool:
     Best effort: where the folder cannot be used, nothing is registered and the answer is
     ``False``.
     """
-    parent, pid = os.getppid(), os.getpid()
+    # Workers of one server have one parent and one command line; two single-process servers
+    # one supervisor started (two services) have one parent, and command lines of their own.
+    parent = f"{os.getppid()}-{_command_line()}"
+    pid = os.getpid()
     if pid in _registered:  # one registration per process (a forked child registers anew)
         return False
     try:
@@ -83,14 +96,14 @@ def several_workers() -> bool:
     siblings, live_parents = 0, {parent}
     for path in folder.glob(f"{_PREFIX}*.*"):
         of, _, other = path.name[len(_PREFIX) :].partition(".")
-        if not (of.isdigit() and other.isdigit()) or int(other) == pid:
+        if not other.isdigit() or int(other) == pid:
             continue
         if _held_by_another(path):  # a file nobody holds is removed on the way
-            live_parents.add(int(of))
-            siblings += int(of) == parent
+            live_parents.add(of)
+            siblings += of == parent
     for path in folder.glob(f"{_PREFIX}*.warned"):
         of = path.name[len(_PREFIX) :].partition(".")[0]
-        if of.isdigit() and int(of) not in live_parents:
+        if of not in live_parents:
             path.unlink(missing_ok=True)  # a server that has gone: its pid may come again
     warned = folder / f"{_PREFIX}{parent}.warned"
     if not siblings:

@@ -169,7 +169,7 @@ class RateLimitMiddleware:
         limiter: Any = None,
         *,
         burst: int | None = None,
-        store: Any = "shared",
+        store: Any = None,
         routes: Iterable[Route] = (),
         key: KeyFunction | None = None,
         cost: CostFunction | None = None,

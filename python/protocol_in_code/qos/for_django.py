@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -85,7 +86,7 @@ def limit(
     limiter: Any,
     *,
     burst: int | None = None,
-    store: Any = "shared",
+    store: Any = None,
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
     trusted_proxies: Iterable[str] = (),
@@ -142,9 +143,18 @@ def limit(
     if not has_rate(limiter):
         built.append(view_rules(limiter, allow_async=True, table="view", **options))
 
+    building = threading.Lock()
+
     def decorate(view: View) -> View:
         if not built:
-            built.append(view_rules(limiter, allow_async=True, table=view_table(view), **options))
+            table = view_table(view)
+            if table is None:
+                # The stand-in method_decorator decorates to copy the wrapper's attributes:
+                # the method itself is decorated at each request, and names the limit then.
+                return view
+            with building:  # method_decorator decorates at each request, in many threads
+                if not built:
+                    built.append(view_rules(limiter, allow_async=True, table=table, **options))
         rules, rule = built[0]
         # An async view is awaited on the event loop, where a synchronous Redis client would
         # block; a sync view runs in a thread of its own under ASGI.

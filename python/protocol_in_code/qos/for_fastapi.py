@@ -136,7 +136,7 @@ class RateLimit:
         limiter: Any,
         *,
         burst: int | None = None,
-        store: Any = "shared",
+        store: Any = None,
         key: KeyFunction | Depends | None = None,
         cost: CostFunction | Depends | None = None,
         trusted_proxies: Iterable[str] = (),

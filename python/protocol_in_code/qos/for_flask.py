@@ -57,7 +57,7 @@ def limit(
     limiter: Any,
     *,
     burst: int | None = None,
-    store: Any = "shared",
+    store: Any = None,
     key: KeyFunction | None = None,
     cost: CostFunction | None = None,
     trusted_proxies: Iterable[str] = (),
@@ -123,7 +123,8 @@ def limit(
 
     def decorate(view: View) -> View:
         if not built:
-            built.append(view_rules(limiter, allow_async=False, table=view_table(view), **options))
+            table = view_table(view) or "view"
+            built.append(view_rules(limiter, allow_async=False, table=table, **options))
         rules, rule = built[0]
 
         @functools.wraps(view)
@@ -205,7 +206,8 @@ def _limited(
         return Response(
             verdict.body, verdict.status, verdict.fields, content_type=verdict.content_type
         )
-    response: Response = current_app.make_response(view(*args, **kwargs))
+    # An async def view is run as Flask runs it (ensure_sync), so its response is awaited.
+    response: Response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
     for field, value in verdict.fields:
         response.headers.add(field, value)
     return response

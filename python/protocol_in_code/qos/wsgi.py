@@ -124,7 +124,7 @@ class RateLimitMiddleware:
         limiter: Any = None,
         *,
         burst: int | None = None,
-        store: Any = "shared",
+        store: Any = None,
         routes: Iterable[Route] = (),
         key: KeyFunction | None = None,
         cost: CostFunction | None = None,

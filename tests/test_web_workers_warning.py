@@ -78,7 +78,7 @@ def test_two_single_process_servers_of_one_parent_are_not_told_of_several_worker
                         "-m",
                         "uvicorn",
                         "--factory",
-                        f"test_web_review_workers:{factory}",
+                        f"test_web_workers_warning:{factory}",
                         "--port",
                         str(port),
                         "--app-dir",
