@@ -22,6 +22,10 @@ configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its e
 meaning "the server cannot decide now", are read from the client's own package
 (``redis.exceptions`` or ``valkey.exceptions``), so neither package is needed to import this
 module.
+
+After the first call a client's server answers, it is asked once whether it may evict the
+limiters' keys (``_eviction``): one ``CONFIG GET`` per client object, never at construction,
+never again, and never a cause of a call's failure.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any, cast
+
+from protocol_in_code.qos.distributed import _eviction
 
 SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
@@ -171,6 +177,9 @@ class Server:
             and callable(getattr(client, "get_node_from_key", None))
             and (self.is_async or callable(self._node_client))
         )
+        #: Whether the server's eviction policy is still to be asked (see ``_eviction``):
+        #: after the first call it answers, never when the limiter is made.
+        self.policy_unasked = True
 
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
@@ -183,11 +192,34 @@ class Server:
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
-                return self._run(keys, args)
+                return self._answered(self._run(keys, args))
             except self.pool_full as full:
                 waited = self._pool_still_full(full, waited, wait)
                 time.sleep(wait)
                 wait = min(2 * wait, POOL_WAIT_MOST)
+
+    def _answered(self, reply: Any) -> Any:
+        """``reply``, the server's answer; the first time, once :meth:`ask_policy` has run."""
+        if self.policy_unasked:
+            self.ask_policy()
+        return reply
+
+    async def _answered_async(self, reply: Any) -> Any:
+        """:meth:`_answered`, on an asyncio client."""
+        if self.policy_unasked:
+            await self.ask_policy_async()
+        return reply
+
+    def ask_policy(self) -> None:
+        """Ask whether the server may evict the limiters' keys (a synchronous client), and
+        warn if it may; once per client (see ``_eviction``). Never raises."""
+        self.policy_unasked = False
+        _eviction.look(self.client, self.is_cluster)
+
+    async def ask_policy_async(self) -> None:
+        """:meth:`ask_policy`, on an asyncio client."""
+        self.policy_unasked = False
+        await _eviction.look_async(self.client, self.is_cluster)
 
     def _run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         try:
@@ -204,7 +236,7 @@ class Server:
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
-                return await self._run_async(keys, args)
+                return await self._answered_async(await self._run_async(keys, args))
             except self.pool_full as full:
                 waited = self._pool_still_full(full, waited, wait)
                 await asyncio.sleep(wait)
@@ -304,6 +336,8 @@ class Server:
             for pool, connection, _calls in held:
                 if connection is not None:
                     pool.release(connection)
+        if self.policy_unasked and _any_answered(work):
+            self.ask_policy()
 
     def _connections(
         self, work: Sequence[tuple[Any, Sequence[Call]]]
@@ -357,6 +391,8 @@ class Server:
         """:meth:`pipelines` on an asyncio cluster client: each node's pipeline is its
         ``execute_pipeline``, the nodes' awaited together."""
         await asyncio.gather(*(self._pipeline_async(node, calls) for node, calls in work))
+        if self.policy_unasked and _any_answered(work):
+            await self.ask_policy_async()
 
     async def _pipeline_async(self, node: Any, calls: Sequence[Call]) -> None:
         for call in calls:
@@ -417,6 +453,13 @@ class Server:
                     call.result = error
         finally:
             node.release(connection)
+
+
+def _any_answered(work: Sequence[tuple[Any, Sequence[Call]]]) -> bool:
+    """Whether a server answered any call of a batch's pipelines."""
+    return any(
+        not isinstance(call.result, BaseException) for _node, calls in work for call in calls
+    )
 
 
 #: Whether a connection pool's ``get_connection`` needs a command's name (redis-py before 5.3,
