@@ -1,0 +1,302 @@
+"""Timeouts on a stopped server: what one caller's wait costs everyone else (issue 33).
+
+* **A stopped server holds only its own waits.** Blocking ``acquire(timeout=)`` used to ask
+  through one process-wide pool of a few threads: with its threads stuck on a stopped server,
+  ``acquire(timeout=1.0)`` on a healthy server holding 100 tokens answered False. The asyncio
+  forms on a synchronous client used the event loop's default executor, so the application's
+  own ``asyncio.to_thread`` waited behind them (35 s in the issue).
+* **Ctrl-C during a blocking reservation gives the turn back** once the server answers: a
+  process interrupted while its reservation was in flight used to leave the key empty (0 of a
+  burst of 1, refilling in an hour).
+
+Each server is stopped with SIGSTOP, so that the calls sent to it stay in its socket buffers,
+unread, until it resumes. No test asserts a duration: each asserts what was sent, what ran, or
+what a call answered; the bounds on waits only catch a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import qos_support
+import redis_servers
+from protocol_in_code.qos.distributed import (
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+    check_together_async,
+)
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.distributed")
+
+#: Callers stuck on the stopped server: more than any process-wide pool's threads (Python's
+#: ThreadPoolExecutor and the event loop's default executor have at most 32).
+STUCK = 40
+
+#: Longer than any of these tests leaves a server stopped: the stuck calls stay stuck.
+LONG_SOCKET_TIMEOUT = 30
+
+#: Bounds that only catch a hang.
+HANG = 20.0
+
+
+def count_sends(client: Any) -> list[int]:
+    """A list that grows by one each time ``client`` is asked an ``EVALSHA`` (the limiters'
+    every script call), whichever thread asks."""
+    sends: list[int] = []
+    evalsha = client.evalsha
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sends.append(1)
+        return evalsha(*args, **kwargs)
+
+    client.evalsha = counted
+    return sends
+
+
+def until_still(sends: list[int]) -> int:
+    """Wait until no more calls join ``sends`` (none for 0.2 s, at least one in all), and
+    say how many there are: the callers stuck on a stopped server have all sent theirs, or
+    are queued behind those."""
+    seen, still_since = -1, time.monotonic()
+    deadline = time.monotonic() + HANG
+    while time.monotonic() < deadline:
+        if len(sends) != seen:
+            seen, still_since = len(sends), time.monotonic()
+        elif seen and time.monotonic() - still_since >= 0.2:
+            return seen
+        time.sleep(0.02)
+    raise AssertionError(f"calls kept coming, or none came: {len(sends)}")
+
+
+def test_a_stopped_server_never_delays_a_blocking_wait_on_another(
+    own_redis_server: Any, redis_server: Any
+) -> None:
+    """40 blocking ``acquire(timeout=)`` stuck on a stopped server; ``acquire(timeout=1.0)`` on
+    a healthy server that holds its tokens is admitted (it used to queue behind them, and
+    answer False at its deadline)."""
+    stopped = own_redis_server.client(socket_timeout=LONG_SOCKET_TIMEOUT)
+    healthy = redis_server.client(socket_timeout=LONG_SOCKET_TIMEOUT)
+    stuck = RedisKeyedRateLimiter(stopped, 1, name="stuck", burst=100, per=3600)
+    free = RedisRateLimiter(healthy, 1, name="free", burst=100, per=3600)
+    healthy.delete(free.redis_key)
+    assert stuck.acquire("warm", timeout=1) and free.acquire(timeout=1)  # connected, loaded
+    sends = count_sends(stopped)
+    callers = [
+        threading.Thread(target=stuck.acquire, args=(f"k{i}",), kwargs={"timeout": HANG})
+        for i in range(STUCK)
+    ]
+    own_redis_server.pause()
+    try:
+        for caller in callers:
+            caller.start()
+        assert until_still(sends) >= 1
+        admitted = free.acquire(timeout=1.0)
+    finally:
+        own_redis_server.resume()
+        for caller in callers:
+            caller.join(HANG)
+    assert admitted is True
+    assert free.available() == 98
+
+
+def test_a_stopped_cluster_node_never_delays_a_blocking_wait_on_another_node(
+    redis_cluster: Any,
+) -> None:
+    """One client of a three-master cluster: 40 blocking waits stuck on a stopped master, and
+    ``acquire(timeout=1.0)`` on a key of another master is admitted. Each node of a client has
+    its own threads, so the node that answers never queues behind the one that does not."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster(
+        host=redis_servers.HOST,
+        port=redis_cluster.nodes[0].port,
+        socket_timeout=LONG_SOCKET_TIMEOUT,
+    )
+    limiter = RedisKeyedRateLimiter(client, 1, name="nodes", burst=100, per=3600)
+    victim = redis_cluster.nodes[1]
+
+    def port_of(key: str) -> int:
+        return int(client.get_node_from_key(limiter.redis_key(key)).port)
+
+    keys = [f"n{i}" for i in range(200)]
+    on_victim = [key for key in keys if port_of(key) == victim.port][:STUCK]
+    elsewhere = next(key for key in keys if port_of(key) != victim.port)
+    assert len(on_victim) == STUCK
+    client.delete(*(limiter.redis_key(key) for key in [*on_victim, elsewhere]))
+    assert limiter.acquire(on_victim[0], timeout=1) and limiter.acquire(elsewhere, timeout=1)
+    sends = count_sends(client)
+    callers = [
+        threading.Thread(target=limiter.acquire, args=(key,), kwargs={"timeout": HANG})
+        for key in on_victim
+    ]
+    victim.pause()
+    try:
+        for caller in callers:
+            caller.start()
+        assert until_still(sends) >= 1
+        admitted = limiter.acquire(elsewhere, timeout=1.0)
+    finally:
+        victim.resume()
+        for caller in callers:
+            caller.join(HANG)
+    assert admitted is True
+    assert limiter.available(elsewhere) == 98
+    client.close()
+
+
+@pytest.mark.parametrize("form", ["acquire_async", "check_together_async"])
+def test_a_stopped_server_never_delays_the_applications_own_threads(
+    own_redis_server: Any, form: str
+) -> None:
+    """40 awaited calls of a synchronous client stuck on a stopped server: the application's own
+    ``asyncio.to_thread`` still runs while the server is stopped (the calls used to fill the
+    event loop's default executor, and it waited for the client's socket timeouts)."""
+    stopped = own_redis_server.client(socket_timeout=LONG_SOCKET_TIMEOUT)
+    limiter = RedisKeyedRateLimiter(stopped, 1, name="stuck", burst=100, per=3600)
+    assert limiter.acquire("warm")  # connected, and the script loaded
+    sends = count_sends(stopped)
+
+    def call(i: int) -> Any:
+        if form == "acquire_async":
+            return limiter.acquire_async(f"k{i}")
+        return check_together_async([(limiter, f"k{i}", 1, None)])
+
+    async def main() -> bool:
+        watcher = concurrent.futures.ThreadPoolExecutor(1)  # not the loop's, which may be full
+        own_redis_server.pause()
+        resumed = False
+        try:
+            calls = [asyncio.ensure_future(call(i)) for i in range(STUCK)]
+            await asyncio.wrap_future(watcher.submit(until_still, sends))
+            app = asyncio.ensure_future(asyncio.to_thread(lambda: not resumed))
+            await asyncio.wait({app}, timeout=HANG)
+        finally:
+            resumed = True
+            own_redis_server.resume()
+            watcher.shutdown()
+        ran_while_stopped = await app
+        await asyncio.wait_for(asyncio.gather(*calls), HANG)
+        return ran_while_stopped
+
+    with qos_support.watchdog(120):
+        assert asyncio.run(main()) is True, "the application's thread waited for the server"
+    assert limiter.available("k0") == 99
+
+
+def test_a_call_still_queued_when_its_caller_stops_waiting_is_never_sent() -> None:
+    """A node's threads all busy: a call queued behind them whose caller stops waiting is
+    withdrawn, never run later; one already running when its caller stops waiting has its
+    result given back once it comes."""
+    from protocol_in_code.qos.distributed import _waits
+
+    where = _waits.Workers("test", most=1)
+    release = threading.Event()
+    busy = where.submit(lambda: release.wait(HANG))
+    ran: list[int] = []
+    given_back: list[Any] = []
+    assert _waits.asked(where, lambda: ran.append(1), 0.05, given_back.append) is _waits.NO_REPLY
+    release.set()
+    assert busy.result(HANG) is True
+    where.submit(lambda: None).result(HANG)  # the calls queued before it have run, or not
+    assert ran == [] and given_back == []
+
+    release.clear()
+
+    def answered_late() -> str:
+        release.wait(HANG)
+        return "reply"
+
+    assert _waits.asked(where, answered_late, 0.05, given_back.append) is _waits.NO_REPLY
+    release.set()
+    redis_servers.wait_until(lambda: given_back == ["reply"], HANG, "the late reply given back")
+
+
+# -- Ctrl-C during a blocking reservation ---------------------------------------------------
+
+#: The interrupted process: a limiter with a burst of 1 refilling in an hour, full; on "go", a
+#: blocking ``acquire`` on the main thread, where SIGINT lands.
+CHILD = """
+import sys
+
+import redis
+from protocol_in_code.qos.distributed import RedisRateLimiter
+
+port, timeout = int(sys.argv[1]), None if sys.argv[2] == "none" else float(sys.argv[2])
+client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
+limiter = RedisRateLimiter(client, 1, name="hourly", burst=1, per=3600)
+assert limiter.available() == 1
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    limiter.acquire(timeout=timeout)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    raise
+print("acquired", flush=True)
+"""
+
+
+def unread_bytes(port: int) -> int:
+    """Bytes that clients sent to the server listening on ``port`` and it has not read: the
+    receive queues of its established connections (``/proc/net/tcp``)."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port = int(fields[1].split(":")[1], 16)
+        if local_port == port and fields[3] == "01":  # ESTABLISHED
+            total += int(fields[4].split(":")[1], 16)
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp (Linux)")
+@pytest.mark.parametrize("timeout", ["none", "20"], ids=["acquire()", "acquire(timeout=20)"])
+def test_ctrl_c_during_a_blocking_reservation_gives_the_turn_back(
+    own_redis_server: Any, timeout: str
+) -> None:
+    """SIGINT to a process whose blocking ``acquire`` has sent its reservation to a stopped
+    server: the process stops with KeyboardInterrupt, and once the server resumes and answers,
+    the reservation is given back: the key is full again (it used to stay empty, for an
+    hour)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(own_redis_server.port), timeout],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        own_redis_server.pause()
+        try:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            redis_servers.wait_until(
+                lambda: unread_bytes(own_redis_server.port) > 0,
+                HANG,
+                "the reservation reaches the stopped server",
+            )
+            child.send_signal(signal.SIGINT)
+            said = child.stdout.readline().strip()
+        finally:
+            own_redis_server.resume()
+        assert said == "interrupted"
+        child.wait(HANG)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(HANG)
+    assert child.returncode != 0  # it stopped, with the KeyboardInterrupt
+    client = own_redis_server.client()
+    limiter = RedisRateLimiter(client, 1, name="hourly", burst=1, per=3600)
+    assert limiter.available() == 1, "the interrupted reservation was not given back"
+    client.close()
