@@ -8,6 +8,9 @@
 * **Ctrl-C during a blocking reservation gives the turn back** once the server answers: a
   process interrupted while its reservation was in flight used to leave the key empty (0 of a
   burst of 1, refilling in an hour).
+* **A batch waits one timeout, not one per 1,000 keys.** 5,000 keys against a stopped server
+  used to send their five script calls in turn, a timeout each, and all five ran when the
+  server resumed; now the first failure sends the others to ``on_error`` unsent.
 
 Each server is stopped with SIGSTOP, so that the calls sent to it stay in its socket buffers,
 unread, until it resumes. No test asserts a duration: each asserts what was sent, what ran, or
@@ -23,6 +26,8 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -300,3 +305,99 @@ def test_ctrl_c_during_a_blocking_reservation_gives_the_turn_back(
     limiter = RedisRateLimiter(client, 1, name="hourly", burst=1, per=3600)
     assert limiter.available() == 1, "the interrupted reservation was not given back"
     client.close()
+
+
+# -- A batch against a stopped server ---------------------------------------------------------
+
+KEYS = 5000  # five script calls of 1,000 keys
+
+
+def quick_client(server: Any, kind: str) -> Any:
+    """A client of ``server`` with a 0.3 s socket timeout and no retries, that sends a command
+    first thing on a new connection (no ``HELLO`` or ``CLIENT SETINFO`` before it, which a
+    stopped server would leave unanswered, so the command itself would never be sent)."""
+    options: dict[str, Any] = dict(
+        host=redis_servers.HOST,
+        port=server.port,
+        socket_timeout=0.3,
+        socket_connect_timeout=0.3,
+        lib_name=None,
+        lib_version=None,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # lib_name, in redis-py 8
+        if kind == "valkey-py":
+            import valkey
+            from valkey.backoff import NoBackoff as ValkeyNoBackoff
+            from valkey.retry import Retry as ValkeyRetry
+
+            return valkey.Valkey(retry=ValkeyRetry(ValkeyNoBackoff(), 0), **options)
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        if kind == "redis-py asyncio":
+            import redis.asyncio
+
+            return redis.asyncio.Redis(retry=Retry(NoBackoff(), 0), protocol=2, **options)
+        import redis
+
+        return redis.Redis(retry=Retry(NoBackoff(), 0), protocol=2, **options)
+
+
+def after_resume(server: Any) -> tuple[int, int]:
+    """Once the resumed server has read every connection its stopped self was sent (each
+    closed by its client after its timeout): how many script calls it ran, and how many keys
+    they wrote."""
+    checker = server.client()
+    redis_servers.wait_until(
+        lambda: checker.info("clients")["connected_clients"] == 1,
+        HANG,
+        "the server has read what it was sent while stopped",
+    )
+    ran = checker.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    keys = len(checker.keys("*{k*}"))
+    checker.close()
+    return ran, keys
+
+
+@pytest.mark.parametrize("kind", ["redis-py", "redis-py asyncio", "valkey-py"])
+def test_a_batch_against_a_stopped_server_sends_one_call(own_redis_server: Any, kind: str) -> None:
+    """5,000 keys against a stopped server: one script call is sent and times out, the other
+    four get the ``on_error`` answer unsent, and once the server resumes only the one sent runs
+    (1,000 keys written). Five calls used to be sent, one timeout each, and all five ran."""
+    client = quick_client(own_redis_server, kind)
+    limiter = RedisKeyedRateLimiter(client, 1, name="batch", burst=5, per=3600, on_error="deny")
+    keys = [f"k{i}" for i in range(KEYS)]
+
+    async def batch() -> list[bool]:
+        answers: list[bool] = await limiter.try_acquire_many(keys)  # type: ignore[misc]
+        return answers
+
+    ask: Callable[[], list[bool]]
+    if kind == "redis-py asyncio":
+        loop = asyncio.new_event_loop()
+        ask = lambda: loop.run_until_complete(batch())  # noqa: E731
+    else:
+        ask = lambda: limiter.try_acquire_many(keys)  # noqa: E731
+    try:
+        assert ask() == [True] * KEYS  # connected, and the script loaded
+        admin = own_redis_server.client()
+        admin.flushall()
+        admin.config_resetstat()
+        admin.close()
+        sends = count_sends(client)
+        own_redis_server.pause()
+        try:
+            with qos_support.watchdog(120):
+                answers = ask()
+        finally:
+            own_redis_server.resume()
+        assert answers == [False] * KEYS  # on_error="deny"
+        assert len(sends) == 1, f"{len(sends)} script calls sent to a stopped server"
+        assert after_resume(own_redis_server) == (1, 1000)
+    finally:
+        if kind == "redis-py asyncio":
+            loop.run_until_complete(client.aclose())
+            loop.close()
+        else:
+            client.close()

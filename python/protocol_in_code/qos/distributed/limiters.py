@@ -643,6 +643,11 @@ _QUESTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
 }
 
 
+#: The node of every call of a batch on a single server: the one server, which a batch does not
+#: ask again once a call failed there, as a cluster's node (see :class:`_Batch`).
+_ONE_SERVER: Any = object()
+
+
 class _Batch:
     """One ``try_acquire_many``: the keys grouped by hash slot, their answers, and the nodes
     found unreachable, for a caller that runs each group's script call, blocking or awaited.
@@ -654,7 +659,9 @@ class _Batch:
 
     A node found unreachable is not asked again within the batch: its other slots go straight
     to ``on_error``, so a batch waits for at most one timeout per unreachable node, not one per
-    slot.
+    slot. A single server is one node: once a call of 1,000 keys failed there, the calls not
+    sent yet get the ``on_error`` answer unsent (they would wait a timeout each, and run when a
+    stopped server resumes, taking tokens nobody was told of).
     """
 
     #: The most rounds of pipelines a batch on a cluster sends; a call still unanswered after
@@ -691,7 +698,7 @@ class _Batch:
         for the unreachable one."""
         server = self._core.server
         for group in server.slot_groups(self.names):
-            yield group, server.node_of(self.names[group[0]]) if server.is_cluster else None
+            yield group, server.node_of(self.names[group[0]]) if server.is_cluster else _ONE_SERVER
 
     def calls(self) -> list[Call]:
         """The script calls of a batch on a cluster, one per group, each with the node that
@@ -1520,9 +1527,10 @@ class RedisKeyedRateLimiter(_ManyKeys):
         the same order. One script call per hash slot and per 1,000 keys (so that none holds
         the server long); on a single server they are sent in turn (one in all for up to 1,000
         keys), and on a cluster the calls of all the slots one node owns go in one pipeline:
-        one round trip per node, the nodes' in parallel. A node found unreachable is not asked again
-        within the batch: its other slots go straight to ``on_error``, so a batch waits for at
-        most one timeout per unreachable node, not one per slot."""
+        one round trip per node, the nodes' in parallel. A node (or the single server) found
+        unreachable is not asked again within the batch: its calls not sent yet go straight to
+        ``on_error``, so a batch waits for at most one timeout per unreachable node, not one
+        per slot or per 1,000 keys."""
         core = self._core_of(plan)
         batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
         server = core.server
@@ -1719,9 +1727,9 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         plan: str | None = None,
     ) -> list[bool]:
         """On a cluster, one pipeline per node, the nodes' awaited together; on one server,
-        one round trip per 1,000 keys, awaited in turn. A node found unreachable is not asked
-        again within the batch. A caller cancelled meanwhile is net zero: what the batch took
-        is given back."""
+        one round trip per 1,000 keys, awaited in turn. A node (or the single server) found
+        unreachable is not asked again within the batch. A caller cancelled meanwhile is net
+        zero: what the batch took is given back."""
         core = self._core_of(plan)
         batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
         server, refund = core.server, core.args(REFUND, n, now_ns)
