@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import signal
 import subprocess
 import sys
@@ -224,6 +225,40 @@ def test_a_call_still_queued_when_its_caller_stops_waiting_is_never_sent() -> No
     assert _waits.asked(where, answered_late, 0.05, given_back.append) is _waits.NO_REPLY
     release.set()
     redis_servers.wait_until(lambda: given_back == ["reply"], HANG, "the late reply given back")
+
+
+#: A process that waits on the main thread (so on the server's threads), then forks, as a
+#: pre-forking server does, and waits again in the child.
+FORKED = """
+import os
+import sys
+
+import redis
+from protocol_in_code.qos.distributed import RedisRateLimiter
+
+client = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]), socket_timeout=30)
+limiter = RedisRateLimiter(client, 1, name="forked", burst=10, per=3600)
+assert limiter.acquire()
+child = os.fork()
+if child == 0:
+    os._exit(0 if limiter.acquire(timeout=5) else 1)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status), limiter.available(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_a_forked_child_waits_on_threads_of_its_own(own_redis_server: Any) -> None:
+    """The parent's threads do not exist in a forked child: the child's waits get threads of
+    their own (counting the parent's, it would queue its calls behind nobody, and answer False
+    at its deadline)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED, str(own_redis_server.port)],
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert done.stdout.split() == ["0", "8"], done.stderr
 
 
 # -- Ctrl-C during a blocking reservation ---------------------------------------------------

@@ -33,6 +33,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -208,6 +209,19 @@ def _given_back_when_done(
                 finished()
 
     future.add_done_callback(settle)
+
+
+def _forget_after_fork() -> None:
+    """In a child process just forked (a pre-forking server's worker), the parent's threads do
+    not exist: its sets of threads, counting them, are forgotten, and new ones made on demand."""
+    global _lock
+    _lock = threading.Lock()
+    _by_client.clear()
+    _unsettled.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @atexit.register
