@@ -37,6 +37,7 @@ server that cannot be reached stands, as the take of any call whose reply was lo
 from __future__ import annotations
 
 import asyncio
+import functools
 import operator
 import struct
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -44,7 +45,7 @@ from typing import Any
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
 from protocol_in_code.qos._give_backs import in_background, run_to_the_end
-from protocol_in_code.qos.distributed import _bands
+from protocol_in_code.qos.distributed import _bands, _waits
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
 from protocol_in_code.qos.distributed.limiters import (
     REFUND,
@@ -103,9 +104,10 @@ async def check_together_async(
 ) -> list[Decision]:
     """:func:`check_together` for the asyncio limiters (:class:`AsyncRedisRateLimiter`,
     :class:`AsyncRedisKeyedRateLimiter`): awaited, never blocking the event loop. The
-    synchronous limiters may be parts too: their script calls run in a worker thread, as their
-    ``acquire_async`` does. A caller cancelled meanwhile is net zero: the call under way is let
-    finish, and everything the stack took is given back."""
+    synchronous limiters may be parts too: their script calls run on threads of their server's
+    own, as their ``acquire_async`` does (never on the event loop's default executor). A caller
+    cancelled meanwhile is net zero: the call under way is let finish, and everything the stack
+    took is given back."""
     return await _Stack(parts, now_ns, asynchronous=True).decide_async()
 
 
@@ -184,7 +186,7 @@ class _Group:
 
 
 #: The one-key and the keyed limiter classes each form takes: the asyncio form takes the
-#: synchronous limiters too (their calls run in a worker thread).
+#: synchronous limiters too (their calls run on threads of their server's own).
 _ONE_KEY = {False: (RedisRateLimiter,), True: (AsyncRedisRateLimiter, RedisRateLimiter)}
 _KEYED = {
     False: (RedisKeyedRateLimiter,),
@@ -193,11 +195,11 @@ _KEYED = {
 
 
 def _run_async(server: Server, keys: list[bytes], args: list[bytes]) -> Awaitable[Any]:
-    """The script's reply, awaited: on an asyncio client, or in a worker thread on a
-    synchronous one."""
+    """The script's reply, awaited: on an asyncio client, or on the server's own threads on a
+    synchronous one (see ``_waits``)."""
     if server.is_async:
         return server.run_async(keys, args)
-    return asyncio.to_thread(server.run, keys, args)
+    return _waits.awaited(_waits.of(server, keys[0]), functools.partial(server.run, keys, args))
 
 
 def _note(error: Exception, index: int) -> None:

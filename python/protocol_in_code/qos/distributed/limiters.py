@@ -14,11 +14,11 @@ sleep until it (see :func:`_blocking_acquire`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import inspect
 import operator
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, ParamSpec, TypeAlias, TypeVar
@@ -34,7 +34,7 @@ from protocol_in_code._native import (
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
-from protocol_in_code.qos.distributed import _bands
+from protocol_in_code.qos.distributed import _bands, _waits
 from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -452,23 +452,27 @@ def _blocking_acquire(
     ``settle.lua``). A waiter that stops waiting (interrupted, or past its deadline) gives its
     reservation back, which the script undoes only if nobody queued behind it.
 
-    With a ``timeout``, the reservation is asked in a worker thread and waited for at most what
-    is left of it (plus :data:`ASK_GRACE`), so the call returns by its deadline whatever the
-    client's socket timeout; a reservation answered later is given back. A client with no socket
-    timeout would leave such a question blocked for ever on a stopped server: ``timeout=`` is
-    refused there. When the server cannot answer, ``fall_back`` (the ``on_error`` policy, asked
-    as ``check``) answers instead, and a DENIED from it is slept on and asked again.
+    With a ``timeout``, the reservation is asked on the server's own threads (see ``_waits``)
+    and waited for at most what is left of it (plus :data:`ASK_GRACE`), so the call returns by
+    its deadline whatever the client's socket timeout; a reservation answered later is given
+    back. A client with no socket timeout would leave such a question blocked for ever on a
+    stopped server: ``timeout=`` is refused there. On the main thread, the reservation is asked
+    there too, so that Ctrl-C (``KeyboardInterrupt``, or any exception raised meanwhile) ends
+    the wait and the reservation is given back once the server answers. When the server cannot
+    answer, ``fall_back`` (the ``on_error`` policy, asked as ``check``) answers instead, and a
+    DENIED from it is slept on and asked again.
     """
     server = core.server
+    where = _waits.of(server, keys[0])
 
-    def in_worker(reserved: Reserved) -> None:
+    def late(reserved: Reserved) -> None:
         try:
-            _questions.submit(_give_back, core, keys, n, reserved)
+            where.submit(functools.partial(_give_back, core, keys, n, reserved))
         except RuntimeError:  # the interpreter is shutting down: no new threads
             _give_back(core, keys, n, reserved)
 
     stopped = functools.partial(_give_back, core, keys, n)
-    waiter = _Waiter(n, fall_back, late=in_worker, stopped=stopped)
+    waiter = _Waiter(n, fall_back, late=late, stopped=stopped)
 
     def reserve(left: float | None) -> _conveniences.Turn:
         if left is not None and server.socket_timeout is None:
@@ -479,45 +483,31 @@ def _blocking_acquire(
                 f"socket_connect_timeout=0.2)), or use acquire_async"
             )
         asked_ns = time.monotonic_ns()
+        args = core.reserve_args(n, left)
         try:
-            reply = _reserve_within(core, keys, n, left)
+            if left is None and threading.current_thread() is not threading.main_thread():
+                reply = server.run(keys, args)  # no deadline, and no signal lands here
+            else:
+                reply = _waits.asked(
+                    where,
+                    functools.partial(server.run, keys, args),
+                    None if left is None else left + ASK_GRACE,
+                    functools.partial(_give_back_reply, core, keys, n),
+                )
         except server.unavailable as error:
             return waiter.fallen_back(error)
-        return None if reply is _NO_REPLY else waiter.turn(reply, asked_ns, left)
+        return None if reply is _waits.NO_REPLY else waiter.turn(reply, asked_ns, left)
 
     return _wait_for_turn(limiter, timeout, reserve, waiter.until, waiter.give_back)
 
 
-#: Worker threads for the questions of blocking acquires with a timeout, and their give-backs.
-_questions = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="qos-redis-question")
-
-#: What :func:`_reserve_within` answers when no reply came in time.
-_NO_REPLY: Any = object()
-
-
-def _reserve_within(core: _Core, keys: list[bytes], n: Any, left: float | None) -> Any:
-    """The reply to a reservation of ``n`` tokens that waits at most ``left`` seconds (None: as
-    long as it takes), itself waited for at most ``left`` seconds (plus :data:`ASK_GRACE`) in a
-    worker thread; :data:`_NO_REPLY` if it did not come by then. A reservation answered later
-    is given back, in its thread: nobody is waiting for it any more."""
-    server = core.server
-    args = core.reserve_args(n, left)
-    if left is None:
-        return server.run(keys, args)
-    question = _questions.submit(server.run, keys, args)
-    try:
-        return question.result(timeout=left + ASK_GRACE)
-    except concurrent.futures.TimeoutError:
-
-        def give_back(done: concurrent.futures.Future[Any]) -> None:
-            if done.exception() is None:
-                with contextlib.suppress(ValueError):  # NEVER: nothing taken
-                    reserved = reservation(done.result(), n)
-                    if reserved is not None:
-                        _give_back(core, keys, n, reserved)
-
-        question.add_done_callback(give_back)
-        return _NO_REPLY
+def _give_back_reply(core: _Core, keys: list[bytes], n: Any, reply: Any) -> None:
+    """Give back what the reply to a reservation says it took, for a caller that stopped
+    waiting for it."""
+    with contextlib.suppress(ValueError):  # NEVER: nothing taken
+        reserved = reservation(reply, n)
+        if reserved is not None:
+            _give_back(core, keys, n, reserved)
 
 
 def _give_back(core: _Core, keys: list[bytes], n: Any, reserved: Reserved) -> None:
@@ -545,7 +535,7 @@ async def _awaited_acquire(
 ) -> bool:
     """:func:`_blocking_acquire` for asyncio, in the native limiters' asyncio loop (see
     :class:`_Waiter`): awaits the reservation (``run`` runs the script: awaited on an asyncio
-    client, in a worker thread on a synchronous one) and the sleep.
+    client, on the server's own threads on a synchronous one: see ``_waits``) and the sleep.
 
     With a ``timeout``, the reservation is waited for at most what is left of it (plus
     :data:`ASK_GRACE`), whatever the client's socket timeout: a stopped server makes the call
@@ -597,8 +587,11 @@ async def _awaited_acquire(
 
 
 def _in_thread(server: Server) -> Callable[[list[bytes], Any], Awaitable[Any]]:
-    """Run the script on a synchronous client in a worker thread, for an awaiting caller."""
-    return lambda keys, args: asyncio.to_thread(server.run, keys, args)
+    """Run the script on a synchronous client on the server's own threads (see ``_waits``),
+    for an awaiting caller: never on the event loop's default executor, the application's."""
+    return lambda keys, args: _waits.awaited(
+        _waits.of(server, keys[0]), functools.partial(server.run, keys, args)
+    )
 
 
 def _awaited(server: Server) -> Callable[[list[bytes], Any], Awaitable[Any]]:
@@ -650,6 +643,11 @@ _QUESTIONS: dict[str, tuple[int, Callable[[Any], Any]]] = {
 }
 
 
+#: The node of every call of a batch on a single server: the one server, which a batch does not
+#: ask again once a call failed there, as a cluster's node (see :class:`_Batch`).
+_ONE_SERVER: Any = object()
+
+
 class _Batch:
     """One ``try_acquire_many``: the keys grouped by hash slot, their answers, and the nodes
     found unreachable, for a caller that runs each group's script call, blocking or awaited.
@@ -661,7 +659,9 @@ class _Batch:
 
     A node found unreachable is not asked again within the batch: its other slots go straight
     to ``on_error``, so a batch waits for at most one timeout per unreachable node, not one per
-    slot.
+    slot. A single server is one node: once a call of 1,000 keys failed there, the calls not
+    sent yet get the ``on_error`` answer unsent (they would wait a timeout each, and run when a
+    stopped server resumes, taking tokens nobody was told of).
     """
 
     #: The most rounds of pipelines a batch on a cluster sends; a call still unanswered after
@@ -698,7 +698,7 @@ class _Batch:
         for the unreachable one."""
         server = self._core.server
         for group in server.slot_groups(self.names):
-            yield group, server.node_of(self.names[group[0]]) if server.is_cluster else None
+            yield group, server.node_of(self.names[group[0]]) if server.is_cluster else _ONE_SERVER
 
     def calls(self) -> list[Call]:
         """The script calls of a batch on a cluster, one per group, each with the node that
@@ -1049,7 +1049,7 @@ class _OneKey:
         timeout: Any,
         asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
     ) -> bool:
-        """``acquire`` awaited: the reservation asked through ``asking`` (a worker thread for a
+        """``acquire`` awaited: the reservation asked through ``asking`` (the server's threads for a
         synchronous client, the client itself for an asyncio one)."""
         self._core.args(RESERVE, n, None)
         return await _awaited_acquire(
@@ -1375,7 +1375,8 @@ class RedisRateLimiter(_OneKey):
         )
 
     async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
-        """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
+        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
+        never on the event loop's default executor (see ``_waits``). A waiter
         cancelled at any point gives back what it reserved."""
         return await self._wait(n, timeout, _in_thread)
 
@@ -1526,9 +1527,10 @@ class RedisKeyedRateLimiter(_ManyKeys):
         the same order. One script call per hash slot and per 1,000 keys (so that none holds
         the server long); on a single server they are sent in turn (one in all for up to 1,000
         keys), and on a cluster the calls of all the slots one node owns go in one pipeline:
-        one round trip per node, the nodes' in parallel. A node found unreachable is not asked again
-        within the batch: its other slots go straight to ``on_error``, so a batch waits for at
-        most one timeout per unreachable node, not one per slot."""
+        one round trip per node, the nodes' in parallel. A node (or the single server) found
+        unreachable is not asked again within the batch: its calls not sent yet go straight to
+        ``on_error``, so a batch waits for at most one timeout per unreachable node, not one
+        per slot or per 1,000 keys."""
         core = self._core_of(plan)
         batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
         server = core.server
@@ -1595,7 +1597,8 @@ class RedisKeyedRateLimiter(_ManyKeys):
         *,
         plan: str | None = None,
     ) -> bool:
-        """:meth:`acquire` for asyncio; the round trip runs in a worker thread. A waiter
+        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
+        never on the event loop's default executor (see ``_waits``). A waiter
         cancelled at any point gives back what it reserved."""
         return await self._wait(key, n, timeout, plan, _in_thread)
 
@@ -1724,9 +1727,9 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         plan: str | None = None,
     ) -> list[bool]:
         """On a cluster, one pipeline per node, the nodes' awaited together; on one server,
-        one round trip per 1,000 keys, awaited in turn. A node found unreachable is not asked
-        again within the batch. A caller cancelled meanwhile is net zero: what the batch took
-        is given back."""
+        one round trip per 1,000 keys, awaited in turn. A node (or the single server) found
+        unreachable is not asked again within the batch. A caller cancelled meanwhile is net
+        zero: what the batch took is given back."""
         core = self._core_of(plan)
         batch = _Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
         server, refund = core.server, core.args(REFUND, n, now_ns)
