@@ -13,6 +13,7 @@ import faulthandler
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import time
@@ -607,6 +608,19 @@ class AsyncNoServer:
         raise AssertionError(f"a round trip was made: EVALSHA {args!r}")
 
     eval = evalsha
+
+
+#: A call's record on the server: its first key's prefix and {hash tag}, "::" and its token.
+CALL_RECORD = re.compile(rb"[^{]*\{[^}]*\}::[0-9a-f]{16}")
+
+
+def only_call_records(client: Any) -> int:
+    """How many keys ``client``'s server holds, failing the test if any is not a call's record
+    (see ``distributed/_keys.py``): no limiter's state is left."""
+    keys = client.keys("*")
+    states = [key for key in keys if not CALL_RECORD.fullmatch(key)]
+    assert not states, f"not records: {states[:10]}"
+    return len(keys)
 
 
 def wait_until(condition: Callable[[], Any], what: str, seconds: float = 10.0) -> None:

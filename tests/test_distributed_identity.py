@@ -1,12 +1,22 @@
 """A Redis limiter is known by its name, and two limiters share state only if they are one limit
-(issues 22 §1 and 23).
+(issues 22 §1, 23 and 33 §5, §9).
 
 Every Redis key used to be ``prefix{key}`` for both kinds, so a per-client login limit and an
 API limit, both keyed by client address, kept their bands in one hash (17 logins admitted in
 3 s against a bound of 5.25), and a client whose key was ``"login"`` drained the one-key limiter
-whose key was ``"login"``. Now a one-key limiter is ``prefix{name}`` and a keyed limiter keeps
-each key in ``prefix`` ``name:{key}``: the key stays the hash tag, so a key's bands never cross
-slots and the keys spread over a cluster.
+whose key was ``"login"``. Then a one-key limiter was ``prefix fingerprint:{name}`` and a keyed
+limiter ``prefix name:fingerprint:{key}``, where a prefix and a name could still meet:
+``name="api:v2"`` and ``prefix="qos:api:", name="v2"`` were one keyed limiter, and a one-key
+limiter of ``prefix="qos:login:", name="alice"`` was the keyed limiter ``login``'s key
+``"alice"``. And an empty key, or one starting with ``}``, made an empty hash tag, so the parts
+of a stack asked with it were in different slots.
+
+Now every key is ``prefix{tag}`` and then the kind's own tail (``_keys.py``): the tag is the key
+(or a one-key limiter's name) escaped, never empty and holding no brace, so it is always the
+hash tag; the prefix ends at the first ``{``, the tag at the first ``}``, and the tail is the
+fingerprint alone (a one-key limiter) or the fingerprint and the name (a keyed limiter). The
+properties below draw prefixes, names and keys holding ``:``, braces, ``%``, empty strings and
+unicode.
 
 The constructors take the identity as a keyword, ``name=``, with real signatures that
 ``inspect`` and mypy read; the old call shapes (the key second, before the rate; ``key=``; no
@@ -16,12 +26,16 @@ name) raise with the new form shown, and never mean something else.
 from __future__ import annotations
 
 import inspect
+import os
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import qos_support
+from hypothesis import given
+from hypothesis import strategies as st
 
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.distributed")
@@ -33,8 +47,10 @@ from protocol_in_code.qos.distributed import (
     Band,
     RedisKeyedRateLimiter,
     RedisRateLimiter,
+    _keys,
 )
 from protocol_in_code.qos.limiter import RateLimiter
+from qos_support import CALL_RECORD
 
 CLASSES = [
     RedisRateLimiter,
@@ -133,27 +149,58 @@ def test_the_key_layout(redis_client: Any) -> None:
     prefixed = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, name="api", prefix="x:")
     _, fingerprint = _canonical(one.bands)
     fp = b"%016x" % fingerprint
-    assert one.redis_key == b"qos:" + fp + b":{global}"
-    assert keyed.redis_key("203.0.113.7") == b"qos:api:" + fp + b":{203.0.113.7}"
-    assert prefixed.redis_key(b"k") == b"x:api:" + fp + b":{k}"
+    assert one.redis_key == b"qos:{global}:" + fp
+    assert keyed.redis_key("203.0.113.7") == b"qos:{203.0.113.7}:" + fp + b":api"
+    assert prefixed.redis_key(b"k") == b"x:{k}:" + fp + b":api"
     # str keys are their UTF-8 (lone surrogates kept), and "a" and b"a" are one key
-    assert keyed.redis_key("é\ud800") == b"qos:api:" + fp + ":{é\ud800}".encode(
-        "utf-8", "surrogatepass"
+    assert (
+        keyed.redis_key("é\ud800")
+        == "qos:{é\ud800}:".encode("utf-8", "surrogatepass") + fp + b":api"
     )
     assert keyed.redis_key("a") == keyed.redis_key(b"a")
-    # a key holding braces stays one key of its own
-    assert keyed.redis_key(b"a}b") == b"qos:api:" + fp + b":{a}b}"
-    assert keyed.redis_key("a}b") != keyed.redis_key("a")
+    # in the hash tag, %, { and } are escaped, and the empty key is %
+    assert keyed.redis_key(b"a}b") == b"qos:{a%7Db}:" + fp + b":api"
+    assert keyed.redis_key("{%}") == b"qos:{%7B%25%7D}:" + fp + b":api"
+    assert keyed.redis_key("") == b"qos:{%}:" + fp + b":api"
+    assert keyed.redis_key("%") == b"qos:{%25}:" + fp + b":api"
+    # the name follows the fingerprint as it is
+    braced = RedisKeyedRateLimiter(redis_client, 1, burst=2, per=3600, name="a{b}:c")
+    assert braced.redis_key("k") == b"qos:{k}:" + fp + b":a{b}:c"
     assert one.try_acquire() and keyed.try_acquire("k") and prefixed.try_acquire("k")
-    assert keyed.try_acquire_many(["m", b"a}b"]) == [True, True]
-    stored = set(redis_client.keys("*"))
+    assert keyed.try_acquire_many(["m", b"a}b", ""]) == [True, True, True]
+    assert braced.try_acquire("k")
+    stored = {key for key in redis_client.keys("*") if not CALL_RECORD.fullmatch(key)}
     assert stored == {
-        b"qos:" + fp + b":{global}",
-        b"qos:api:" + fp + b":{k}",
-        b"x:api:" + fp + b":{k}",
-        b"qos:api:" + fp + b":{m}",
-        b"qos:api:" + fp + b":{a}b}",
+        b"qos:{global}:" + fp,
+        b"qos:{k}:" + fp + b":api",
+        b"x:{k}:" + fp + b":api",
+        b"qos:{m}:" + fp + b":api",
+        b"qos:{a%7Db}:" + fp + b":api",
+        b"qos:{%}:" + fp + b":api",
+        b"qos:{k}:" + fp + b":a{b}:c",
     }
+
+
+def test_a_name_holding_a_colon_is_never_another_prefix_and_name(redis_client: Any) -> None:
+    """Before: both limiters kept "k" in ``qos:api:v2:<fingerprint>:{k}``, and three takes on
+    one emptied the other."""
+    joined = RedisKeyedRateLimiter(redis_client, 1, burst=3, per=3600, name="api:v2")
+    split = RedisKeyedRateLimiter(redis_client, 1, burst=3, per=3600, name="v2", prefix="qos:api:")
+    assert [joined.try_acquire("k") for _ in range(4)] == [True, True, True, False]
+    assert split.available("k") == 3
+    assert [split.try_acquire("k") for _ in range(4)] == [True, True, True, False]
+    assert joined.redis_key("k") != split.redis_key("k")
+
+
+def test_a_one_key_limiter_is_never_a_keyed_limiters_key(redis_client: Any) -> None:
+    """Before: the one-key limiter ``alice`` under the prefix ``qos:login:`` and the keyed
+    limiter ``login``'s key ``"alice"`` were both ``qos:login:<fingerprint>:{alice}``."""
+    one = RedisRateLimiter(redis_client, 1, burst=3, per=3600, name="alice", prefix="qos:login:")
+    keyed = RedisKeyedRateLimiter(redis_client, 1, burst=3, per=3600, name="login")
+    assert [one.try_acquire() for _ in range(4)] == [True, True, True, False]
+    assert keyed.available("alice") == 3
+    assert [keyed.try_acquire("alice") for _ in range(4)] == [True, True, True, False]
+    assert one.redis_key != keyed.redis_key("alice")
 
 
 def test_the_key_is_the_hash_tag_so_keys_spread_over_slots() -> None:
@@ -167,6 +214,154 @@ def test_the_key_is_the_hash_tag_so_keys_spread_over_slots() -> None:
     # a key's slot is its own, whatever the limiter: a batch is grouped by key alone
     assert slots == [key_slot(other.redis_key(key)) for key in keys]
     assert slots == [key_slot(key.encode()) for key in keys]
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties of the layout: prefixes, names and keys holding ":", braces, "%", empty strings and
+# unicode (lone surrogates included)
+# ---------------------------------------------------------------------------------------------
+
+PIECES = [
+    "",
+    ":",
+    "::",
+    "{",
+    "}",
+    "{}",
+    "}{",
+    "%",
+    "%7D",
+    "%25",
+    "qos:",
+    "api",
+    "é",
+    "\ud800",
+    "😀",
+]
+texts = st.lists(st.sampled_from(PIECES) | st.text(max_size=2), max_size=5).map("".join)
+#: A prefix may hold anything but "{" (see test_the_name_and_the_prefix_are_checked).
+prefixes = texts.map(lambda text: text.replace("{", "("))
+keys = texts | st.binary(max_size=6)
+#: A limit: ("one", prefix, name) or ("keyed", prefix, name, key); names are never empty.
+limits = st.one_of(
+    st.tuples(st.just("one"), prefixes, texts.filter(bool)),
+    st.tuples(st.just("keyed"), prefixes, texts.filter(bool), keys),
+)
+
+
+def as_bytes(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
+
+def identity(limit: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A limit as the server tells limits apart: a str as its UTF-8 (so "a" is b"a")."""
+    kind, *parts = limit
+    return (kind, *(as_bytes(part) for part in parts))
+
+
+FINGERPRINT = b"%016x" % _canonical([(1, 1)])[1]
+
+
+def redis_key_of(limit: tuple[Any, ...]) -> bytes:
+    """The Redis key of ``limit``, from limiters of one configuration (so one fingerprint)."""
+    kind, prefix, name, *key = limit
+    if kind == "one":
+        return RedisRateLimiter(qos_support.NoServer(), 1, name=name, prefix=prefix).redis_key
+    keyed = RedisKeyedRateLimiter(qos_support.NoServer(), 1, name=name, prefix=prefix)
+    return keyed.redis_key(key[0])
+
+
+def read_back(redis_key: bytes) -> tuple[Any, ...]:
+    """What a Redis key says, read by the layout's grammar alone (``_keys.py``): ("one",
+    prefix, name, fingerprint), ("keyed", prefix, name, key, fingerprint) or ("record", prefix,
+    tagged, token). A key that reads back is the key of that limit and no other."""
+    opening = redis_key.index(b"{")
+    closing = redis_key.index(b"}", opening)
+    prefix, tag, tail = (
+        redis_key[:opening],
+        redis_key[opening + 1 : closing],
+        redis_key[closing + 1 :],
+    )
+    assert tag, redis_key  # never empty: always the hash tag
+    value = b"" if tag == b"%" else re.sub(rb"%(25|7B|7D)", lambda m: bytes([int(m[1], 16)]), tag)
+    assert b"%" not in re.sub(rb"%(25|7B|7D)", b"", tag) or tag == b"%", redis_key
+    if tail.startswith(b"::"):
+        return ("record", prefix, value, tail[2:])
+    form = re.fullmatch(rb":([0-9a-f]{16})(?::(.*))?", tail, re.S)
+    assert form is not None, redis_key
+    if form[2] is None:
+        return ("one", prefix, value, form[1])
+    return ("keyed", prefix, form[2], value, form[1])
+
+
+@given(limits)
+def test_every_redis_key_reads_back_as_its_own_limit(limit: tuple[Any, ...]) -> None:
+    """The layout has a left inverse: so no two distinct limits share a Redis key."""
+    kind, prefix, name, *key = identity(limit)
+    expected = ("one", prefix, name) if kind == "one" else ("keyed", prefix, name, key[0])
+    assert read_back(redis_key_of(limit)) == (*expected, FINGERPRINT)
+
+
+@st.composite
+def near(draw: st.DrawFn, limit: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Another limit made of the same characters, cut elsewhere: the prefix, name and key of
+    ``limit`` joined, then split again at random points, into a limit of either kind."""
+    whole = "".join(part for part in limit[1:] if isinstance(part, str))
+    cuts = sorted(draw(st.lists(st.integers(0, len(whole)), min_size=2, max_size=2)))
+    prefix, name, key = whole[: cuts[0]], whole[cuts[0] : cuts[1]], whole[cuts[1] :]
+    prefix, name = prefix.replace("{", "("), name or "n"
+    return ("one", prefix, name + key) if draw(st.booleans()) else ("keyed", prefix, name, key)
+
+
+@given(limits.flatmap(lambda limit: st.tuples(st.just(limit), limits | near(limit))))
+def test_distinct_limits_never_share_a_redis_key(pair: tuple[Any, Any]) -> None:
+    """``name="api:v2"`` and ``prefix="qos:api:", name="v2"`` were one keyed limiter; a one-key
+    limiter of ``prefix="qos:login:", name="alice"`` was the keyed limiter ``login``'s
+    ``"alice"``."""
+    first, second = pair
+    same = identity(first) == identity(second)
+    assert (redis_key_of(first) == redis_key_of(second)) == same, pair
+
+
+@given(
+    prefix=st.binary(max_size=6).map(lambda raw: raw.replace(b"{", b"(")),
+    name=st.binary(max_size=6),
+    key=keys,
+    token=st.binary(min_size=8, max_size=8),
+)
+def test_the_layout_keeps_empty_names_apart_and_a_record_is_no_limit(
+    prefix: bytes, name: bytes, key: str | bytes, token: bytes
+) -> None:
+    """The layout itself, below the constructors (which refuse an empty name), on any bytes: an
+    empty name or key is a name or key of its own, and a call's record is in its first key's
+    slot and never any limit's state."""
+    one = _keys.redis_key(_keys.one_key(prefix, FINGERPRINT), name)
+    keyed = _keys.redis_key(_keys.keyed(prefix, name, FINGERPRINT), key)
+    assert read_back(one) == ("one", prefix, name, FINGERPRINT)
+    assert read_back(keyed) == ("keyed", prefix, name, as_bytes(key), FINGERPRINT)
+    for state, tagged in ((one, name), (keyed, as_bytes(key))):
+        record = _keys.record(state, token)
+        assert read_back(record) == ("record", prefix, tagged, token.hex().encode())
+
+
+@given(key=keys, others=st.lists(st.tuples(prefixes, texts.filter(bool)), min_size=1, max_size=3))
+def test_every_part_asked_with_one_key_is_in_one_slot(
+    key: str | bytes, others: list[tuple[str, str]]
+) -> None:
+    """Any key, "" and "}x" included: its hash tag is never empty, so the Redis keys of every
+    keyed limiter asked with it, of a one-key limiter named after it, and of a call's record
+    are in one slot, that of the tag alone (redis-py's CRC16 of the cluster's rule). Before, an
+    empty key or one starting with "}" left the tag empty, and each key was hashed whole."""
+    from redis.crc import key_slot
+
+    names = [
+        RedisKeyedRateLimiter(qos_support.NoServer(), 1, name=name, prefix=prefix).redis_key(key)
+        for prefix, name in others
+    ]
+    if isinstance(key, str) and key:
+        names.append(RedisRateLimiter(qos_support.NoServer(), 1, name=key).redis_key)
+    names.append(_keys.record(names[0], os.urandom(8)))
+    assert {key_slot(name) for name in names} == {key_slot(_keys.tag(as_bytes(key)))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,18 +447,22 @@ def test_a_second_positional_argument_shows_burst_and_per(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
-def test_the_name_is_a_non_empty_str_without_braces(cls: type) -> None:
+def test_the_name_and_the_prefix_are_checked(cls: type) -> None:
+    """A name is any non-empty str, braces included (the layout keeps every name apart); a
+    prefix is anything but "{", which opens a key's hash tag."""
     client = client_for(cls)
     for name, error in [(b"login", "bytes"), (7, "int"), (None, "NoneType")]:
         with pytest.raises(TypeError, match=f"name must be a str, not {error}"):
             cls(client, 10, name=name)
     with pytest.raises(ValueError, match="name must not be empty"):
         cls(client, 10, name="")
-    for name in ["a{b", "a}b", "{login}"]:
-        with pytest.raises(ValueError, match="braces") as raised:
-            cls(client, 10, name=name)
-        assert repr(name) in str(raised.value)
-    assert cls(client, 10, name="é:login/v2").name == "é:login/v2"
+    for name in ["a{b", "a}b", "{login}", "é:login/v2"]:
+        assert cls(client, 10, name=name).name == name
+    for prefix in ["a{b:", b"{", "{app}:"]:
+        with pytest.raises(ValueError, match=re.escape("prefix must not contain '{'")) as raised:
+            cls(client, 10, name="api", prefix=prefix)
+        assert repr(prefix if isinstance(prefix, bytes) else prefix.encode()) in str(raised.value)
+    assert cls(client, 10, name="api", prefix="a}b:").name == "api"
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
@@ -275,10 +474,10 @@ def test_the_repr_shows_the_name(cls: type) -> None:
 def test_the_synchronous_classes_still_give_the_asyncio_forms() -> None:
     one = RedisRateLimiter(qos_support.AsyncNoServer(), 10, name="global", initial=2)
     assert type(one) is AsyncRedisRateLimiter
-    assert one.name == "global" and one.redis_key.endswith(b":{global}")
+    assert one.name == "global" and one.redis_key.startswith(b"qos:{global}:")
     keyed = RedisKeyedRateLimiter(qos_support.AsyncNoServer(), 10, name="api", prefix="p:")
     assert type(keyed) is AsyncRedisKeyedRateLimiter
-    assert keyed.redis_key("k") == b"p:api:%016x:{k}" % _canonical(keyed.bands)[1]
+    assert keyed.redis_key("k") == b"p:{k}:%016x:api" % _canonical(keyed.bands)[1]
 
 
 CHECKED = textwrap.dedent(

@@ -17,7 +17,7 @@ import pytest
 import qos_support
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, _bands
+from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, _bands, _keys
 from protocol_in_code.qos.distributed._server import SOURCE
 
 if qos_support.reference_mode():
@@ -118,6 +118,7 @@ def test_the_fast_path_and_the_general_path_settle_alike(
     redis_client.delete(*keys.values())
     now_us = 10**12
     args: list[bytes] = []
+    records: dict[str, bytes] = {}
     moments = [now_us, now_us]  # the moments reservations were made for
     for op, n, step, resend, extra in steps:
         if not (resend and args):
@@ -132,8 +133,10 @@ def test_the_fast_path_and_the_general_path_settle_alike(
                 request += _bands.extra(extra)
             elif op == 6:
                 request += _bands.extra(moments[-1 - extra % 2] if extra % 3 else now_us + extra)
-            token = [os.urandom(8)] if op in (0, 3, 5, 6, TOGETHER, TAKE_WITH_LEVELS) else []
-            args = [request, config.encoding, *token]
+            # Each path's own record of the call (read only by the ops that change a balance).
+            token = os.urandom(8)
+            records = {path: _keys.record(key, token) for path, key in keys.items()}
+            args = [request, config.encoding]
         # One transaction per step: no other command runs between the two calls, so neither key
         # can expire before both are read back. (The server's clock runs on between the
         # commands of a transaction, each PEXPIRE and PTTL reading it afresh: the two TTLs may
@@ -141,19 +144,24 @@ def test_the_fast_path_and_the_general_path_settle_alike(
         # by a millisecond of rounding.)
         step_both = redis_client.pipeline(transaction=True)
         step_both.time()
-        step_both.eval(SOURCE, 1, keys["fast"], *args)
-        step_both.eval(general, 1, keys["general"], *args)
+        step_both.eval(SOURCE, 1, keys["fast"], *args, records["fast"])
+        step_both.eval(general, 1, keys["general"], *args, records["general"])
         for key in keys.values():
             step_both.hgetall(key)
         for key in keys.values():
             step_both.pttl(key)
+        step_both.exists(records["fast"])
+        step_both.exists(records["general"])
         step_both.time()
-        start, fast, slow, fast_fields, slow_fields, fast_ttl, slow_ttl, end = step_both.execute()
+        start, fast, slow, fast_fields, slow_fields, fast_ttl, slow_ttl, *recorded, end = (
+            step_both.execute()
+        )
         took_ms = ((end[0] - start[0]) * 10**6 + end[1] - start[1]) // 1000 + 1
         if op == 5 and isinstance(fast, list) and len(fast) == 4:
             moments.append(int(fast[3]))
         assert fast == slow, (op, n, now_us)
         assert fast_fields == slow_fields, (op, n, now_us)
+        assert recorded[0] == recorded[1], (op, n, now_us)  # the call recorded on both, or neither
         assert (fast_ttl < 0) == (slow_ttl < 0), (op, n, now_us)
         assert abs(fast_ttl - slow_ttl) <= took_ms + 2, (op, n, now_us, took_ms)
 
@@ -164,20 +172,21 @@ def test_the_fast_path_and_the_general_path_settle_alike(
 # first deciding each as a peek, the second taking on all of them or reading all as peeks. Each
 # key here has one band of its own (its own rate, burst, initial tokens and least TTL), so each
 # key alone runs through the fast path, where the stack is played by its definition: peek every
-# key; if every one is allowed, take on every key (with the stack's token, so that each key
-# remembers the same call). The replies, the stored fields (the calls remembered included) and
-# the expiries must be the same. A call sent again is played as a client's retry: the stack
-# sent again, and, on the fast path, the takes sent again if it took, else the definition again.
+# key; if every one is allowed, take on every key (each take with a record named after the
+# stack's token, so that it is one call sent again when the stack is). The replies, the stored
+# fields and the expiries must be the same. A call sent again is played as a client's retry: the
+# stack sent again, and, on the fast path, the takes sent again if it took, else the definition
+# again.
 
 
 def alone(
     key: tuple[bytes, bytes, Any, bytes], op: int, n: int, at: int, token: bytes
 ) -> list[Any]:
-    """The arguments of ``EVAL`` for ``op`` (a peek, or a take with the stack's token) on one
-    key alone, on the fast path."""
+    """The arguments of ``EVAL`` for ``op`` (a peek, or a take with a record named after the
+    stack's token) on one key alone, on the fast path."""
     _, name, config, tail = key
     args = [_bands.request(op, n, at) + tail, config.encoding]
-    return [1, name, *args, token] if op == 0 else [1, name, *args]
+    return [1, name, *args, _keys.record(name, token)] if op == 0 else [1, name, *args]
 
 
 key_config = st.tuples(
@@ -238,7 +247,8 @@ def test_a_stack_settles_as_its_keys_alone_on_the_fast_path(
         n = [min(ns[i], config.largest + 1) for i, (_, _, config, _) in enumerate(keys)]
         request = _bands.request(op, n[0], at) + keys[0][3]
         request += b"".join(struct.pack(">d", n[i]) + keys[i][3] for i in range(1, len(keys)))
-        stack = [request, *(config.encoding for _, _, config, _ in keys), token]
+        record = _keys.record(keys[0][0], token)
+        stack = [request, *(config.encoding for _, _, config, _ in keys), record]
 
         first = redis_client.pipeline(transaction=True)
         first.time()

@@ -64,8 +64,9 @@ def wrong_type(client: Any) -> Iterator[None]:
     yield
 
 
-#: The key the limiter below keeps "k" in: its name, then its configuration's fingerprint.
-LIMITER_KEY = f"qos:clients:{_canonical([(5, 5)])[1]:016x}:{{k}}"
+#: The key the limiter below keeps "k" in: the key as its hash tag, then its configuration's
+#: fingerprint and its name.
+LIMITER_KEY = f"qos:{{k}}:{_canonical([(5, 5)])[1]:016x}:clients"
 FAULTS: dict[str, Callable[[Any], Iterator[None]]] = {
     "OOM": out_of_memory,
     "BUSY": busy,

@@ -94,6 +94,32 @@ def test_a_stack_in_one_slot_is_one_script_call(redis_cluster: Cluster) -> None:
     client.close()
 
 
+@pytest.mark.parametrize("key", ["", "}x", "}"])
+def test_a_stack_asked_with_any_key_is_one_slot(redis_cluster: Cluster, key: str) -> None:
+    """Before: ``""`` and keys starting with ``}`` left the hash tag empty (``...:{}x}``), so each
+    part's whole key was hashed: two slots, a take given back when the second refused, and no
+    atomicity. Now the tag is the key escaped (``%``, ``%7Dx``), never empty."""
+    client = sync_client(redis_cluster)
+    common: dict[str, Any] = {"per": HOUR, "prefix": prefix()}
+    route = RedisKeyedRateLimiter(client, 1, burst=2, name="route", **common)
+    per_client = RedisKeyedRateLimiter(client, 1, burst=1, name="client", **common)
+    stack = [(route, key, 1, None), (per_client, key, 1, None)]
+    names = [route.redis_key(key), per_client.redis_key(key)]
+    # The servers' own slots of the two keys, as CLUSTER KEYSLOT reads them.
+    node = redis_cluster.nodes[0]
+    assert len({node.cli("CLUSTER", "KEYSLOT", name.decode()) for name in names}) == 1
+    route.available(key)  # the script loaded on the slot's master
+    before = script_calls(redis_cluster)
+    answers = [check_together(stack) for _ in range(2)]
+    assert [[d.outcome for d in row] for row in answers] == [
+        [LimitOutcome.ALLOWED] * 2,
+        [LimitOutcome.ALLOWED, LimitOutcome.DENIED],
+    ]
+    assert script_calls(redis_cluster) - before == 2  # one script call per stack
+    assert (route.available(key), per_client.available(key)) == (1, 0)
+    client.close()
+
+
 def test_a_stack_across_slots_is_given_back_when_a_later_slot_refuses(
     redis_cluster: Cluster,
 ) -> None:

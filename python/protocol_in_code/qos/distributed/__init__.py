@@ -28,13 +28,14 @@ the server the service already runs, and every decision is one atomic step there
 * **One name and one configuration, one limit.** Every limiter has a ``name``
   (``name="login"``), its identity on the server, and its configuration's fingerprint (16 hex
   digits of ``FNV-1a`` over the bands' canonical encoding) is part of every key it writes. A
-  :class:`RedisRateLimiter` is the hash ``prefix`` ``fingerprint:{name}``; a
-  :class:`RedisKeyedRateLimiter` keeps each key in ``prefix`` ``name:fingerprint:{key}``
-  (``qos:login:90949290ee0418bd:{203.0.113.7}``). So limiters share state only when they have
-  the same ``prefix`` (default ``qos:``), name and bands: a login limit and an API limit keyed
-  by the same client address are two limits, no key of a keyed limiter is ever a one-key
-  limiter's hash, and a state is never read in another configuration's units. Neither a name
-  nor a prefix may hold a brace.
+  :class:`RedisRateLimiter` is the hash ``prefix{name}:fingerprint``; a
+  :class:`RedisKeyedRateLimiter` keeps each key in ``prefix{key}:fingerprint:name``
+  (``qos:{203.0.113.7}:90949290ee0418bd:login``), the part in braces escaped so that it is
+  never empty and holds no brace (``_keys.py``). So limiters share state only when they have the
+  same ``prefix`` (default ``qos:``), kind, name and bands, whatever characters they hold: a
+  login limit and an API limit keyed by the same client address are two limits, no key of a
+  keyed limiter is ever a one-key limiter's hash, and a state is never read in another
+  configuration's units. A prefix may not hold ``{``.
 * **A deploy that changes a configuration starts fresh.** The new bands have their own keys,
   so every client starts the new configuration full: at most one new burst beyond the new
   limit, and never a wait longer than the new configuration's own time to full. The old keys
@@ -44,10 +45,14 @@ the server the service already runs, and every decision is one atomic step there
   carrying over what was spent: carrying over through a state two configurations share lets
   clients that alternate between old and new workers spend the larger burst again and again,
   because each conversion to the smaller burst forgets what did not fit.
-* **Cluster.** The braces make the name, or the key, the hash tag: a decision touches one
-  hash, so it never crosses slots, and a keyed limiter's keys spread over the cluster;
+* **Cluster.** The braces make the name, or the key, the hash tag, whatever it holds (an empty
+  key too): a decision touches one hash, so it never crosses slots, every limiter asked with
+  one key is in that key's slot, and a keyed limiter's keys spread over the cluster;
   ``try_acquire_many`` makes one script call per slot, and sends all the calls of one node in
   one pipeline: one round trip per node.
+* **A call sent twice counts once.** A client re-sends a call that timed out, and the first
+  sending still runs: each call names a record of its own, kept a minute by the server once
+  the call changed a balance, and a sending that finds it changes nothing again.
 * **When the server is unreachable**, ``on_error`` decides: ``"raise"``
   (:class:`LimiterUnavailable`, chained to the client's error), ``"allow"``, ``"deny"``, or a
   local ``RateLimiter``/``KeyedRateLimiter`` that decides instead. How long a call may take to

@@ -6,15 +6,16 @@ or a failover to a replica that never saw it) answers ``NOSCRIPT``; the call is 
 once as ``EVAL`` with the source, which also caches it on that server, so callers never see it.
 ``EVAL`` goes to the node that owns the keys, in a cluster as on one server.
 
-Every call sends, after its arguments, a token of its own: 8 random bytes. The client may send
-one call more than once (redis-py re-sends a command that timed out, and the first sending still
-reaches the server); the script remembers the tokens of the last calls that changed a key, and
-a sending it has already run changes nothing again (see ``settle.lua``).
+Every call sends, after its arguments, the name of its record: a Redis key of its own, after 8
+random bytes drawn for the call, in the slot of the call's keys (``_keys.record``). The client may
+send one call more than once (redis-py re-sends a command that timed out, and the first sending
+still reaches the server, and runs): a call that changes a balance writes its record, kept a
+minute, and a sending that finds it changes nothing again (see ``settle.lua``).
 
 A batch on a cluster (:meth:`Server.pipelines`) sends all the script calls that one node owns
 in one pipeline on one of that node's connections, written to every node before any is read:
 one round trip per node, whatever the number of slots. Each call in a pipeline is its own
-script call, with its own token, so one holds the server no longer than a call sent alone.
+script call, with its own record, so one holds the server no longer than a call sent alone.
 
 We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
 ``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
@@ -42,11 +43,12 @@ from importlib import resources
 from typing import Any, cast
 
 from protocol_in_code.qos.distributed import _eviction
+from protocol_in_code.qos.distributed._keys import record
 
 SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
 
-#: The bytes of a call's token (see the module's docs).
+#: The random bytes a call's record is named after (see the module's docs).
 TOKEN_BYTES = 8
 
 #: The most keys one script call decides. A script holds the server for its whole run, and
@@ -83,7 +85,7 @@ _UNAVAILABLE_NAMES = (
 
 class Call:
     """One script call of a pipelined batch: the batch's positions it decides, their Redis keys,
-    its arguments with its token (drawn once: a call sent again, after a redirection or as
+    its arguments with its record (named once: a call sent again, after a redirection or as
     ``EVAL`` after ``NOSCRIPT``, is the same call to the script), the node it goes to, and its
     result (the reply, or the error it met)."""
 
@@ -92,7 +94,7 @@ class Call:
     def __init__(self, group: list[int], keys: list[bytes], args: Sequence[bytes], node: Any):
         self.group = group
         self.keys = keys
-        self.args = (*args, os.urandom(TOKEN_BYTES))
+        self.args = (*args, new_record(keys))
         self.node = node
         self.node_name: Any = getattr(node, "name", None)
         self.source = False  # sent as EVAL, with the script's source
@@ -115,6 +117,11 @@ class Call:
         parts.extend(b"$%d\r\n%s\r\n" % (len(part), part) for part in keys)
         parts.extend(b"$%d\r\n%s\r\n" % (len(part), part) for part in args)
         return b"".join(parts)
+
+
+def new_record(keys: Sequence[bytes]) -> bytes:
+    """The name of a new call's record on ``keys`` (see the module's docs)."""
+    return record(keys[0], os.urandom(TOKEN_BYTES))
 
 
 _SOURCE_BYTES = SOURCE.encode()
@@ -185,10 +192,10 @@ class Server:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
         A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
-        return self.send(keys, (*args, os.urandom(TOKEN_BYTES)))
+        return self.send(keys, (*args, new_record(keys)))
 
     def send(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
-        """:meth:`run` with ``args`` that already end with the call's token."""
+        """:meth:`run` with ``args`` that already end with the call's record."""
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:
@@ -229,10 +236,10 @@ class Server:
 
     async def run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run`, on an asyncio client: awaits, never blocks the event loop."""
-        return await self.send_async(keys, (*args, os.urandom(TOKEN_BYTES)))
+        return await self.send_async(keys, (*args, new_record(keys)))
 
     async def send_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
-        """:meth:`run_async` with ``args`` that already end with the call's token."""
+        """:meth:`run_async` with ``args`` that already end with the call's record."""
         wait, waited = POOL_WAIT_FIRST, 0.0
         while True:
             try:

@@ -46,6 +46,7 @@ from typing import Any
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
 from protocol_in_code.qos._give_backs import in_background, run_to_the_end
 from protocol_in_code.qos.distributed import _bands, _waits
+from protocol_in_code.qos.distributed._keys import redis_key
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
 from protocol_in_code.qos.distributed.limiters import (
     REFUND,
@@ -59,7 +60,6 @@ from protocol_in_code.qos.distributed.limiters import (
     _net_zero,
     _OneKey,
     decision,
-    redis_key,
 )
 
 #: The script's ops for a stack (see ``settle.lua``): take on every key or on none, and peek
@@ -281,7 +281,7 @@ class _Stack:
         try:
             if isinstance(limiter, _ManyKeys):
                 core = limiter._core_of(plan)
-                name = redis_key(core.key_prefix, key)
+                name = redis_key(core.key_layout, key)
             else:
                 assert isinstance(limiter, _OneKey)
                 core, name = limiter._core, limiter._keys[0]

@@ -34,7 +34,8 @@ from protocol_in_code._native import (
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
-from protocol_in_code.qos.distributed import _bands, _waits
+from protocol_in_code.qos.distributed import _bands, _keys, _waits
+from protocol_in_code.qos.distributed._keys import redis_key
 from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -58,37 +59,13 @@ OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 Levels: TypeAlias = list[tuple[int, int]]
 
 
-def redis_key(prefix: bytes, key: Any) -> bytes:
-    """The Redis key ``prefix{key}``: for a one-key limiter ``prefix`` ends with its
-    configuration's fingerprint and ``key`` is its name (``qos:90949290ee0418bd:{login}``); for
-    a keyed limiter ``prefix`` ends with its name and fingerprint, and ``key`` is the key a call
-    names (``qos:api:90949290ee0418bd:{203.0.113.7}``).
-
-    The braces make ``key`` the cluster hash tag, so a key's slot depends only on the key (and
-    a batch can be grouped by slot), and a keyed limiter's keys spread over a cluster. A
-    ``str`` is its UTF-8 (lone surrogates kept, so distinct strings stay distinct); ``"a"`` and
-    ``b"a"`` are one Redis key, as Redis keys are bytes. Neither a prefix nor a name holds a
-    brace, so the first ``{`` ends them both: two limiters of different names (or kinds) never
-    share a Redis key, whatever their keys.
-    """
-    if isinstance(key, str):
-        return b"%s{%s}" % (prefix, key.encode("utf-8", "surrogatepass"))
-    if isinstance(key, bytes):
-        return b"%s{%s}" % (prefix, key)
-    raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
-
-
 def _checked_name(name: Any) -> bytes:
-    """A limiter's name as it goes into its Redis keys: a non-empty ``str`` without braces."""
+    """A limiter's name as it goes into its Redis keys: a non-empty ``str`` (any characters:
+    the key layout keeps every name apart, see ``_keys.py``)."""
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, not {type(name).__name__} ({name!r})")
     if not name:
         raise ValueError("name must not be empty: it is the limit's identity on the server")
-    if "{" in name or "}" in name:
-        raise ValueError(
-            f"name must not contain braces (it goes into the Redis key, beside the key's hash "
-            f"tag): {name!r}"
-        )
     return name.encode("utf-8", "surrogatepass")
 
 
@@ -211,9 +188,10 @@ class _Core:
             prefix = prefix.encode("utf-8", "surrogatepass")
         if not isinstance(prefix, bytes):
             raise TypeError(f"prefix must be str or bytes, not {type(prefix).__name__}")
-        if b"{" in prefix or b"}" in prefix:
+        if b"{" in prefix:
             raise ValueError(
-                f"prefix must not contain braces (the key is the hash tag): {prefix!r}"
+                f"prefix must not contain '{{': the first '{{' of a Redis key opens its cluster "
+                f"hash tag, which is the key's (or the name's), not {prefix!r}"
             )
         if isinstance(on_error, str):
             if on_error not in ("raise", "allow", "deny"):
@@ -232,11 +210,11 @@ class _Core:
         #: The configuration's fingerprint (``core::exact::config``), 16 hex digits: part of
         #: every Redis key, so limiters of one name but different bands never share state.
         self.fingerprint: bytes = b"%016x" % config.fingerprint
-        #: Where a one-key limiter's Redis key starts, before its ``{name}``.
-        self.one_key_prefix: bytes = prefix + self.fingerprint + b":"
-        #: Where a keyed limiter's Redis keys start, before the key's ``{key}``: its own
-        #: namespace, so no other limiter's key can be one of its keys.
-        self.key_prefix: bytes = prefix + name_bytes + b":" + self.fingerprint + b":"
+        #: What goes around a one-key limiter's ``{name}`` in its Redis key (see ``_keys.py``).
+        self.one_key_layout = _keys.one_key(prefix, self.fingerprint)
+        #: What goes around each ``{key}`` in a keyed limiter's Redis keys: its prefix, then
+        #: its fingerprint and name, so no other limiter's key can be one of its keys.
+        self.key_layout = _keys.keyed(prefix, name_bytes, self.fingerprint)
         self.on_error: OnError = on_error
         self.tail = _bands.script_args(initial, min_ttl_ms)
         self.config = config.encoding
@@ -679,7 +657,7 @@ class _Batch:
         self.keys = list(keys)
         #: ``{"plan": name}`` with plans (what a local fallback is asked with), else empty.
         self._planned = planned or {}
-        self.names = [redis_key(core.key_prefix, key) for key in self.keys]
+        self.names = [redis_key(core.key_layout, key) for key in self.keys]
         self.args = core.args(MANY, n, now_ns)
         if self.keys:
             core.refuse_never(n)
@@ -1025,7 +1003,7 @@ class _OneKey:
             prefix,
             RateLimiter,
         )
-        self._keys = [redis_key(core.one_key_prefix, name)]
+        self._keys = [redis_key(core.one_key_layout, name)]
         self._unavailable = core.server.unavailable
 
     @property
@@ -1040,7 +1018,8 @@ class _OneKey:
 
     @property
     def redis_key(self) -> bytes:
-        """The hash on the server that holds this limit: ``prefix`` ``fingerprint:{name}``."""
+        """The hash on the server that holds this limit: ``prefix{name}:fingerprint``, the name
+        escaped as a hash tag (see ``_keys.py``)."""
         return self._keys[0]
 
     async def _wait(
@@ -1141,7 +1120,6 @@ class _ManyKeys:
                 "give the fallback the same bands, or both the same plans"
             )
         self._unavailable = core.server.unavailable
-        self._prefix = core.key_prefix
 
     @property
     def name(self) -> str:
@@ -1169,9 +1147,10 @@ class _ManyKeys:
         return {plan: core.validator.bands for plan, core in self._plans.items()}
 
     def redis_key(self, key: str | bytes, *, plan: str | None = None) -> bytes:
-        """The hash on the server that holds ``key``'s limit (under ``plan``): ``prefix``
-        ``name:fingerprint:{key}``, the fingerprint being that of the plan's bands."""
-        return redis_key(self._core_of(plan).key_prefix, key)
+        """The hash on the server that holds ``key``'s limit (under ``plan``):
+        ``prefix{key}:fingerprint:name``, the key escaped as a hash tag (see ``_keys.py``), the
+        fingerprint being that of the plan's bands."""
+        return redis_key(self._core_of(plan).key_layout, key)
 
     def _core_of(self, plan: Any) -> _Core:
         """The core of ``plan``: the only one without plans (then ``plan`` must not be given),
@@ -1206,7 +1185,7 @@ class _ManyKeys:
     ) -> bool:
         """``acquire`` awaited for ``key``: see :meth:`_OneKey._wait`."""
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         core.args(RESERVE, n, None)
         return await _awaited_acquire(
             core,
@@ -1243,10 +1222,10 @@ class RedisRateLimiter(_OneKey):
     """One limit shared by every process, on every host, that uses ``name`` on one Redis.
 
     ``RedisRateLimiter(client, 10, name="global")``: the rate alone by position, everything
-    else by keyword. ``name`` (a non-empty ``str`` without braces) is the limit's identity:
-    limiters of the same name, ``prefix`` and bands share one limit, kept in the hash
-    ``prefix`` ``fingerprint:{name}``; limiters of different names never share anything, and
-    a change of bands starts afresh (see the module's docs).
+    else by keyword. ``name`` (a non-empty ``str``) is the limit's identity: limiters of the
+    same name, ``prefix`` and bands share one limit, kept in the hash ``prefix{name}:fingerprint``;
+    limiters of different names never share anything, and a change of bands starts afresh (see
+    the module's docs).
 
     Takes the arguments of :class:`~protocol_in_code.qos.limiter.RateLimiter` (read by it: the
     same rates, bursts and bands, the same errors) and answers its questions the same way:
@@ -1406,7 +1385,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     ``RedisKeyedRateLimiter(client, 5, burst=10, name="login")``: the arguments and answers of
     :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a ``key`` (``str`` or ``bytes``)
     first in every call, and a ``name`` that is the limiter's identity: a key's limit is the
-    hash ``prefix`` ``name:fingerprint:{key}``, so limiters of different names (a login limit
+    hash ``prefix{key}:fingerprint:name``, so limiters of different names (a login limit
     and an API limit, both keyed by client address) never share a key's limit, and none shares
     anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
     key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
@@ -1452,7 +1431,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         args = core.args(op, n, now_ns)
         try:
             reply = core.server.run(keys, args)
@@ -1465,7 +1444,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
     ) -> bool:
         """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
         core = self._core if plan is None and self._plans is None else self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         if type(n) is int and n == 1 and now_ns is None:
             args = core.take_one
         else:
@@ -1488,7 +1467,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         """:meth:`check`, and each band's level of ``key`` right after it, in the same script
         call (see :meth:`RedisRateLimiter.check_levels`; with plans, of ``plan``'s bands)."""
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         args = core.args(TAKE_WITH_LEVELS, n, now_ns)
         try:
             reply = core.server.run(keys, args)
@@ -1558,7 +1537,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         return batch.finished()
 
     def _alone(self, batch: _Batch, call: Call) -> None:
-        """One call of a batch sent on its own through the client, its token unchanged."""
+        """One call of a batch sent on its own through the client, its record unchanged."""
         try:
             reply = self._core.server.send(call.keys, call.args)
         except self._unavailable as error:
@@ -1578,7 +1557,7 @@ class RedisKeyedRateLimiter(_ManyKeys):
         only be there after ``timeout`` seconds. The key's waiters are served in the order they
         reach the server (see :meth:`RedisRateLimiter.acquire`)."""
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         core.args(RESERVE, n, None)
         return _blocking_acquire(
             core,
@@ -1669,7 +1648,7 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
     async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         args = core.args(op, n, now_ns)
         try:
             reply = await _net_zero_if_taking(core, keys, op, args, n, now_ns)
@@ -1694,7 +1673,7 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
         """:meth:`RedisKeyedRateLimiter.check_levels`, awaited; net zero for a cancelled
         caller."""
         core = self._core_of(plan)
-        keys = [redis_key(core.key_prefix, key)]
+        keys = [redis_key(core.key_layout, key)]
         args = core.args(TAKE_WITH_LEVELS, n, now_ns)
         try:
             reply = await _taken_with_levels(core, keys, args, n, now_ns)

@@ -9,7 +9,7 @@
 --
 -- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
 -- "2", ... the balances of its bands in units, field "w" the settlement point the last
--- reservation or give-back left (see below), field "c" the calls it remembers (see ARGV[3]). A band of p/q tokens per second counts in units
+-- reservation or give-back left (see below). A band of p/q tokens per second counts in units
 -- of 1/(q * 10^6) token, so one microsecond brings exactly p units: accrual is one integer
 -- product and no remainder ever arises. Lua's numbers are doubles, which hold every integer up
 -- to 2^53 exactly; the client refuses any band whose capacity (burst * q * 10^6) plus p exceeds
@@ -54,16 +54,15 @@
 -- Together (ops 7 and 8: stacked limits, each key a limit of its own). ARGV[1] is the request
 -- above for the first key (n, least and initial its own), then three doubles for each further
 -- key: its n, least TTL and initial tokens. ARGV[2], ARGV[3], ... are the keys' configurations,
--- one per key in order, and the call's token comes after them (ARGV[#KEYS + 2]; with one key,
+-- one per key in order, and the call's record comes after them (ARGV[#KEYS + 2]; with one key,
 -- ARGV[3] as for every other op). The keys are distinct (the client sums the n of a key named
 -- twice). Op 7 takes n on every key if every key allows it, and on none otherwise: then every key
 -- is read as a peek would read it (ALLOWED with what remains, DENIED with its wait, NEVER), and
 -- nothing is written but what a peek writes (a new key's anchor). The general path decides it in
 -- two passes over the keys, the first only reading (see below); on one key of one band the fast
--- path decides it as a take that is read as a peek when it is refused. A sending the keys
--- remember (any key: a key taken from remembers the call, and one deleted full does not) takes
--- nothing again and answers ALLOWED on every key, as it did. Op 8 is op 7 refused: every key read
--- as a peek.
+-- path decides it as a take that is read as a peek when it is refused. A stack that took, sent
+-- again (its record is there), takes nothing again and answers ALLOWED on every key, as it did.
+-- Op 8 is op 7 refused: every key read as a peek.
 --
 -- Waiting (src/core/exact/limiter.rs, Balances::reserve and give_back). A reservation takes n
 -- at once if every band holds it; otherwise at the first moment every band does, if that is at
@@ -87,17 +86,26 @@
 -- period as written (not needed here). The script refuses a version or a field count it does
 -- not know, so a configuration is never misread.
 --
--- ARGV[3] is the call's token, 8 random bytes (used by the calls that change a balance: take,
--- many, refund, reserve, give back, together; a stack's comes after its configurations). A
--- client may send one call more than once (redis-py re-sends a command that timed
--- out, and the first sending still reaches the server), so each key remembers, in its field
--- "c", the last few calls that changed it: each call's token and how many of its requests on
--- that key took. A sending of a call the key remembers changes nothing again: its takes answer
--- ALLOWED as they did (later ones in a batch DENIED, as they were), a refund or a give-back
--- gives nothing more, and a reservation takes nothing more: it is answered with the wait until
--- the key's settlement point (its own moment or a later one, never earlier) and no moment, so
--- the client cannot give it back and forfeits it if it gives up. A key deleted once full forgets
--- its calls; a refund re-sent after that finds it full.
+-- ARGV[3] is the name of the call's record (a stack's comes after its configurations): a key
+-- of the call's own, which the client names after a random token, with the prefix and hash tag
+-- of the call's first key, so in its slot (see _keys.py). A client may send one call more than
+-- once (redis-py re-sends a command that timed out, and the first sending still reaches the
+-- server, and runs). So a call that changes a balance (a take that took, a batch of which a
+-- request took, a refund, a reservation that took, a give-back, a stack that took) writes its
+-- record, kept REMEMBERED_MS, and a sending that finds its record changes nothing again: a batch
+-- answers with the record itself (its reply, as it was), a take or a stack ALLOWED on every key,
+-- as it did; a refund or a give-back gives nothing more; and a reservation takes nothing more: it
+-- is answered with the wait until the key's settlement point (its own moment or a later one,
+-- never earlier) and no moment, so the client cannot give it back and forfeits it if it gives
+-- up. However many calls run in between, a sending that runs within REMEMBERED_MS of the first
+-- changes nothing; one later is a call of its own. A read (peek, available, peek together)
+-- neither reads nor writes a record.
+--
+-- The record is not among KEYS: a cluster refuses a call whose keys it holds only in part while
+-- their slot is being migrated (TRYAGAIN, until the migration ends), and a record never exists
+-- before its call. So the script reads and writes it by name, in the slot of KEYS, where a
+-- cluster lets it. Where the server refuses (on the node a slot is being migrated from, "non
+-- local key"), the call is decided without a record, as a call with none is.
 
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
@@ -126,7 +134,11 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 -- explicit time may be).
 local LAST = 4503599627370496
 
-local token = ARGV[3]
+-- This call's record (see ARGV[3]); nil for a call with none, or once the server refused it.
+local record = ARGV[3]
+-- How long a call's record is kept, in milliseconds: a minute, longer than a client re-sends
+-- (its retries times its socket timeout and backoff) and a server stalls.
+local REMEMBERED_MS = 60000
 
 -- A band's level: its whole tokens, and the microseconds until it holds one more (the part of a
 -- token it lacks, unit - (units - whole * unit), at most a token's units: exact, see above).
@@ -134,27 +146,24 @@ local function level(units, unit, rate)
     local whole = floor(units / unit)
     return whole, ceil((unit - (units - whole * unit)) / rate)
 end
--- A remembered call: its token, then how many of its requests took on this key (4 bytes).
-local RECORD, RECORDS = 12, 8
-
--- How many of this call's requests took on a key whose field "c" is `calls`, when the call ran
--- before; nil if the key does not remember it (or the call carries no token).
-local function remembered(calls)
-    if not token or not calls then
-        return nil
+-- What this call's record holds if the call ran before (a sending again), else false.
+local function recorded()
+    if not record then
+        return false
     end
-    for at = 1, #calls - RECORD + 1, RECORD do
-        if string.sub(calls, at, at + 7) == token then
-            return (struct.unpack('>I4', calls, at + 8))
-        end
+    local value = redis.pcall('GET', record)
+    if type(value) == 'table' then -- refused (see ARGV[3]): decided without a record
+        record = nil
+        return false
     end
-    return nil
+    return value
 end
 
--- `calls` with this call first, having taken `taken` on the key, and the oldest beyond RECORDS
--- dropped.
-local function remember(calls, taken)
-    return string.sub(token .. struct.pack('>I4', taken) .. (calls or ''), 1, RECORD * RECORDS)
+-- This call changed a balance: its record, holding `value` (a batch's reply, else '1').
+local function remember(value)
+    if record then
+        redis.pcall('SET', record, value, 'PX', REMEMBERED_MS)
+    end
 end
 
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
@@ -165,13 +174,19 @@ if levels then
 end
 -- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
 local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
--- Together (a stack): its token follows its keys' configurations.
+-- Together (a stack): its record follows its keys' configurations.
 local stack = op == 7 or op == 8
 if stack then
     if #ARGV[1] ~= 24 + 24 * #KEYS or #ARGV < #KEYS + 1 then
         return redis.error_reply('ERR qos: a stack whose arguments do not match its keys')
     end
-    token = ARGV[#KEYS + 2]
+    record = ARGV[#KEYS + 2]
+end
+-- Whether this call ran before: its record's value, else false (a read has none). A batch sent
+-- again answers as it did: its record is its reply.
+local ran = (op <= 1 or op == 3 or op == 5 or op == 6 or op == 7) and recorded()
+if ran and op == 1 then
+    return ran
 end
 local config = ARGV[2]
 local version, per_band, count = struct.unpack('>BBI2', config)
@@ -193,10 +208,8 @@ if count == 1 and #KEYS == 1 then
         now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     local capacity = burst * unit
-    local stored = redis.call('HMGET', key, 't', '1', 'c', 'w')
+    local stored = redis.call('HMGET', key, 't', '1', 'w')
     local exists = stored[1] ~= false
-    local calls = stored[3] or nil
-    local replayed = op ~= 2 and op ~= 4 and op ~= 8 and remembered(calls)
     local settled, balance = now, initial
     if exists then
         settled = tonumber(stored[1])
@@ -210,13 +223,12 @@ if count == 1 and #KEYS == 1 then
     local behind = settled > now and settled - now or 0
 
     local outcome, wait, changed, at = 0, 0, false, nil
-    if replayed then
-        -- Sent before and run: what it took stays taken, once (a refund, given once). A
-        -- reservation's moment is not remembered: it is answered with the wait until the
-        -- key's settlement point (its own moment, or a later one), and no moment (see reply).
-        if op <= 1 or op == 7 then
-            outcome = replayed > 0 and 0 or 1
-        elseif op == 5 then
+    if ran then
+        -- Sent before and run: what it took stays taken, once (a take or a stack answers ALLOWED,
+        -- a refund is given once). A reservation's moment is not recorded: it is answered with
+        -- the wait until the key's settlement point (its own moment, or a later one), and no
+        -- moment (see reply).
+        if op == 5 then
             wait = behind
         end
     elseif op <= 2 or stack then -- take, many, peek, or together on one key
@@ -234,7 +246,7 @@ if count == 1 and #KEYS == 1 then
         end
     elseif op == 3 then
         -- A refund while a reservation holds the settlement point ahead is forfeited.
-        if not (behind > 0 and tonumber(stored[4]) == settled) then
+        if not (behind > 0 and tonumber(stored[3]) == settled) then
             balance = n >= burst and capacity or min(balance + n * unit, capacity)
         end
         changed = true
@@ -290,14 +302,7 @@ if count == 1 and #KEYS == 1 then
         if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
             if changed and (op == 5 or op == 6) then
                 -- Field "w": the settlement point a reservation (or a give-back) left.
-                if token then
-                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled, 'c',
-                        remember(calls, 1))
-                else
-                    redis.call('HSET', key, 't', settled, '1', balance, 'w', settled)
-                end
-            elseif changed and token then
-                redis.call('HSET', key, 't', settled, '1', balance, 'c', remember(calls, 1))
+                redis.call('HSET', key, 't', settled, '1', balance, 'w', settled)
             else
                 redis.call('HSET', key, 't', settled, '1', balance)
             end
@@ -310,6 +315,9 @@ if count == 1 and #KEYS == 1 then
         elseif exists then
             redis.call('DEL', key)
         end
+    end
+    if changed then
+        remember(op == 1 and tostring(outcome) or '1')
     end
 
     if levels then
@@ -370,8 +378,7 @@ local function configure(encoding, initial_tokens)
         new_is_full = new_is_full and initial[i] == capacity[i]
         fields[i + 1] = tostring(i)
     end
-    fields[count + 2] = 'c'
-    fields[count + 3] = 'w'
+    fields[count + 2] = 'w'
     return true
 end
 configure(config, initial_tokens)
@@ -384,21 +391,22 @@ if stack then
     end
 end
 
--- Per key of this call (a batch may name a key twice): what its field "c" held before the
--- call, how many of the call's requests took there when it ran before (a replay; nil if it did
--- not), and how many take there now.
-local calls_before, replay_left, taken_here
+-- Per key of this call (a batch may name a key twice): how many of the call's requests took
+-- there when it ran before (a replay; nil if it did not), and how many take there now.
+local replay_left, taken_here
+-- Whether this call changed a balance: then its record is written before it answers.
+local changes = false
 
 local reply = {}
 local balance = {}
 -- Every op but "together" is one pass over its keys. "Together" (op 7) is two: the first reads
 -- and decides every key as a peek, and writes and answers nothing; the second takes on every
--- key if the first found every one allowed (or found a key that remembers this call: it ran
--- before, and took), else reads every key again as a peek. "Peek together" (op 8) is the
+-- key if the first found every one allowed (or if the call ran before: its record says it
+-- took), else reads every key again as a peek. "Peek together" (op 8) is the
 -- second pass of a refused stack alone. Each pass settles and decides each key below, the
 -- same code as every other op. The loop runs over the steps of both passes: step k of the
 -- first is key k, step #KEYS + k of the second is key k again.
-local refused, replay = op == 8, false
+local refused, replay = op == 8, ran ~= false
 for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
     local dry = step <= #KEYS
     local k = dry and step or step - #KEYS
@@ -407,7 +415,7 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
             takes = not dry and (replay or not refused)
             writes = takes
         end
-        calls_before, replay_left, taken_here = {}, {}, {}
+        replay_left, taken_here = {}, {}
     end
     local key = KEYS[k]
     if stack then
@@ -422,13 +430,9 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
     local stored = redis.call('HMGET', key, unpack(fields))
     local exists = stored[1] ~= false
     if taken_here[key] == nil then
-        calls_before[key] = stored[count + 2] or nil
-        if not stack then
-            replay_left[key] = writes and remembered(calls_before[key]) or nil
-        elseif dry then
-            replay = replay or remembered(calls_before[key]) ~= nil
-        elseif replay and takes then
-            -- Sent before and run: it took on every key (see ARGV[3]), and takes nothing again.
+        if (not stack and writes and ran) or (stack and replay and takes) then
+            -- Sent before and run: it took (a stack, on every key), and takes nothing again. (A
+            -- batch, the one op here of several requests, answered from its record above.)
             replay_left[key] = 1
         end
         taken_here[key] = 0
@@ -506,7 +510,7 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
     elseif op == 3 then
         taken_here[key] = 1
         -- A refund while a reservation holds the settlement point ahead is forfeited.
-        if not (behind > 0 and tonumber(stored[count + 3]) == settled) then
+        if not (behind > 0 and tonumber(stored[count + 2]) == settled) then
             for i = 1, count do
                 if n >= burst[i] then
                     balance[i] = capacity[i]
@@ -629,10 +633,6 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
                 values[#values + 1] = 'w'
                 values[#values + 1] = settled
             end
-            if token and taken_here[key] > 0 then
-                values[#values + 1] = 'c'
-                values[#values + 1] = remember(calls_before[key], taken_here[key])
-            end
             redis.call('HSET', key, unpack(values))
             if server_clock then
                 -- On the server's clock the moment of "full" is known, and the key's expiry is
@@ -647,6 +647,7 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
             redis.call('DEL', key)
         end
     end
+    changes = changes or taken_here[key] > 0
 
     if dry then
         refused = refused or outcome ~= 0
@@ -661,6 +662,9 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
         else
             answer = 4 * remaining + outcome
         end
+        if changes and not stack then
+            remember('1')
+        end
         if levels then
             local leveled = {answer, behind}
             for i = 1, count do
@@ -674,6 +678,13 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
     end
 end
 if stack then
+    if changes then
+        remember('1')
+    end
     return reply
 end
-return table.concat(reply)
+reply = table.concat(reply)
+if changes then
+    remember(reply)
+end
+return reply
