@@ -35,7 +35,12 @@ from protocol_in_code._native import (
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed import _bands
-from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
+from protocol_in_code.qos.distributed._server import (
+    Call,
+    ClientErrors,
+    LimiterUnavailable,
+    Server,
+)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -733,13 +738,14 @@ class _Batch:
         client, and the calls to route again once those were sent (see :meth:`rerouted`).
 
         A call redirected (``MOVED``, ``ASK``, ``TRYAGAIN``) is sent on its own: the client
-        follows the redirection and re-reads the cluster's layout. An error reply (``OOM``,
-        ``BUSY``, ``CLUSTERDOWN``, a script's failure) is that call's ``on_error`` answer. A
-        node whose connection failed is unreachable: after a timeout (a node stopped, or too
-        slow) its calls get the ``on_error`` answer at once; after a refused or broken
-        connection (a node gone, perhaps failed over) its first unanswered call is sent once
-        more through the client, which re-reads the layout, and the others follow their slot
-        if it has moved.
+        follows the redirection and re-reads the cluster's layout. So is a call whose reply the
+        client's reader failed to read in its own code (see :class:`ClientErrors`), with the
+        same token. An error reply (``OOM``, ``BUSY``, ``CLUSTERDOWN``, a script's failure)
+        is that call's ``on_error`` answer. A node whose connection failed is unreachable:
+        after a timeout (a node stopped, or too slow) its calls get the ``on_error`` answer at
+        once; after a refused or broken connection (a node gone, perhaps failed over) its first
+        unanswered call is sent once more through the client, which re-reads the layout, and
+        the others follow their slot if it has moved.
 
         A call sent again is decided after the calls of the round that were answered, so a slot
         of several calls (a key repeated past :data:`KEYS_PER_CALL`) whose earlier call is sent
@@ -758,8 +764,8 @@ class _Batch:
                 elif isinstance(result, server.no_script) and not call.source:
                     call.source = True
                     again.append(call)
-                elif isinstance(result, server.redirected):
-                    alone.append(call)
+                elif isinstance(result, (*server.redirected, *ClientErrors.faults)):
+                    alone.append(call)  # the client follows, or (a fault) sends it anew
                 elif isinstance(result, server.reply_error):
                     self.failed(call.group, call.node_name, result)
                 elif isinstance(result, server.unavailable):
