@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
+import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -166,23 +167,56 @@ async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[No
     zero: the call is let finish (it may already be running on the server), and what it took,
     which nobody will be told of, is given back (``give_back`` of its reply, if that took
     anything). A cancelled caller is thus never charged for a decision it never saw.
+
+    A call or give-back that fails after the caller was cancelled is never taken for "nothing
+    was taken": unless its error says it changed nothing (:meth:`ClientErrors.took_nothing`),
+    it is logged (see :func:`_not_given_back`). Each was sent again with its own token where
+    that is safe, by the client's retries and after a fault of the client's own (see
+    :class:`~protocol_in_code.qos.distributed._server.ClientErrors`).
     """
     call = asyncio.ensure_future(asked)
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:
-
-        async def settle() -> None:
-            try:
-                reply = await call
-            except Exception:  # nothing was decided, so nothing was taken
-                return
-            undo = give_back(reply)
-            if undo is not None:
-                await undo
-
-        _in_background(settle())
+        _in_background(_settle(call, give_back))
         raise
+
+
+async def _settle(call: Awaitable[_T], give_back: Callable[[_T], Awaitable[None] | None]) -> None:
+    """:func:`_net_zero`'s part after the cancel, in the background: the reply, and the
+    give-back of what it took."""
+    try:
+        try:
+            reply = await call
+        except Exception as error:
+            if not ClientErrors.took_nothing(error):
+                _not_given_back(error, "a cancelled call failed, and may have taken tokens")
+            return
+        undo = give_back(reply)
+        if undo is not None:
+            await undo
+    except asyncio.CancelledError:  # the event loop closing, or the client's own cancel
+        _not_given_back(None, "a cancelled call was itself cancelled before it was settled")
+        raise
+    except Exception as error:
+        _not_given_back(error, "the give-back of a cancelled call failed")
+
+
+#: Where the limiters say that tokens nobody was told of may stay taken.
+_log = logging.getLogger("protocol_in_code.qos.distributed")
+
+
+def _not_given_back(error: BaseException | None, what: str) -> None:
+    """Log, as a warning, that tokens taken for a caller who was never told of them may stay
+    taken until they refill: a give-back that failed, or a call whose outcome is unknown. One
+    such warning stands for at most the ``n`` tokens of one call (of each key of a batch)."""
+    reason = "" if error is None else f" ({type(error).__name__}: {error})"
+    _log.warning(
+        "%s%s: any tokens it took stay taken until they refill (the limit admits that many "
+        "fewer, never more)",
+        what,
+        reason,
+    )
 
 
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
@@ -565,8 +599,10 @@ async def _awaited_acquire(
             return None
 
         async def give() -> None:
-            with contextlib.suppress(*server.unavailable):
+            try:
                 await run(keys, args)
+            except Exception as error:
+                _not_given_back(error, "the give-back of a reservation failed")
 
         return give()
 
@@ -841,8 +877,8 @@ class _Batch:
         for name in self.taken:
             try:
                 await core.server.run_async([name], refund)
-            except core.server.unavailable:
-                pass  # the server cannot be reached: its take stands, as any lost reply's
+            except Exception as error:  # its take stands, as any lost reply's
+                _not_given_back(error, "the give-back of a cancelled batch's key failed")
         policy = core.on_error
         if isinstance(policy, KeyedRateLimiter):
             for key in self.taken_locally:
