@@ -19,10 +19,9 @@ script call, with its own record, so one holds the server no longer than a call 
 
 We never open connections of our own: ``client`` is the caller's ``redis.Redis``,
 ``redis.cluster.RedisCluster`` or their asyncio forms (or valkey-py's, which share the API),
-configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its errors, all
-meaning "the server cannot decide now", are read from the client's own package
-(``redis.exceptions`` or ``valkey.exceptions``), so neither package is needed to import this
-module.
+configured by its owner for hosts, TLS, auth, pools, timeouts and retries. Its errors are read
+in one place, :class:`ClientErrors`, from the client's own package (``redis.exceptions`` or
+``valkey.exceptions``), so neither package is needed to import this module.
 
 After the first call a client's server answers, it is asked once whether it may evict the
 limiters' keys (``_eviction``): one ``CONFIG GET`` per client object, never at construction,
@@ -32,11 +31,13 @@ never again, and never a cause of a call's failure.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import importlib
 import inspect
 import os
+import sys
 import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
@@ -68,6 +69,11 @@ POOL_WAIT_MOST = 0.01
 #: bound it: a pool held for good (by this very thread's pub/sub, say) must not hang a call.
 POOL_WAIT_LIMIT = 5.0
 
+#: How many times in all a call is sent when the client fails in its own code (see
+#: :attr:`ClientErrors.faults`), and the pause before each sending again.
+FAULT_SENDS = 3
+FAULT_PAUSE = 0.001
+
 _UNAVAILABLE_NAMES = (
     # Every error the server answers with, or the client raises for it: unreachable (refused,
     # reset, closed, no answer within the socket timeout), LOADING, CLUSTERDOWN, MASTERDOWN,
@@ -81,6 +87,201 @@ _UNAVAILABLE_NAMES = (
     "RedisClusterException",
     "ValkeyClusterException",
 )
+
+#: What a connection pool with no connection to give says, in redis-py's and valkey-py's
+#: words: a pool at ``max_connections`` ("Too many connections": redis-py raises it as
+#: ``MaxConnectionsError``, valkey-py as a plain ``ConnectionError``), and a blocking pool whose
+#: own wait (its ``timeout``) ran out ("No connection available.").
+_POOL_FULL_WORDS = ("Too many connections", "No connection available")
+
+
+class ClientErrors:
+    """What each error of one client library means for a call: the one place a client's
+    exceptions are read, from its own package (redis-py's or valkey-py's, which share the
+    names).
+
+    * :attr:`unavailable`: the server cannot decide now (``on_error`` answers), except:
+    * a full connection pool (:meth:`pool_full`), which is this process's own load: the call
+      waits for a connection;
+    * :attr:`faults`: an error of the client's own code, not one of its exceptions, such as a
+      reply reader that lost its place (``ValueError``, ``AttributeError``, ``IndexError`` from
+      a parser whose connection another thread closed mid-reply) or a race while it connects.
+      Each client closes a connection whose reply it could not read, so that connection is not
+      used again; the call is sent again with the same token (taken once, see the module's
+      docs).
+    """
+
+    #: A client's own faults (see the class's docs).
+    faults: tuple[type[BaseException], ...] = (
+        AttributeError,
+        IndexError,
+        KeyError,
+        TypeError,
+        ValueError,
+    )
+
+    def __init__(self, client: Any) -> None:
+        exceptions = _exceptions_of(client)
+        self.unavailable: tuple[type[BaseException], ...] = tuple(
+            getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
+        ) or (OSError,)
+        self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
+        #: An error reply, read whole: the connection is still in step with the server.
+        self.reply_error: type[BaseException] = getattr(exceptions, "ResponseError", _Never)
+        #: Replies that send a call elsewhere: the client follows them (and re-reads the
+        #: cluster's layout), so such a call is sent again through the client.
+        self.redirected: tuple[type[BaseException], ...] = tuple(
+            getattr(exceptions, name)
+            for name in ("MovedError", "AskError", "TryAgainError")
+            if hasattr(exceptions, name)
+        )
+        self.timed_out: type[BaseException] = getattr(exceptions, "TimeoutError", _Never)
+        self._max_connections: type[BaseException] = getattr(
+            exceptions, "MaxConnectionsError", _Never
+        )
+        self._connection_error: type[BaseException] = getattr(exceptions, "ConnectionError", _Never)
+
+    def pool_full(self, error: BaseException) -> bool:
+        """Whether ``error`` (one of :attr:`unavailable`) says the client's pool had no
+        connection to give: redis-py's ``MaxConnectionsError``, a ``ConnectionError`` in a
+        pool's words (valkey-py's pools, and both libraries' blocking pools), or a cluster
+        client's error caused by one (valkey-py's cluster re-reads its layout after a full
+        pool, and says it "cannot be connected" when that finds the pools full too)."""
+        seen = 0
+        cause: BaseException | None = error
+        while cause is not None and seen < 4:
+            if isinstance(cause, self._max_connections):
+                return True
+            if isinstance(cause, self._connection_error):
+                text = str(cause)
+                return any(words in text for words in _POOL_FULL_WORDS)
+            cause, seen = cause.__cause__, seen + 1
+        return False
+
+    @staticmethod
+    def took_nothing(error: BaseException) -> bool:
+        """Whether a call that ended with ``error`` certainly changed nothing on the server: a
+        full pool never let it out (:class:`PoolExhausted`), or the server answered with an
+        error reply, read whole (redis-py's or valkey-py's ``ResponseError``: the script was
+        refused, or failed before it wrote). After any other error (a connection lost, a
+        timeout, a fault of the client's own) the call may have run."""
+        if isinstance(error, PoolExhausted):
+            return True
+        for package in ("redis", "valkey"):
+            exceptions = sys.modules.get(f"{package}.exceptions")
+            reply_error = getattr(exceptions, "ResponseError", None)
+            if isinstance(reply_error, type) and isinstance(error, reply_error):
+                return True
+        return False
+
+    def fault(self, error: BaseException, sends: int) -> LimiterUnavailable:
+        """The error a call ends with after ``sends`` sendings each failed in the client's own
+        code, the last with ``error``."""
+        fault = LimiterUnavailable(
+            f"the rate limit cannot be decided: the Redis client failed in its own code "
+            f"({type(error).__name__}: {error}) on each of {sends} sendings of the call (a "
+            f"fault of the client library, not an answer of the server)"
+        )
+        fault.__cause__ = error
+        return fault
+
+
+class _Retries:
+    """One call's sendings again: while the client's pool is full (waited for, up to the
+    client's socket timeout, or :data:`POOL_WAIT_LIMIT` without one, after the pool first said
+    so; a blocking pool's own wait comes first), and after a fault of the client's own (at most
+    :data:`FAULT_SENDS` sendings in all). Each method answers how long to pause before sending
+    again, or raises the error the call ends with."""
+
+    __slots__ = ("deadline", "faults", "pause", "server")
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.deadline: float | None = None
+        self.pause = POOL_WAIT_FIRST
+        self.faults = 0
+
+    def unavailable(self, error: BaseException) -> float:
+        """The pause after ``error`` (one of the client's errors): raised again unless it says
+        the pool is full; :class:`PoolExhausted` once the pool stayed full too long."""
+        server = self.server
+        if not server.errors.pool_full(error):
+            raise error
+        return self.full(error)
+
+    def full(self, error: BaseException) -> float:
+        """:meth:`unavailable` for an ``error`` known to say the pool is full."""
+        server = self.server
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + server.pool_wait_limit
+        elif now >= self.deadline:
+            raise PoolExhausted(
+                f"the client's connection pool stayed full for {server.pool_wait_limit:.1f} s: "
+                f"every connection is in use, and none came back (raise max_connections, or "
+                f"look for connections held by pub/sub or unfinished pipelines)"
+            ) from error
+        pause = self.pause
+        self.pause = min(2 * pause, POOL_WAIT_MOST)
+        return pause
+
+    def fault(self, error: BaseException) -> float:
+        """The pause after a fault of the client's own code; a :class:`LimiterUnavailable`
+        once the call was sent :data:`FAULT_SENDS` times."""
+        self.faults += 1
+        if self.faults >= FAULT_SENDS:
+            raise self.server.errors.fault(error, self.faults)
+        return FAULT_PAUSE
+
+
+class _Queue:
+    """The asyncio calls of one client waiting for a connection of its full pool.
+
+    A waiter that looked again after every pause would cost a failed try per waiter per pause:
+    1,600 tasks on a pool of 2 spent the event loop on failed tries, and most of them ended
+    with :class:`PoolExhausted`. So only the first in line looks again after its pause; the
+    others sleep until a call of this client ends (a connection is likely free then: the first
+    in line is woken, see :meth:`wake`) or until their deadline. A waiter whose try failed
+    again goes back to the front."""
+
+    __slots__ = ("waiting",)
+
+    def __init__(self) -> None:
+        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def wake(self) -> None:
+        """Wake the first in line, if any: a call of this client ended, or gave up waiting."""
+        waiting = self.waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+                return
+
+    async def wait(self, pause: float, deadline: float, again: bool) -> None:
+        """Sleep until woken, or for ``pause`` if first in line, or else until ``deadline``
+        (on the monotonic clock). ``again``: this caller was woken before, and goes first."""
+        waiting = self.waiting
+        while waiting and waiting[0].done():
+            waiting.popleft()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        if again or not waiting:
+            waiting.appendleft(waiter)
+            sleep = pause
+        else:
+            waiting.append(waiter)
+            sleep = max(deadline - time.monotonic(), 0.0)
+        timer = loop.call_later(sleep, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class Call:
@@ -156,24 +357,15 @@ class Server:
         self.client = client
         self.is_async = inspect.iscoroutinefunction(evalsha) or _asyncio_module(client)
         self.is_cluster = callable(getattr(client, "keyslot", None))
-        exceptions = _exceptions_of(client)
-        self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
-        self.pool_full: type[BaseException] = getattr(exceptions, "MaxConnectionsError", _Never)
+        self.errors = errors = ClientErrors(client)
         self.socket_timeout = _socket_timeout(client)
         self.pool_wait_limit = self.socket_timeout or POOL_WAIT_LIMIT
-        self.unavailable: tuple[type[BaseException], ...] = tuple(
-            getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
-        ) or (OSError,)
-        #: An error reply, read whole: the connection is still in step with the server.
-        self.reply_error: type[BaseException] = getattr(exceptions, "ResponseError", _Never)
-        #: Replies that send a call elsewhere: the client follows them (and re-reads the
-        #: cluster's layout), so such a call is sent again through the client.
-        self.redirected: tuple[type[BaseException], ...] = tuple(
-            getattr(exceptions, name)
-            for name in ("MovedError", "AskError", "TryAgainError")
-            if hasattr(exceptions, name)
-        )
-        self.timed_out: type[BaseException] = getattr(exceptions, "TimeoutError", _Never)
+        self.unavailable = errors.unavailable
+        self.no_script = errors.no_script
+        self.reply_error = errors.reply_error
+        self.redirected = errors.redirected
+        self.timed_out = errors.timed_out
+        self._queue = _Queue()
         #: A batch sends a pipeline per node (see :meth:`pipelines`) on a cluster client that
         #: shows its nodes: redis-py's and valkey-py's, synchronous or asyncio.
         self._node_client: Any = getattr(client, "get_redis_connection", None) or getattr(
@@ -191,19 +383,28 @@ class Server:
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
-        A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`)."""
+        A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`), and a call the
+        client failed in its own code is sent again (see :class:`ClientErrors`)."""
         return self.send(keys, (*args, new_record(keys)))
 
     def send(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run` with ``args`` that already end with the call's record."""
-        wait, waited = POOL_WAIT_FIRST, 0.0
+        try:
+            return self._answered(self._run(keys, args))
+        except self.unavailable as error:
+            retries = _Retries(self)
+            pause = retries.unavailable(error)
+        except ClientErrors.faults as error:
+            retries = _Retries(self)
+            pause = retries.fault(error)
         while True:
+            time.sleep(pause)
             try:
                 return self._answered(self._run(keys, args))
-            except self.pool_full as full:
-                waited = self._pool_still_full(full, waited, wait)
-                time.sleep(wait)
-                wait = min(2 * wait, POOL_WAIT_MOST)
+            except self.unavailable as error:
+                pause = retries.unavailable(error)
+            except ClientErrors.faults as error:
+                pause = retries.fault(error)
 
     def _answered(self, reply: Any) -> Any:
         """``reply``, the server's answer; the first time, once :meth:`ask_policy` has run."""
@@ -239,27 +440,26 @@ class Server:
         return await self.send_async(keys, (*args, new_record(keys)))
 
     async def send_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
-        """:meth:`run_async` with ``args`` that already end with the call's record."""
-        wait, waited = POOL_WAIT_FIRST, 0.0
-        while True:
-            try:
-                return await self._answered_async(await self._run_async(keys, args))
-            except self.pool_full as full:
-                waited = self._pool_still_full(full, waited, wait)
-                await asyncio.sleep(wait)
-                wait = min(2 * wait, POOL_WAIT_MOST)
-
-    def _pool_still_full(self, full: BaseException, waited: float, wait: float) -> float:
-        """How long a call will have waited for a connection after ``wait`` more; past the
-        client's socket timeout (or :data:`POOL_WAIT_LIMIT`) the pool is not freeing up, and
-        the call ends with ``PoolExhausted``, which no ``on_error`` answers."""
-        if waited >= self.pool_wait_limit:
-            raise PoolExhausted(
-                f"the client's connection pool stayed full for {waited:.1f} s: every "
-                f"connection is in use, and none came back (raise max_connections, or look for "
-                f"connections held by pub/sub or unfinished pipelines)"
-            ) from full
-        return waited + wait
+        """:meth:`run_async` with ``args`` that already end with the call's record. A full
+        pool is waited for in line (see :class:`_Queue`)."""
+        retries: _Retries | None = None
+        try:
+            while True:
+                try:
+                    return await self._answered_async(await self._run_async(keys, args))
+                except self.unavailable as error:
+                    if not self.errors.pool_full(error):
+                        raise
+                    again = retries is not None
+                    retries = retries or _Retries(self)
+                    pause = retries.full(error)
+                    await self._queue.wait(pause, cast("float", retries.deadline), again)
+                except ClientErrors.faults as error:
+                    retries = retries or _Retries(self)
+                    await asyncio.sleep(retries.fault(error))
+        finally:
+            if self._queue.waiting:
+                self._queue.wake()
 
     async def _run_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         try:
@@ -311,8 +511,9 @@ class Server:
         """Each node's calls in one pipeline on one of its connections (a synchronous cluster
         client), every node written to before any is read: one round trip per node, the nodes
         in parallel. Sets each call's ``result``: its reply, or the error it met. A node whose
-        connection fails gives that error to the calls it had not answered; the replies read
-        before are kept. Raises only :class:`PoolExhausted`.
+        connection fails (or whose reader fails in the client's own code, one of
+        :attr:`ClientErrors.faults`) gives that error to the calls it had not answered; the
+        replies read before are kept. Raises only :class:`PoolExhausted`.
 
         Each call's reply is read as it comes, so none read before a failure is lost (redis-py's
         own cluster pipeline gives every call of a node the node's error, and sends each again
@@ -330,7 +531,7 @@ class Server:
                 unread.append(connection)
                 try:
                     connection.send_packed_command([b"".join(call.packed() for call in calls)])
-                except self.unavailable as error:
+                except (*self.unavailable, *ClientErrors.faults) as error:
                     for call in calls:
                         call.result = error
             for _pool, connection, calls in held:
@@ -352,7 +553,7 @@ class Server:
         """A connection for each node's calls, with its pool (None where it failed: its calls
         hold the error). A full pool is waited for as in :meth:`run`, with no connection held
         meanwhile."""
-        wait, waited = POOL_WAIT_FIRST, 0.0
+        retries = _Retries(self)
         while True:
             held: list[tuple[Any, Any, Sequence[Call]]] = []
             try:
@@ -360,27 +561,25 @@ class Server:
                     try:
                         pool = self._node_client(node).connection_pool
                         held.append((pool, _get_connection(pool), calls))
-                    except self.pool_full:
-                        raise
-                    except self.unavailable as error:
+                    except (*self.unavailable, *ClientErrors.faults) as error:
+                        if self.errors.pool_full(error):
+                            raise
                         held.append((None, None, calls))
                         for call in calls:
                             call.result = error
                 return held
-            except self.pool_full as full:
+            except self.unavailable as full:
                 for pool, connection, calls in held:
                     if connection is not None:
                         pool.release(connection)
                     for call in calls:
                         call.result = None
-                waited = self._pool_still_full(full, waited, wait)
-                time.sleep(wait)
-                wait = min(2 * wait, POOL_WAIT_MOST)
+                time.sleep(retries.unavailable(full))
 
     def _read(self, connection: Any, calls: Sequence[Call]) -> None:
         """Each call's reply in turn. An error reply is that call's result; any other error
-        leaves the connection out of step, so it is closed, and the error is the result of
-        every call not read yet."""
+        leaves the connection out of step, so it is closed, and the error (the client's, or a
+        fault of its reader) is the result of every call not read yet."""
         for at, call in enumerate(calls):
             try:
                 call.result = connection.read_response()
@@ -388,7 +587,7 @@ class Server:
                 call.result = error
             except BaseException as error:
                 connection.disconnect()
-                if not isinstance(error, self.unavailable):
+                if not isinstance(error, (*self.unavailable, *ClientErrors.faults)):
                     raise
                 for unread in calls[at:]:
                     unread.result = error
@@ -412,17 +611,16 @@ class Server:
         # valkey-py, and redis-py before 7, whose nodes take back a connection only in their
         # own methods: the node's own pipeline, which packs each call itself.
         commands = [_Command(at, call.command()) for at, call in enumerate(calls)]
-        wait, waited = POOL_WAIT_FIRST, 0.0
+        retries = _Retries(self)
         while True:
             try:
                 await node.execute_pipeline(commands)
                 break
-            except self.pool_full as full:
-                waited = self._pool_still_full(full, waited, wait)
-                await asyncio.sleep(wait)
-                wait = min(2 * wait, POOL_WAIT_MOST)
-            except self.unavailable as error:  # connecting or sending: no call was read
-                for command in commands:
+            except (*self.unavailable, *ClientErrors.faults) as error:
+                if self.errors.pool_full(error):
+                    await asyncio.sleep(retries.unavailable(error))
+                    continue
+                for command in commands:  # each call is sent again, or answered by on_error
                     command.result = error
                 break
         for call, command in zip(calls, commands, strict=True):
@@ -431,15 +629,13 @@ class Server:
     async def _read_async(self, node: Any, calls: Sequence[Call]) -> None:
         """:meth:`pipelines`' one node, on an asyncio cluster node's own connection (redis-py
         7 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
-        wait, waited = POOL_WAIT_FIRST, 0.0
+        retries = _Retries(self)
         while True:
             try:
                 connection = node.acquire_connection()
                 break
-            except self.pool_full as full:
-                waited = self._pool_still_full(full, waited, wait)
-                await asyncio.sleep(wait)
-                wait = min(2 * wait, POOL_WAIT_MOST)
+            except self.unavailable as error:
+                await asyncio.sleep(retries.unavailable(error))
         try:
             ready = getattr(node, "disconnect_if_needed", None)  # a reconnection it asked for
             if ready is not None:
@@ -453,7 +649,7 @@ class Server:
         except BaseException as error:
             with contextlib.suppress(Exception):
                 await connection.disconnect()
-            if not isinstance(error, self.unavailable):
+            if not isinstance(error, (*self.unavailable, *ClientErrors.faults)):
                 raise
             for call in calls:
                 if call.result is None:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import operator
 import threading
 import time
@@ -36,7 +37,12 @@ from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed import _bands, _keys, _waits
 from protocol_in_code.qos.distributed._keys import redis_key
-from protocol_in_code.qos.distributed._server import Call, LimiterUnavailable, Server
+from protocol_in_code.qos.distributed._server import (
+    Call,
+    ClientErrors,
+    LimiterUnavailable,
+    Server,
+)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -138,23 +144,56 @@ async def _net_zero(asked: Awaitable[_T], give_back: Callable[[_T], Awaitable[No
     zero: the call is let finish (it may already be running on the server), and what it took,
     which nobody will be told of, is given back (``give_back`` of its reply, if that took
     anything). A cancelled caller is thus never charged for a decision it never saw.
+
+    A call or give-back that fails after the caller was cancelled is never taken for "nothing
+    was taken": unless its error says it changed nothing (:meth:`ClientErrors.took_nothing`),
+    it is logged (see :func:`_not_given_back`). Each was sent again with its own token where
+    that is safe, by the client's retries and after a fault of the client's own (see
+    :class:`~protocol_in_code.qos.distributed._server.ClientErrors`).
     """
     call = asyncio.ensure_future(asked)
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:
-
-        async def settle() -> None:
-            try:
-                reply = await call
-            except Exception:  # nothing was decided, so nothing was taken
-                return
-            undo = give_back(reply)
-            if undo is not None:
-                await undo
-
-        _in_background(settle())
+        _in_background(_settle(call, give_back))
         raise
+
+
+async def _settle(call: Awaitable[_T], give_back: Callable[[_T], Awaitable[None] | None]) -> None:
+    """:func:`_net_zero`'s part after the cancel, in the background: the reply, and the
+    give-back of what it took."""
+    try:
+        try:
+            reply = await call
+        except Exception as error:
+            if not ClientErrors.took_nothing(error):
+                _not_given_back(error, "a cancelled call failed, and may have taken tokens")
+            return
+        undo = give_back(reply)
+        if undo is not None:
+            await undo
+    except asyncio.CancelledError:  # the event loop closing, or the client's own cancel
+        _not_given_back(None, "a cancelled call was itself cancelled before it was settled")
+        raise
+    except Exception as error:
+        _not_given_back(error, "the give-back of a cancelled call failed")
+
+
+#: Where the limiters say that tokens nobody was told of may stay taken.
+_log = logging.getLogger("protocol_in_code.qos.distributed")
+
+
+def _not_given_back(error: BaseException | None, what: str) -> None:
+    """Log, as a warning, that tokens taken for a caller who was never told of them may stay
+    taken until they refill: a give-back that failed, or a call whose outcome is unknown. One
+    such warning stands for at most the ``n`` tokens of one call (of each key of a batch)."""
+    reason = "" if error is None else f" ({type(error).__name__}: {error})"
+    _log.warning(
+        "%s%s: any tokens it took stay taken until they refill (the limit admits that many "
+        "fewer, never more)",
+        what,
+        reason,
+    )
 
 
 _ALLOW = Decision(LimitOutcome.ALLOWED, 0, 0)
@@ -528,8 +567,10 @@ async def _awaited_acquire(
             return None
 
         async def give() -> None:
-            with contextlib.suppress(*server.unavailable):
+            try:
                 await run(keys, args)
+            except Exception as error:
+                _not_given_back(error, "the give-back of a reservation failed")
 
         return give()
 
@@ -711,13 +752,14 @@ class _Batch:
         client, and the calls to route again once those were sent (see :meth:`rerouted`).
 
         A call redirected (``MOVED``, ``ASK``, ``TRYAGAIN``) is sent on its own: the client
-        follows the redirection and re-reads the cluster's layout. An error reply (``OOM``,
-        ``BUSY``, ``CLUSTERDOWN``, a script's failure) is that call's ``on_error`` answer. A
-        node whose connection failed is unreachable: after a timeout (a node stopped, or too
-        slow) its calls get the ``on_error`` answer at once; after a refused or broken
-        connection (a node gone, perhaps failed over) its first unanswered call is sent once
-        more through the client, which re-reads the layout, and the others follow their slot
-        if it has moved.
+        follows the redirection and re-reads the cluster's layout. So is a call whose reply the
+        client's reader failed to read in its own code (see :class:`ClientErrors`), with the
+        same token. An error reply (``OOM``, ``BUSY``, ``CLUSTERDOWN``, a script's failure)
+        is that call's ``on_error`` answer. A node whose connection failed is unreachable:
+        after a timeout (a node stopped, or too slow) its calls get the ``on_error`` answer at
+        once; after a refused or broken connection (a node gone, perhaps failed over) its first
+        unanswered call is sent once more through the client, which re-reads the layout, and
+        the others follow their slot if it has moved.
 
         A call sent again is decided after the calls of the round that were answered, so a slot
         of several calls (a key repeated past :data:`KEYS_PER_CALL`) whose earlier call is sent
@@ -736,8 +778,8 @@ class _Batch:
                 elif isinstance(result, server.no_script) and not call.source:
                     call.source = True
                     again.append(call)
-                elif isinstance(result, server.redirected):
-                    alone.append(call)
+                elif isinstance(result, (*server.redirected, *ClientErrors.faults)):
+                    alone.append(call)  # the client follows, or (a fault) sends it anew
                 elif isinstance(result, server.reply_error):
                     self.failed(call.group, call.node_name, result)
                 elif isinstance(result, server.unavailable):
@@ -813,8 +855,8 @@ class _Batch:
         for name in self.taken:
             try:
                 await core.server.run_async([name], refund)
-            except core.server.unavailable:
-                pass  # the server cannot be reached: its take stands, as any lost reply's
+            except Exception as error:  # its take stands, as any lost reply's
+                _not_given_back(error, "the give-back of a cancelled batch's key failed")
         policy = core.on_error
         if isinstance(policy, KeyedRateLimiter):
             for key in self.taken_locally:
