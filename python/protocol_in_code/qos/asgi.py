@@ -46,7 +46,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from protocol_in_code.qos._http.decide import Verdict, decide_async
+from protocol_in_code.qos._http.addresses import client_address
+from protocol_in_code.qos._http.decide import decide, decide_async
 from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
@@ -182,11 +183,16 @@ class RateLimitMiddleware:
         if not matched:
             await self.app(scope, receive, send)
             return
-        verdict = await decide_async(rules, matched, _info(rules, scope, method, path))
-        if verdict.status:
-            await _refuse(scope, receive, send, verdict)
+        info = _info(rules, scope, method, path)
+        if rules.awaited:
+            verdict = await decide_async(rules, matched, info)
+        else:  # in-process limiters never sleep: decided without a coroutine of their own
+            verdict = decide(rules, matched, info)
+        status, fields, content_type, body = verdict
+        if status:
+            await _refuse(scope, receive, send, status, fields, content_type, body)
             return
-        await self._with_fields(scope, receive, send, verdict.fields)
+        await self._with_fields(scope, receive, send, fields)
 
     async def _with_fields(
         self, scope: Scope, receive: Receive, send: Send, fields: Sequence[tuple[str, str]]
@@ -223,7 +229,8 @@ def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:
             headers[text] += ", " + value.decode("latin-1")
         else:
             headers[text] = value.decode("latin-1")
-    return RequestInfo(method, path, rules.client(_peer(scope), headers), headers, scope)
+    client = client_address(_peer(scope), headers, rules.proxies, rules.header)
+    return RequestInfo(method, path, client, headers, scope)
 
 
 #: The ASGI extension through which an application answers a WebSocket handshake with an HTTP
@@ -266,15 +273,22 @@ def _close_reason(status: int, fields: Sequence[tuple[str, str]]) -> str:
     return phrase
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
-    """Answer a refused request here, with the verdict's status, fields and body.
+async def _refuse(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    fields: Sequence[tuple[str, str]],
+    content_type: str,
+    body: bytes,
+) -> None:
+    """Answer a refused request here, with ``status``, ``fields`` and ``body``.
 
     A WebSocket handshake gets that same HTTP answer where the server offers the denial
     response. Elsewhere, where the server sends a close frame's reason (ASGI spec 2.3 on), it is
     accepted, its ``101`` carrying ``fields``, then closed with 1008 and :func:`_close_reason`.
     Where neither can be said, it is closed before it is accepted: the server's 403.
     """
-    status, fields, content_type, body = verdict
     headers = _raw(fields)
     headers.append((b"content-type", content_type.encode("latin-1")))
     headers.append((b"content-length", str(len(body)).encode("ascii")))

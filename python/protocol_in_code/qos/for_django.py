@@ -61,17 +61,18 @@ def _info(rules: Rules, request: HttpRequest) -> RequestInfo:
     return _wsgi_info(rules, request.META, request.method or "GET", request.path_info, request)
 
 
-def _refusal(verdict: Verdict) -> HttpResponse:
-    return HttpResponse(
-        verdict.body,
-        status=verdict.status,
-        content_type=verdict.content_type,
-        headers=dict(verdict.fields),
-    )
+def _refusal(verdict: Verdict) -> HttpResponse | None:
+    """The response that refuses the request, or ``None`` where it goes on."""
+    status, fields, content_type, body = verdict
+    if not status:
+        return None
+    return HttpResponse(body, status=status, content_type=content_type, headers=dict(fields))
 
 
 def _with_fields(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
-    for field, value in verdict.fields:
+    """``response``, the request having gone on, with the verdict's fields."""
+    _, fields, _, _ = verdict
+    for field, value in fields:
         response[field] = value
     return response
 
@@ -129,8 +130,9 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
             @functools.wraps(view)
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 verdict = await decide_async(rules, rules.rules, _info(rules, request))
-                if verdict.status:
-                    return _refusal(verdict)
+                refused = _refusal(verdict)
+                if refused is not None:
+                    return refused
                 return _with_fields(await view(request, *args, **kwargs), verdict)
 
             limited_async.limiter = rule.limiter  # type: ignore[attr-defined]
@@ -144,8 +146,9 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             verdict = decide(rules, rules.rules, _info(rules, request))
-            if verdict.status:
-                return _refusal(verdict)
+            refused = _refusal(verdict)
+            if refused is not None:
+                return refused
             return _with_fields(view(request, *args, **kwargs), verdict)
 
         limited.limiter = rule.limiter  # type: ignore[attr-defined]
@@ -204,8 +207,9 @@ class RateLimitMiddleware:
         if not matched:
             return self.get_response(request)
         verdict = decide(self.rules, matched, _info(self.rules, request))
-        if verdict.status:
-            return _refusal(verdict)
+        refused = _refusal(verdict)
+        if refused is not None:
+            return refused
         return _with_fields(self.get_response(request), verdict)
 
     async def _acall(self, request: HttpRequest) -> Any:
@@ -214,6 +218,7 @@ class RateLimitMiddleware:
         if not matched:
             return await self.get_response(request)
         verdict = await decide_async(self.rules, matched, _info(self.rules, request))
-        if verdict.status:
-            return _refusal(verdict)
+        refused = _refusal(verdict)
+        if refused is not None:
+            return refused
         return _with_fields(await self.get_response(request), verdict)

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from protocol_in_code.qos._http.addresses import client_address
 from protocol_in_code.qos._http.decide import decide_async
 from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo, function_name
 from protocol_in_code.qos._http.options import CommonKeywords, Options, spelled_out
@@ -177,18 +178,16 @@ class RateLimit:
             else:
                 headers[name] = value
         peer = (request.client.host or None) if request.client else None
-        address = rules.client(peer, headers)
+        address = client_address(peer, headers, rules.proxies, rules.header)
         method, path = request.method, _path(request.scope)
         if depended:
             info: RequestInfo = _Depended(method, path, address, headers, request, depended)
         else:
             info = RequestInfo(method, path, address, headers, request)
-        verdict = await decide_async(rules, rules.rules, info)
-        if verdict.status:
-            raise RateLimitExceeded(
-                verdict.status, dict(verdict.fields), verdict.content_type, verdict.body
-            )
-        for name, value in verdict.fields:
+        status, fields, content_type, body = await decide_async(rules, rules.rules, info)
+        if status:
+            raise RateLimitExceeded(status, dict(fields), content_type, body)
+        for name, value in fields:
             response.headers.append(name, value)
 
 

@@ -156,13 +156,11 @@ def _limited(rules: Rules, view: Callable[..., Any], args: Any, kwargs: Any) -> 
     environ = request.environ
     method, path = environ.get("REQUEST_METHOD", "GET"), _path(environ)
     info = _info(rules, environ, method, path, request._get_current_object())  # type: ignore[attr-defined]
-    verdict = decide(rules, rules.rules, info)
-    if verdict.status:
-        return Response(
-            verdict.body, verdict.status, verdict.fields, content_type=verdict.content_type
-        )
+    status, fields, content_type, body = decide(rules, rules.rules, info)
+    if status:
+        return Response(body, status, fields, content_type=content_type)
     # An async def view is run as Flask runs it (ensure_sync), so its response is awaited.
     response: Response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
-    for field, value in verdict.fields:
+    for field, value in fields:
         response.headers.add(field, value)
     return response

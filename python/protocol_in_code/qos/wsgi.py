@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from protocol_in_code.qos._http.decide import Verdict, decide
+from protocol_in_code.qos._http.addresses import client_address
+from protocol_in_code.qos._http.decide import decide
 from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
@@ -125,9 +126,10 @@ class RateLimitMiddleware:
         if not matched:
             return self.app(environ, start_response)
         verdict = decide(rules, matched, _info(rules, environ, method, path))
-        if verdict.status:
-            return _refuse(start_response, verdict)
-        return self._with_fields(environ, start_response, verdict.fields)
+        status, fields, content_type, body = verdict
+        if status:
+            return _refuse(start_response, status, fields, content_type, body)
+        return self._with_fields(environ, start_response, fields)
 
     def _with_fields(
         self, environ: Environ, start_response: StartResponse, fields: Sequence[tuple[str, str]]
@@ -144,9 +146,14 @@ class RateLimitMiddleware:
         return self.app(environ, start_with_fields)
 
 
-def _refuse(start_response: StartResponse, verdict: Verdict) -> list[bytes]:
-    """Answer a refused request here, with the verdict's status, fields and body."""
-    status, fields, content_type, body = verdict
+def _refuse(
+    start_response: StartResponse,
+    status: int,
+    fields: Sequence[tuple[str, str]],
+    content_type: str,
+    body: bytes,
+) -> list[bytes]:
+    """Answer a refused request here, with ``status``, ``fields`` and ``body``."""
     headers = [*fields, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
     start_response(f"{status} {REASONS[status]}", headers)
     return [body]
@@ -158,5 +165,5 @@ def _info(
     """The request as the key, cost, plan and exemption functions see it; its ``request`` is
     ``request`` (a framework's), or else the ``environ``."""
     headers = _headers(environ)
-    client = rules.client(_peer(environ), headers)
+    client = client_address(_peer(environ), headers, rules.proxies, rules.header)
     return RequestInfo(method, path, client, headers, environ if request is None else request)

@@ -2,7 +2,7 @@
 
 :func:`decide` (and :func:`decide_async`, its twin for the event loop) takes the rules a
 request is under (:meth:`~.rules.Rules.matching`) and the request as the functions see it, and
-answers with a :class:`Verdict`: pass the request on, with these fields; or send this refusal.
+answers with a :data:`Verdict`: pass the request on, with these fields; or send this refusal.
 Every kind of decision goes through it:
 
 * **plain**: one limiter's ``check``, its fields made from the decision (and from each band's
@@ -20,30 +20,22 @@ a token is always answered.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from protocol_in_code.qos._http.fields import answer, answer_together, refusal
 from protocol_in_code.qos._http.keys import Key, RequestInfo, cost_of, key_of
 from protocol_in_code.qos._http.rules import PlanView, Rule, Rules
 from protocol_in_code.qos.stack import Stacked, check_together, check_together_async
 
-
-class Verdict(NamedTuple):
-    """A request decided, as a shell or a view answers it.
-
-    ``status`` 0 lets the request go on, and its response carries ``fields``; any other status
-    is the refusal to send instead, with ``fields`` (``Retry-After`` and the RateLimit
-    fields), ``content_type`` and ``body`` (see :func:`~.fields.refusal`).
-    """
-
-    status: int
-    fields: Sequence[tuple[str, str]]
-    content_type: str
-    body: bytes
-
+#: A request decided, as a shell or a view answers it: ``(status, fields, content_type,
+#: body)``. ``status`` 0 lets the request go on, and its response carries ``fields``; any other
+#: status is the refusal to send instead, with ``fields`` (``Retry-After`` and the RateLimit
+#: fields), ``content_type`` and ``body`` (see :func:`~.fields.refusal`). A plain tuple, as a
+#: named one costs ten times more to make, and one is made for every request.
+Verdict: TypeAlias = tuple[int, Sequence[tuple[str, str]], str, bytes]
 
 #: The verdict on a request no limit applies to: go on, with no fields.
-PASSED = Verdict(0, (), "", b"")
+PASSED: Verdict = (0, (), "", b"")
 
 
 class Asked(NamedTuple):
@@ -102,9 +94,9 @@ def _decided(rules: Rules, asked: Asked, answered: Any) -> Verdict:
         answered, levels = answered
     status, fields = answer(rules.options, rule, answered, pk, key, levels)
     if not status:
-        return Verdict(0, fields, "", b"")
+        return 0, fields, "", b""
     content_type, body = refusal(rules.options, rule, answered, status, n, key, levels)
-    return Verdict(status, fields, content_type, body)
+    return status, fields, content_type, body
 
 
 class _Together(NamedTuple):
@@ -116,9 +108,11 @@ class _Together(NamedTuple):
     awaited: bool
 
 
-def _questions(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Any:
+def _questions(
+    rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
+) -> Asked | _Together | None:
     """What the request asks of the limits it is under: an :class:`Asked` for one limit, a
-    :class:`_Together` for limits stacked, or ``None`` when none applies (an exemption
+    :class:`_Together` for limits stacked, or ``None`` when none applies (the exemption
     function says so, or every key function says that its limit does not apply).
 
     Every key, plan and cost is read (each of which may raise) before any limit is asked.
@@ -151,7 +145,7 @@ def _decided_together(rules: Rules, together: _Together, stacked: Stacked) -> Ve
         (one.rule, decision, one.n, one.key, one.pk)
         for one, decision in zip(together.asked, stacked.parts, strict=True)
     )
-    return Verdict(*answer_together(rules.options, stacked.decision, parts))
+    return answer_together(rules.options, stacked.decision, parts)
 
 
 def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
@@ -164,7 +158,7 @@ def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdic
     questions = _questions(rules, matched, info)
     if questions is None:
         return PASSED
-    if type(questions) is Asked:
+    if isinstance(questions, Asked):
         if questions.rule.awaited:
             raise TypeError("an asyncio limiter's decision must be awaited: use decide_async")
         return _decided(rules, questions, ask(questions))
@@ -173,11 +167,13 @@ def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdic
 
 async def decide_async(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
     """:func:`decide` on the event loop: an asyncio limiter's ``check`` is awaited; an
-    in-process limiter's never sleeps, so it is called directly."""
+    in-process limiter's never sleeps, so it is called directly. (A shell whose rules have no
+    asyncio limiter, :attr:`~.rules.Rules.awaited` false, may call :func:`decide` itself, and
+    save making a coroutine for each request.)"""
     questions = _questions(rules, matched, info)
     if questions is None:
         return PASSED
-    if type(questions) is Asked:
+    if isinstance(questions, Asked):
         answered = ask(questions)
         if questions.rule.awaited:
             answered = await answered

@@ -79,7 +79,8 @@ class ViewKeywords(CommonKeywords, total=False):
 
 
 class MiddlewareKeywords(ViewKeywords, total=False):
-    """The keywords of the middleware (ASGI, WSGI, Django's): a view's, and routes."""
+    """The keywords of the middleware (ASGI, WSGI, Django's): a view's, and ``routes``,
+    ``exempt`` and ``stack``."""
 
     routes: Iterable[Route]
     exempt: Callable[[RequestInfo], bool] | Iterable[str] | None
@@ -164,7 +165,8 @@ def spelled_out(keywords: Any) -> Callable[[Function], Function]:
     The function's ``__signature__`` (what ``inspect.signature`` and ``help()`` read) lists,
     in place of ``**options``, one keyword-only parameter for each key of ``keywords``, with
     the key's annotation and the default :class:`Options` gives it. The function itself is
-    given back unchanged: its frame and its callers are its own.
+    given back as it is, not wrapped: a form that reads its caller's frame (FastAPI's
+    ``RateLimit`` names its table after it) still finds it one frame up.
     """
     defaults = {one.name: one.default for one in dataclasses.fields(Options) if one.init}
 

@@ -17,11 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, RateLimiter
-from protocol_in_code.qos._http.addresses import (
-    TrustedProxies,
-    client_address,
-    forwarded_header_name,
-)
+from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_header_name
 from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret, sf_string
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
 from protocol_in_code.qos._http.options import Options, Route
@@ -342,8 +338,11 @@ class Rules:
         if in_process:
             warn_if_several_workers(type(in_process[0]).__name__)
         self.rules = tuple(rules)
+        #: Whether a rule's limiter is an asyncio one, whose decision must be awaited.
+        self.awaited = any(rule.awaited for rule in self.rules)
         self.exempt_prefixes, self.exempt = _exemption(options.exempt)
         self.proxies = TrustedProxies.parse(options.trusted_proxies)
+        #: The field a trusted proxy names the client in (see :mod:`.addresses`).
         self.header = forwarded_header_name(options.forwarded_header)
         secret = options.partition_secret
         #: ``pk`` of a key (see :class:`~.fields.PartitionKeys`).
@@ -405,11 +404,6 @@ class Rules:
                     return rule.alone
                 matched.append(rule)
         return tuple(matched)
-
-    def client(self, peer: str | None, headers: Mapping[str, str]) -> str | None:
-        """The client's address (see :func:`~.addresses.client_address`), through the proxies
-        trusted here."""
-        return client_address(peer, headers, self.proxies, self.header)
 
     def planned(self, rule: Rule, info: RequestInfo) -> Rule:
         """``rule``, or for a limiter with plans the rule of the request's plan (``plan=``)."""
