@@ -32,7 +32,8 @@ from asgiref.sync import markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
 
-from protocol_in_code.qos._http.decide import Verdict, decide, decide_async
+from protocol_in_code.qos._http.decide import decide, decide_async
+from protocol_in_code.qos._http.fields import Verdict
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import (
     MiddlewareKeywords,

@@ -37,7 +37,7 @@ shells differ only in how they read a request and write a response. One module a
   ``enforce=False`` decides and tells, and lets every request through.
 * :mod:`.decide`: **one decision,** plain, levelled or stacked: :func:`~.decide.decide` and
   its asyncio twin :func:`~.decide.decide_async`, which every shell and form calls, and the
-  :data:`~.decide.Verdict` it answers with.
+  :data:`~.fields.Verdict` it answers with.
 
 Imports go one way: ``options`` reads ``keys``, ``addresses``, ``stores`` and ``told``;
 ``fields`` reads ``options``; ``rules`` reads them all; ``decide`` reads ``rules``.

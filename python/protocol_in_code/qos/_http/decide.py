@@ -2,7 +2,8 @@
 
 :func:`decide` (and :func:`decide_async`, its twin for the event loop) takes the rules a
 request is under (:meth:`~.rules.Rules.matching`) and the request as the functions see it, and
-answers with a :data:`Verdict`: pass the request on, with these fields; or send this refusal.
+answers with a :data:`~.fields.Verdict`: pass the request on, with these fields; or send this
+refusal.
 Every kind of decision goes through it:
 
 * **plain**: one limiter's ``check``, its fields made from the decision (and from each band's
@@ -19,20 +20,12 @@ a token is always answered.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
-from protocol_in_code.qos._http.fields import answer, answer_together, refusal
-from protocol_in_code.qos._http.keys import Key, RequestInfo, cost_of, key_of
+from protocol_in_code.qos._http.fields import Verdict, answer, answer_together
+from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, cost_of, key_of
 from protocol_in_code.qos._http.rules import PlanView, Rule, Rules
 from protocol_in_code.qos.stack import Stacked, check_together, check_together_async
-
-#: A request decided, as a shell or a view answers it: ``(status, fields, content_type,
-#: body)``. ``status`` 0 lets the request go on, and its response carries ``fields``; any other
-#: status is the refusal to send instead, with ``fields`` (``Retry-After`` and the RateLimit
-#: fields), ``content_type`` and ``body`` (see :func:`~.fields.refusal`). A plain tuple, as a
-#: named one costs ten times more to make, and one is made for every request.
-Verdict: TypeAlias = tuple[int, Sequence[tuple[str, str]], str, bytes]
 
 #: The verdict on a request no limit applies to: go on, with no fields.
 PASSED: Verdict = (0, (), "", b"")
@@ -52,20 +45,26 @@ class Asked(NamedTuple):
 def prepared(rules: Rules, rule: Rule, info: RequestInfo) -> Asked | None:
     """What ``rule``'s limiter is asked about ``info``: everything that can fail (the key, the
     plan, the cost), read before anything is spent; ``None`` when the key function says that
-    this limit does not apply to the request.
+    this limit does not apply to the request. Without a key function the key is the client's
+    address; without a cost function a request takes 1 token.
 
     The key is read first, so that a limit that does not apply asks nothing more of the
     request: a plan function for signed-in users is never called for anyone else.
     """
-    key = pk = None
+    key: Key | None = None
+    pk: str | None = None
     options = rules.options
     if rule.keyed:
-        key = key_of(options.key, rule.redis, info)
-        if key is None:
-            return None
+        if options.key is None:
+            key = info.client if info.client is not None else UNKNOWN_CLIENT
+        else:
+            key = key_of(options.key, rule.redis, info)
+            if key is None:
+                return None
     if rule.plans is not None:
         rule = rules.planned(rule, info)
-    n = cost_of(rule.cost or options.cost, info)
+    cost = rule.cost or options.cost
+    n = 1 if cost is None else cost_of(cost, info)
     if key is not None:
         pk = rules.partition_key(key)
     return Asked(rule, n, key, pk)
@@ -89,14 +88,10 @@ def _decided(rules: Rules, asked: Asked, answered: Any) -> Verdict:
     """The verdict on ``asked``, given what :func:`ask` answered (awaited, if it was to be):
     a decision, or for a levelled rule the decision and every band's level."""
     rule, n, key, pk = asked
-    levels = None
     if rule.leveled:
-        answered, levels = answered
-    status, fields = answer(rules.options, rule, answered, pk, key, levels)
-    if not status:
-        return 0, fields, "", b""
-    content_type, body = refusal(rules.options, rule, answered, status, n, key, levels)
-    return status, fields, content_type, body
+        decision, levels = answered
+        return answer(rules.options, rule, decision, n, key, pk, levels)
+    return answer(rules.options, rule, answered, n, key, pk)
 
 
 class _Together(NamedTuple):
@@ -138,14 +133,11 @@ def _questions(
 
 def _decided_together(rules: Rules, together: _Together, stacked: Stacked) -> Verdict:
     """The verdict on a stacked request, each limit's hook told of its own part."""
-    for one, decision in zip(together.asked, stacked.parts, strict=True):
-        if one.rule.tell is not None:
-            one.rule.tell(decision, one.key)
-    parts = (
-        (one.rule, decision, one.n, one.key, one.pk)
-        for one, decision in zip(together.asked, stacked.parts, strict=True)
-    )
-    return answer_together(rules.options, stacked.decision, parts)
+    if rules.options.on_decision is not None:
+        for one, decision in zip(together.asked, stacked.parts, strict=True):
+            if one.rule.tell is not None:
+                one.rule.tell(decision, one.key)
+    return answer_together(rules.options, stacked.decision, together.asked, stacked.parts)
 
 
 def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:

@@ -21,10 +21,10 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from protocol_in_code._native import Decision, LimitOutcome, _host_secret
 from protocol_in_code.qos._http.options import Options
@@ -40,6 +40,13 @@ REASONS = {
     503: "Service Unavailable",
 }
 _log = logging.getLogger("protocol_in_code.qos")
+
+#: A request decided, as a shell or a view answers it: ``(status, fields, content_type,
+#: body)``. ``status`` 0 lets the request go on, and its response carries ``fields``; any other
+#: status is the refusal to send instead, with ``fields`` (``Retry-After`` and the RateLimit
+#: fields), ``content_type`` and ``body`` (see :func:`refusal`). A plain tuple, as a named one
+#: costs ten times more to make, and one is made for every request.
+Verdict: TypeAlias = tuple[int, Sequence[tuple[str, str]], str, bytes]
 
 
 def _seconds_up(ns: int) -> int:
@@ -138,11 +145,14 @@ def answer(
     options: Options,
     rule: Limit,
     decision: Decision,
+    n: int,
+    key: Hashable | None,
     pk: str | None,
-    key: Hashable | None = None,
     levels: list[tuple[int, int]] | None = None,
-) -> tuple[int, list[tuple[str, str]]]:
-    """The status (0 to pass the request on) and the header fields for ``decision``.
+) -> Verdict:
+    """The answer to a request of ``n`` tokens that ``rule``'s limiter decided: the status (0
+    to pass the request on), the header fields, and a refusal's content type and body (see
+    :func:`refusal`).
 
     ``pk`` is the key's partition key (``None`` for a limiter without keys), made before the
     limiter was asked: nothing here can fail, so a request that spent a token is answered.
@@ -162,7 +172,7 @@ def answer(
     """
     status = _status(options, decision)
     if not status and decision.outcome is LimitOutcome.ALLOWED and not options.headers_on_allowed:
-        return status, []
+        return 0, (), "", b""
     fields, retry = _retry_after(decision, status)
     policy, items, legacy = _described(options, rule, decision, pk, key, retry, levels)
     fields.append(("RateLimit-Policy", policy))
@@ -170,7 +180,10 @@ def answer(
         fields.append(("RateLimit", items))
         if options.legacy_headers:
             fields.extend(legacy)
-    return status, fields
+    if not status:
+        return 0, fields, "", b""
+    content_type, body = refusal(options, rule, decision, status, n, key, levels)
+    return status, fields, content_type, body
 
 
 def _status(options: Options, decision: Decision) -> int:
@@ -312,21 +325,22 @@ def _problem(status: int, violated: list[str]) -> tuple[str, bytes]:
 def answer_together(
     options: Options,
     decision: Decision,
-    parts: Iterable[tuple[Limit, Decision, int, Hashable | None, str | None]],
-) -> tuple[int, list[tuple[str, str]], str, bytes]:
-    """The answer to a request decided under several limits together (``decision``, and for
-    each limit its rule, its own decision, its cost, its key and its ``pk``): the request's
-    status and ``Retry-After``, every limit's policies and ``RateLimit`` items, and the content
-    type and body of a refusal, which (with ``problem_json``) names every violated policy of
-    every limit that refused."""
+    asked: Iterable[tuple[Limit, int, Hashable | None, str | None]],
+    parts: Iterable[Decision],
+) -> Verdict:
+    """The answer to a request decided under several limits together: ``decision``, and for
+    each limit what it was ``asked`` (its rule, the tokens, the key and its ``pk``) and its own
+    decision, in ``parts``. The request's status and ``Retry-After``, every limit's policies
+    and ``RateLimit`` items, and the content type and body of a refusal, which (with
+    ``problem_json``) names every violated policy of every limit that refused."""
     status = _status(options, decision)
     if not status and decision.outcome is LimitOutcome.ALLOWED and not options.headers_on_allowed:
-        return 0, [], "", b""
+        return 0, (), "", b""
     fields, retry = _retry_after(decision, status)
     policies, items, violated = [], [], []
     legacy: list[tuple[str, str]] = []
     legacy_refused = False
-    for rule, part, n, key, pk in parts:
+    for (rule, n, key, pk), part in zip(asked, parts, strict=True):
         policy, ratelimit, its_legacy = _described(options, rule, part, pk, key, retry)
         policies.append(policy)
         if ratelimit is not None:

@@ -53,14 +53,12 @@ CostFunction: TypeAlias = Callable[[RequestInfo], int]
 COST_MAX = 2**64 - 1
 
 
-def cost_of(function: CostFunction | None, info: RequestInfo) -> int:
-    """Tokens this request takes: what ``function`` (the route's cost function, or the
-    middleware's) says, or 1 without one.
+def cost_of(function: CostFunction, info: RequestInfo) -> int:
+    """Tokens this request takes, as the cost ``function`` (the route's, or the middleware's)
+    says; a request without one takes 1.
 
     A cost no limiter takes raises here, naming it, before the limiter is asked.
     """
-    if function is None:
-        return 1
     n = function(info)
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= COST_MAX:
         raise ValueError(
@@ -69,9 +67,14 @@ def cost_of(function: CostFunction | None, info: RequestInfo) -> int:
     return n
 
 
-def key_of(function: KeyFunction | None, redis: bool, info: RequestInfo) -> Key | None:
-    """The key of a keyed limiter: what the key ``function`` says, or the client's address;
-    ``redis`` for a Redis limiter, which takes only ``str`` and ``bytes`` keys.
+#: The key of a client whose address the server does not give (a peer on a Unix socket),
+#: where no key function is given: without one, a keyed limiter's key is the client's address.
+UNKNOWN_CLIENT = "unknown"
+
+
+def key_of(function: KeyFunction, redis: bool, info: RequestInfo) -> Key | None:
+    """The key of a keyed limiter, as the key ``function`` says; ``redis`` for a Redis
+    limiter, which takes only ``str`` and ``bytes`` keys.
 
     ``None`` from the key function means that this limit does not apply to this request (a
     limit per signed-in user, for a request nobody signed in to): it is passed over, as if its
@@ -79,8 +82,6 @@ def key_of(function: KeyFunction | None, redis: bool, info: RequestInfo) -> Key 
     raises ``TypeError`` here, naming the key function and what it returned, before the limiter
     is asked: the middleware never fails after a token is spent.
     """
-    if function is None:
-        return info.client if info.client is not None else "unknown"
     key = function(info)
     if key is None:
         return None
