@@ -394,16 +394,18 @@ class Rules:
         for prefix in self.exempt_prefixes:
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
                 return ()
-        stack = self.options.stack
-        matched = []
+        if self.options.stack:
+            matched = []
+            for rule in self.rules:
+                if rule.matches(method, path):
+                    if rule.limiter is None:
+                        return ()
+                    matched.append(rule)
+            return tuple(matched)
         for rule in self.rules:
             if rule.matches(method, path):
-                if rule.limiter is None:
-                    return ()
-                if not stack:
-                    return rule.alone
-                matched.append(rule)
-        return tuple(matched)
+                return rule.alone if rule.limiter is not None else ()
+        return ()
 
     def planned(self, rule: Rule, info: RequestInfo) -> Rule:
         """``rule``, or for a limiter with plans the rule of the request's plan (``plan=``)."""
