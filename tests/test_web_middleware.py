@@ -23,7 +23,8 @@ import qos_support
 
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.asgi and protocol_in_code.qos.wsgi")
-from protocol_in_code.qos import _http
+from protocol_in_code.qos import asgi
+from protocol_in_code.qos._http import addresses, fields
 from protocol_in_code.qos.asgi import RateLimitMiddleware as ASGIMiddleware
 from protocol_in_code.qos.asgi import Route
 from protocol_in_code.qos.keyed import KeyedRateLimiter
@@ -200,25 +201,25 @@ def test_a_cost_no_limiter_takes_raises_naming_it_before_anything_is_spent(middl
 
 
 def test_forwarded_and_x_forwarded_for_are_walked_from_the_right_past_trusted_hops():
-    proxies = _http.TrustedProxies.parse(["10.0.0.0/8", "2001:db8::/32"])
+    proxies = addresses.TrustedProxies.parse(["10.0.0.0/8", "2001:db8::/32"])
     xff = {"x-forwarded-for": "198.51.100.1, 203.0.113.5, 10.1.1.1"}
-    assert _http.client_address("10.0.0.2", xff, proxies, "x-forwarded-for") == "203.0.113.5"
+    assert addresses.client_address("10.0.0.2", xff, proxies, "x-forwarded-for") == "203.0.113.5"
     # From an untrusted peer, the header is ignored.
-    assert _http.client_address("192.0.2.9", xff, proxies, "x-forwarded-for") == "192.0.2.9"
+    assert addresses.client_address("192.0.2.9", xff, proxies, "x-forwarded-for") == "192.0.2.9"
     forwarded = {
         "forwarded": 'for=198.51.100.1;proto=https, for="[2001:db8::7]:4711", for=10.2.2.2:80'
     }
     # 2001:db8::7 is trusted too, so the client is the hop before it.
-    assert _http.client_address("10.0.0.2", forwarded, proxies, "forwarded") == "198.51.100.1"
+    assert addresses.client_address("10.0.0.2", forwarded, proxies, "forwarded") == "198.51.100.1"
     # Only trusted hops: the leftmost. Garbage where an address should be: the peer.
     assert (
-        _http.client_address(
+        addresses.client_address(
             "10.0.0.2", {"x-forwarded-for": "10.3.3.3"}, proxies, "x-forwarded-for"
         )
         == "10.3.3.3"
     )
     garbage = {"x-forwarded-for": "unknown, 10.3.3.3"}
-    assert _http.client_address("10.0.0.2", garbage, proxies, "x-forwarded-for") == "10.0.0.2"
+    assert addresses.client_address("10.0.0.2", garbage, proxies, "x-forwarded-for") == "10.0.0.2"
 
 
 def _key_of_request(middleware: Any, peer: str | None, headers: Any = None, **options: Any) -> Any:
@@ -307,10 +308,10 @@ def test_wsgi_tells_a_unix_socket_peer_by_an_empty_missing_or_waitress_remote_ad
 def test_policy_quota_and_window_from_a_band():
     from fractions import Fraction
 
-    policy = _http.Policy.of("p", Fraction(1, 3), 20)  # 20 per minute
+    policy = fields.Policy.of("p", Fraction(1, 3), 20)  # 20 per minute
     assert (policy.burst, policy.window) == (20, 60)
     assert policy.reset_seconds(20) == 0 and policy.reset_seconds(19) == 3
-    assert _http.Policy.of("p", 1000, 10).window == 1  # never a window of 0 seconds
+    assert fields.Policy.of("p", 1000, 10).window == 1  # never a window of 0 seconds
 
 
 def test_websocket_and_lifespan_pass_through_unless_configured():
@@ -426,9 +427,9 @@ def test_long_keys_leave_the_middleware_s_own_memory_bounded():
 
     tracemalloc.start()
     try:
-        before = _bytes_allocated_in(Path(_http.__file__).parent)
+        before = _bytes_allocated_in(Path(asgi.__file__).parent)
         statuses = asyncio.run(requests())
-        grown = _bytes_allocated_in(Path(_http.__file__).parent) - before
+        grown = _bytes_allocated_in(Path(asgi.__file__).parent) - before
     finally:
         tracemalloc.stop()
     assert statuses == [200] * 4_000

@@ -239,7 +239,7 @@ def _cases(cases: list[Any]) -> Any:
 
 def _matched(path: str) -> str:
     """``path`` as routes match it (``//upload`` is ``/upload``): a route written so."""
-    from protocol_in_code.qos._http import routed
+    from protocol_in_code.qos._http.rules import routed
 
     return routed("POST", path)[1]
 

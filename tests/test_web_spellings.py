@@ -228,6 +228,6 @@ def test_every_spelling_of_a_limited_view_is_limited(port: int) -> None:
     ],
 )
 def test_a_request_is_read_as_routers_read_it(given: tuple[str, str], read: Any) -> None:
-    from protocol_in_code.qos._http import routed
+    from protocol_in_code.qos._http.rules import routed
 
     assert routed(*given) == read

@@ -4,7 +4,7 @@
 FastAPI, Litestar, Quart or a bare ASGI callable alike. For each HTTP request it asks the
 limiter once; an allowed request goes on to the application with the RateLimit fields added to
 its response, a refused one is answered here (``429`` with ``Retry-After``; see
-:mod:`protocol_in_code.qos._http` for every status and field)::
+:mod:`protocol_in_code.qos._http.fields` for every status and field)::
 
     from fastapi import FastAPI
     from protocol_in_code.qos.asgi import RateLimitMiddleware
@@ -43,27 +43,19 @@ where the server sends the headers of ``websocket.accept`` (ASGI spec 2.1 on).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from protocol_in_code.qos._http import (
-    REASONS,
-    CostFunction,
-    DecisionEvent,
-    DecisionHook,
-    KeyFunction,
-    RequestInfo,
-    Route,
-    Rules,
-    Verdict,
-    answer,
-    ask,
-    client_address,
-    decide_asked_async,
-    decide_stacked_async,
-    prepared,
-    refusal,
-)
+from protocol_in_code.qos._http.addresses import client_address
+from protocol_in_code.qos._http.decide import decide, decide_async
+from protocol_in_code.qos._http.fields import REASONS
+from protocol_in_code.qos._http.keys import RequestInfo
+from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
+from protocol_in_code.qos._http.rules import Rules
+from protocol_in_code.qos._http.told import DecisionEvent
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route"]
 
@@ -163,59 +155,20 @@ class RateLimitMiddleware:
       limiter is ``None`` exempts the request from all of them.
     """
 
+    @spelled_out(MiddlewareKeywords)
     def __init__(
         self,
         app: ASGIApp,
         limiter: Any = None,
         *,
-        burst: int | None = None,
-        store: Any = None,
-        routes: Iterable[Route] = (),
-        key: KeyFunction | None = None,
-        cost: CostFunction | None = None,
-        exempt: Callable[[RequestInfo], bool] | Iterable[str] | None = None,
-        trusted_proxies: Iterable[str] = (),
-        forwarded_header: str = "X-Forwarded-For",
-        name: str = "default",
-        headers_on_allowed: bool = True,
-        legacy_headers: bool = False,
-        partition_secret: bytes | None = None,
-        quota_unit: str | None = None,
-        problem_json: bool = False,
-        enforce: bool = True,
-        on_decision: DecisionHook | None = None,
-        on_decision_key: bool = False,
-        plan: Callable[[RequestInfo], str] | None = None,
-        stack: bool = False,
         websocket: bool = False,
+        **options: Unpack[MiddlewareKeywords],
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be an ASGI application, not {app!r}")
         self.app = app
-        self.rules = Rules(
-            limiter,
-            routes=routes,
-            key=key,
-            cost=cost,
-            exempt=exempt,
-            trusted_proxies=trusted_proxies,
-            forwarded_header=forwarded_header,
-            name=name,
-            headers_on_allowed=headers_on_allowed,
-            legacy_headers=legacy_headers,
-            partition_secret=partition_secret,
-            quota_unit=quota_unit,
-            problem_json=problem_json,
-            enforce=enforce,
-            on_decision=on_decision,
-            on_decision_key=on_decision_key,
-            plan=plan,
-            stack=stack,
-            burst=burst,
-            store=store,
-            on_event_loop=True,
-            allow_async=True,
-        )
+        given = Options.given("RateLimitMiddleware", MiddlewareKeywords, limiter, options)
+        self.rules = Rules(given, allow_async=True, on_event_loop=True)
         self.websocket = bool(websocket)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -226,59 +179,23 @@ class RateLimitMiddleware:
         rules = self.rules
         method = scope.get("method", "GET")
         path = _path(scope)
-        # Under stack=True every rule that matches applies; otherwise the first.
-        matched = rules.rules_for(method, path) if rules.stack else None
-        rule = None if matched is not None else rules.rule_for(method, path)
-        if not matched and rule is None:
+        matched = rules.matching(method, path)
+        if not matched:
             await self.app(scope, receive, send)
             return
         info = _info(rules, scope, method, path)
-        if rules.exempt is not None and rules.exempt(info):
-            await self.app(scope, receive, send)
-            return
-        if matched:
-            await self._answered(
-                scope, receive, send, await decide_stacked_async(rules, matched, info)
-            )
-            return
-        assert rule is not None  # a request no rule matched went on above
-        # Whatever can fail is done before the limiter is asked, so a request that spent a
-        # token is always answered.
-        asked = prepared(rules, rule, info)
-        if asked is None:  # the key function says this limit does not apply to the request
-            await self.app(scope, receive, send)
-            return
-        rule, n, key, pk = asked
-        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
-            await self._answered(scope, receive, send, await decide_asked_async(rules, asked))
-            return
-        decision = ask(asked)
-        if rule.awaited:
-            decision = await decision
-        status, fields = answer(rules, rule, decision, pk, key)
+        if rules.awaited:
+            verdict = await decide_async(rules, matched, info)
+        else:  # in-process limiters never sleep: decided without a coroutine of their own
+            verdict = decide(rules, matched, info)
+        status, fields, content_type, body = verdict
         if status:
-            content_type, body = refusal(rules, rule, decision, status, n, key)
             await _refuse(scope, receive, send, status, fields, content_type, body)
             return
         await self._with_fields(scope, receive, send, fields)
 
-    async def _answered(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict) -> None:
-        """Send ``verdict``'s refusal, or pass the request on with its fields."""
-        if verdict.status:
-            await _refuse(
-                scope,
-                receive,
-                send,
-                verdict.status,
-                verdict.fields,
-                verdict.content_type,
-                verdict.body,
-            )
-            return
-        await self._with_fields(scope, receive, send, verdict.fields)
-
     async def _with_fields(
-        self, scope: Scope, receive: Receive, send: Send, fields: list[tuple[str, str]]
+        self, scope: Scope, receive: Receive, send: Send, fields: Sequence[tuple[str, str]]
     ) -> None:
         """Pass the request on, adding ``fields`` to its response: an HTTP response's start, or
         a WebSocket's ``101`` (where the server takes headers in ``websocket.accept``) or the
@@ -312,13 +229,8 @@ def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:
             headers[text] += ", " + value.decode("latin-1")
         else:
             headers[text] = value.decode("latin-1")
-    return RequestInfo(
-        method,
-        path,
-        client_address(_peer(scope), headers, rules.proxies, rules.forwarded_header),
-        headers,
-        scope,
-    )
+    client = client_address(_peer(scope), headers, rules.proxies, rules.header)
+    return RequestInfo(method, path, client, headers, scope)
 
 
 #: The ASGI extension through which an application answers a WebSocket handshake with an HTTP
@@ -329,7 +241,7 @@ DENIAL_RESPONSE = "websocket.http.response"
 POLICY_VIOLATION = 1008
 
 
-def _raw(fields: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+def _raw(fields: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """``fields`` as ASGI headers: lower-case names, both as bytes."""
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
 
@@ -350,7 +262,7 @@ ACCEPT_HEADERS = (2, 1)
 CLOSE_REASON = (2, 3)
 
 
-def _close_reason(status: int, fields: list[tuple[str, str]]) -> str:
+def _close_reason(status: int, fields: Sequence[tuple[str, str]]) -> str:
     """The reason a refused WebSocket is closed with: the status's phrase and, where the refusal
     has a ``Retry-After``, the wait, as in ``Too Many Requests; retry after 3 s``. ASCII, and
     far within the 123 bytes a close frame has for it (a wait has at most 11 digits)."""
@@ -366,7 +278,7 @@ async def _refuse(
     receive: Receive,
     send: Send,
     status: int,
-    fields: list[tuple[str, str]],
+    fields: Sequence[tuple[str, str]],
     content_type: str,
     body: bytes,
 ) -> None:

@@ -24,36 +24,31 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 # Django ships no type hints (django-stubs would bring them): read as Any here.
 from asgiref.sync import markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
 
-from protocol_in_code.qos._http import (
-    CostFunction,
-    DecisionEvent,
-    DecisionHook,
-    KeyFunction,
-    RequestInfo,
+from protocol_in_code.qos._http.decide import decide, decide_async
+from protocol_in_code.qos._http.fields import Verdict
+from protocol_in_code.qos._http.keys import RequestInfo
+from protocol_in_code.qos._http.options import (
+    MiddlewareKeywords,
+    Options,
     Route,
-    Rule,
-    Rules,
-    Verdict,
-    checked_store,
-    decide,
-    decide_async,
-    decide_stacked,
-    decide_stacked_async,
-    has_rate,
-    view_rules,
-    view_table,
+    ViewKeywords,
+    spelled_out,
 )
-from protocol_in_code.qos.asgi import RateLimitMiddleware as _ASGIMiddleware
-from protocol_in_code.qos.wsgi import RateLimitMiddleware as _WSGIMiddleware
+from protocol_in_code.qos._http.rules import Rule, Rules, view_rules
+from protocol_in_code.qos._http.stores import has_rate, view_table
+from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info as _wsgi_info
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route", "limit"]
 
@@ -67,41 +62,24 @@ def _info(rules: Rules, request: HttpRequest) -> RequestInfo:
     return _wsgi_info(rules, request.META, request.method or "GET", request.path_info, request)
 
 
-def _refusal(verdict: Verdict) -> HttpResponse:
-    return HttpResponse(
-        verdict.body,
-        status=verdict.status,
-        content_type=verdict.content_type,
-        headers=dict(verdict.fields),
-    )
+def _refusal(verdict: Verdict) -> HttpResponse | None:
+    """The response that refuses the request, or ``None`` where it goes on."""
+    status, fields, content_type, body = verdict
+    if not status:
+        return None
+    return HttpResponse(body, status=status, content_type=content_type, headers=dict(fields))
 
 
 def _with_fields(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBase:
-    for field, value in verdict.fields:
+    """``response``, the request having gone on, with the verdict's fields."""
+    _, fields, _, _ = verdict
+    for field, value in fields:
         response[field] = value
     return response
 
 
-def limit(
-    limiter: Any,
-    *,
-    burst: int | None = None,
-    store: Any = None,
-    key: KeyFunction | None = None,
-    cost: CostFunction | None = None,
-    trusted_proxies: Iterable[str] = (),
-    forwarded_header: str = "X-Forwarded-For",
-    name: str = "default",
-    headers_on_allowed: bool = True,
-    legacy_headers: bool = False,
-    partition_secret: bytes | None = None,
-    quota_unit: str | None = None,
-    problem_json: bool = False,
-    enforce: bool = True,
-    on_decision: DecisionHook | None = None,
-    on_decision_key: bool = False,
-    plan: Callable[[RequestInfo], str] | None = None,
-) -> Callable[[View], View]:
+@spelled_out(ViewKeywords)
+def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], View]:
     """A decorator limiting the view (a function of the request) it decorates.
 
     ``limiter`` is any limiter of :mod:`protocol_in_code.qos.interfaces`, or a rate
@@ -112,36 +90,19 @@ def limit(
     ``store="process"`` keeps a limit in each process, and a Redis client one for every
     host. Or a mapping of policy names to limiters or rates, stacked on the view and
     decided together (taken from all or none). An asyncio limiter needs an ``async def`` view,
-    where it is awaited. The other
-    parameters are the WSGI middleware's; ``info.request``, given to ``key``, ``plan`` and
+    where it is awaited. The other keywords
+    (:class:`~protocol_in_code.qos._http.options.ViewKeywords`) are the WSGI middleware's, but
+    for ``routes``, ``exempt`` and ``stack``; ``info.request``, given to ``key``, ``plan`` and
     ``cost``, is the ``HttpRequest`` (``info.request.user.pk``: ``None``, the limit not
     applying, for an anonymous user). One decorator is one limit: made once and put on
     several views, it limits them together.
     """
-    checked_store(store)
-    options: dict[str, Any] = {
-        "burst": burst,
-        "store": store,
-        "key": key,
-        "cost": cost,
-        "trusted_proxies": trusted_proxies,
-        "forwarded_header": forwarded_header,
-        "name": name,
-        "headers_on_allowed": headers_on_allowed,
-        "legacy_headers": legacy_headers,
-        "partition_secret": partition_secret,
-        "quota_unit": quota_unit,
-        "problem_json": problem_json,
-        "enforce": enforce,
-        "on_decision": on_decision,
-        "on_decision_key": on_decision_key,
-        "plan": plan,
-    }
+    given = Options.given("limit", ViewKeywords, limiter, options)
     # A rate's limit is named after the view: built for the first view decorated (a decorator
     # put on several views is one limit for all of them). Without a rate, built now.
     built: list[tuple[Rules, Rule]] = []
     if not has_rate(limiter):
-        built.append(view_rules(limiter, allow_async=True, table="view", **options))
+        built.append(view_rules(given, allow_async=True, table="view"))
 
     building = threading.Lock()
 
@@ -154,7 +115,7 @@ def limit(
                 return view
             with building:  # method_decorator decorates at each request, in many threads
                 if not built:
-                    built.append(view_rules(limiter, allow_async=True, table=table, **options))
+                    built.append(view_rules(given, allow_async=True, table=table))
         rules, rule = built[0]
         # An async view is awaited on the event loop, where a synchronous Redis client would
         # block; a sync view runs in a thread of its own under ASGI.
@@ -169,9 +130,10 @@ def limit(
 
             @functools.wraps(view)
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                verdict = await decide_async(rules, rule, _info(rules, request))
-                if verdict.status:
-                    return _refusal(verdict)
+                verdict = await decide_async(rules, rules.rules, _info(rules, request))
+                refused = _refusal(verdict)
+                if refused is not None:
+                    return refused
                 return _with_fields(await view(request, *args, **kwargs), verdict)
 
             limited_async.limiter = rule.limiter  # type: ignore[attr-defined]
@@ -184,19 +146,16 @@ def limit(
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            verdict = decide(rules, rule, _info(rules, request))
-            if verdict.status:
-                return _refusal(verdict)
+            verdict = decide(rules, rules.rules, _info(rules, request))
+            refused = _refusal(verdict)
+            if refused is not None:
+                return refused
             return _with_fields(view(request, *args, **kwargs), verdict)
 
         limited.limiter = rule.limiter  # type: ignore[attr-defined]
         return limited  # type: ignore[return-value]
 
     return decorate
-
-
-def _no_app(environ: Any, start_response: Any) -> list[bytes]:  # pragma: no cover
-    raise AssertionError("never called: only the WSGI middleware's rules are used")
 
 
 class RateLimitMiddleware:
@@ -235,58 +194,32 @@ class RateLimitMiddleware:
         if self.awaited:
             # Django reads this mark to call the middleware as a coroutine function.
             markcoroutinefunction(self)
-            self.rules: Rules = _ASGIMiddleware(_no_asgi_app, **options).rules
-        else:
-            self.rules = _WSGIMiddleware(_no_app, **options).rules
+        keywords = dict(options)
+        limiter = keywords.pop("limiter", None)
+        caller = "QOS_RATE_LIMIT" if self.options is None else f"{type(self).__name__}.options"
+        given = Options.given(caller, MiddlewareKeywords, limiter, keywords)
+        self.rules = Rules(given, allow_async=self.awaited, on_event_loop=self.awaited)
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.awaited:
             return self._acall(request)
-        asked = self._asked(request)
-        if asked is None:
+        matched = self.rules.matching(request.method or "GET", request.path_info)
+        if not matched:
             return self.get_response(request)
-        rules, (matched, info) = self.rules, asked
-        if rules.stack:
-            verdict = decide_stacked(rules, matched, info)
-        else:
-            verdict = decide(rules, matched[0], info)
-        if verdict.status:
-            return _refusal(verdict)
+        verdict = decide(self.rules, matched, _info(self.rules, request))
+        refused = _refusal(verdict)
+        if refused is not None:
+            return refused
         return _with_fields(self.get_response(request), verdict)
 
     async def _acall(self, request: HttpRequest) -> Any:
         """:meth:`__call__` in an asynchronous chain (a site served by ASGI)."""
-        asked = self._asked(request)
-        if asked is None:
-            return await self.get_response(request)
-        rules, (matched, info) = self.rules, asked
-        if rules.stack:
-            verdict = await decide_stacked_async(rules, matched, info)
-        else:
-            verdict = await decide_async(rules, matched[0], info)
-        if verdict.status:
-            return _refusal(verdict)
-        return _with_fields(await self.get_response(request), verdict)
-
-    def _asked(self, request: HttpRequest) -> tuple[tuple[Rule, ...], RequestInfo] | None:
-        """The rules `request` is under (under ``stack=True`` every one that matches, else the
-        first), and the request as the key, cost and plan functions see it; ``None`` if no
-        rule applies or the request is exempt."""
-        rules = self.rules
-        method, path = request.method or "GET", request.path_info
-        if rules.stack:
-            matched = rules.rules_for(method, path)
-        else:
-            rule = rules.rule_for(method, path)
-            matched = () if rule is None else (rule,)
+        matched = self.rules.matching(request.method or "GET", request.path_info)
         if not matched:
-            return None
-        info = _info(rules, request)
-        if rules.exempt is not None and rules.exempt(info):
-            return None
-        return matched, info
-
-
-async def _no_asgi_app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover
-    raise AssertionError("never called: only the ASGI middleware's rules are used")
+            return await self.get_response(request)
+        verdict = await decide_async(self.rules, matched, _info(self.rules, request))
+        refused = _refusal(verdict)
+        if refused is not None:
+            return refused
+        return _with_fields(await self.get_response(request), verdict)

@@ -23,29 +23,27 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi.params import Depends
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from protocol_in_code.qos._http import (
-    CostFunction,
-    DecisionEvent,
-    DecisionHook,
-    KeyFunction,
-    RequestInfo,
-    client_address,
-    decide_async,
-    function_name,
-    table_name,
-    view_rules,
-)
+from protocol_in_code.qos._http.addresses import client_address
+from protocol_in_code.qos._http.decide import decide_async
+from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo, function_name
+from protocol_in_code.qos._http.options import CommonKeywords, Options, spelled_out
+from protocol_in_code.qos._http.rules import view_rules
+from protocol_in_code.qos._http.stores import table_name
+from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.asgi import _path
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "DecisionEvent",
@@ -95,6 +93,19 @@ def _table(name: str, caller: FrameType) -> str:
     return table_name("view", module, f"line{caller.f_lineno}")
 
 
+class DependencyKeywords(CommonKeywords, total=False):
+    """The keywords of :class:`RateLimit`: a view's, with ``key``, ``cost`` and ``plan`` each a
+    function of the request or a FastAPI dependency (``Depends(current_user_id)``)."""
+
+    key: KeyFunction | Depends | None
+    cost: CostFunction | Depends | None
+    plan: Callable[[RequestInfo], str] | Depends | None
+
+
+#: The keywords a dependency may give: ``key``, ``cost`` and ``plan``.
+_DEPENDABLE = frozenset(DependencyKeywords.__annotations__) - set(CommonKeywords.__annotations__)
+
+
 class RateLimit:
     """A FastAPI dependency limiting the requests of the routes it is given to.
 
@@ -108,12 +119,10 @@ class RateLimit:
     table keeps its count across edits), or without one its module and line.
     ``store="process"`` keeps a limit in each process, and a Redis client (asyncio) one for
     every host. Or a mapping of policy names to limiters or rates, stacked on the route and
-    decided together (taken from all or none). The other parameters are the ASGI
-    middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
-    ``headers_on_allowed``,
-    ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
-    ``on_decision``, ``on_decision_key``). The request's path, ``info.path``, is the
-    middleware's: relative to where the application is mounted.
+    decided together (taken from all or none). The other keywords
+    (:class:`DependencyKeywords`) are the ASGI middleware's, but for ``routes``, ``exempt`` and
+    ``stack``. The request's path, ``info.path``, is the middleware's: relative to where the
+    application is mounted.
 
     ``key``, ``plan`` and ``cost`` are each a function of the request (a :class:`RequestInfo`,
     whose ``request`` is the Starlette ``Request``), or a FastAPI dependency,
@@ -131,38 +140,14 @@ class RateLimit:
     #: and the dependencies given as ``key``, ``plan`` or ``cost``.
     __signature__: inspect.Signature
 
-    def __init__(
-        self,
-        limiter: Any,
-        *,
-        burst: int | None = None,
-        store: Any = None,
-        key: KeyFunction | Depends | None = None,
-        cost: CostFunction | Depends | None = None,
-        trusted_proxies: Iterable[str] = (),
-        forwarded_header: str = "X-Forwarded-For",
-        name: str = "default",
-        headers_on_allowed: bool = True,
-        legacy_headers: bool = False,
-        partition_secret: bytes | None = None,
-        quota_unit: str | None = None,
-        problem_json: bool = False,
-        enforce: bool = True,
-        on_decision: DecisionHook | None = None,
-        on_decision_key: bool = False,
-        plan: Callable[[RequestInfo], str] | Depends | None = None,
-    ) -> None:
+    @spelled_out(DependencyKeywords)
+    def __init__(self, limiter: Any, **options: Unpack[DependencyKeywords]) -> None:
         depended = {
             name: given
-            for name, given in (("key", key), ("plan", plan), ("cost", cost))
-            if isinstance(given, Depends)
+            for name, given in options.items()
+            if name in _DEPENDABLE and isinstance(given, Depends)
         }
-        if isinstance(key, Depends):
-            key = _resolved("key", key)
-        if isinstance(plan, Depends):
-            plan = _resolved("plan", plan)
-        if isinstance(cost, Depends):
-            cost = _resolved("cost", cost)
+        resolved = {name: _resolved(name, marker) for name, marker in depended.items()}
         self.__signature__ = inspect.Signature(
             [
                 inspect.Parameter("request", _POSITIONAL, annotation=Request),
@@ -173,27 +158,12 @@ class RateLimit:
                 ),
             ]
         )
+        given = Options.given("RateLimit", DependencyKeywords, limiter, {**options, **resolved})
         self.rules, self.rule = view_rules(
-            limiter,
+            given,
             allow_async=True,
-            table=_table(name, sys._getframe(1)),
+            table=_table(given.name, sys._getframe(1)),
             on_event_loop=True,
-            burst=burst,
-            store=store,
-            key=key,
-            cost=cost,
-            trusted_proxies=trusted_proxies,
-            forwarded_header=forwarded_header,
-            name=name,
-            headers_on_allowed=headers_on_allowed,
-            legacy_headers=legacy_headers,
-            partition_secret=partition_secret,
-            quota_unit=quota_unit,
-            problem_json=problem_json,
-            enforce=enforce,
-            on_decision=on_decision,
-            on_decision_key=on_decision_key,
-            plan=plan,
         )
         self.limiter = self.rule.limiter
 
@@ -208,18 +178,16 @@ class RateLimit:
             else:
                 headers[name] = value
         peer = (request.client.host or None) if request.client else None
-        address = client_address(peer, headers, rules.proxies, rules.forwarded_header)
+        address = client_address(peer, headers, rules.proxies, rules.header)
         method, path = request.method, _path(request.scope)
         if depended:
             info: RequestInfo = _Depended(method, path, address, headers, request, depended)
         else:
             info = RequestInfo(method, path, address, headers, request)
-        verdict = await decide_async(rules, self.rule, info)
-        if verdict.status:
-            raise RateLimitExceeded(
-                verdict.status, dict(verdict.fields), verdict.content_type, verdict.body
-            )
-        for name, value in verdict.fields:
+        status, fields, content_type, body = await decide_async(rules, rules.rules, info)
+        if status:
+            raise RateLimitExceeded(status, dict(fields), content_type, body)
+        for name, value in fields:
             response.headers.append(name, value)
 
 

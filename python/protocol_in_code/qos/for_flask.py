@@ -27,52 +27,29 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, Response, current_app, request, request_started
 
-from protocol_in_code.qos._http import (
-    CostFunction,
-    DecisionEvent,
-    DecisionHook,
-    KeyFunction,
-    RequestInfo,
-    Rule,
-    Rules,
-    checked_store,
-    decide,
-    has_rate,
-    view_rules,
-    view_table,
-)
+from protocol_in_code.qos._http.decide import decide
+from protocol_in_code.qos._http.keys import RequestInfo
+from protocol_in_code.qos._http.options import Options, ViewKeywords, spelled_out
+from protocol_in_code.qos._http.rules import Rule, Rules, view_rules
+from protocol_in_code.qos._http.stores import has_rate, view_table
+from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info, _path
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DecisionEvent", "RequestInfo", "limit"]
 
 View = TypeVar("View", bound=Callable[..., Any])
 
 
-def limit(
-    limiter: Any,
-    *,
-    burst: int | None = None,
-    store: Any = None,
-    key: KeyFunction | None = None,
-    cost: CostFunction | None = None,
-    trusted_proxies: Iterable[str] = (),
-    forwarded_header: str = "X-Forwarded-For",
-    name: str = "default",
-    headers_on_allowed: bool = True,
-    legacy_headers: bool = False,
-    partition_secret: bytes | None = None,
-    quota_unit: str | None = None,
-    problem_json: bool = False,
-    enforce: bool = True,
-    on_decision: DecisionHook | None = None,
-    on_decision_key: bool = False,
-    plan: Callable[[RequestInfo], str] | None = None,
-) -> Callable[[View], View]:
+@spelled_out(ViewKeywords)
+def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], View]:
     """A decorator limiting the view it decorates.
 
     ``limiter`` is any synchronous limiter of :mod:`protocol_in_code.qos.interfaces`, or a
@@ -82,11 +59,9 @@ def limit(
     name>.<policy name>``), so every worker and every restart finds the same table;
     ``store="process"`` keeps a limit in each process, and a Redis client one for every
     host. A mapping of policy names to limiters or rates stacks them on the
-    view, decided together (taken from all or none). The other parameters are the WSGI
-    middleware's (``key``, ``cost``, ``trusted_proxies``, ``forwarded_header``, ``name``,
-    ``headers_on_allowed``,
-    ``legacy_headers``, ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``,
-    ``on_decision``, ``on_decision_key``). The peer is ``REMOTE_ADDR``, as for the middleware.
+    view, decided together (taken from all or none). The other keywords
+    (:class:`~protocol_in_code.qos._http.options.ViewKeywords`) are the WSGI middleware's, but
+    for ``routes``, ``exempt`` and ``stack``. The peer is ``REMOTE_ADDR``, as for the middleware.
     The functions given as ``key``, ``cost`` and ``plan`` are called in the request's context
     (``flask.g``, Flask-Login's ``current_user``), and ``info.request`` is the
     ``flask.Request``.
@@ -96,40 +71,22 @@ def limit(
     ``@app.route``, or above it (then the view is limited from the application's first
     request on).
     """
-    checked_store(store)
-    options: dict[str, Any] = {
-        "burst": burst,
-        "store": store,
-        "key": key,
-        "cost": cost,
-        "trusted_proxies": trusted_proxies,
-        "forwarded_header": forwarded_header,
-        "name": name,
-        "headers_on_allowed": headers_on_allowed,
-        "legacy_headers": legacy_headers,
-        "partition_secret": partition_secret,
-        "quota_unit": quota_unit,
-        "problem_json": problem_json,
-        "enforce": enforce,
-        "on_decision": on_decision,
-        "on_decision_key": on_decision_key,
-        "plan": plan,
-    }
+    given = Options.given("limit", ViewKeywords, limiter, options)
     # A rate's limit is named after the view: built for the first view decorated (a decorator
     # put on several views is one limit for all of them). Without a rate, built now.
     built: list[tuple[Rules, Rule]] = []
     if not has_rate(limiter):
-        built.append(view_rules(limiter, allow_async=False, table="view", **options))
+        built.append(view_rules(given, allow_async=False, table="view"))
 
     def decorate(view: View) -> View:
         if not built:
             table = view_table(view) or "view"
-            built.append(view_rules(limiter, allow_async=False, table=table, **options))
+            built.append(view_rules(given, allow_async=False, table=table))
         rules, rule = built[0]
 
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
-            return _limited(rules, rule, view, args, kwargs)
+            return _limited(rules, view, args, kwargs)
 
         limited.limiter = rule.limiter  # type: ignore[attr-defined]
         limited.__dict__.pop(LIMITED_AS, None)  # copied from the view by functools.wraps
@@ -195,19 +152,15 @@ def _limit_views_registered_before(app: Flask, **extra: Any) -> None:
         app.extensions[EXTENSION] = True
 
 
-def _limited(
-    rules: Rules, rule: Rule, view: Callable[..., Any], args: Any, kwargs: Any
-) -> Response:
+def _limited(rules: Rules, view: Callable[..., Any], args: Any, kwargs: Any) -> Response:
     environ = request.environ
     method, path = environ.get("REQUEST_METHOD", "GET"), _path(environ)
     info = _info(rules, environ, method, path, request._get_current_object())  # type: ignore[attr-defined]
-    verdict = decide(rules, rule, info)
-    if verdict.status:
-        return Response(
-            verdict.body, verdict.status, verdict.fields, content_type=verdict.content_type
-        )
+    status, fields, content_type, body = decide(rules, rules.rules, info)
+    if status:
+        return Response(body, status, fields, content_type=content_type)
     # An async def view is run as Flask runs it (ensure_sync), so its response is awaited.
     response: Response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
-    for field, value in verdict.fields:
+    for field, value in fields:
         response.headers.add(field, value)
     return response

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from protocol_in_code._native import LimitOutcome
-from protocol_in_code.qos._http import DecisionEvent
+from protocol_in_code.qos._http.told import DecisionEvent
 
 __all__ = ["OpenTelemetryMetrics", "PrometheusMetrics"]
 

@@ -19,27 +19,19 @@ limiter cannot be used here (``TypeError`` at construction).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from protocol_in_code.qos._http import (
-    REASONS,
-    CostFunction,
-    DecisionEvent,
-    DecisionHook,
-    KeyFunction,
-    RequestInfo,
-    Route,
-    Rules,
-    Verdict,
-    answer,
-    ask,
-    client_address,
-    decide_asked,
-    decide_stacked,
-    prepared,
-    refusal,
-)
+from protocol_in_code.qos._http.addresses import client_address
+from protocol_in_code.qos._http.decide import decide
+from protocol_in_code.qos._http.fields import REASONS
+from protocol_in_code.qos._http.keys import RequestInfo
+from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
+from protocol_in_code.qos._http.rules import Rules
+from protocol_in_code.qos._http.told import DecisionEvent
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["DecisionEvent", "RateLimitMiddleware", "RequestInfo", "Route"]
 
@@ -105,113 +97,42 @@ def _path(environ: Environ) -> str:
 class RateLimitMiddleware:
     """Limit the requests that reach ``app``: the parameters are the ASGI middleware's.
 
-    ``limiter``, ``burst``, ``store``, ``routes``, ``key``, ``cost``, ``exempt``,
-    ``trusted_proxies``, ``forwarded_header``, ``name``, ``headers_on_allowed``, ``legacy_headers``,
-    ``partition_secret``, ``quota_unit``, ``problem_json``, ``enforce``, ``on_decision`` and
-    ``on_decision_key``, ``plan`` and ``stack`` mean what they mean for
-    :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is ``REMOTE_ADDR``, or a
-    Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]`` trusts. The
-    path that routes and exempt prefixes match, and that ``info.path`` gives, is ASGI's:
-    ``PATH_INFO`` read as UTF-8 (see :func:`_path`). It is relative to where the application
-    is mounted, as under ASGI: the server (gunicorn's ``SCRIPT_NAME``) or the dispatcher in
-    front (Werkzeug's ``DispatcherMiddleware``) moves the mount's prefix into ``SCRIPT_NAME``,
-    so ``Route("/upload")`` limits ``/v1/upload`` in an application mounted at ``/v1``.
+    Every keyword (:class:`~protocol_in_code.qos._http.options.MiddlewareKeywords`) means what
+    it means for :class:`protocol_in_code.qos.asgi.RateLimitMiddleware`. The peer is
+    ``REMOTE_ADDR``, or a Unix socket (see :func:`_peer`), which ``trusted_proxies=["unix"]``
+    trusts. The path that routes and exempt prefixes match, and that ``info.path`` gives, is
+    ASGI's: ``PATH_INFO`` read as UTF-8 (see :func:`_path`). It is relative to where the
+    application is mounted, as under ASGI: the server (gunicorn's ``SCRIPT_NAME``) or the
+    dispatcher in front (Werkzeug's ``DispatcherMiddleware``) moves the mount's prefix into
+    ``SCRIPT_NAME``, so ``Route("/upload")`` limits ``/v1/upload`` in an application mounted at
+    ``/v1``.
     """
 
+    @spelled_out(MiddlewareKeywords)
     def __init__(
-        self,
-        app: WSGIApp,
-        limiter: Any = None,
-        *,
-        burst: int | None = None,
-        store: Any = None,
-        routes: Iterable[Route] = (),
-        key: KeyFunction | None = None,
-        cost: CostFunction | None = None,
-        exempt: Callable[[RequestInfo], bool] | Iterable[str] | None = None,
-        trusted_proxies: Iterable[str] = (),
-        forwarded_header: str = "X-Forwarded-For",
-        name: str = "default",
-        headers_on_allowed: bool = True,
-        legacy_headers: bool = False,
-        partition_secret: bytes | None = None,
-        quota_unit: str | None = None,
-        problem_json: bool = False,
-        enforce: bool = True,
-        on_decision: DecisionHook | None = None,
-        on_decision_key: bool = False,
-        plan: Callable[[RequestInfo], str] | None = None,
-        stack: bool = False,
+        self, app: WSGIApp, limiter: Any = None, **options: Unpack[MiddlewareKeywords]
     ) -> None:
         if not callable(app):
             raise TypeError(f"app must be a WSGI application, not {app!r}")
         self.app = app
-        self.rules = Rules(
-            limiter,
-            routes=routes,
-            key=key,
-            cost=cost,
-            exempt=exempt,
-            trusted_proxies=trusted_proxies,
-            forwarded_header=forwarded_header,
-            name=name,
-            headers_on_allowed=headers_on_allowed,
-            legacy_headers=legacy_headers,
-            partition_secret=partition_secret,
-            quota_unit=quota_unit,
-            problem_json=problem_json,
-            enforce=enforce,
-            on_decision=on_decision,
-            on_decision_key=on_decision_key,
-            plan=plan,
-            stack=stack,
-            burst=burst,
-            store=store,
-            allow_async=False,
-        )
+        given = Options.given("RateLimitMiddleware", MiddlewareKeywords, limiter, options)
+        self.rules = Rules(given, allow_async=False)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         rules = self.rules
         method = environ.get("REQUEST_METHOD", "GET")
         path = _path(environ)
-        # Under stack=True every rule that matches applies; otherwise the first.
-        matched = rules.rules_for(method, path) if rules.stack else None
-        rule = None if matched is not None else rules.rule_for(method, path)
-        if not matched and rule is None:
+        matched = rules.matching(method, path)
+        if not matched:
             return self.app(environ, start_response)
-        info = _info(rules, environ, method, path)
-        if rules.exempt is not None and rules.exempt(info):
-            return self.app(environ, start_response)
-        if matched:
-            return self._answered(environ, start_response, decide_stacked(rules, matched, info))
-        assert rule is not None  # a request no rule matched went on above
-        # Whatever can fail is done before the limiter is asked, so a request that spent a
-        # token is always answered.
-        asked = prepared(rules, rule, info)
-        if asked is None:  # the key function says this limit does not apply to the request
-            return self.app(environ, start_response)
-        rule, n, key, pk = asked
-        if rule.leveled:  # a Redis limiter of several bands: its levels with its decision
-            return self._answered(environ, start_response, decide_asked(rules, asked))
-        decision = ask(asked)
-        status, fields = answer(rules, rule, decision, pk, key)
+        verdict = decide(rules, matched, _info(rules, environ, method, path))
+        status, fields, content_type, body = verdict
         if status:
-            content_type, body = refusal(rules, rule, decision, status, n, key)
             return _refuse(start_response, status, fields, content_type, body)
         return self._with_fields(environ, start_response, fields)
 
-    def _answered(
-        self, environ: Environ, start_response: StartResponse, verdict: Verdict
-    ) -> Iterable[bytes]:
-        """Send ``verdict``'s refusal, or pass the request on with its fields."""
-        if verdict.status:
-            return _refuse(
-                start_response, verdict.status, verdict.fields, verdict.content_type, verdict.body
-            )
-        return self._with_fields(environ, start_response, verdict.fields)
-
     def _with_fields(
-        self, environ: Environ, start_response: StartResponse, fields: list[tuple[str, str]]
+        self, environ: Environ, start_response: StartResponse, fields: Sequence[tuple[str, str]]
     ) -> Iterable[bytes]:
         """Pass the request on, adding ``fields`` to its response."""
         if not fields:
@@ -228,13 +149,13 @@ class RateLimitMiddleware:
 def _refuse(
     start_response: StartResponse,
     status: int,
-    fields: list[tuple[str, str]],
+    fields: Sequence[tuple[str, str]],
     content_type: str,
     body: bytes,
 ) -> list[bytes]:
     """Answer a refused request here, with ``status``, ``fields`` and ``body``."""
-    fields = [*fields, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
-    start_response(f"{status} {REASONS[status]}", fields)
+    headers = [*fields, ("Content-Type", content_type), ("Content-Length", str(len(body)))]
+    start_response(f"{status} {REASONS[status]}", headers)
     return [body]
 
 
@@ -244,5 +165,5 @@ def _info(
     """The request as the key, cost, plan and exemption functions see it; its ``request`` is
     ``request`` (a framework's), or else the ``environ``."""
     headers = _headers(environ)
-    client = client_address(_peer(environ), headers, rules.proxies, rules.forwarded_header)
+    client = client_address(_peer(environ), headers, rules.proxies, rules.header)
     return RequestInfo(method, path, client, headers, environ if request is None else request)

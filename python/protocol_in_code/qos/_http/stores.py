@@ -1,0 +1,157 @@
+"""Where a rate's limits are kept: a rate (``"100/minute"``) given in place of a limiter is one
+limit per client, kept in a :class:`Store`, under a table name every worker gives it alike.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from protocol_in_code._native import KeyedRateLimiter, SharedKeyedRateLimiter
+
+#: The stores a rate given in place of a limiter can be kept in, by name: ``"shared"`` (the
+#: default) is one limit for every process of the host, ``"process"`` one in each process.
+STORES = ("shared", "process")
+
+#: The longest name of a shared table (``shared_memory::LONGEST_NAME`` in the core).
+LONGEST_TABLE_NAME = 100
+
+
+def is_rate(limiter: Any) -> bool:
+    """Whether ``limiter`` is a rate (``"5/minute"``, ``10``, ``Fraction(1, 3)``) given in
+    place of a limiter."""
+    return isinstance(limiter, (str, int, Fraction)) and not isinstance(limiter, bool)
+
+
+def has_rate(limiter: Any) -> bool:
+    """Whether a view's ``limiter`` (or a mapping of them) holds a rate, whose limit needs a
+    name: the view's, known only once the decorator is given the view."""
+    if isinstance(limiter, Mapping):
+        return any(is_rate(one) for one in limiter.values())
+    return is_rate(limiter)
+
+
+@dataclass(frozen=True, eq=False)
+class Store:
+    """Where the limits of rates are kept, checked once: ``kept`` is ``"shared"``,
+    ``"process"``, a folder that is there (``pathlib.Path``), or a Redis client."""
+
+    kept: Any
+
+    @classmethod
+    def of(cls, given: Any) -> Store:
+        """The store ``given``, checked (``None``, not given, is ``"shared"``)."""
+        if given is None:
+            return cls("shared")
+        if isinstance(given, str):
+            if given not in STORES:
+                raise ValueError(
+                    f"store must be 'shared', 'process', a folder or a Redis client, not {given!r}"
+                )
+        elif isinstance(given, os.PathLike):
+            if not os.path.isdir(given):
+                raise FileNotFoundError(
+                    errno.ENOENT,
+                    f"store={os.fspath(given)!r} is no folder: make it, or give another",
+                )
+        elif not callable(getattr(given, "evalsha", None)):
+            raise TypeError(
+                "store must be 'shared', 'process', a folder (a pathlib.Path) or a Redis "
+                f"client, not {type(given).__name__}"
+            )
+        return cls(given)
+
+    @property
+    def folder(self) -> os.PathLike[str] | None:
+        """The folder given, where the shared tables (and ``pk``'s secret) are kept; ``None``
+        for the host's own folder."""
+        return self.kept if isinstance(self.kept, os.PathLike) else None
+
+    def parameter(self, limiter: Any, parameter: str) -> str:
+        """The parameter an error about a rule's limiter names: the store where the limiter is
+        made from a rate in a Redis client given as the store, else ``parameter``."""
+        if is_rate(limiter) and not isinstance(self.kept, (str, os.PathLike)):
+            return f"store (the Redis client for {parameter})"
+        return parameter
+
+    def limiter(
+        self, limiter: Any, burst: int | None, table: str, name: str, parameter: str
+    ) -> Any:
+        """The limiter a rule asks: ``limiter`` itself, or, for a rate given in its place
+        (``"100/minute"``, with ``burst``), one limit per client kept here:
+
+        * ``"shared"`` (the default): a :class:`SharedKeyedRateLimiter` named
+          ``<table>.<name>`` (the policy's name), one limit for every worker process of the
+          host. The workers of one application name it alike, and find the same table again
+          after a restart.
+        * a folder (``pathlib.Path("/run/shop/qos")``): the same, with the table in that folder.
+        * ``"process"``: a :class:`KeyedRateLimiter`, a limit in each process.
+        * a Redis client (sync or asyncio): a Redis keyed limiter of that name, one limit for
+          every host.
+        """
+        if not is_rate(limiter):
+            if burst is not None:
+                raise TypeError(
+                    f"burst is for a rate ({parameter}='5/minute', burst=10), not for a limiter"
+                )
+            return limiter
+        kept = self.kept
+        if kept == "process":
+            return KeyedRateLimiter(limiter, burst=burst)
+        where = claimed_name(table_name(table, name))
+        if kept == "shared":
+            return SharedKeyedRateLimiter(where, limiter, burst=burst)
+        if isinstance(kept, os.PathLike):
+            return SharedKeyedRateLimiter(where, limiter, burst=burst, path=kept)
+        from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
+
+        return RedisKeyedRateLimiter(kept, limiter, burst=burst, name=where)
+
+
+def table_name(*parts: str) -> str:
+    """The name a rate's limit is kept under: ``parts`` joined by dots, every character a
+    table's name cannot hold (``<locals>``...) made ``-``, and a name too long shortened, a
+    digest of the whole in its place of the end."""
+    whole = ".".join(parts)
+    text = re.sub(r"[^A-Za-z0-9._-]", "-", whole).lstrip(".") or "-"
+    if len(text) > LONGEST_TABLE_NAME:
+        digest = hashlib.sha256(whole.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        text = f"{text[: LONGEST_TABLE_NAME - 17]}-{digest}"
+    return text
+
+
+#: How many limits of this process were given each name, to tell apart those given one.
+_claimed: dict[str, int] = {}
+_claiming = threading.Lock()
+
+
+def claimed_name(name: str) -> str:
+    """``name`` for the first limit of this process that is given it, ``<name>.2`` for the
+    second, and so on: limits that would share a name (two views of one qualified name, two
+    dependencies written on one line, a mounted application's middleware and its parent's)
+    keep apart. Every worker makes its limits in the same order (its application's import, its
+    middleware stacks), so the workers name each limit alike."""
+    with _claiming:
+        count = _claimed[name] = _claimed.get(name, 0) + 1
+    return name if count == 1 else table_name(name, str(count))
+
+
+def view_table(view: Callable[..., Any]) -> str | None:
+    """The name a view's rates are kept under: ``view.`` and its module and qualified name
+    (``view.shop.views.login``), the same in every worker and after every restart. A class's
+    view (Django's and Flask's ``as_view()``) is named after its class. ``None`` for the
+    stand-in function Django's ``method_decorator`` decorates first, whose name is Django's:
+    the view is named by the method it decorates next, at the first request."""
+    named = getattr(view, "view_class", view)
+    module = str(getattr(named, "__module__", None) or "-")
+    if module == "django.utils.decorators":
+        return None
+    qualname = getattr(named, "__qualname__", None) or getattr(named, "__name__", None) or "-"
+    return table_name("view", module, str(qualname))
