@@ -10,9 +10,9 @@ worker gets some, and counts what was admitted: exactly the limit, as one proces
 server restarts. An in-process limiter under the same servers admits more than its limit, and
 the server's log says so once.
 
-The tables live in this user's default folder (the default store as users get it, not the
-test run's own folder), under names of this module's applications: they are removed before and
-after each test.
+The tables live in the default folder, as users get them: the test run's own
+(``PROTOCOL_IN_CODE_QOS_FOLDER``, which the servers inherit), so that two runs at once never
+meet. Those of this module's applications are removed before and after each test.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _tables() -> list[Path]:
 
 
 @pytest.fixture(autouse=True)
-def no_tables_of_ours(real_default_folder: None) -> Iterator[None]:
+def no_tables_of_ours() -> Iterator[None]:
     for path in _tables():
         path.unlink(missing_ok=True)
     yield
