@@ -16,7 +16,7 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
 use crate::core::exact::plans::Plans;
 use crate::core::exact::quota;
-use crate::python::args::{count, exact_fraction, rational_object};
+use crate::python::args::{count, exact_fraction, is_iterable, rational_object};
 use crate::python::record::repr;
 
 /// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
@@ -393,7 +393,7 @@ fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
     }
     let iterable = !value.is_instance_of::<PyString>()
         && !value.is_instance_of::<PyBytes>()
-        && crate::python::keyed::is_iterable(value)?;
+        && is_iterable(value)?;
     if iterable {
         read_config(py, None, None, None, Some(value))
     } else {

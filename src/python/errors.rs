@@ -120,6 +120,17 @@ pub enum OfClock {
     Table,
 }
 
+/// [`clock_error`] for a call's time: `now_ns` if the caller `given` it, else the clock's
+/// reading.
+pub fn off_the_clock(whose: OfClock, given: bool, now: i64, gap: i128) -> PyErr {
+    let what = if given {
+        "now_ns"
+    } else {
+        "the clock's reading"
+    };
+    clock_error(whose, what, now, gap)
+}
+
 /// The error for a time `gap` nanoseconds from a clock (positive when ahead), farther than
 /// `MAX_CLOCK_GAP_NS`: `what` names where the time came from (`now_ns`, or the clock's
 /// reading).
