@@ -33,6 +33,11 @@ impl From<ConfigError> for PyErr {
 impl From<RestoreError> for PyErr {
     fn from(error: RestoreError) -> Self {
         PyValueError::new_err(match error {
+            RestoreError::Bands => "the saved state has a different number of bands",
+            RestoreError::OverBurst => "a saved balance exceeds its band's burst",
+            RestoreError::Ahead => {
+                "a saved balance is settled later than the saved table's clock allows"
+            }
             RestoreError::Duplicate => "the saved state holds a key twice",
             RestoreError::Overfull => "the saved state holds more keys than this table's max_keys",
         })

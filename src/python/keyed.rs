@@ -12,10 +12,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{Key, KeyRef};
-use crate::core::exact::keyed::{self, KeyedLimiter, Stats};
-use crate::core::exact::limiter::Balances;
+use crate::core::exact::keyed::{KeyedLimiter, Stats};
 use crate::core::exact::plans::Plans;
-use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, NowNs};
 use crate::python::clock::{shifted, Clock};
@@ -476,15 +474,17 @@ impl PlanTable {
         unused()?;
         // Everything is checked, and every key read (running any Python code it has), before
         // anything is registered or stored.
-        let specs = self.table.specs();
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         for (key, number, balances) in saved {
             let balances = balances
                 .into_iter()
-                .map(|(units, at)| (units, shifted(at, by)))
+                .map(|(units, at)| Balance {
+                    units,
+                    settled_at: shifted(at, by),
+                })
                 .collect();
-            let limiter = saved_limiter(specs, balances, latest)?;
+            let limiter = self.table.saved_key(balances, latest)?;
             // Read as the saved table read it: a long key as its digest under the saved seed.
             match (classify(&key)?.into_key(seed), number) {
                 // A number saved with a key now read natively (by an older version) is not
@@ -517,42 +517,4 @@ impl PlanTable {
                 .map_err(PyErr::from)
         })
     }
-}
-
-/// A saved key's limiter, checked against the bands and the table's saved clock.
-fn saved_limiter(
-    specs: &[BandSpec],
-    balances: Vec<(u128, Option<i64>)>,
-    latest: Option<i64>,
-) -> PyResult<Balances> {
-    if balances.len() != specs.len() {
-        return Err(PyValueError::new_err(
-            "the saved state has a different number of bands",
-        ));
-    }
-    let bands = specs
-        .iter()
-        .zip(balances)
-        .map(|(&spec, (units, settled_at))| {
-            if units > spec.capacity_units() {
-                return Err(PyValueError::new_err(
-                    "a saved balance exceeds its band's burst",
-                ));
-            }
-            // A key is stored only by a call, so a table with a key has a clock. A key with a
-            // waiter is settled ahead of it, at the end of its reservations, but never as far
-            // as a time read on another clock would be.
-            if settled_at.is_some_and(|at| {
-                latest.is_none_or(|latest| {
-                    keyed::off_the_clock(latest, at).is_some_and(|gap| gap > 0)
-                })
-            }) {
-                return Err(PyValueError::new_err(
-                    "a saved balance is settled later than the saved table's clock allows",
-                ));
-            }
-            Ok(Balance { units, settled_at })
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(bands.into())
 }

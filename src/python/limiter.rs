@@ -7,7 +7,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -82,25 +82,15 @@ impl RateLimiter {
     ) -> PyResult<()> {
         let latest = clock.or_else(|| balances.iter().filter_map(|&(_, at)| at).max());
         let by = self.clock.shift(py, origin, latest)?;
-        let mut limiter = self.lock();
-        if balances.len() != limiter.bands().len() {
-            return Err(PyValueError::new_err(
-                "the saved state has a different number of bands",
-            ));
-        }
-        let mut bands = limiter.bands();
-        for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
-            if units > band.spec.capacity_units() {
-                return Err(PyValueError::new_err(
-                    "a saved balance exceeds its band's burst",
-                ));
-            }
-            band.balance = Balance {
+        let saved = balances
+            .into_iter()
+            .map(|(units, settled_at)| Balance {
                 units,
                 settled_at: shifted(settled_at, by),
-            };
-        }
-        *limiter = Limiter::from_bands(&bands).with_clock(shifted(clock, by));
+            })
+            .collect();
+        let restored = Limiter::saved(&self.config.specs(), saved, shifted(clock, by))?;
+        *self.lock() = restored;
         Ok(())
     }
 }

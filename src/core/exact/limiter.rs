@@ -25,6 +25,21 @@ mod balances;
 
 pub use balances::Balances;
 
+/// Why a saved state (a pickle's) could not be restored; nothing is restored then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreError {
+    /// The saved balances are not one per band.
+    Bands,
+    /// A saved balance holds more than its band's burst.
+    OverBurst,
+    /// A saved key is settled later than the saved table's clock allows.
+    Ahead,
+    /// A key appears twice.
+    Duplicate,
+    /// More keys than `max_keys`.
+    Overfull,
+}
+
 /// One band: its fixed numbers and its current balance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Band {
@@ -249,6 +264,24 @@ impl Limiter {
                 .max(),
             restored: true,
         }
+    }
+
+    /// A limiter of `specs` restored from balances saved elsewhere (a pickle), and the clock
+    /// saved with them, if any (see [`Limiter::with_clock`]); else its clock is its latest
+    /// settlement. Its first call may re-anchor it (see [`Limiter::on_the_clock`]).
+    ///
+    /// # Errors
+    ///
+    /// Balances that are not one per band, or one above its band's burst (see
+    /// [`Balances::saved`]).
+    pub fn saved(
+        specs: &[BandSpec],
+        saved: Vec<Balance>,
+        clock: Option<i64>,
+    ) -> Result<Self, RestoreError> {
+        let balances = Balances::saved(specs, saved)?;
+        let bands: Vec<Band> = balances.bands(specs).collect();
+        Ok(Self::from_bands(&bands).with_clock(clock))
     }
 
     /// Every call's time goes through here first, under the same lock as the call.

@@ -1,6 +1,6 @@
 //! A limiter's state, kept apart from its bands' specs: what a keyed table stores per key.
 
-use super::{Band, Decision, Level, Reservation};
+use super::{Band, Decision, Level, Reservation, RestoreError};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::settle::{settle, Balance};
 
@@ -47,6 +47,24 @@ impl From<Vec<Balance>> for Balances {
 
 /// Every operation takes the bands' specs, in the order the balances were made for.
 impl Balances {
+    /// Balances saved elsewhere (a pickle), put back for `specs`: one per band, none above its
+    /// band's burst.
+    ///
+    /// # Errors
+    ///
+    /// [`RestoreError::Bands`] or [`RestoreError::OverBurst`]: a state these bands could not
+    /// have saved.
+    pub fn saved(specs: &[BandSpec], saved: Vec<Balance>) -> Result<Self, RestoreError> {
+        if saved.len() != specs.len() {
+            return Err(RestoreError::Bands);
+        }
+        let over = |(spec, balance): (&BandSpec, &Balance)| balance.units > spec.capacity_units();
+        if specs.iter().zip(&saved).any(over) {
+            return Err(RestoreError::OverBurst);
+        }
+        Ok(saved.into())
+    }
+
     /// Balances for `specs` holding `initial` tokens each (their full burst if `None`),
     /// settled from `start_ns`, or from the first call's `now` if `None`.
     ///

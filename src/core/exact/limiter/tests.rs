@@ -458,3 +458,34 @@ fn refunds_are_capped_at_the_burst() {
     limiter.refund(5, 0);
     assert_eq!(limiter.available(), 3);
 }
+
+#[test]
+fn saved_balances_come_back_only_for_the_bands_they_were_saved_from() {
+    let specs = [band(1, 5), band(2, 4)];
+    let unit = |tokens: u64| specs[0].units_of(tokens).unwrap();
+    let balance = |units, settled_at| Balance { units, settled_at };
+    let one = vec![balance(unit(1), Some(0))];
+    assert_eq!(
+        Limiter::saved(&specs, one, None).unwrap_err(),
+        RestoreError::Bands
+    );
+    let over = vec![
+        balance(specs[0].capacity_units() + 1, Some(0)),
+        balance(0, None),
+    ];
+    assert_eq!(
+        Limiter::saved(&specs, over, None).unwrap_err(),
+        RestoreError::OverBurst
+    );
+    let saved = vec![balance(unit(1), Some(SECOND)), balance(0, None)];
+    let mut limiter = Limiter::saved(&specs, saved, Some(3 * SECOND)).unwrap();
+    assert_eq!(
+        limiter.clock(),
+        Some(3 * SECOND),
+        "the saved clock, not the settlement"
+    );
+    assert_eq!(limiter.bands()[0].balance.units, unit(1));
+    // A restored limiter's first call, earlier than its clock, re-anchors it there.
+    assert_eq!(limiter.on_the_clock(0), Ok(()));
+    assert_eq!(limiter.clock(), Some(0));
+}
