@@ -384,6 +384,27 @@ pub fn read_plans(
     Ok(Plans::new(named))
 }
 
+/// The configurations of a keyed limiter: with `plans`, each plan's, and the plans' names with
+/// the index of their configuration; without, the one configuration `rate`, `burst`, `per` and
+/// `bands` describe (see [`read_config`], [`read_plans`]).
+#[allow(clippy::type_complexity)] // the names with their indices, and the configurations
+pub fn read_limits(
+    py: Python<'_>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+    bands: Option<&Bound<'_, PyAny>>,
+    plans: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Option<Box<[(String, usize)]>>, Vec<Config>)> {
+    match plans {
+        None => Ok((None, vec![read_config(py, rate, burst, per, bands)?])),
+        Some(plans) => {
+            let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+            Ok((Some(names.into_boxed_slice()), configs))
+        }
+    }
+}
+
 /// One plan's configuration: a `Band`, or a non-str iterable of bands, as `bands`; anything else
 /// (a quota string, a number) as `rate`.
 fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {

@@ -13,13 +13,10 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{KeyedLimiter, Stats};
-use crate::core::exact::plans::Plans;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, NowNs};
 use crate::python::clock::{shifted, Clock};
-use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans,
-};
+use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
 use crate::python::errors::{off_the_clock, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::keys::{classify, key_object, Classified, Registry};
@@ -216,13 +213,7 @@ limiter_methods! { keyed: KeyedRateLimiter {
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
-        let (names, configs) = match plans {
-            None => (None, vec![read_config(py, rate, burst, per, bands)?]),
-            Some(plans) => {
-                let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
-                (Some(names.into_boxed_slice()), configs)
-            }
-        };
+        let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));

@@ -13,14 +13,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::core::exact::config::Config;
-use crate::core::exact::plans::Plans;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
 use crate::host::fresh_seed;
 use crate::python::args::{count, NowNs};
 use crate::python::clock::Clock;
 use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans,
+    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_limits,
 };
 use crate::python::errors::{off_the_clock, OfClock};
 use crate::python::fork;
@@ -388,13 +387,7 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
-        let (names, configs) = match plans {
-            None => (None, vec![read_config(py, rate, burst, per, bands)?]),
-            Some(plans) => {
-                let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
-                (Some(names.into_boxed_slice()), configs)
-            }
-        };
+        let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
         if !(1..=crate::core::exact::shared::layout::MOST_KEYS).contains(&max_keys) {
             return Err(PyValueError::new_err(format!(
