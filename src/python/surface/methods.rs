@@ -452,7 +452,8 @@ macro_rules! limiter_methods {
                 $crate::python::surface::tables::stats(self, py)
             }
 
-            /// The most keys the table holds at once (with plans, each plan's table).
+            /// The most keys the table holds at once (with plans, each plan's table; a shared
+            /// table's max_keys rounded up to whole buckets).
             #[getter]
             fn max_keys(&self) -> usize {
                 $crate::python::surface::tables::max_keys(self)
