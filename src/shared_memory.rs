@@ -4,6 +4,10 @@
 //! about a table is [`core::exact::shared`](crate::core::exact::shared), which sees only
 //! `&[AtomicU64]`.
 //!
+//! Beside this file, which finds, makes and maps a table's file: `names.rs` (the default folder
+//! and the files' names), `secret.rs` (the host's secret, kept in that folder) and `error.rs`
+//! (what went wrong, said with the file it is about).
+//!
 //! **Where.** A table named `name` lives in one file per configuration,
 //! `protocol-in-code-qos.<name>.<form>.<fingerprint>.v<layout>.table`, in the folder the caller
 //! gives (`path=`) or, by default, in a folder of this user's own:
@@ -52,10 +56,14 @@
 //! next opener removes), so carrying over is done whole or not at all, however often it is
 //! cut short. Where the boot cannot be read (no `/proc`), a table is taken to be of this boot.
 
+mod error;
+mod names;
+mod secret;
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Deref;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -64,15 +72,15 @@ use memmap2::MmapRaw;
 use rustix::fs::{flock, FallocateFlags, FlockOperation};
 
 use crate::core::exact::config::Config;
-use crate::core::exact::shared::layout::{LayoutError, VERSION};
+use crate::core::exact::shared::layout::LayoutError;
 use crate::core::exact::shared::Table;
 use crate::host;
 
-/// The first part of every table's file name, and of the default folder's.
-const PREFIX: &str = "protocol-in-code-qos.";
-
-/// The longest table name.
-pub const LONGEST_NAME: usize = 100;
+pub use error::OpenError;
+use error::{errno_at, io_at};
+pub use names::{default_folder, table_path, FOLDER_VARIABLE, LONGEST_NAME};
+use names::{not_ours, table_name_of};
+pub use secret::{host_secret, SECRET_BYTES};
 
 /// A file's bytes, mapped, seen as 64-bit atomic words.
 pub struct Mapped {
@@ -125,237 +133,6 @@ impl Mapped {
         }
         Ok(())
     }
-}
-
-/// Why a table could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// The table's name cannot be a file name.
-    Name(String),
-    /// The file system said no.
-    Io(PathBuf, io::Error),
-    /// The file is not a table this process can use.
-    Layout(PathBuf, LayoutError),
-    /// The file, or the default folder, is another user's, or open to other users.
-    NotOurs {
-        path: PathBuf,
-        /// What is wrong with it, in words.
-        why: String,
-    },
-    /// A new table, or a table's copy, does not fit the file system of its folder.
-    Space {
-        /// What was being written: a new table, or a copy of one moved to this boot's clock.
-        what: &'static str,
-        folder: PathBuf,
-        bytes: u64,
-        free: Option<u64>,
-        error: io::Error,
-    },
-    /// A table of another boot that processes keep open, so it cannot be moved to this
-    /// boot's clock.
-    OtherBoot(PathBuf),
-    /// The file was truncated while in use.
-    Truncated {
-        path: PathBuf,
-        length: u64,
-        expected: u64,
-    },
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Name(name) => write!(
-                f,
-                "name={name:?} cannot name a table: use 1 to {LONGEST_NAME} letters, digits, \
-                 '-', '_' or '.', not starting with '.'"
-            ),
-            Self::Io(path, error) => write!(f, "{}: {error}", path.display()),
-            Self::Layout(path, error) => write!(f, "{} is refused: {error}", path.display()),
-            Self::NotOurs { path, why } => write!(
-                f,
-                "{} is refused: {why}. A table is used only if this user made it and nobody else \
-                 can read or write it; remove it if it is a stale one of this service's, or give \
-                 path= a folder that only this user can write",
-                path.display()
-            ),
-            Self::Space {
-                what,
-                folder,
-                bytes,
-                free,
-                error,
-            } => {
-                write!(
-                    f,
-                    "{}: {what} of {bytes} bytes does not fit ({error}",
-                    folder.display()
-                )?;
-                if let Some(free) = free {
-                    write!(f, "; {free} bytes are free there")?;
-                }
-                write!(
-                    f,
-                    "). A container's /dev/shm is 64 MiB unless given more (docker run \
-                     --shm-size); give path= a folder with room"
-                )?;
-                if *what == "a table" {
-                    f.write_str(", or a smaller max_keys")?;
-                }
-                Ok(())
-            }
-            Self::OtherBoot(path) => write!(
-                f,
-                "{} holds times of another boot of this machine, and processes that cannot read \
-                 the boot (no /proc) keep it open, so it cannot be moved to this boot's clock: \
-                 stop them, or remove the file, then open it again",
-                path.display()
-            ),
-            Self::Truncated {
-                path,
-                length,
-                expected,
-            } => write!(
-                f,
-                "{} was truncated to {length} bytes while in use, where the table is {expected} \
-                 bytes: its keys are no longer all there (remove() it and open the limiter again \
-                 for a new table)",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
-
-fn io_at(path: &Path) -> impl Fn(io::Error) -> OpenError + '_ {
-    move |error| OpenError::Io(path.to_path_buf(), error)
-}
-
-fn errno_at(path: &Path) -> impl Fn(rustix::io::Errno) -> OpenError + '_ {
-    move |error| OpenError::Io(path.to_path_buf(), error.into())
-}
-
-/// The environment variable that moves the default folder (a test suite's own, a deployment's
-/// `/run/...`): every process that reads it opens its tables there.
-pub const FOLDER_VARIABLE: &str = "PROTOCOL_IN_CODE_QOS_FOLDER";
-
-/// The folder tables live in unless told: the folder [`FOLDER_VARIABLE`] names, if set, or else
-/// `protocol-in-code-qos-<uid>`, this user's own, in `/dev/shm` if there is one, else in the
-/// temporary folder; made with mode 0700 if missing, and checked either way.
-///
-/// # Errors
-///
-/// If it cannot be made, or is not this user's own folder closed to others
-/// ([`OpenError::NotOurs`]).
-pub fn default_folder() -> Result<PathBuf, OpenError> {
-    let named = std::env::var_os(FOLDER_VARIABLE).filter(|named| !named.is_empty());
-    let folder = named.map_or_else(
-        || {
-            let shm = Path::new("/dev/shm");
-            let base = if shm.is_dir() {
-                shm.to_path_buf()
-            } else {
-                std::env::temp_dir()
-            };
-            let uid = rustix::process::geteuid().as_raw();
-            base.join(format!("{}{uid}", PREFIX.replace('.', "-")))
-        },
-        PathBuf::from,
-    );
-    match std::fs::DirBuilder::new().mode(0o700).create(&folder) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(error) => return Err(OpenError::Io(folder, error)),
-    }
-    let meta = std::fs::symlink_metadata(&folder).map_err(io_at(&folder))?;
-    if !meta.is_dir() {
-        return Err(OpenError::NotOurs {
-            path: folder,
-            why: "it is not a folder (a symbolic link or a file is in its place)".into(),
-        });
-    }
-    if let Some(why) = not_ours(&meta) {
-        return Err(OpenError::NotOurs { path: folder, why });
-    }
-    Ok(folder)
-}
-
-/// What makes a file or folder of this metadata not this user's private one, if anything.
-fn not_ours(meta: &std::fs::Metadata) -> Option<String> {
-    let me = rustix::process::geteuid().as_raw();
-    let mode = meta.mode() & 0o7777;
-    if meta.uid() != me {
-        Some(format!(
-            "it is owned by uid {}, another user than this process's (uid {me})",
-            meta.uid()
-        ))
-    } else if mode & 0o077 != 0 {
-        Some(format!(
-            "its mode is {mode:#o}, which lets other users in (a table's file is 0o600, its \
-             folder 0o700)"
-        ))
-    } else {
-        None
-    }
-}
-
-/// Whether `name` may name a table.
-fn checked_name(name: &str) -> Result<&str, OpenError> {
-    let fits = (1..=LONGEST_NAME).contains(&name.len())
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
-    if fits {
-        Ok(name)
-    } else {
-        Err(OpenError::Name(name.to_owned()))
-    }
-}
-
-/// The file of the table `name` of `config` and `max_keys` (`None`: the one-key form) in
-/// `folder`.
-///
-/// # Errors
-///
-/// If `name` cannot be a file name.
-pub fn table_path(
-    folder: &Path,
-    name: &str,
-    config: &Config,
-    max_keys: Option<u64>,
-) -> Result<PathBuf, OpenError> {
-    let name = checked_name(name)?;
-    let form = max_keys.map_or_else(|| "one".to_owned(), |keys| format!("keys{keys}"));
-    let fingerprint = config.fingerprint();
-    Ok(folder.join(format!(
-        "{PREFIX}{name}.{form}.{fingerprint:016x}.v{VERSION}.table"
-    )))
-}
-
-/// The name of the table whose file, or draft of a file, is called `file`, read by the whole
-/// grammar from the right (names may hold dots): `<name>.<form>.<16 hex digits>[.v<layout>]`
-/// then `.table`, or then `.<pid>.<hex>.new` for a draft. `None` for any other file.
-fn table_name_of(file: &str) -> Option<&str> {
-    fn last(text: &str, fits: impl Fn(&str) -> bool) -> Option<&str> {
-        let (rest, part) = text.rsplit_once('.')?;
-        fits(part).then_some(rest)
-    }
-    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-    let hex = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit());
-    let rest = file.strip_prefix(PREFIX)?;
-    let stem = match rest.strip_suffix(".table") {
-        Some(stem) => stem,
-        None => last(last(rest.strip_suffix(".new")?, hex)?, digits)?,
-    };
-    // Layouts before version 2 had no version in the name.
-    let stem = last(stem, |part| part.strip_prefix('v').is_some_and(digits)).unwrap_or(stem);
-    let stem = last(stem, |part| part.len() == 16 && hex(part))?;
-    let name = last(stem, |form| {
-        form == "one" || form.strip_prefix("keys").is_some_and(digits)
-    })?;
-    checked_name(name).ok()
 }
 
 /// Open the tables of one limiter named `name` in `folder`, making those there are not: one
@@ -705,77 +482,6 @@ fn remove_stale(folder: &Path, name: &str, ours: &[&Path]) {
     }
 }
 
-/// How many bytes [`host_secret`] holds.
-pub const SECRET_BYTES: usize = 32;
-
-/// A secret that every process of this user on this host reads alike: [`SECRET_BYTES`] random
-/// bytes in the file `protocol-in-code-qos.secret` of `folder`. The first caller makes it,
-/// from the kernel's random source, in a draft of its own (mode 0600) that it links under the
-/// secret's name in one step, so nobody reads half a secret; two callers making it at once
-/// both try to link, and the loser reads the winner's. The file is checked as a table's is:
-/// a regular file of this user that nobody else may read. It lasts as long as the folder:
-/// in `/dev/shm`, until the host reboots.
-///
-/// # Errors
-///
-/// A file the system will not let us read or make, one that is not ours, or one that is not
-/// a secret of [`SECRET_BYTES`] bytes (then it names the file to remove).
-pub fn host_secret(folder: &Path) -> Result<[u8; SECRET_BYTES], OpenError> {
-    let path = folder.join(format!("{PREFIX}secret"));
-    loop {
-        if let Some(file) = open_existing(&path)? {
-            let meta = file.metadata().map_err(io_at(&path))?;
-            let why = if meta.is_file() {
-                not_ours(&meta)
-            } else {
-                Some("it is not a regular file".into())
-            };
-            if let Some(why) = why {
-                return Err(OpenError::NotOurs { path, why });
-            }
-            let mut secret = [0_u8; SECRET_BYTES];
-            if meta.len() != SECRET_BYTES as u64 || file.read_exact_at(&mut secret, 0).is_err() {
-                let why = format!("it is not a secret of {SECRET_BYTES} bytes: remove it");
-                return Err(OpenError::Io(
-                    path,
-                    io::Error::new(io::ErrorKind::InvalidData, why),
-                ));
-            }
-            return Ok(secret);
-        }
-        let mut secret = [0_u8; SECRET_BYTES];
-        for chunk in secret.chunks_mut(16) {
-            let (high, low) = host::fresh_seed();
-            chunk[..8].copy_from_slice(&high.to_le_bytes());
-            chunk[8..].copy_from_slice(&low.to_le_bytes());
-        }
-        let draft = folder.join(format!(
-            "{PREFIX}secret.{}.{:x}.new",
-            std::process::id(),
-            host::fresh_seed().0
-        ));
-        let linked = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(no_follow())
-                .open(&draft)?;
-            io::Write::write_all(&mut file, &secret)?;
-            file.sync_data()?;
-            match std::fs::hard_link(&draft, &path) {
-                Ok(()) => Ok(true),
-                Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-                Err(error) => Err(error),
-            }
-        })();
-        let _ = std::fs::remove_file(&draft);
-        if linked.map_err(io_at(&path))? {
-            return Ok(secret);
-        }
-    }
-}
-
 /// Remove the file of a table (for tests and tooling). Processes that have it open keep using
 /// it until they open it again; the next process to open the name makes a new one.
 ///
@@ -790,194 +496,4 @@ pub fn remove(path: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::core::exact::config::{BandConfig, Ratio};
-    use std::os::unix::fs::PermissionsExt;
-
-    fn config(burst: u64) -> Config {
-        let band = BandConfig::new(Ratio::new(10, 1).unwrap(), Some(burst), None).unwrap();
-        Config::new(vec![band]).unwrap()
-    }
-
-    fn folder(test: &str) -> PathBuf {
-        let folder = std::env::temp_dir().join(format!("qos-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&folder);
-        std::fs::create_dir_all(&folder).unwrap();
-        folder
-    }
-
-    fn open_one(
-        folder: &Path,
-        name: &str,
-        config: &Config,
-        max_keys: Option<u64>,
-    ) -> Result<(Table<Mapped>, PathBuf), OpenError> {
-        open(folder, name, &[(config, max_keys)], || (1, 2)).map(|mut opened| opened.remove(0))
-    }
-
-    #[test]
-    fn two_opens_share_one_table_and_the_file_is_private() {
-        let folder = folder("share");
-        let (first, path) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
-        let (second, _) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
-        let digest = first.digest(b"k");
-        assert_eq!(second.digest(b"k"), digest);
-        assert_eq!(first.identity(), second.identity(), "one file, one table");
-        first.check(digest, 5, 0);
-        assert_eq!(second.available(digest, 0), 0);
-        let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn another_configuration_is_another_file_and_unused_ones_are_removed() {
-        let folder = folder("deploy");
-        let (old, old_path) = open_one(&folder, "api", &config(5), Some(10)).unwrap();
-        let (_, new_path) = open_one(&folder, "api", &config(6), Some(10)).unwrap();
-        assert_ne!(old_path, new_path);
-        assert!(old_path.exists(), "a table in use is never removed");
-        drop(old);
-        let (_, again) = open_one(&folder, "api", &config(6), Some(10)).unwrap();
-        assert_eq!(again, new_path);
-        assert!(!old_path.exists(), "nobody held the old one");
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn the_tables_of_one_limiter_are_one_set_and_other_names_are_never_removed() {
-        let folder = folder("set");
-        let mut paths = Vec::new();
-        for name in ["api.keys", "api.one", "api.keystone", "api.keys2"] {
-            paths.push(open_one(&folder, name, &config(5), Some(10)).unwrap().1);
-        }
-        let plans = [(&config(5), Some(10)), (&config(6), Some(10))];
-        let opened = open(&folder, "api", &plans, || (1, 2)).unwrap();
-        paths.extend(opened.into_iter().map(|(_, path)| path));
-        // Nobody holds any of them now: opening the plans again, one set, removes none.
-        let opened = open(&folder, "api", &plans, || (1, 2)).unwrap();
-        assert_eq!(opened.len(), 2);
-        for path in &paths {
-            assert!(path.exists(), "{} was removed", path.display());
-        }
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn a_file_name_is_read_by_its_whole_grammar() {
-        let table = |name: &str| {
-            let path = table_path(Path::new("/x"), name, &config(5), Some(10)).unwrap();
-            path.file_name().unwrap().to_str().unwrap().to_owned()
-        };
-        for name in [
-            "api",
-            "api.keys",
-            "api.one",
-            "api.keys2.one",
-            "v2",
-            "a.0123456789abcdef",
-        ] {
-            assert_eq!(table_name_of(&table(name)), Some(name));
-            let draft = draft_path(Path::new(&table(name)), 0xbeef);
-            assert_eq!(table_name_of(draft.to_str().unwrap()), Some(name));
-        }
-        // The layout before version 2: no version in the name.
-        let old = "protocol-in-code-qos.api.keys.one.0123456789abcdef.table";
-        assert_eq!(table_name_of(old), Some("api.keys"));
-        for other in [
-            "protocol-in-code-qos.api.table",
-            "protocol-in-code-qos.api.keysx.0123456789abcdef.table",
-            "protocol-in-code-qos.api.one.0123.table",
-            "something-else.api.one.0123456789abcdef.table",
-        ] {
-            assert_eq!(table_name_of(other), None, "{other}");
-        }
-    }
-
-    #[test]
-    fn a_file_open_to_others_or_a_link_is_refused_and_never_used() {
-        let folder = folder("mode");
-        let (table, path) = open_one(&folder, "t", &config(5), None).unwrap();
-        drop(table);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let error = open_one(&folder, "t", &config(5), None).err().unwrap();
-        assert!(matches!(error, OpenError::NotOurs { .. }), "{error}");
-        assert!(error.to_string().contains("0o644"), "{error}");
-        std::fs::remove_file(&path).unwrap();
-        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
-        let error = open_one(&folder, "t", &config(5), None).err().unwrap();
-        assert!(error.to_string().contains("symbolic link"), "{error}");
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn a_table_of_another_boot_is_replaced_by_a_whole_copy_on_this_boots_clock() {
-        let folder = folder("boot");
-        if host::boot_number() == 0 {
-            return; // no boot to tell apart
-        }
-        let (table, path) = open_one(&folder, "t", &config(5), Some(10)).unwrap();
-        let digest = table.digest(b"k");
-        let far = host::monotonic_ns() + 1_000_000_000_000;
-        table.check(digest, 5, far); // spent, a thousand seconds ahead of this clock
-        let words = table.words();
-        words[8].store(1, std::sync::atomic::Ordering::Relaxed); // "another boot"
-        drop(table);
-        let (moved, again) = open_one(&folder, "t", &config(5), Some(10)).unwrap();
-        assert_eq!(again, path);
-        assert_eq!(moved.boot(), host::boot_number());
-        // Moved to this clock: still spent now, as it was at its last call.
-        assert_eq!(moved.available(digest, host::monotonic_ns()), 0);
-        let leftovers: Vec<_> = std::fs::read_dir(&folder).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "the copy replaced the old file");
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn bad_names_and_bad_files_are_refused() {
-        let folder = folder("bad");
-        for name in ["", ".hidden", "a/b", "a b", &"x".repeat(101)] {
-            assert!(matches!(
-                open_one(&folder, name, &config(5), None),
-                Err(OpenError::Name(_))
-            ));
-        }
-        let path = table_path(&folder, "t", &config(5), None).unwrap();
-        for bytes in [vec![], vec![0; 7], vec![0; 64], b"QOSTABLE".repeat(40)] {
-            std::fs::write(&path, bytes).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-            let error = open_one(&folder, "t", &config(5), None).err().unwrap();
-            assert!(matches!(error, OpenError::Layout(..)), "{error}");
-        }
-        std::fs::remove_dir_all(folder).unwrap();
-    }
-
-    #[test]
-    fn the_host_secret_is_made_once_read_alike_and_checked() {
-        let folder = folder("secret");
-        let first = host_secret(&folder).unwrap();
-        assert_eq!(host_secret(&folder).unwrap(), first, "read alike");
-        assert_ne!(first, [0; SECRET_BYTES]);
-        let path = folder.join("protocol-in-code-qos.secret");
-        let meta = std::fs::metadata(&path).unwrap();
-        assert_eq!(meta.mode() & 0o777, 0o600);
-        let only_it = std::fs::read_dir(&folder).unwrap().count();
-        assert_eq!(only_it, 1, "no draft left behind");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(matches!(
-            host_secret(&folder),
-            Err(OpenError::NotOurs { .. })
-        ));
-        std::fs::write(&path, b"short").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let error = host_secret(&folder).unwrap_err().to_string();
-        assert!(error.contains("remove it"), "{error}");
-        std::fs::remove_file(&path).unwrap();
-        assert_ne!(
-            host_secret(&folder).unwrap(),
-            first,
-            "a new secret once removed"
-        );
-    }
-}
+mod tests;

@@ -239,3 +239,15 @@ pub fn rational_object(
         fraction_class(py)?.call1((numerator, denominator))
     }
 }
+
+/// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any
+/// other error (a KeyboardInterrupt in `__iter__`) reaches the caller.
+pub fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    match value.try_iter() {
+        Ok(_) => Ok(true),
+        Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => {
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}

@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 
-use crate::python::args::{nanoseconds, tokens, NowNs, N};
+use crate::python::args::{nanoseconds, NowNs};
 
 /// `None` for the monotonic clock, else a callable.
 pub struct Clock(Option<Py<PyAny>>);
@@ -51,16 +51,6 @@ impl Clock {
     pub fn until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
         let now = self.now(py, None)?;
         Ok(u128::try_from(i128::from(at_ns) - i128::from(now)).unwrap_or(0))
-    }
-
-    /// A limiter call's `n` (default 1) and time (`now_ns`, else this clock).
-    pub fn request(
-        &self,
-        py: Python<'_>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(u64, i64)> {
-        Ok((tokens(n), self.now(py, now_ns)?))
     }
 
     /// What a pickle records of where its times come from: for the default clock, the boot of

@@ -16,7 +16,7 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
 use crate::core::exact::plans::Plans;
 use crate::core::exact::quota;
-use crate::python::args::{count, exact_fraction, rational_object};
+use crate::python::args::{count, exact_fraction, is_iterable, rational_object};
 use crate::python::record::repr;
 
 /// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
@@ -384,6 +384,27 @@ pub fn read_plans(
     Ok(Plans::new(named))
 }
 
+/// The configurations of a keyed limiter: with `plans`, each plan's, and the plans' names with
+/// the index of their configuration; without, the one configuration `rate`, `burst`, `per` and
+/// `bands` describe (see [`read_config`], [`read_plans`]).
+#[allow(clippy::type_complexity)] // the names with their indices, and the configurations
+pub fn read_limits(
+    py: Python<'_>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    per: Option<&Bound<'_, PyAny>>,
+    bands: Option<&Bound<'_, PyAny>>,
+    plans: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Option<Box<[(String, usize)]>>, Vec<Config>)> {
+    match plans {
+        None => Ok((None, vec![read_config(py, rate, burst, per, bands)?])),
+        Some(plans) => {
+            let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+            Ok((Some(names.into_boxed_slice()), configs))
+        }
+    }
+}
+
 /// One plan's configuration: a `Band`, or a non-str iterable of bands, as `bands`; anything else
 /// (a quota string, a number) as `rate`.
 fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
@@ -393,7 +414,7 @@ fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
     }
     let iterable = !value.is_instance_of::<PyString>()
         && !value.is_instance_of::<PyBytes>()
-        && crate::python::keyed::is_iterable(value)?;
+        && is_iterable(value)?;
     if iterable {
         read_config(py, None, None, None, Some(value))
     } else {

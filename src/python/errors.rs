@@ -33,6 +33,11 @@ impl From<ConfigError> for PyErr {
 impl From<RestoreError> for PyErr {
     fn from(error: RestoreError) -> Self {
         PyValueError::new_err(match error {
+            RestoreError::Bands => "the saved state has a different number of bands",
+            RestoreError::OverBurst => "a saved balance exceeds its band's burst",
+            RestoreError::Ahead => {
+                "a saved balance is settled later than the saved table's clock allows"
+            }
             RestoreError::Duplicate => "the saved state holds a key twice",
             RestoreError::Overfull => "the saved state holds more keys than this table's max_keys",
         })
@@ -118,6 +123,17 @@ pub fn never(n: u64) -> PyErr {
 pub enum OfClock {
     Limiter,
     Table,
+}
+
+/// [`clock_error`] for a call's time: `now_ns` if the caller `given` it, else the clock's
+/// reading.
+pub fn off_the_clock(whose: OfClock, given: bool, now: i64, gap: i128) -> PyErr {
+    let what = if given {
+        "now_ns"
+    } else {
+        "the clock's reading"
+    };
+    clock_error(whose, what, now, gap)
 }
 
 /// The error for a time `gap` nanoseconds from a clock (positive when ahead), farther than

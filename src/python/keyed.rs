@@ -6,44 +6,25 @@
 //! interpreter released, after every item has been read and checked, so a bad trace changes
 //! nothing.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
-use pyo3::IntoPyObjectExt;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::core::exact::config::Config;
-use crate::core::exact::key::{plain_int, Key, KeyRef};
-use crate::core::exact::keyed::{off_the_clock, Answer, KeyedDecision, KeyedLimiter, Stats};
-use crate::core::exact::limiter::{Balances, Decision as CoreDecision};
-use crate::core::exact::plans::Plans;
-use crate::core::exact::rate::BandSpec;
+use crate::core::exact::key::{Key, KeyRef};
+use crate::core::exact::keyed::{KeyedLimiter, Stats};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, tokens, NowNs, Timeout, N};
-use crate::python::buffers::{code_array, IntBuffer};
+use crate::python::args::{count, NowNs};
 use crate::python::clock::{shifted, Clock};
-use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_plans,
-};
-use crate::python::errors::{clock_error, never, OfClock};
-use crate::python::fork::{self, Lineage};
+use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
+use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::fork::Lineage;
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
-    conveniences, max_wait_ns, only_the_rate_by_position, rebuilder, restore_attributes,
-    with_attributes, Decision,
+    only_the_rate_by_position, rebuilder, restore_attributes, with_attributes,
 };
-use crate::python::record::frozen_record;
-use crate::python::waiting::{wait_for_turn, Reserved};
-
-frozen_record! {
-    /// What a keyed limiter has done since it was made: requests allowed, denied (including
-    /// never), refused because the table was full, and keys forgotten.
-    pub struct KeyedStats as "KeyedStats" in "protocol_in_code.qos.keyed" {
-        allowed,
-        denied,
-        refused,
-        forgotten,
-    }
-}
+use crate::python::surface::methods::limiter_methods;
+use crate::python::surface::PyLimit;
 
 /// `max_keys` unless given.
 const DEFAULT_MAX_KEYS: KeyCount = KeyCount(100_000);
@@ -114,7 +95,7 @@ pub struct KeyedRateLimiter {
 }
 
 /// One plan's keys: a table, the registry of its object keys, and the bands it limits by.
-struct PlanTable {
+pub struct PlanTable {
     table: KeyedLimiter<Key>,
     registry: Registry,
     config: Config,
@@ -144,26 +125,55 @@ impl PlanTable {
     }
 }
 
-impl KeyedRateLimiter {
-    /// The table of `plan`: the only one without plans (then `plan` must not be given), else
-    /// the named plan's, which must be one of them.
+/// A keyed limiter in this process: a part per plan, and keys of every kind Python hashes.
+impl PyLimit for KeyedRateLimiter {
+    type Core = KeyedLimiter<Key>;
+    type Part = PlanTable;
+    type Key<'a> = &'a Bound<'a, PyAny>;
+    const NAME: &'static str = "KeyedRateLimiter";
+    const CLOCK: OfClock = OfClock::Table;
+
+    fn parts(&self) -> &[PlanTable] {
+        &self.tables
+    }
+
+    fn plans(&self) -> Option<&[(String, usize)]> {
+        self.plans.as_deref()
+    }
+
+    fn core<'a>(&'a self, part: &'a PlanTable) -> &'a KeyedLimiter<Key> {
+        &part.table
+    }
+
+    fn config<'a>(&'a self, part: &'a PlanTable) -> &'a Config {
+        &part.config
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
     #[inline]
-    fn plan(&self, plan: Option<&Bound<'_, PyAny>>) -> PyResult<&PlanTable> {
-        match (&self.plans, plan) {
-            (None, None) => Ok(&self.tables[0]),
-            (plans, plan) => self.named(plans.as_deref(), plan),
-        }
-    }
-
-    #[cold]
-    fn named(
+    fn with_key<R>(
         &self,
-        plans: Option<&[(String, usize)]>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<&PlanTable> {
-        plan_index(plans, plan).map(|index| &self.tables[index])
+        part: &PlanTable,
+        key: &Bound<'_, PyAny>,
+        stores: bool,
+        decide: impl for<'k> FnOnce(&'k KeyRef<'k>) -> R,
+    ) -> PyResult<R> {
+        part.with_key(key, stores, |key| decide(key))
     }
 
+    fn lineage(&self, py: Python<'_>) -> PyResult<()> {
+        self.lineage.check(py, Self::NAME)
+    }
+
+    fn reading_plain<R>(&self, part: &PlanTable, read: impl FnOnce() -> R) -> R {
+        part.registry.with_plain(read)
+    }
+}
+
+impl KeyedRateLimiter {
     /// The table of `plan` as a part of a stacked request (see `python::stack`), and the time
     /// of the call, checked against the table's clock. From here on no restore may re-seed the
     /// table: the stack hashes its key once, then decides under the shard's lock.
@@ -173,40 +183,17 @@ impl KeyedRateLimiter {
         plan: Option<&Bound<'_, PyAny>>,
         now_ns: Option<NowNs>,
     ) -> PyResult<(&KeyedLimiter<Key>, i64)> {
-        let plan = self.plan(plan)?;
+        let plan = self.part(plan)?;
         let now = plan.registry.with_plain(|| self.clock.now(py, now_ns))?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        Ok((&plan.table, now))
-    }
-
-    /// A call's time, `now`, read from `now_ns` if given (else from the clock), unless it is
-    /// too far from the table's clock to be a reading of it (see `MAX_CLOCK_GAP_NS`).
-    /// The first call in a child process of the one that made the table warns (see `Lineage`).
-    fn on_the_clock(
-        &self,
-        py: Python<'_>,
-        plan: &PlanTable,
-        now: i64,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<i64> {
-        self.lineage.check(py, "KeyedRateLimiter")?;
+        self.lineage(py)?;
         match plan.table.off_the_clock(now) {
-            None => Ok(now),
-            Some(gap) => {
-                let given = now_ns.is_some();
-                let name = if given {
-                    "now_ns"
-                } else {
-                    "the clock's reading"
-                };
-                Err(clock_error(OfClock::Table, name, now, gap))
-            }
+            None => Ok((&plan.table, now)),
+            Some(gap) => Err(off_the_clock(OfClock::Table, now_ns.is_some(), now, gap)),
         }
     }
 }
 
-#[pymethods]
-impl KeyedRateLimiter {
+limiter_methods! { keyed: KeyedRateLimiter {
     #[new]
     #[pyo3(
         signature = (rate = None, *more, burst = None, per = None, bands = None, plans = None, max_keys = DEFAULT_MAX_KEYS, shards = None, clock = None),
@@ -226,13 +213,7 @@ impl KeyedRateLimiter {
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
-        let (names, configs) = match plans {
-            None => (None, vec![read_config(py, rate, burst, per, bands)?]),
-            Some(plans) => {
-                let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
-                (Some(names.into_boxed_slice()), configs)
-            }
-        };
+        let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let KeyCount(max_keys) = max_keys;
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
@@ -266,340 +247,6 @@ impl KeyedRateLimiter {
             clock: Clock::checked(py, clock)?,
             lineage: Lineage::new(),
         })
-    }
-
-    /// Take `n` tokens for `key` if its every band holds them; True if taken, False if not
-    /// (denied, or refused because the table is full). Raises ValueError if `n` exceeds a
-    /// band's burst, since no wait would ever be enough.
-    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let plan = self.plan(plan)?;
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        let decision = plan.with_key(key, true, |key| plan.table.acquire(key, n, now))?;
-        match decision {
-            KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
-            // No wait would ever be enough: a loop retrying on False would spin for ever.
-            KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
-            _ => Ok(false),
-        }
-    }
-
-    /// Take `n` tokens for `key` if allowed, and say exactly what happened: a Decision that is
-    /// ALLOWED, DENIED (with the exact wait_ns), NEVER (n exceeds a burst) or REFUSED (a new
-    /// key and a full table; wait_ns says when room may appear).
-    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
-    fn check<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, Decision>> {
-        let plan = self.plan(plan)?;
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        let answer = plan.with_key(key, true, |key| plan.table.check(key, n, now))?;
-        decision(py, answer)
-    }
-
-    /// What check(key, n) would answer now, taking nothing.
-    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
-    fn peek<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, Decision>> {
-        let plan = self.plan(plan)?;
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        let answer = plan.with_key(key, false, |key| plan.table.peek(key, n, now))?;
-        decision(py, answer)
-    }
-
-    /// Give `n` tokens back to `key` (each band capped at its burst; a key not remembered is
-    /// already full).
-    #[pyo3(signature = (key, n = None, now_ns = None, *, plan = None), text_signature = "($self, key, n=1, now_ns=None, *, plan=None)")]
-    fn refund(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let plan = self.plan(plan)?;
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        plan.with_key(key, false, |key| plan.table.refund(key, n, now))
-    }
-
-    /// Whole tokens `key` holds now (every band's least).
-    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
-    fn available(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<u128> {
-        let plan = self.plan(plan)?;
-        let now = self.clock.now(py, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        plan.with_key(key, false, |key| plan.table.available(key, now))
-    }
-
-    /// Each band's whole tokens for `key` now, and the nanoseconds until it can give one more
-    /// (for a full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of
-    /// `bands` (of `plan`'s, with plans). A key not remembered is full. Takes and stores
-    /// nothing.
-    #[pyo3(signature = (key, now_ns = None, *, plan = None))]
-    fn band_levels(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<(u128, u128)>> {
-        let plan = self.plan(plan)?;
-        let now = self.clock.now(py, now_ns)?;
-        let now = self.on_the_clock(py, plan, now, now_ns)?;
-        let levels = plan.with_key(key, false, |key| plan.table.levels(key, now))?;
-        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
-    }
-
-    /// Take `n` tokens for `key`, sleeping (without holding the interpreter) until allowed.
-    /// True once taken, or False at once if they would only be there after `timeout` seconds;
-    /// ValueError if `n` exceeds a burst.
-    ///
-    /// Waiters on one key are served in the order they arrive: each reserves its tokens at the
-    /// moment they will be there, and whoever comes later queues behind it, so a large request
-    /// is never starved by small ones. A refusal (a new key and a full table) sleeps until room
-    /// may appear and tries again, within `timeout`. Ctrl-C ends the wait with
-    /// KeyboardInterrupt (signals are looked at every 50 ms), and the waiter gives its tokens
-    /// back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic
-    /// clock does.
-    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let plan = self.plan(plan)?;
-        let n = tokens(n);
-        // The key is read at each attempt: its registered form is looked up each time.
-        wait_for_turn(
-            py,
-            "KeyedRateLimiter",
-            max_wait_ns(timeout),
-            |left| self.reserve(py, plan, key, n, left),
-            |at| self.clock.until(py, at),
-            |turn| self.give_back(py, plan, key, n, turn),
-        )
-    }
-
-    /// Reserve `n` tokens for `key` as `acquire` does, without sleeping, for `acquire_async`:
-    /// `(True, at_ns)` once reserved (the time, on the limiter's clock, from which they are the
-    /// caller's), `(False, retry_ns)` if refused (a new key and a full table: try again after
-    /// that long), or None, taking nothing, if they would only be there after `timeout`
-    /// seconds. Raises ValueError if `n` exceeds a burst.
-    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None))]
-    fn _reserve(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<(bool, i128)>> {
-        let plan = self.plan(plan)?;
-        let n = tokens(n);
-        Ok(self
-            .reserve(py, plan, key, n, max_wait_ns(timeout))?
-            .for_python())
-    }
-
-    /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were not
-    /// used (a cancelled waiter): undone if no waiter on the key queued behind them, else
-    /// forfeited, so nobody is ever let in before a turn already promised (see
-    /// `KeyedLimiter::give_back`).
-    #[pyo3(signature = (key, n, at_ns, *, plan = None))]
-    fn _give_back(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: N,
-        at_ns: i64,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let plan = self.plan(plan)?;
-        let N(n) = n;
-        let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(py, plan, now, None)?;
-        plan.with_key(key, false, |key| plan.table.give_back(key, n, now, at_ns))
-    }
-
-    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
-    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.clock.until(py, at_ns)
-    }
-
-    /// Decide a whole trace of integer keys: request `i` is `n[i]` tokens (or `n` for each, 1
-    /// by default) for `keys[i]` at `now_ns[i]`. Returns an `array('B')` of outcome codes (0
-    /// allowed, 1 denied, 2 never, 3 refused), exactly what `check` would have said one call at
-    /// a time, with the same effect. Any buffer of integers works (numpy, array.array,
-    /// memoryview), or a list. A bad trace raises, naming the index, and changes nothing.
-    #[pyo3(signature = (keys, now_ns, n = None, *, plan = None))]
-    fn try_acquire_many<'py>(
-        &self,
-        py: Python<'py>,
-        keys: &Bound<'py, PyAny>,
-        now_ns: &Bound<'py, PyAny>,
-        n: Option<&Bound<'py, PyAny>>,
-        plan: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let plan = self.plan(plan)?;
-        let keys = IntBuffer::new(keys, "keys")?;
-        let times = IntBuffer::new(now_ns, "now_ns")?;
-        let length = keys.len();
-        let counts = match n.filter(|n| !n.is_none()) {
-            None => Counts::Each(1),
-            // A single number (an int, a numpy integer: not iterable) is the count for all.
-            Some(n) if n.is_instance_of::<PyInt>() || !is_iterable(n)? => {
-                Counts::Each(count(n, "n")?)
-            }
-            Some(n) => Counts::Items(IntBuffer::new(n, "n")?),
-        };
-        let counts_length = match &counts {
-            Counts::Items(buffer) => Some(buffer.len()),
-            Counts::Each(_) => None,
-        };
-        if times.len() != length || counts_length.is_some_and(|c| c != length) {
-            return Err(PyValueError::new_err(format!(
-                "keys ({length}), now_ns ({}){} must have the same length",
-                times.len(),
-                counts_length.map_or_else(String::new, |c| format!(" and n ({c})"))
-            )));
-        }
-        // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` sees
-        // it; each is made one when its turn comes, so the trace is copied once, compactly.
-        let keys: Vec<i128> = keys.narrowed("keys", "be a 64-bit int")?;
-        let times: Vec<i64> = times.narrowed("now_ns", "fit in 64 bits")?;
-        // Each time is checked against the table's clock as it will be when its turn comes.
-        let mut clock = plan.table.latest();
-        for (index, &now) in times.iter().enumerate() {
-            if let Some(gap) = clock.and_then(|latest| off_the_clock(latest, now)) {
-                return Err(clock_error(
-                    OfClock::Table,
-                    &format!("now_ns[{index}]"),
-                    now,
-                    gap,
-                ));
-            }
-            clock = Some(clock.map_or(now, |latest| latest.max(now)));
-        }
-        let counts = match counts {
-            Counts::Each(n) => Counts::Each(n),
-            Counts::Items(buffer) => {
-                Counts::Items(buffer.narrowed("n", "be between 0 and 2**64 - 1")?)
-            }
-        };
-        let mut codes = Vec::with_capacity(length);
-        fork::detach(py, || {
-            let requests = (0..length).map(|i| {
-                let key = plain_int(keys[i]);
-                (key, counts.at(i), times[i])
-            });
-            // Waited for with the interpreter released: only a restore holds it long.
-            plan.registry.with_plain(|| {
-                plan.table
-                    .acquire_many::<KeyRef<'_>, _>(requests, |decision| codes.push(code(decision)));
-            });
-        });
-        code_array(py, codes.into_iter())
-    }
-
-    /// What the table has done: a KeyedStats(allowed, denied, refused, forgotten); with plans,
-    /// the sums over every plan's table.
-    #[getter]
-    fn stats(&self, py: Python<'_>) -> PyResult<KeyedStats> {
-        let mut sum = Stats::default();
-        for plan in &self.tables {
-            let Stats {
-                allowed,
-                denied,
-                refused,
-                forgotten,
-            } = plan.table.stats();
-            sum.allowed += allowed;
-            sum.denied += denied;
-            sum.refused += refused;
-            sum.forgotten += forgotten;
-        }
-        stats_record(py, sum)
-    }
-
-    /// The most keys the table remembers at once (with plans, each plan's table).
-    #[getter]
-    fn max_keys(&self) -> usize {
-        self.tables[0].table.max_keys()
-    }
-
-    /// The bands every key is limited by, each a `Band` as it was written. A limiter with
-    /// plans has no bands of its own: it raises AttributeError, pointing to `plans`.
-    #[getter]
-    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        match &self.plans {
-            None => bands_tuple(py, &self.tables[0].config),
-            Some(names) => Err(no_bands("KeyedRateLimiter", names)),
-        }
-    }
-
-    /// Each plan's bands, a dict of plan name to a tuple of `Band`; None without plans.
-    #[getter]
-    fn plans<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        self.plans
-            .as_deref()
-            .map(|names| plans_dict(py, names, &self.configs()))
-            .transpose()
-    }
-
-    /// How many keys are remembered now (with plans, in every plan's table: a key remembered
-    /// under two plans counts twice).
-    fn __len__(&self) -> usize {
-        self.tables.iter().map(|plan| plan.table.len()).sum()
-    }
-
-    /// Always True, however many keys are remembered. Without it an empty table would be
-    /// false through `__len__`, and `limiter or KeyedRateLimiter(...)` would quietly put a new
-    /// table in place of one that simply has no throttled client at the moment.
-    fn __bool__(_slf: &Bound<'_, Self>) -> bool {
-        true
-    }
-
-    /// Whether `key` is remembered now (a key not remembered is full); with plans, under any
-    /// plan.
-    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        for plan in &self.tables {
-            if plan.with_key(key, false, |key| plan.table.contains(key))? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 
     /// The keys remembered now (a snapshot); a key longer than 128 bytes as its `KeyDigest`.
@@ -640,7 +287,7 @@ impl KeyedRateLimiter {
             "{}({limits}, max_keys={}, keys={})",
             slf.get_type().qualname()?,
             this.tables[0].table.max_keys(),
-            this.__len__()
+            crate::python::surface::tables::len(this)?
         ))
     }
 
@@ -708,25 +355,6 @@ impl KeyedRateLimiter {
         restore_attributes(slf.as_any(), &attributes)
     }
 
-    /// Take `n` tokens for `key`, awaiting (asyncio) until allowed. True once taken, False at
-    /// once if they would only be there after `timeout` seconds; ValueError if `n` exceeds a
-    /// burst. Served in order of arrival, as `acquire`; a cancelled waiter gives its tokens
-    /// back. A refusal (full table) awaits until room may appear, then tries again.
-    #[pyo3(signature = (key, n = None, timeout = None, *, plan = None), text_signature = "($self, key, n=1, timeout=None, *, plan=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        key: Bound<'py, PyAny>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-        plan: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        // A bad plan raises here, not when the coroutine first runs.
-        slf.get().plan(plan.as_ref())?;
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_reserved_for", (slf, key, &n, timeout, plan))
-    }
-
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.clock.traverse(&visit)?;
         for plan in &self.tables {
@@ -734,62 +362,9 @@ impl KeyedRateLimiter {
         }
         Ok(())
     }
-}
-
-/// A table's counts as the Python record.
-pub fn stats_record(py: Python<'_>, stats: Stats) -> PyResult<KeyedStats> {
-    let Stats {
-        allowed,
-        denied,
-        refused,
-        forgotten,
-    } = stats;
-    Ok(KeyedStats::from_fields(
-        allowed.into_py_any(py)?,
-        denied.into_py_any(py)?,
-        refused.into_py_any(py)?,
-        forgotten.into_py_any(py)?,
-    ))
-}
+}}
 
 impl KeyedRateLimiter {
-    /// Reserve `n` tokens for `key` at the clock's time, `max_wait` nanoseconds from it at
-    /// most (see `KeyedLimiter::reserve`).
-    fn reserve(
-        &self,
-        py: Python<'_>,
-        plan: &PlanTable,
-        key: &Bound<'_, PyAny>,
-        n: u64,
-        max_wait: u128,
-    ) -> PyResult<Reserved> {
-        let now = self.clock.now(py, None)?;
-        let now = self.on_the_clock(py, plan, now, None)?;
-        let reservation =
-            plan.with_key(key, true, |key| plan.table.reserve(key, n, now, max_wait))?;
-        Reserved::of_keyed(reservation, now, n)
-    }
-
-    /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved for `key` at `reserved_ns` for `at_ns` (see
-    /// `KeyedLimiter::give_back`).
-    fn give_back(
-        &self,
-        py: Python<'_>,
-        plan: &PlanTable,
-        key: &Bound<'_, PyAny>,
-        n: u64,
-        turn: (i64, i64),
-    ) {
-        let (reserved_ns, at_ns) = turn;
-        let now = self.clock.now(py, None).unwrap_or(reserved_ns);
-        let now = self
-            .on_the_clock(py, plan, now, None)
-            .unwrap_or(reserved_ns);
-        // A key that cannot be read again keeps its reservation: the error still goes on.
-        let _ = plan.with_key(key, false, |key| plan.table.give_back(key, n, now, at_ns));
-    }
-
     /// Every table's configuration, by the index the plans name.
     fn configs(&self) -> Vec<&Config> {
         self.tables.iter().map(|plan| &plan.config).collect()
@@ -890,15 +465,17 @@ impl PlanTable {
         unused()?;
         // Everything is checked, and every key read (running any Python code it has), before
         // anything is registered or stored.
-        let specs = self.table.specs();
         let mut entries = Vec::new();
         let mut objects = Vec::new();
         for (key, number, balances) in saved {
             let balances = balances
                 .into_iter()
-                .map(|(units, at)| (units, shifted(at, by)))
+                .map(|(units, at)| Balance {
+                    units,
+                    settled_at: shifted(at, by),
+                })
                 .collect();
-            let limiter = saved_limiter(specs, balances, latest)?;
+            let limiter = self.table.saved_key(balances, latest)?;
             // Read as the saved table read it: a long key as its digest under the saved seed.
             match (classify(&key)?.into_key(seed), number) {
                 // A number saved with a key now read natively (by an older version) is not
@@ -931,139 +508,4 @@ impl PlanTable {
                 .map_err(PyErr::from)
         })
     }
-}
-
-/// A saved key's limiter, checked against the bands and the table's saved clock.
-fn saved_limiter(
-    specs: &[BandSpec],
-    balances: Vec<(u128, Option<i64>)>,
-    latest: Option<i64>,
-) -> PyResult<Balances> {
-    if balances.len() != specs.len() {
-        return Err(PyValueError::new_err(
-            "the saved state has a different number of bands",
-        ));
-    }
-    let bands = specs
-        .iter()
-        .zip(balances)
-        .map(|(&spec, (units, settled_at))| {
-            if units > spec.capacity_units() {
-                return Err(PyValueError::new_err(
-                    "a saved balance exceeds its band's burst",
-                ));
-            }
-            // A key is stored only by a call, so a table with a key has a clock. A key with a
-            // waiter is settled ahead of it, at the end of its reservations, but never as far
-            // as a time read on another clock would be.
-            if settled_at.is_some_and(|at| {
-                latest.is_none_or(|latest| off_the_clock(latest, at).is_some_and(|gap| gap > 0))
-            }) {
-                return Err(PyValueError::new_err(
-                    "a saved balance is settled later than the saved table's clock allows",
-                ));
-            }
-            Ok(Balance { units, settled_at })
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(bands.into())
-}
-
-/// Whether `value` can be iterated: False only for a TypeError from `iter()`, so that any
-/// other error (a KeyboardInterrupt in `__iter__`) reaches the caller.
-pub fn is_iterable(value: &Bound<'_, PyAny>) -> PyResult<bool> {
-    match value.try_iter() {
-        Ok(_) => Ok(true),
-        Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => {
-            Ok(false)
-        }
-        Err(error) => Err(error),
-    }
-}
-
-/// The tokens of each request in a trace: one count for all, or one each (a buffer, then its
-/// values).
-enum Counts<Items> {
-    Each(u64),
-    Items(Items),
-}
-
-impl Counts<Vec<u64>> {
-    fn at(&self, index: usize) -> u64 {
-        match self {
-            Self::Each(n) => *n,
-            Self::Items(items) => items[index],
-        }
-    }
-}
-
-/// The Python answer for a table's answer.
-pub fn decision(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Decision>> {
-    let Answer {
-        decision,
-        remaining,
-    } = answer;
-    match decision {
-        KeyedDecision::Decided(decided) => Decision::new(py, decided, remaining),
-        KeyedDecision::Refused { retry_in } => Decision::build(py, 3, Some(retry_in), 0),
-    }
-}
-
-/// A decision's `LimitOutcome` code, as in `try_acquire_many`'s array.
-pub fn code(decision: KeyedDecision) -> u8 {
-    match decision {
-        KeyedDecision::Decided(CoreDecision::Allowed) => 0,
-        KeyedDecision::Decided(CoreDecision::Wait(_)) => 1,
-        KeyedDecision::Decided(CoreDecision::Never) => 2,
-        KeyedDecision::Refused { .. } => 3,
-    }
-}
-
-/// The index of the table of `plan`, among `plans` (each a name and its table's index): the
-/// only table, 0, without plans (then `plan` must not be given); else the named plan's, which
-/// must be one of them.
-pub fn plan_index(
-    plans: Option<&[(String, usize)]>,
-    plan: Option<&Bound<'_, PyAny>>,
-) -> PyResult<usize> {
-    let shown = |plan: &Bound<'_, PyAny>| {
-        plan.repr()
-            .map_or_else(|_| "?".into(), |shown| shown.to_string())
-    };
-    match (plans, plan) {
-        (None, None) => Ok(0),
-        (None, Some(plan)) => Err(PyTypeError::new_err(format!(
-            "plan={} was given, but this limiter has no plans: give it \
-             plans={{name: rate or bands, ...}} to limit each key by its plan",
-            shown(plan)
-        ))),
-        (Some(names), None) => Err(PyTypeError::new_err(format!(
-            "plan= is required: this limiter's plans are {}",
-            Plans::listed(names)
-        ))),
-        (Some(names), Some(plan)) => {
-            let Ok(text) = plan.cast::<PyString>() else {
-                return Err(PyTypeError::new_err(format!(
-                    "plan must be a str naming one of this limiter's plans ({}), not {}",
-                    Plans::listed(names),
-                    shown(plan)
-                )));
-            };
-            Plans::index_of(names, &text.to_cow()?).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "unknown plan {}: this limiter's plans are {}",
-                    shown(plan),
-                    Plans::listed(names)
-                ))
-            })
-        }
-    }
-}
-
-/// What `bands` raises on a limiter with plans.
-pub fn no_bands(class: &str, names: &[(String, usize)]) -> PyErr {
-    pyo3::exceptions::PyAttributeError::new_err(format!(
-        "a {class} with plans has no bands of its own: read .plans, each plan's bands ({})",
-        Plans::listed(names)
-    ))
 }

@@ -6,153 +6,23 @@
 //! default clock is read natively. A blocking `acquire` sleeps with the interpreter released.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
-use crate::core::exact::limiter::{Decision as CoreDecision, Limiter};
+use crate::core::exact::limiter::Limiter;
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, nanoseconds, tokens, NowNs, Timeout, N};
+use crate::python::args::{count, nanoseconds, NowNs};
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
-use crate::python::enums::StrEnum;
-use crate::python::errors::{clock_error, never, OfClock};
+use crate::python::errors::OfClock;
 use crate::python::fork::Lineage;
-use crate::python::record::frozen_record;
-use crate::python::waiting::{wait_for_turn, Reserved};
-
-/// The outcomes of a limiter's decision.
-pub static LIMIT_OUTCOME: StrEnum = StrEnum::new(
-    "LimitOutcome",
-    "protocol_in_code.qos.limiter",
-    "A limiter's answer: ALLOWED (taken), DENIED (not yet: see wait_ns), NEVER (more than a \
-     band can ever hold) or REFUSED (a keyed limiter's table is full of throttled keys).",
-    &[
-        ("ALLOWED", "Allowed"),
-        ("DENIED", "Denied"),
-        ("NEVER", "Never"),
-        ("REFUSED", "Refused"),
-    ],
-);
-
-frozen_record! {
-    /// A limiter's answer: the outcome, the exact wait in nanoseconds until the same request
-    /// would be allowed (0 when allowed, None when never), and the whole tokens every band
-    /// still holds. True when allowed.
-    pub struct Decision as "Decision" in "protocol_in_code.qos.limiter" {
-        outcome,
-        wait_ns,
-        remaining,
-    }
-    methods {
-        /// Whether the request was (or would be) allowed.
-        #[getter]
-        fn allowed(&self, py: Python<'_>) -> PyResult<bool> {
-            Ok(self.outcome.bind(py).is(LIMIT_OUTCOME.member(py, 0)?.bind(py)))
-        }
-
-        fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
-            self.allowed(py)
-        }
-    }
-}
-
-impl Decision {
-    pub fn new(
-        py: Python<'_>,
-        decision: CoreDecision,
-        remaining: u128,
-    ) -> PyResult<Bound<'_, Self>> {
-        match decision {
-            CoreDecision::Allowed => Self::build(py, 0, Some(0), remaining),
-            CoreDecision::Wait(ns) => Self::build(py, 1, Some(ns), remaining),
-            CoreDecision::Never => Self::build(py, 2, None, remaining),
-        }
-    }
-
-    /// The answer whose outcome is `LimitOutcome` member `index`.
-    pub fn build(
-        py: Python<'_>,
-        index: usize,
-        wait_ns: Option<u128>,
-        remaining: u128,
-    ) -> PyResult<Bound<'_, Self>> {
-        Self::make(
-            py,
-            LIMIT_OUTCOME.member(py, index)?.into_bound(py),
-            wait_ns
-                .map(|ns| int(py, ns))
-                .transpose()?
-                .into_bound_py_any(py)?,
-            int(py, remaining)?,
-        )
-    }
-}
-
-/// `value` as a Python int. Nearly every count fits 64 bits, which CPython makes from a machine
-/// word; only a larger one goes through the bytes a 128-bit value needs (twice as slow).
-fn int(py: Python<'_>, value: u128) -> PyResult<Bound<'_, PyAny>> {
-    match u64::try_from(value) {
-        Ok(small) => small.into_bound_py_any(py),
-        Err(_) => value.into_bound_py_any(py),
-    }
-}
-
-/// A blocking acquire (`acquire()` with a timeout other than 0, `with limiter:`, a decorated
-/// `def`) called on a thread that is running an asyncio event loop: refused with a
-/// `RuntimeError`, whether or not this call would have had to wait. Sleeping there stalls every
-/// task of the loop for the whole wait, silently, and only under load, when tokens run out:
-/// refused every time, the mistake shows in the first test rather than in production.
-/// `acquire(timeout=0)` never sleeps, and is let through.
-pub fn refuse_in_event_loop(py: Python<'_>, limiter: &str) -> PyResult<()> {
-    static RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let running_loop = RUNNING_LOOP.get_or_try_init(py, || {
-        Ok::<_, PyErr>(py.import("asyncio")?.getattr("_get_running_loop")?.unbind())
-    })?;
-    if running_loop.bind(py).call0()?.is_none() {
-        return Ok(());
-    }
-    Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-        "a blocking {limiter}.acquire() (also `with limiter:` and a decorated def) would stall \
-         this thread's running event loop for as long as it waits: in async code, use `await \
-         limiter.acquire_async()`, `async with limiter:`, or decorate the async def itself \
-         (try_acquire() never waits)"
-    )))
-}
-
-/// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
-/// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
-const SIGNAL_SLICE: Duration = Duration::from_millis(50);
-
-/// Sleep for `wait` without the interpreter, in slices of at most [`SIGNAL_SLICE`], running
-/// signal handlers after each; the first handler that raises ends the sleep with its error.
-/// (`std::thread::sleep` itself sleeps on through a signal, so one long sleep would not do.)
-pub fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
-    // A wait beyond what `Instant` can express is slept slice by slice until interrupted.
-    let until = Instant::now().checked_add(wait);
-    loop {
-        let slice = match until {
-            Some(until) => until.saturating_duration_since(Instant::now()),
-            None => SIGNAL_SLICE,
-        };
-        if slice.is_zero() {
-            return Ok(());
-        }
-        py.detach(|| std::thread::sleep(slice.min(SIGNAL_SLICE)));
-        py.check_signals()?;
-    }
-}
-
-/// A caller's `timeout` as the longest wait, in nanoseconds, it accepts (None: for ever).
-pub fn max_wait_ns(timeout: Option<Timeout>) -> u128 {
-    timeout.map_or(u128::MAX, |Timeout(wait)| wait.as_nanos())
-}
+use crate::python::surface::methods::limiter_methods;
+use crate::python::surface::PyLimit;
 
 /// An exact rate limiter of one or more bands.
 ///
@@ -191,29 +61,6 @@ impl RateLimiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The limiter, locked, for a call at `now`, checked against its clock (see
-    /// `Limiter::on_the_clock`); `now_ns` is what the caller gave, if anything. The first call
-    /// in a child process of the one that made the limiter warns (see `Lineage`).
-    fn at(
-        &self,
-        py: Python<'_>,
-        now: i64,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<MutexGuard<'_, Limiter>> {
-        self.lineage.check(py, "RateLimiter")?;
-        let mut limiter = self.lock();
-        limiter.on_the_clock(now).map_err(|gap| {
-            let given = now_ns.is_some();
-            let what = if given {
-                "now_ns"
-            } else {
-                "the clock's reading"
-            };
-            clock_error(OfClock::Limiter, what, now, gap)
-        })?;
-        Ok(limiter)
-    }
-
     /// This limiter as a part of a stacked request (see `python::stack`): its lock, and the
     /// time of the call. The core checks the time against the clock once it holds the lock.
     pub(crate) fn stacked(
@@ -235,46 +82,53 @@ impl RateLimiter {
     ) -> PyResult<()> {
         let latest = clock.or_else(|| balances.iter().filter_map(|&(_, at)| at).max());
         let by = self.clock.shift(py, origin, latest)?;
-        let mut limiter = self.lock();
-        if balances.len() != limiter.bands().len() {
-            return Err(PyValueError::new_err(
-                "the saved state has a different number of bands",
-            ));
-        }
-        let mut bands = limiter.bands();
-        for (band, (units, settled_at)) in bands.iter_mut().zip(balances) {
-            if units > band.spec.capacity_units() {
-                return Err(PyValueError::new_err(
-                    "a saved balance exceeds its band's burst",
-                ));
-            }
-            band.balance = Balance {
+        let saved = balances
+            .into_iter()
+            .map(|(units, settled_at)| Balance {
                 units,
                 settled_at: shifted(settled_at, by),
-            };
-        }
-        *limiter = Limiter::from_bands(&bands).with_clock(shifted(clock, by));
+            })
+            .collect();
+        let restored = Limiter::saved(&self.config.specs(), saved, shifted(clock, by))?;
+        *self.lock() = restored;
         Ok(())
-    }
-
-    /// Reserve `n` tokens at the clock's time, `max_wait` nanoseconds from it at most (see
-    /// `Limiter::reserve`).
-    fn reserve(&self, py: Python<'_>, n: u64, max_wait: u128) -> PyResult<Reserved> {
-        let now = self.clock.now(py, None)?;
-        let reservation = self.at(py, now, None)?.reserve(n, now, max_wait);
-        Reserved::of(reservation, now, n)
-    }
-
-    /// A waiter that stops waiting (interrupted, or its clock failed) gives back the `n`
-    /// tokens it reserved at `reserved_ns` for `at_ns` (see `Limiter::give_back`).
-    fn give_back(&self, py: Python<'_>, n: u64, (reserved_ns, at_ns): (i64, i64)) {
-        let now = self.clock.now(py, None).unwrap_or(reserved_ns);
-        self.lock().give_back(n, now, at_ns);
     }
 }
 
-#[pymethods]
-impl RateLimiter {
+/// The one limiter, in this process: its part is itself, and its key is none.
+impl PyLimit for RateLimiter {
+    type Core = Mutex<Limiter>;
+    type Part = Self;
+    type Key<'a> = ();
+    const NAME: &'static str = "RateLimiter";
+    const CLOCK: OfClock = OfClock::Limiter;
+
+    fn parts(&self) -> &[Self] {
+        std::slice::from_ref(self)
+    }
+
+    fn core<'a>(&'a self, part: &'a Self) -> &'a Mutex<Limiter> {
+        &part.state
+    }
+
+    fn config<'a>(&'a self, part: &'a Self) -> &'a Config {
+        &part.config
+    }
+
+    fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn with_key<R>(&self, _: &Self, (): (), _: bool, decide: impl FnOnce(()) -> R) -> PyResult<R> {
+        Ok(decide(()))
+    }
+
+    fn lineage(&self, py: Python<'_>) -> PyResult<()> {
+        self.lineage.check(py, Self::NAME)
+    }
+}
+
+limiter_methods! { one key: RateLimiter {
     #[new]
     #[pyo3(
         signature = (rate = None, *more, burst = None, per = None, bands = None, initial = None, start_ns = None, clock = None),
@@ -305,141 +159,6 @@ impl RateLimiter {
             config,
             lineage: Lineage::new(),
         })
-    }
-
-    /// Take `n` tokens if every band holds them; True if taken, False if not (nothing taken).
-    /// Raises ValueError if `n` exceeds a band's burst, since no wait would ever be enough.
-    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn try_acquire(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<bool> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        match self.at(py, now, now_ns)?.acquire(n, now) {
-            CoreDecision::Allowed => Ok(true),
-            CoreDecision::Wait(_) => Ok(false),
-            // No wait would ever be enough: a loop retrying on False would spin for ever.
-            CoreDecision::Never => Err(never(n)),
-        }
-    }
-
-    /// Take `n` tokens if every band holds them, and say exactly what happened: a Decision
-    /// that is ALLOWED (taken), DENIED with the exact wait_ns until the same request would
-    /// pass (nothing taken), or NEVER (n exceeds a band's burst).
-    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn check<'py>(
-        &self,
-        py: Python<'py>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<Bound<'py, Decision>> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let (decision, remaining) = {
-            let mut limiter = self.at(py, now, now_ns)?;
-            let decision = limiter.acquire(n, now);
-            (decision, limiter.available())
-        };
-        Decision::new(py, decision, remaining)
-    }
-
-    /// What check(n) would answer now, taking nothing.
-    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn peek<'py>(
-        &self,
-        py: Python<'py>,
-        n: Option<N>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<Bound<'py, Decision>> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        let (decision, remaining) = {
-            let mut limiter = self.at(py, now, now_ns)?;
-            (limiter.peek(n, now), limiter.available_at(now))
-        };
-        Decision::new(py, decision, remaining)
-    }
-
-    /// Give `n` tokens back to every band (each capped at its burst).
-    #[pyo3(signature = (n = None, now_ns = None), text_signature = "($self, n=1, now_ns=None)")]
-    fn refund(&self, py: Python<'_>, n: Option<N>, now_ns: Option<NowNs>) -> PyResult<()> {
-        let (n, now) = self.clock.request(py, n, now_ns)?;
-        self.at(py, now, now_ns)?.refund(n, now);
-        Ok(())
-    }
-
-    /// Whole tokens every band holds now: how many 1-token requests would pass at once.
-    #[pyo3(signature = (now_ns = None))]
-    fn available(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<u128> {
-        let now = self.clock.now(py, now_ns)?;
-        Ok(self.at(py, now, now_ns)?.available_at(now))
-    }
-
-    /// Each band's whole tokens now, and the nanoseconds until it can give one more (for a
-    /// full band, once it is spent from): `[(tokens, next_ns), ...]` in the order of `bands`.
-    /// Until `next_ns` has passed, no band can give more than its `tokens`. Takes nothing.
-    #[pyo3(signature = (now_ns = None))]
-    fn band_levels(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<Vec<(u128, u128)>> {
-        let now = self.clock.now(py, now_ns)?;
-        let levels = self.at(py, now, now_ns)?.levels_at(now);
-        Ok(levels.iter().map(|l| (l.tokens, l.next_ns)).collect())
-    }
-
-    /// Take `n` tokens, sleeping (without holding the interpreter) until every band holds
-    /// them. Returns True once taken, or False at once if they would only be there after
-    /// `timeout` seconds. Raises ValueError if `n` exceeds a band's burst, since no wait would
-    /// ever be enough.
-    ///
-    /// Waiters are served in the order they arrive: each reserves its tokens at the moment
-    /// they will be there, and whoever comes later queues behind it, so a large request is
-    /// never starved by small ones. Ctrl-C ends the wait with KeyboardInterrupt (signals are
-    /// looked at every 50 ms), and the waiter gives its tokens back. The sleep assumes the limiter's clock keeps pace with real time, as a monotonic clock does.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(&self, py: Python<'_>, n: Option<N>, timeout: Option<Timeout>) -> PyResult<bool> {
-        let n = tokens(n);
-        wait_for_turn(
-            py,
-            "RateLimiter",
-            max_wait_ns(timeout),
-            |left| self.reserve(py, n, left),
-            |at| self.clock.until(py, at),
-            |turn| self.give_back(py, n, turn),
-        )
-    }
-
-    /// Reserve `n` tokens as `acquire` does, without sleeping: the time, on the limiter's
-    /// clock, from which they are the caller's, or None, taking nothing, if that is more than
-    /// `timeout` seconds away. Raises ValueError if `n` exceeds a band's burst. For
-    /// `acquire_async`, which awaits that time (see `_until`) and gives the tokens back
-    /// (`_give_back`) if it is cancelled.
-    #[pyo3(signature = (n = None, timeout = None))]
-    fn _reserve(
-        &self,
-        py: Python<'_>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-    ) -> PyResult<Option<i64>> {
-        let n = tokens(n);
-        match self.reserve(py, n, max_wait_ns(timeout))? {
-            Reserved::At(_, at) => Ok(Some(at)),
-            Reserved::TooLate | Reserved::Refused(_) => Ok(None),
-        }
-    }
-
-    /// Give back `n` tokens that `_reserve` booked for `at_ns` and that were not used (a
-    /// cancelled waiter): undone if no waiter queued behind them, else forfeited, so nobody
-    /// is ever let in before a turn already promised (see `Limiter::give_back`).
-    fn _give_back(&self, py: Python<'_>, n: N, at_ns: i64) -> PyResult<()> {
-        let N(n) = n;
-        let now = self.clock.now(py, None)?;
-        self.lock().give_back(n, now, at_ns);
-        Ok(())
-    }
-
-    /// Nanoseconds from the limiter's clock until `at_ns` (0 once it is there).
-    fn _until(&self, py: Python<'_>, at_ns: i64) -> PyResult<u128> {
-        self.clock.until(py, at_ns)
-    }
-
-    /// The bands, each a `Band` as it was written.
-    #[getter]
-    fn bands<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        bands_tuple(py, &self.config)
     }
 
     /// The bands as written (`RateLimiter(bands=[Band(rate=100, burst=100, per=60)])`). No
@@ -510,69 +229,10 @@ impl RateLimiter {
         restore_attributes(slf.as_any(), &attributes)
     }
 
-    /// Take `n` tokens, awaiting (asyncio) until every band holds them. True once taken, False
-    /// at once if they would only be there after `timeout` seconds; ValueError if `n` exceeds
-    /// a band's burst. Served in order of arrival, as `acquire`; a cancelled waiter gives its
-    /// tokens back.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_reserved", (slf, &n, timeout))
-    }
-
-    /// Use as a decorator: `function` takes one token each time its body starts, waiting as
-    /// acquire() does for a def or a generator, as acquire_async() does for an async def or
-    /// an async generator. A generator's token is taken at its first iteration, a coroutine's
-    /// when it is first awaited.
-    fn __call__<'py>(
-        slf: &Bound<'py, Self>,
-        function: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("decorate", (slf, function))
-    }
-
-    /// `with limiter:` takes one token, waiting as acquire() does.
-    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        slf.call_method0("acquire")?;
-        Ok(slf.clone())
-    }
-
-    /// Leaving the block gives nothing back: the token was spent.
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(_slf: &Bound<'_, Self>, _exc_info: &Bound<'_, PyTuple>) {}
-
-    /// `async with limiter:` takes one token, awaiting as acquire_async() does.
-    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("enter_async", (slf,))
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        slf: &Bound<'py, Self>,
-        _exc_info: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method0("exit_async")
-    }
-
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.clock.traverse(&visit)
     }
-}
-
-/// The module that gives the limiters their asyncio and decorator forms, written in Python.
-pub fn conveniences(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    Ok(MODULE
-        .get_or_try_init(py, || {
-            Ok::<_, PyErr>(py.import("protocol_in_code.qos._conveniences")?.unbind())
-        })?
-        .bind(py))
-}
+}}
 
 /// A pickle state, with the attributes set on the instance (by a subclass, say) beside it.
 pub fn with_attributes<'py>(

@@ -14,6 +14,8 @@
 //!   modules.
 //! * [`config`]: `Band`, and a limit's configuration read into `core::exact::config`, with
 //!   the one mapping of its errors to Python's.
+//! * [`surface`]: the methods every limiter class shares (`try_acquire`, `check`, `acquire`...),
+//!   written once over the core's `Limit`; [`decision`]: their answer, `Decision`.
 //! * [`limiter`]: the exact real-clock limiter built on `core::exact`.
 //! * [`keyed`]: one limiter per key, in bounded memory; [`keys`]: Python objects as its keys.
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
@@ -33,6 +35,7 @@ mod buffers;
 mod classes;
 mod clock;
 mod config;
+mod decision;
 mod enums;
 mod errors;
 mod fork;
@@ -47,6 +50,7 @@ mod refill;
 mod shaper_loop;
 mod shared;
 mod stack;
+mod surface;
 mod token_bucket;
 mod waiting;
 
@@ -113,8 +117,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "shaper_loop",
     )?;
     // limiter: past the toy
-    module.add("LimitOutcome", limiter::LIMIT_OUTCOME.class(py)?)?;
-    module.add_class::<limiter::Decision>()?;
+    module.add("LimitOutcome", decision::LIMIT_OUTCOME.class(py)?)?;
+    module.add_class::<decision::Decision>()?;
     module.add_class::<stack::Stacked>()?;
     module.add_class::<config::Band>()?;
     module.add_function(wrap_pyfunction!(config::canonical, module)?)?;
@@ -130,7 +134,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module
     )?)?;
     // keyed: one limiter per client
-    module.add_class::<keyed::KeyedStats>()?;
+    module.add_class::<surface::tables::KeyedStats>()?;
     module.add_class::<keyed::KeyedRateLimiter>()?;
     module.add_class::<keys::KeyDigest>()?;
     // shared: one limit for the processes of one host

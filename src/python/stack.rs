@@ -18,10 +18,11 @@ use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::shared::THE_KEY;
 use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part, Then};
 use crate::python::args::{tokens, NowNs, N};
+use crate::python::decision::{Decision, LIMIT_OUTCOME};
 use crate::python::errors::{clock_error, OfClock};
-use crate::python::keyed::{decision, KeyedRateLimiter};
+use crate::python::keyed::KeyedRateLimiter;
 use crate::python::keys::{classify, Classified};
-use crate::python::limiter::{Decision, RateLimiter, LIMIT_OUTCOME};
+use crate::python::limiter::RateLimiter;
 use crate::python::record::frozen_record;
 use crate::python::shared::{SharedKeyedRateLimiter, SharedRateLimiter};
 use crate::shared_memory::Mapped;
@@ -152,11 +153,11 @@ pub fn check_together<'py>(
     let decisions = stacked
         .answers
         .into_iter()
-        .map(|answer| decision(py, answer))
+        .map(|answer| Decision::of(py, answer))
         .collect::<PyResult<Vec<_>>>()?;
     let made = Stacked::make(
         py,
-        decision(py, request)?.into_any(),
+        Decision::of(py, request)?.into_any(),
         PyTuple::new(py, decisions)?.into_any(),
     )?;
     Ok(Some(made))
@@ -178,7 +179,7 @@ pub fn combined_py<'py>(
         .iter()
         .map(|decision| answer_of(py, decision.get()))
         .collect::<PyResult<Vec<_>>>()?;
-    decision(py, combined(&answers).ok_or_else(no_parts)?)
+    Decision::of(py, combined(&answers).ok_or_else(no_parts)?)
 }
 
 /// A decision made in Python (by any limiter) read back as the core's answer.

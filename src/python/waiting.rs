@@ -13,12 +13,12 @@
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 
 use crate::core::exact::keyed::KeyedReservation;
 use crate::core::exact::limiter::Reservation;
 use crate::python::args::Timeout;
 use crate::python::errors::never;
-use crate::python::limiter::{max_wait_ns, refuse_in_event_loop, sleep_answering_signals};
 
 /// What one reservation found.
 pub enum Reserved {
@@ -52,6 +52,15 @@ impl Reserved {
         }
     }
 
+    /// What `_reserve` returns for `acquire_async` on a limiter of one key: the time the
+    /// tokens are the caller's from, or None if too late (such a limiter is never refused).
+    pub fn at(self) -> Option<i64> {
+        match self {
+            Self::At(_, at) => Some(at),
+            Self::Refused(_) | Self::TooLate => None,
+        }
+    }
+
     /// What `_reserve` returns for `acquire_async` on a keyed limiter: `(True, at_ns)` once
     /// reserved, `(False, retry_ns)` if refused, None if too late.
     pub fn for_python(self) -> Option<(bool, i128)> {
@@ -61,6 +70,56 @@ impl Reserved {
             Self::TooLate => None,
         }
     }
+}
+
+/// A blocking acquire (`acquire()` with a timeout other than 0, `with limiter:`, a decorated
+/// `def`) called on a thread that is running an asyncio event loop: refused with a
+/// `RuntimeError`, whether or not this call would have had to wait. Sleeping there stalls every
+/// task of the loop for the whole wait, silently, and only under load, when tokens run out:
+/// refused every time, the mistake shows in the first test rather than in production.
+/// `acquire(timeout=0)` never sleeps, and is let through.
+pub fn refuse_in_event_loop(py: Python<'_>, limiter: &str) -> PyResult<()> {
+    static RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let running_loop = RUNNING_LOOP.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("asyncio")?.getattr("_get_running_loop")?.unbind())
+    })?;
+    if running_loop.bind(py).call0()?.is_none() {
+        return Ok(());
+    }
+    Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+        "a blocking {limiter}.acquire() (also `with limiter:` and a decorated def) would stall \
+         this thread's running event loop for as long as it waits: in async code, use `await \
+         limiter.acquire_async()`, `async with limiter:`, or decorate the async def itself \
+         (try_acquire() never waits)"
+    )))
+}
+
+/// The longest a blocking acquire sleeps without looking at signals: Ctrl-C during a long
+/// wait raises `KeyboardInterrupt` within about this long, not when the wait is over.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+
+/// Sleep for `wait` without the interpreter, in slices of at most [`SIGNAL_SLICE`], running
+/// signal handlers after each; the first handler that raises ends the sleep with its error.
+/// (`std::thread::sleep` itself sleeps on through a signal, so one long sleep would not do.)
+pub fn sleep_answering_signals(py: Python<'_>, wait: Duration) -> PyResult<()> {
+    // A wait beyond what `Instant` can express is slept slice by slice until interrupted.
+    let until = Instant::now().checked_add(wait);
+    loop {
+        let slice = match until {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None => SIGNAL_SLICE,
+        };
+        if slice.is_zero() {
+            return Ok(());
+        }
+        py.detach(|| std::thread::sleep(slice.min(SIGNAL_SLICE)));
+        py.check_signals()?;
+    }
+}
+
+/// A caller's `timeout` as the longest wait, in nanoseconds, it accepts (None: for ever).
+pub fn max_wait_ns(timeout: Option<Timeout>) -> u128 {
+    timeout.map_or(u128::MAX, |Timeout(wait)| wait.as_nanos())
 }
 
 /// Nanoseconds as a `Duration` (saturating at about 584 years).

@@ -13,6 +13,8 @@
 //!   addition, so a thousand small steps give exactly what one step of the same total gives.
 //! * [`limiter`]: one or more bands (rate and burst each), consumed all-or-nothing, and a
 //!   three-valued answer: allowed, denied with the exact wait, or never.
+//! * [`limit`]: what every limiter answers (the one limiter, and both keyed tables), so that
+//!   a caller is written once for all of them.
 //! * [`quota`]: a rate as people write it (`"100/minute"`), read into a count and a period.
 //! * [`config`]: a limit's configuration, decided in one place: its bands, their defaults and
 //!   checks, and the one canonical encoding (with its fingerprint) every store reads.
@@ -32,6 +34,7 @@ pub mod clock_gap;
 pub mod config;
 pub mod key;
 pub mod keyed;
+pub mod limit;
 pub mod limiter;
 pub mod plans;
 pub mod quota;

@@ -406,6 +406,16 @@ impl BuildHasher for Seed {
     }
 }
 
+/// The whole tokens `limiter` holds if `wanted`, else 0: it costs a division, and only
+/// `check` asks for it.
+fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
+    if wanted {
+        limiter.available(specs)
+    } else {
+        0
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A shard's every change is a single insert, removal or counter step: a poisoned lock
     // still guards a consistent map.

@@ -4,19 +4,39 @@
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::Ordering;
 
-use super::{lock, KeyedLimiter, Stats};
+use super::{lock, off_the_clock, KeyedLimiter, Stats};
 use crate::core::exact::limiter::Balances;
-
-/// Why a saved state could not be restored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestoreError {
-    /// A key appears twice.
-    Duplicate,
-    /// More keys than `max_keys`.
-    Overfull,
-}
+pub use crate::core::exact::limiter::RestoreError;
+use crate::core::exact::settle::Balance;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
+    /// A saved key's balances, checked against the table's bands (see [`Balances::saved`]) and
+    /// the saved table's clock, `latest`. A key is stored only by a call, so a table with a key
+    /// has a clock; a key with a waiter is settled ahead of it, at the end of its reservations,
+    /// but never as far as a time read on another clock would be.
+    ///
+    /// # Errors
+    ///
+    /// As [`Balances::saved`], or [`RestoreError::Ahead`] for a balance settled later than
+    /// that.
+    pub fn saved_key(
+        &self,
+        saved: Vec<Balance>,
+        latest: Option<i64>,
+    ) -> Result<Balances, RestoreError> {
+        let balances = Balances::saved(&self.specs, saved)?;
+        let ahead = |at: i64| {
+            latest.is_none_or(|latest| off_the_clock(latest, at).is_some_and(|gap| gap > 0))
+        };
+        if balances
+            .iter()
+            .any(|balance| balance.settled_at.is_some_and(ahead))
+        {
+            return Err(RestoreError::Ahead);
+        }
+        Ok(balances)
+    }
+
     /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
     /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
     /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
@@ -86,7 +106,43 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
     use crate::core::exact::rate::{BandSpec, Rate};
+
+    #[test]
+    fn a_saved_key_is_checked_against_the_bands_and_the_saved_clock() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        let balance = |settled_at| Balance {
+            units: 0,
+            settled_at,
+        };
+        assert_eq!(
+            table.saved_key(vec![balance(Some(5)), balance(Some(5))], Some(5)),
+            Err(RestoreError::Bands)
+        );
+        let full = spec.capacity_units();
+        let over = Balance {
+            units: full + 1,
+            settled_at: Some(5),
+        };
+        assert_eq!(
+            table.saved_key(vec![over], Some(5)),
+            Err(RestoreError::OverBurst)
+        );
+        // Settled ahead of the clock, as a waiter's reservation leaves a key: kept.
+        assert!(table.saved_key(vec![balance(Some(1_000))], Some(5)).is_ok());
+        // A key with a settlement and no clock, or one a decade ahead of it: refused.
+        assert_eq!(
+            table.saved_key(vec![balance(Some(5))], None),
+            Err(RestoreError::Ahead)
+        );
+        let decade = MAX_CLOCK_GAP_NS + 6;
+        assert_eq!(
+            table.saved_key(vec![balance(Some(decade))], Some(5)),
+            Err(RestoreError::Ahead)
+        );
+    }
 
     #[test]
     fn a_saved_table_comes_back_whole_and_a_bad_save_is_refused() {

@@ -8,8 +8,7 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use hashbrown::Equivalent;
 
-use super::table::remaining_if;
-use super::{lock, KeyedDecision, KeyedLimiter, Shard};
+use super::{lock, remaining_if, KeyedDecision, KeyedLimiter, Shard};
 use crate::core::exact::limiter::Decision;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use hashbrown::Equivalent;
 
 use super::room::Others;
-use super::{lock, Answer, KeyedDecision, KeyedLimiter, Locked, Shard};
+use super::{lock, remaining_if, Answer, KeyedDecision, KeyedLimiter, Locked, Shard};
 use crate::core::exact::limiter::{Balances, Decision, Level};
 use crate::core::exact::rate::BandSpec;
 
@@ -230,16 +230,6 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let mut copy = Self::find(&mut shard, hash, key)
             .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone());
         look(&mut copy, &self.specs, now)
-    }
-}
-
-/// The whole tokens `limiter` holds if `wanted`, else 0: it costs a division, and only
-/// `check` asks for it.
-pub(super) fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
-    if wanted {
-        limiter.available(specs)
-    } else {
-        0
     }
 }
 
