@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -42,8 +41,7 @@ from protocol_in_code.qos._http.options import (
     ViewKeywords,
     spelled_out,
 )
-from protocol_in_code.qos._http.rules import Rule, Rules, view_rules
-from protocol_in_code.qos._http.stores import has_rate, view_table
+from protocol_in_code.qos._http.rules import Rules, ViewLimit
 from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info as _wsgi_info
 
@@ -97,26 +95,15 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
     applying, for an anonymous user). One decorator is one limit: made once and put on
     several views, it limits them together.
     """
-    given = Options.given("limit", ViewKeywords, limiter, options)
-    # A rate's limit is named after the view: built for the first view decorated (a decorator
-    # put on several views is one limit for all of them). Without a rate, built now.
-    built: list[tuple[Rules, Rule]] = []
-    if not has_rate(limiter):
-        built.append(view_rules(given, allow_async=True, table="view"))
-
-    building = threading.Lock()
+    one = ViewLimit(Options.given("limit", ViewKeywords, limiter, options), allow_async=True)
 
     def decorate(view: View) -> View:
-        if not built:
-            table = view_table(view)
-            if table is None:
-                # The stand-in method_decorator decorates to copy the wrapper's attributes:
-                # the method itself is decorated at each request, and names the limit then.
-                return view
-            with building:  # method_decorator decorates at each request, in many threads
-                if not built:
-                    built.append(view_rules(given, allow_async=True, table=table))
-        rules, rule = built[0]
+        of_view = one.of(view)
+        if of_view is None:
+            # The stand-in method_decorator decorates to copy the wrapper's attributes: the
+            # method itself is decorated at each request, and names the limit then.
+            return view
+        rules, rule = of_view
         # An async view is awaited on the event loop, where a synchronous Redis client would
         # block; a sync view runs in a thread of its own under ASGI.
         blocking = any(one.redis and not one.awaited for one in rules.rules)

@@ -35,8 +35,7 @@ from flask import Flask, Response, current_app, request, request_started
 from protocol_in_code.qos._http.decide import decide
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import Options, ViewKeywords, spelled_out
-from protocol_in_code.qos._http.rules import Rule, Rules, view_rules
-from protocol_in_code.qos._http.stores import has_rate, view_table
+from protocol_in_code.qos._http.rules import Rules, ViewLimit
 from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info, _path
 
@@ -71,18 +70,13 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
     ``@app.route``, or above it (then the view is limited from the application's first
     request on).
     """
-    given = Options.given("limit", ViewKeywords, limiter, options)
-    # A rate's limit is named after the view: built for the first view decorated (a decorator
-    # put on several views is one limit for all of them). Without a rate, built now.
-    built: list[tuple[Rules, Rule]] = []
-    if not has_rate(limiter):
-        built.append(view_rules(given, allow_async=False, table="view"))
+    one = ViewLimit(Options.given("limit", ViewKeywords, limiter, options), allow_async=False)
 
     def decorate(view: View) -> View:
-        if not built:
-            table = view_table(view) or "view"
-            built.append(view_rules(given, allow_async=False, table=table))
-        rules, rule = built[0]
+        of_view = one.of(view)
+        if of_view is None:  # a stand-in that names nothing
+            return view
+        rules, rule = of_view
 
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import urllib.parse
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_heade
 from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret, sf_string
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
 from protocol_in_code.qos._http.options import Options, Route
-from protocol_in_code.qos._http.stores import is_rate
+from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
 from protocol_in_code.qos._workers import warn_if_several_workers
 from protocol_in_code.qos.interfaces import kind_of
@@ -557,3 +558,32 @@ def view_rules(
         raise TypeError("limiter: give a limiter, or a rate such as '5/minute'")
     rules = Rules(options, allow_async=allow_async, on_event_loop=on_event_loop, table=table)
     return rules, rules.rules[-1]
+
+
+class ViewLimit:
+    """The rules of one view decorator's limit, built once.
+
+    A limit of limiters is built when the decorator is made. A rate's limit is named after the
+    view (:func:`~.stores.view_table`), so it is built when the decorator is given its first
+    view: one decorator put on several views is one limit for all of them. Django's
+    ``method_decorator`` first decorates a stand-in of its own, which names nothing: the
+    method, decorated at each request (in many threads), names the limit then.
+    """
+
+    def __init__(self, options: Options, *, allow_async: bool) -> None:
+        self.options, self.allow_async = options, allow_async
+        self.built: tuple[Rules, Rule] | None = None
+        if not has_rate(options.limiter):
+            self.built = view_rules(options, allow_async=allow_async, table="view")
+        self._building = threading.Lock()
+
+    def of(self, view: Callable[..., Any]) -> tuple[Rules, Rule] | None:
+        """The rules for ``view``; ``None`` for a stand-in that names nothing."""
+        if self.built is None:
+            table = view_table(view)
+            if table is None:
+                return None
+            with self._building:
+                if self.built is None:
+                    self.built = view_rules(self.options, allow_async=self.allow_async, table=table)
+        return self.built
