@@ -261,3 +261,23 @@ def test_an_in_process_limiter_under_workers_is_said_once(kind: str, tmp_path: P
     admitted = [status for status, _, _ in answers].count(200)
     assert admitted > limit, "each worker admits its own limit: this is what the warning says"
     assert server.text().count(WARNING) == 1, server.text()
+
+
+def test_a_rate_under_four_workers_in_a_container_sized_dev_shm(tmp_path: Path) -> None:
+    """As in a container: a private mount namespace whose ``/dev/shm`` is a fresh 64 MiB tmpfs
+    (Docker's default). Four gunicorn workers, ``@limit("5/minute")`` and no folder given: the
+    first worker to open the view's table makes it there (6.6 MB), and the workers share it."""
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare --mount is refused here: {probe.stderr.decode().strip()}")
+    port = free_port()
+    script = 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"'
+    command = ["unshare", "--mount", "sh", "-c", script, "sh", *gunicorn("flask_decorator", port)]
+    server = served(command, port, tmp_path / "server.log")
+    try:
+        answers = server.burst("POST", "/login", 40)
+    finally:
+        server.stop()
+    statuses = [status for status, _, _ in answers]
+    assert statuses.count(200) == 5 and statuses.count(429) == 35, (statuses, server.text())
+    assert len(pks(answers)) == 1
