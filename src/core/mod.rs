@@ -17,6 +17,7 @@
 //! * [`exact`]: past the toy: the same lazy settlement exact in integers, on a nanosecond clock,
 //!   for a real rate limiter.
 //! * [`meter`]: the three-colour meters of RFC 2697, 2698 and 4115 on that exact settlement.
+//! * [`seats`]: how many at once: seats taken and given back, and the line of those who wait.
 
 // No `unsafe` anywhere in the core.
 #![forbid(unsafe_code)]
@@ -30,4 +31,5 @@ pub mod meter;
 pub mod quantity;
 pub mod refill;
 pub mod scalar;
+pub mod seats;
 pub mod token_bucket;

@@ -1,0 +1,244 @@
+//! How many at once: seats taken and given back, and the line of those who wait for them.
+//!
+//! A rate limit says how often; an in-flight limit says how many at once. Its state is three
+//! numbers and a line: `limit` seats, `held` of them taken, the fencing token the next holder
+//! gets, and the callers waiting, in the order they came. There is no clock here: a seat comes
+//! free when its holder gives it back, not when time passes.
+//!
+//! The rules, each a line of code below:
+//!
+//! * **Weighted.** A caller asks for `n` seats at once and gets all `n` or none.
+//! * **First come, first seated.** A caller is seated at once only if nobody is waiting and its
+//!   `n` seats are free. Otherwise it joins the end of the line, and seats given back go to the
+//!   head of the line first: a small request never overtakes a large one that came earlier, so
+//!   the large one cannot starve.
+//! * **A waiter that gives up passes its turn on.** Leaving the line may let the next waiters in
+//!   (the one that left may have been the head, holding them back).
+//! * **Fencing tokens.** Every grant carries a token, strictly increasing per limit, so that a
+//!   store can refuse a late write from a holder whose seat has since been given to another.
+//! * **Resizing evicts nobody.** A larger limit seats waiters at once; a smaller one lets the
+//!   holders finish, and seats no one until `held` is under it. A waiter asking for more seats
+//!   than the new limit could ever give is refused rather than left waiting for ever.
+//!
+//! This module owns the rules and nothing else: no threads, no waking. The glue keeps one
+//! [`Seats`] under a lock, and wakes the waiters whose tickets come back from
+//! [`Seats::release`], [`Seats::leave`] and [`Seats::resize`].
+
+use std::collections::VecDeque;
+use std::fmt;
+
+/// A place in the line, returned by [`Seats::ask`] when the seats are not free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ticket(u64);
+
+/// Seats taken: how many, and the fencing token of this holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub n: u64,
+    pub token: u64,
+}
+
+/// The answer to [`Seats::ask`]: seated at once, or in line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    Seated(Grant),
+    InLine(Ticket),
+}
+
+/// What a change to the seats decided for the waiters: those now seated, in line order, and
+/// those refused because the limit became smaller than what they ask for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Woken {
+    pub seated: Vec<(Ticket, Grant)>,
+    pub refused: Vec<Ticket>,
+}
+
+/// Arguments an in-flight limit refuses, each naming the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeatsError {
+    /// A limit must be at least one seat.
+    Limit(u64),
+    /// A caller must ask for at least one seat.
+    NoSeats,
+    /// A caller asked for more seats than the limit has: it could never be seated.
+    MoreThanLimit { n: u64, limit: u64 },
+    /// Seats given back that were not held: a lease released by someone else's count.
+    NotHeld { n: u64, held: u64 },
+}
+
+impl fmt::Display for SeatsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SeatsError::Limit(limit) => write!(f, "limit must be at least 1, not {limit}"),
+            SeatsError::NoSeats => write!(f, "n must be at least 1, not 0"),
+            SeatsError::MoreThanLimit { n, limit } => {
+                write!(
+                    f,
+                    "n={n} is more than the limit of {limit}: it could never be held"
+                )
+            }
+            SeatsError::NotHeld { n, held } => {
+                write!(f, "{n} seats given back, but only {held} are held")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SeatsError {}
+
+/// One in-flight limit: its seats, who holds how many, and who waits.
+#[derive(Debug)]
+pub struct Seats {
+    limit: u64,
+    held: u64,
+    /// The token the next grant gets: tokens start at 1 and only grow.
+    next_token: u64,
+    next_ticket: u64,
+    line: VecDeque<(Ticket, u64)>,
+}
+
+impl Seats {
+    /// `limit` seats, all free, nobody waiting.
+    ///
+    /// # Errors
+    /// [`SeatsError::Limit`] for a limit of 0.
+    pub fn new(limit: u64) -> Result<Self, SeatsError> {
+        if limit == 0 {
+            return Err(SeatsError::Limit(limit));
+        }
+        Ok(Seats {
+            limit,
+            held: 0,
+            next_token: 1,
+            next_ticket: 0,
+            line: VecDeque::new(),
+        })
+    }
+
+    /// How many seats there are.
+    #[must_use]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// How many seats are held now (more than [`Seats::limit`] just after it shrank).
+    #[must_use]
+    pub fn in_flight(&self) -> u64 {
+        self.held
+    }
+
+    /// How many callers are in line.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.line.len()
+    }
+
+    /// Whether `n` seats may be asked for at all.
+    fn check(&self, n: u64) -> Result<(), SeatsError> {
+        match n {
+            0 => Err(SeatsError::NoSeats),
+            n if n > self.limit => Err(SeatsError::MoreThanLimit {
+                n,
+                limit: self.limit,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `n` more seats fit now, line or no line.
+    fn fits(&self, n: u64) -> bool {
+        self.held + n <= self.limit
+    }
+
+    fn grant(&mut self, n: u64) -> Grant {
+        self.held += n;
+        let token = self.next_token;
+        self.next_token += 1;
+        Grant { n, token }
+    }
+
+    /// `n` seats now, if nobody is waiting and they are free; never joins the line.
+    ///
+    /// # Errors
+    /// [`SeatsError::NoSeats`] for `n` = 0, [`SeatsError::MoreThanLimit`] for more seats than
+    /// the limit has.
+    pub fn try_take(&mut self, n: u64) -> Result<Option<Grant>, SeatsError> {
+        self.check(n)?;
+        Ok((self.line.is_empty() && self.fits(n)).then(|| self.grant(n)))
+    }
+
+    /// `n` seats now (as [`Seats::try_take`]), or a place at the end of the line.
+    ///
+    /// # Errors
+    /// As [`Seats::try_take`].
+    pub fn ask(&mut self, n: u64) -> Result<Asked, SeatsError> {
+        if let Some(grant) = self.try_take(n)? {
+            return Ok(Asked::Seated(grant));
+        }
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.line.push_back((ticket, n));
+        Ok(Asked::InLine(ticket))
+    }
+
+    /// Seat the waiters at the head of the line, in order, while their seats are free.
+    fn seat_the_line(&mut self) -> Woken {
+        let mut woken = Woken::default();
+        while let Some(&(ticket, n)) = self.line.front() {
+            if !self.fits(n) {
+                break;
+            }
+            self.line.pop_front();
+            woken.seated.push((ticket, self.grant(n)));
+        }
+        woken
+    }
+
+    /// `n` seats given back by a holder: the head of the line takes them first.
+    ///
+    /// # Errors
+    /// [`SeatsError::NotHeld`] for more seats than are held.
+    pub fn release(&mut self, n: u64) -> Result<Woken, SeatsError> {
+        if n > self.held {
+            return Err(SeatsError::NotHeld { n, held: self.held });
+        }
+        self.held -= n;
+        Ok(self.seat_the_line())
+    }
+
+    /// The waiter with `ticket` gives up: `None` if it is no longer in line (it was seated,
+    /// or refused, in the meantime: the caller then holds what [`Woken`] gave it, and must
+    /// give that back). Otherwise its place is gone, and those behind it who now fit are
+    /// seated.
+    pub fn leave(&mut self, ticket: Ticket) -> Option<Woken> {
+        let place = self.line.iter().position(|&(t, _)| t == ticket)?;
+        self.line.remove(place);
+        Some(self.seat_the_line())
+    }
+
+    /// A new limit, with no holder evicted: waiters that now fit are seated, and waiters
+    /// asking for more than the new limit are refused (they could never be seated).
+    ///
+    /// # Errors
+    /// [`SeatsError::Limit`] for a limit of 0.
+    pub fn resize(&mut self, limit: u64) -> Result<Woken, SeatsError> {
+        if limit == 0 {
+            return Err(SeatsError::Limit(limit));
+        }
+        self.limit = limit;
+        let mut refused = Vec::new();
+        self.line.retain(|&(ticket, n)| {
+            let keep = n <= limit;
+            if !keep {
+                refused.push(ticket);
+            }
+            keep
+        });
+        let mut woken = self.seat_the_line();
+        woken.refused = refused;
+        Ok(woken)
+    }
+}
+
+#[cfg(test)]
+mod tests;
