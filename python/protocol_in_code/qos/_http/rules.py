@@ -15,7 +15,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_header_name
@@ -25,25 +25,34 @@ from protocol_in_code.qos._http.options import Options, Route
 from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
 from protocol_in_code.qos._workers import warn_if_several_workers
+from protocol_in_code.qos.capabilities import Awaiting, Blocking, KeyChecked, Misfit
 from protocol_in_code.qos.interfaces import kind_of
 
 #: The limiters that keep their limits in this process: several workers each have their own.
 IN_PROCESS = (RateLimiter, KeyedRateLimiter)
 
 
-def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
-    """(keyed, awaited, Redis) for a limiter of one of the four interfaces
-    (:mod:`protocol_in_code.qos.interfaces`), or TypeError naming ``parameter``.
+class Kind(NamedTuple):
+    """What the web layer needs to know of a limiter, read once from what it declares: its
+    interface (keyed? awaited?), the keys it takes, and whether its calls block."""
 
-    A Redis limiter is told apart because it takes only ``str`` and ``bytes`` keys.
-    """
-    from protocol_in_code.qos.distributed import (
-        AsyncRedisKeyedRateLimiter,
-        AsyncRedisRateLimiter,
-        RedisKeyedRateLimiter,
-        RedisRateLimiter,
-    )
+    keyed: bool
+    awaited: bool
+    #: The limiter's declared key check (see :class:`~protocol_in_code.qos.capabilities.
+    #: KeyChecked`), ``None`` for one that takes every value.
+    key_refusal: Callable[[object], str | None] | None = None
+    #: For a synchronous limiter whose calls wait on the network, how the event loop's forms
+    #: refuse it (see :class:`~protocol_in_code.qos.capabilities.Blocking`).
+    blocks: Misfit | None = None
 
+
+#: How the synchronous forms name an asyncio limiter that says nothing of itself.
+AWAITED = Misfit("an asyncio limiter", "give a synchronous one")
+
+
+def _limiter_kind(limiter: Any, parameter: str) -> Kind:
+    """The :class:`Kind` of a limiter of one of the four interfaces
+    (:mod:`protocol_in_code.qos.interfaces`), or TypeError naming ``parameter``."""
     try:
         keyed, awaited = kind_of(limiter)
     except TypeError as error:
@@ -52,16 +61,14 @@ def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
             f"limiters, or any object of protocol_in_code.qos.interfaces), not "
             f"{type(limiter).__name__}: {error}"
         ) from None
-    redis = isinstance(
-        limiter,
-        (
-            RedisRateLimiter,
-            RedisKeyedRateLimiter,
-            AsyncRedisRateLimiter,
-            AsyncRedisKeyedRateLimiter,
-        ),
+    checked = keyed and isinstance(limiter, KeyChecked)
+    blocking = not awaited and isinstance(limiter, Blocking)
+    return Kind(
+        keyed,
+        awaited,
+        limiter.key_refusal if checked else None,
+        limiter.blocks if blocking else None,
     )
-    return keyed, awaited, redis
 
 
 @dataclass
@@ -76,7 +83,10 @@ class Rule:
     names: tuple[str, ...]
     prefix: str = ""
     methods: frozenset[str] | None = None
-    redis: bool = False
+    #: The limiter's key check, for a limiter that takes only some keys, and for one whose
+    #: calls block, how the event loop's forms refuse it (see :class:`Kind`).
+    key_refusal: Callable[[object], str | None] | None = None
+    blocks: Misfit | None = None
     #: ``qu``, quoted, or ``None`` for requests (the draft's default, not sent).
     unit: str | None = None
     #: The policy name without band suffixes, and the route's prefix (``None`` for the
@@ -99,7 +109,8 @@ class Rule:
     levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
     #: Whether the middleware ask :attr:`decider`'s ``check_levels`` in place of ``check``:
     #: where the fields need levels and the limiter says them with its decision, in the same
-    #: round trip, rather than with ``band_levels`` (the Redis limiters).
+    #: round trip, rather than with ``band_levels`` (a limiter that declares it,
+    #: :class:`~protocol_in_code.qos.capabilities.Levelled`, as the Redis limiters do).
     leveled: bool = field(init=False)
     #: With ``on_decision``, what tells it of one of this rule's decisions (see
     #: :func:`~.told.teller`); ``None`` without a hook.
@@ -159,29 +170,42 @@ def _rule(
     route: str | None = None,
     on_event_loop: bool = False,
 ) -> Rule:
-    keyed, awaited, redis = _limiter_kind(limiter, parameter)
-    if awaited and not allow_async:
+    kind = _limiter_kind(limiter, parameter)
+    if kind.awaited and not allow_async:
+        misfit = limiter.awaits if isinstance(limiter, Awaiting) else AWAITED
         raise TypeError(
-            f"{parameter}: an asyncio Redis limiter cannot serve WSGI or a synchronous view; "
-            "give it a synchronous client (redis.Redis)"
+            f"{parameter}: {misfit.what} cannot serve WSGI or a synchronous view; {misfit.instead}"
         )
-    if redis and not awaited and on_event_loop:
+    if kind.blocks is not None and on_event_loop:
         raise TypeError(
-            f"{parameter}: a Redis limiter on a synchronous client would block the event loop "
-            "at every request (a slow or stopped server would stall every request of this "
-            "worker, exempt ones too); give it an asyncio client (redis.asyncio.Redis)"
+            f"{parameter}: {kind.blocks.what} would block the event loop at every request (a "
+            "slow or stopped server would stall every request of this worker, exempt ones "
+            f"too); {kind.blocks.instead}"
         )
     plans = _plans_of(limiter)
     if plans is not None:
         # One rule per plan, each asking the limiter with its plan; the request's plan chooses.
-        parent = Rule(limiter, keyed, awaited, cost, (), (), prefix, methods, redis, unit, name)
+        parent = Rule(
+            limiter,
+            kind.keyed,
+            kind.awaited,
+            cost,
+            (),
+            (),
+            prefix,
+            methods,
+            kind.key_refusal,
+            kind.blocks,
+            unit,
+            name,
+        )
         parent.route = route
         parent.plans = {
             plan: _banded(
                 PlanView(limiter, plan, bands),
                 f"{name}-{plan}",
                 parameter,
-                (keyed, awaited, redis),
+                kind,
                 cost,
                 prefix,
                 methods,
@@ -193,9 +217,7 @@ def _rule(
             for plan, bands in plans.items()
         }
         return parent
-    return _banded(
-        limiter, name, parameter, (keyed, awaited, redis), cost, prefix, methods, unit, route
-    )
+    return _banded(limiter, name, parameter, kind, cost, prefix, methods, unit, route)
 
 
 def _plans_of(limiter: Any) -> dict[str, tuple[Any, ...]] | None:
@@ -228,7 +250,7 @@ def _banded(
     limiter: Any,
     name: str,
     parameter: str,
-    kind: tuple[bool, bool, bool],
+    kind: Kind,
     cost: CostFunction | None = None,
     prefix: str = "",
     methods: frozenset[str] | None = None,
@@ -238,7 +260,6 @@ def _banded(
     plan: str | None = None,
 ) -> Rule:
     """The rule of a limiter (or of one plan of it) whose bands are ``limiter.bands``."""
-    keyed, awaited, redis = kind
     bands = tuple(limiter.bands)
     if len(bands) == 1:
         names: tuple[str, ...] = (name,)
@@ -252,14 +273,15 @@ def _banded(
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
     return Rule(
         limiter,
-        keyed,
-        awaited,
+        kind.keyed,
+        kind.awaited,
         cost,
         policies,
         quoted,
         prefix,
         methods,
-        redis,
+        kind.key_refusal,
+        kind.blocks,
         unit,
         name if policy is None else policy,
         route,
@@ -294,7 +316,7 @@ class Rules:
     the partition keys, the hooks.
 
     ``allow_async`` for a form that can await an asyncio limiter; ``on_event_loop`` for one that
-    runs on the event loop, where a Redis limiter on a synchronous client is refused; ``table``
+    runs on the event loop, where a limiter that declares its calls block is refused; ``table``
     is the first part of the name a rate's limits are kept under.
 
     Every bad argument raises ``TypeError`` or ``ValueError`` naming the parameter, so a
