@@ -420,6 +420,10 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list
         if _of_this_host(limiter):
             native.append(i)
             continue
+        stacking = getattr(limiter, "stacking", None)
+        if stacking is not None and (awaited or not _asyncio_class(type(limiter))):
+            stores.setdefault(id(stacking), (stacking, []))[1].append(i)
+            continue
         check = getattr(limiter, "check", None)
         if not callable(check):
             raise TypeError(
@@ -430,15 +434,24 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list
                 f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
                 "check_together_async"
             )
-        stacking = getattr(limiter, "stacking", None)
-        if stacking is None:
-            others.append(i)
-        else:
-            stores.setdefault(id(stacking), (stacking, []))[1].append(i)
+        others.append(i)
     remote: list[_Group] = [_Store(indices, stacking) for stacking, indices in stores.values()]
     if others:
         remote.append(_OneByOne(others))
     return (_Native(native) if native else None), remote
+
+
+#: Whether each class of the limiters that declare a stacking is an asyncio one.
+_ASYNCIO_CLASSES: dict[type, bool] = {}
+
+
+def _asyncio_class(cls: type) -> bool:
+    """Whether a class's ``check`` is a coroutine function: asked once per class of the limiters
+    that declare a stacking (a synchronous stack refuses an asyncio one, as any other)."""
+    known = _ASYNCIO_CLASSES.get(cls)
+    if known is None:
+        known = _ASYNCIO_CLASSES[cls] = inspect.iscoroutinefunction(getattr(cls, "check", None))
+    return known
 
 
 def _call(method: str, part: _Asked, now_ns: int | None) -> Any:

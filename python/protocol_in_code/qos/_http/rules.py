@@ -44,6 +44,9 @@ class Kind(NamedTuple):
     #: For a synchronous limiter whose calls wait on the network, how the event loop's forms
     #: refuse it (see :class:`~protocol_in_code.qos.capabilities.Blocking`).
     blocks: Misfit | None = None
+    #: For an asyncio limiter, how the synchronous forms refuse it (see
+    #: :class:`~protocol_in_code.qos.capabilities.Awaiting`).
+    awaits: Misfit | None = None
 
 
 #: How the synchronous forms name an asyncio limiter that says nothing of itself.
@@ -62,13 +65,11 @@ def _limiter_kind(limiter: Any, parameter: str) -> Kind:
             f"{type(limiter).__name__}: {error}"
         ) from None
     checked = keyed and isinstance(limiter, KeyChecked)
-    blocking = not awaited and isinstance(limiter, Blocking)
-    return Kind(
-        keyed,
-        awaited,
-        limiter.key_refusal if checked else None,
-        limiter.blocks if blocking else None,
-    )
+    blocks = limiter.blocks if not awaited and isinstance(limiter, Blocking) else None
+    awaits = None
+    if awaited:
+        awaits = limiter.awaits if isinstance(limiter, Awaiting) else AWAITED
+    return Kind(keyed, awaited, limiter.key_refusal if checked else None, blocks, awaits)
 
 
 @dataclass
@@ -171,10 +172,10 @@ def _rule(
     on_event_loop: bool = False,
 ) -> Rule:
     kind = _limiter_kind(limiter, parameter)
-    if kind.awaited and not allow_async:
-        misfit = limiter.awaits if isinstance(limiter, Awaiting) else AWAITED
+    if kind.awaits is not None and not allow_async:
         raise TypeError(
-            f"{parameter}: {misfit.what} cannot serve WSGI or a synchronous view; {misfit.instead}"
+            f"{parameter}: {kind.awaits.what} cannot serve WSGI or a synchronous view; "
+            f"{kind.awaits.instead}"
         )
     if kind.blocks is not None and on_event_loop:
         raise TypeError(
@@ -221,7 +222,8 @@ def _rule(
 
 
 def _plans_of(limiter: Any) -> dict[str, tuple[Any, ...]] | None:
-    """A limiter's plans (name to bands), or ``None`` for a limiter without plans."""
+    """A limiter's plans (name to bands), or ``None`` for a limiter without plans (see
+    :class:`~protocol_in_code.qos.capabilities.Planned`)."""
     try:
         plans = getattr(limiter, "plans", None)
     except Exception:  # a limiter of another kind whose attribute fails: no plans
