@@ -15,15 +15,17 @@ capability              what the limiter declares                       who asks
 :class:`Batched`        ``try_acquire_many``: many keys in one call     a service's own code
 :class:`Stackable`      ``stacking``: how its store decides its parts   ``check_together``
                         of a stacked request together, all or none
-:class:`KeyChecked`     ``key_refusal``: which keys it cannot take      the web layer, per key
+:class:`KeyChecked`     ``key_refusal``: which keys it cannot take      the web layer, before
+                                                                        the limiter is asked
 :class:`Blocking`       ``blocks``: its calls wait on the network       the ASGI forms refuse it
 :class:`Awaiting`       ``awaits``: how to name it where it cannot be   the WSGI forms refuse it
                         awaited
 ======================  ==============================================  ========================
 
-Every capability is asked once, where a limiter is taken (a middleware's construction, the
-grouping of a stack's parts), never once per decision. A limiter that declares nothing is asked
-with ``check``, ``peek`` and ``refund`` alone, as the interfaces allow.
+A layer reads what a limiter declares where it takes the limiter: the web forms once, when they
+are made (so a request costs nothing more); a stack as it groups its parts, one attribute a
+part. A limiter that declares nothing is asked with ``check``, ``peek`` and ``refund`` alone,
+as the interfaces allow.
 
 A store where a rate given in place of a limiter (the web forms' ``store=``) is kept is a
 :class:`RateStore`: an object of one's own may be given as it is.
