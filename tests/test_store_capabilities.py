@@ -469,3 +469,74 @@ assert type(limiter).__name__ == "AsyncRedisKeyedRateLimiter", limiter
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+DECLARED = """
+import redis
+import redis.asyncio
+
+from protocol_in_code.qos import KeyedRateLimiter, RateLimiter
+from protocol_in_code.qos.capabilities import (
+    Awaiting,
+    Batched,
+    Blocking,
+    KeyChecked,
+    Levelled,
+    Planned,
+    RateStore,
+    Stackable,
+)
+from protocol_in_code.qos.distributed import (
+    AsyncRedisKeyedRateLimiter,
+    AsyncRedisRateLimiter,
+    RedisKeyedRateLimiter,
+    RedisRateLimiter,
+)
+from protocol_in_code.qos.distributed._plugin import RedisStore
+
+client = redis.Redis()
+aclient = redis.asyncio.Redis()
+
+stackable: Stackable = RedisRateLimiter(client, 1, name="k")
+stackable = RedisKeyedRateLimiter(client, 1, name="c")
+stackable = AsyncRedisRateLimiter(aclient, 1, name="k")
+stackable = AsyncRedisKeyedRateLimiter(aclient, 1, name="c")
+checked: KeyChecked = RedisKeyedRateLimiter(client, 1, name="c")
+checked = AsyncRedisKeyedRateLimiter(aclient, 1, name="c")
+blocking: Blocking = RedisRateLimiter(client, 1, name="k")
+blocking = RedisKeyedRateLimiter(client, 1, name="c")
+awaiting: Awaiting = AsyncRedisRateLimiter(aclient, 1, name="k")
+awaiting = AsyncRedisKeyedRateLimiter(aclient, 1, name="c")
+levelled: Levelled = RedisRateLimiter(client, 1, name="k")
+levelled = AsyncRedisKeyedRateLimiter(aclient, 1, name="c")
+batched: Batched = RedisKeyedRateLimiter(client, 1, name="c")
+batched = KeyedRateLimiter(1)
+planned: Planned = KeyedRateLimiter(1)
+planned = RedisKeyedRateLimiter(client, 1, name="c")
+store: RateStore = RedisStore(client)
+
+# The limiters of this host declare no store's stacking, and only a limiter on a synchronous
+# client blocks.
+native: Stackable = RateLimiter(1)  # type: ignore[assignment]
+awaited: Blocking = AsyncRedisRateLimiter(aclient, 1, name="k")  # type: ignore[assignment]
+"""
+
+
+def test_mypy_finds_what_the_redis_limiters_declare(tmp_path: Path) -> None:
+    """The declarations are checked against the Protocols, and where a class declares none,
+    mypy refuses it (``--strict`` reports an ``ignore`` that is not needed)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "declared.py").write_text(DECLARED)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "declared.py"],
+        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(REPO_ROOT / "python")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
