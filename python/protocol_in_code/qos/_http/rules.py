@@ -15,61 +15,21 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from protocol_in_code._native import Decision, KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_header_name
 from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret, sf_string
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
+from protocol_in_code.qos._http.kinds import Kind, limiter_kind
 from protocol_in_code.qos._http.options import Options, Route
 from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
 from protocol_in_code.qos._workers import warn_if_several_workers
-from protocol_in_code.qos.capabilities import Awaiting, Blocking, KeyChecked, Misfit
-from protocol_in_code.qos.interfaces import kind_of
+from protocol_in_code.qos.capabilities import Misfit
 
 #: The limiters that keep their limits in this process: several workers each have their own.
 IN_PROCESS = (RateLimiter, KeyedRateLimiter)
-
-
-class Kind(NamedTuple):
-    """What the web layer needs to know of a limiter, read once from what it declares: its
-    interface (keyed? awaited?), the keys it takes, and whether its calls block."""
-
-    keyed: bool
-    awaited: bool
-    #: The limiter's declared key check (see :class:`~protocol_in_code.qos.capabilities.
-    #: KeyChecked`), ``None`` for one that takes every value.
-    key_refusal: Callable[[object], str | None] | None = None
-    #: For a synchronous limiter whose calls wait on the network, how the event loop's forms
-    #: refuse it (see :class:`~protocol_in_code.qos.capabilities.Blocking`).
-    blocks: Misfit | None = None
-    #: For an asyncio limiter, how the synchronous forms refuse it (see
-    #: :class:`~protocol_in_code.qos.capabilities.Awaiting`).
-    awaits: Misfit | None = None
-
-
-#: How the synchronous forms name an asyncio limiter that says nothing of itself.
-AWAITED = Misfit("an asyncio limiter", "give a synchronous one")
-
-
-def _limiter_kind(limiter: Any, parameter: str) -> Kind:
-    """The :class:`Kind` of a limiter of one of the four interfaces
-    (:mod:`protocol_in_code.qos.interfaces`), or TypeError naming ``parameter``."""
-    try:
-        keyed, awaited = kind_of(limiter)
-    except TypeError as error:
-        raise TypeError(
-            f"{parameter} must be a limiter (RateLimiter, KeyedRateLimiter, one of the Redis "
-            f"limiters, or any object of protocol_in_code.qos.interfaces), not "
-            f"{type(limiter).__name__}: {error}"
-        ) from None
-    checked = keyed and isinstance(limiter, KeyChecked)
-    blocks = limiter.blocks if not awaited and isinstance(limiter, Blocking) else None
-    awaits = None
-    if awaited:
-        awaits = limiter.awaits if isinstance(limiter, Awaiting) else AWAITED
-    return Kind(keyed, awaited, limiter.key_refusal if checked else None, blocks, awaits)
 
 
 @dataclass
@@ -85,7 +45,7 @@ class Rule:
     prefix: str = ""
     methods: frozenset[str] | None = None
     #: The limiter's key check, for a limiter that takes only some keys, and for one whose
-    #: calls block, how the event loop's forms refuse it (see :class:`Kind`).
+    #: calls block, how the event loop's forms refuse it (see :class:`~.kinds.Kind`).
     key_refusal: Callable[[object], str | None] | None = None
     blocks: Misfit | None = None
     #: ``qu``, quoted, or ``None`` for requests (the draft's default, not sent).
@@ -171,18 +131,7 @@ def _rule(
     route: str | None = None,
     on_event_loop: bool = False,
 ) -> Rule:
-    kind = _limiter_kind(limiter, parameter)
-    if kind.awaits is not None and not allow_async:
-        raise TypeError(
-            f"{parameter}: {kind.awaits.what} cannot serve WSGI or a synchronous view; "
-            f"{kind.awaits.instead}"
-        )
-    if kind.blocks is not None and on_event_loop:
-        raise TypeError(
-            f"{parameter}: {kind.blocks.what} would block the event loop at every request (a "
-            "slow or stopped server would stall every request of this worker, exempt ones "
-            f"too); {kind.blocks.instead}"
-        )
+    kind = limiter_kind(limiter, parameter, allow_async=allow_async, on_event_loop=on_event_loop)
     plans = _plans_of(limiter)
     if plans is not None:
         # One rule per plan, each asking the limiter with its plan; the request's plan chooses.
