@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import qos_support
 from protocol_in_code.qos import capabilities
 from protocol_in_code.qos.asgi import RateLimitMiddleware as ASGIMiddleware
 from protocol_in_code.qos.asgi import Route
@@ -417,9 +418,12 @@ def test_the_redis_limiters_declare_their_store_s_stacking_keys_and_form() -> No
     assert all(cls.stacking is _plugin.STACKING for cls in classes)
     assert [getattr(cls, "blocks", None) for cls in classes] == [_plugin.BLOCKS] * 2 + [None] * 2
     assert [getattr(cls, "awaits", None) for cls in classes] == [None] * 2 + [_plugin.AWAITS] * 2
-    for cls in classes[1::2]:
-        assert cls.key_refusal("k") is None and cls.key_refusal(b"k") is None
-        assert cls.key_refusal(1) == "a Redis limiter cannot take: its keys are str or bytes"
+    for keyed in (
+        distributed.RedisKeyedRateLimiter(qos_support.NoServer(), 1, name="c"),
+        distributed.AsyncRedisKeyedRateLimiter(qos_support.AsyncNoServer(), 1, name="c"),
+    ):
+        assert keyed.key_refusal("k") is None and keyed.key_refusal(b"k") is None
+        assert keyed.key_refusal(1) == "a Redis limiter cannot take: its keys are str or bytes"
 
 
 def test_the_limiters_of_this_host_declare_no_stacking() -> None:

@@ -1446,7 +1446,9 @@ class RedisKeyedRateLimiter(_ManyKeys):
 
     # What it declares to the layers that take any limiter (see _plugin.py).
     stacking, blocks = _plugin.STACKING, _plugin.BLOCKS
-    key_refusal = staticmethod(_plugin.key_refusal)
+
+    def key_refusal(self, key: object) -> str | None:
+        return _plugin.key_refusal(key)
 
     def __new__(
         cls,
@@ -1699,7 +1701,9 @@ class AsyncRedisKeyedRateLimiter(_ManyKeys):
 
     # What it declares to the layers that take any limiter (see _plugin.py).
     stacking, awaits = _plugin.STACKING, _plugin.AWAITS
-    key_refusal = staticmethod(_plugin.key_refusal)
+
+    def key_refusal(self, key: object) -> str | None:
+        return _plugin.key_refusal(key)
 
     async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
