@@ -104,14 +104,14 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
             # method itself is decorated at each request, and names the limit then.
             return view
         rules, rule = of_view
-        # An async view is awaited on the event loop, where a synchronous Redis client would
-        # block; a sync view runs in a thread of its own under ASGI.
-        blocking = any(one.redis and not one.awaited for one in rules.rules)
-        if inspect.iscoroutinefunction(view) and blocking:
+        # An async view is awaited on the event loop, where a limiter whose calls block (a
+        # synchronous Redis client) would stall it; a sync view runs in a thread of its own
+        # under ASGI.
+        blocks = next((one.blocks for one in rules.rules if one.blocks is not None), None)
+        if inspect.iscoroutinefunction(view) and blocks is not None:
             raise TypeError(
-                f"limiter: a Redis limiter on a synchronous client would block the event loop "
-                f"at every request of {view.__name__}, an async view; give it an asyncio "
-                "client (redis.asyncio.Redis)"
+                f"limiter: {blocks.what} would block the event loop at every request of "
+                f"{view.__name__}, an async view; {blocks.instead}"
             )
         if inspect.iscoroutinefunction(view):
 

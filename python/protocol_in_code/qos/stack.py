@@ -30,16 +30,19 @@ How much "together" holds depends on where the limits keep their state:
   holds every lock the request needs, taken in one global order (the same in every process of
   the host): no other call, in this process or another, ever sees some parts taken and others
   not. Their keys must be values (int, float, str, bytes, tuples of these).
-* **Redis limiters** are decided by :mod:`protocol_in_code.qos.distributed`'s stacked call:
-  atomically, in one script call, for keys in one slot (on a single server, all of them);
-  across slots, slot by slot, with what was taken given back when a later slot refuses.
+* **Limiters of a store that decides its parts together** declare it
+  (:class:`~protocol_in_code.qos.capabilities.Stackable`: ``stacking``, one object for the
+  store), and each such store is handed all its parts at once. The Redis limiters do: their
+  parts are decided atomically, in one script call, for keys in one slot (on a single server,
+  all of them); across slots, slot by slot, with what was taken given back when a later slot
+  refuses.
 * **Any other limiter** of the interfaces (a limiter of your own) is asked with ``check``, one
   after another; when one refuses, the parts already taken are given
   back with ``refund``. Between the taking and the giving back, another caller may find those
   tokens missing.
 
-The parts of this host are asked first (no I/O, taking nothing), then the Redis parts and the
-others are taken in turn, and this host's parts are taken last, so they are never given back
+The parts of this host are asked first (no I/O, taking nothing), then each store's parts and
+the others are taken in turn, and this host's parts are taken last, so they are never given back
 after a wait on another store (a refund is capped at the burst only: given back late, it could
 bring back refill the limit would have lost at its burst). Once a part has refused, the parts
 not yet asked are only ``peek``-ed, so each still answers. Parts that name the same bucket (the
@@ -52,7 +55,6 @@ from __future__ import annotations
 
 import inspect
 import reprlib
-import sys
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple
 
@@ -65,6 +67,7 @@ from protocol_in_code._native import (
 )
 from protocol_in_code._native import _check_together as _native_together
 from protocol_in_code.qos._give_backs import run_to_the_end
+from protocol_in_code.qos.capabilities import Stacking
 
 __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
 
@@ -309,18 +312,19 @@ class _Native(_Group):
         _native_together([asked[i] for i in self.indices], now_ns, refused=True)
 
 
-class _Redis(_Group):
-    """Redis limiters: the distributed module's stacked call."""
+class _Store(_Group):
+    """The parts of one store that decides them together: the store's
+    :class:`~protocol_in_code.qos.capabilities.Stacking`, which their limiters declare."""
 
-    def __init__(self, indices: list[int], together: Any) -> None:
+    def __init__(self, indices: list[int], stacking: Stacking) -> None:
         super().__init__(indices)
-        self.together = together
+        self.stacking = stacking
 
     def take(
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
         parts = [asked[i] for i in self.indices]
-        answers = self.together.check_together(parts, now_ns=now_ns)
+        answers = self.stacking.check_together(parts, now_ns=now_ns)
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
@@ -329,7 +333,7 @@ class _Redis(_Group):
         self, asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
     ) -> bool:
         parts = [asked[i] for i in self.indices]
-        answers = await self.together.check_together_async(parts, now_ns=now_ns)
+        answers = await self.stacking.check_together_async(parts, now_ns=now_ns)
         for i, decision in zip(self.indices, answers, strict=True):
             decisions[i] = decision
         return all(d.outcome is LimitOutcome.ALLOWED for d in answers)
@@ -406,46 +410,48 @@ class _OneByOne(_Group):
 
 
 def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list[_Group]]:
-    """The parts by where they are decided: this host's, and the others' (Redis first, then
-    the rest)."""
-    native, redis, others = [], [], []
-    redis_classes = _redis_classes(awaited)
+    """The parts by where they are decided: this host's, and the others': each store that
+    decides its parts together (its limiters declare its ``stacking``), in the order the
+    request first names them, then the rest, one by one."""
+    native: list[int] = []
+    others: list[int] = []
+    stores: dict[int, tuple[Stacking, list[int]]] = {}
     for i, (limiter, *_) in enumerate(asked):
         if _of_this_host(limiter):
             native.append(i)
-        elif redis_classes and isinstance(limiter, redis_classes):
-            redis.append(i)
-        else:
-            if not callable(getattr(limiter, "check", None)):
-                raise TypeError(
-                    f"parts[{i}]: {reprlib.repr(limiter)} is not a limiter (it has no check)"
-                )
-            if not awaited and inspect.iscoroutinefunction(getattr(limiter, "check", None)):
-                raise TypeError(
-                    f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
-                    "check_together_async"
-                )
-            others.append(i)
-    remote: list[_Group] = []
-    if redis:
-        from protocol_in_code.qos.distributed import _together
-
-        remote.append(_Redis(redis, _together))
+            continue
+        stacking = getattr(limiter, "stacking", None)
+        if stacking is not None and (awaited or not _asyncio_class(type(limiter))):
+            stores.setdefault(id(stacking), (stacking, []))[1].append(i)
+            continue
+        check = getattr(limiter, "check", None)
+        if not callable(check):
+            raise TypeError(
+                f"parts[{i}]: {reprlib.repr(limiter)} is not a limiter (it has no check)"
+            )
+        if not awaited and inspect.iscoroutinefunction(check):
+            raise TypeError(
+                f"parts[{i}]: an asyncio limiter's decision must be awaited: use "
+                "check_together_async"
+            )
+        others.append(i)
+    remote: list[_Group] = [_Store(indices, stacking) for stacking, indices in stores.values()]
     if others:
         remote.append(_OneByOne(others))
     return (_Native(native) if native else None), remote
 
 
-def _redis_classes(awaited: bool) -> tuple[type, ...]:
-    """The Redis limiter classes a stacked call decides together, if that module is loaded (a
-    Redis limiter cannot exist before it is)."""
-    limiters = sys.modules.get("protocol_in_code.qos.distributed.limiters")
-    if limiters is None:
-        return ()
-    sync = (limiters.RedisRateLimiter, limiters.RedisKeyedRateLimiter)
-    if not awaited:
-        return sync
-    return (*sync, limiters.AsyncRedisRateLimiter, limiters.AsyncRedisKeyedRateLimiter)
+#: Whether each class of the limiters that declare a stacking is an asyncio one.
+_ASYNCIO_CLASSES: dict[type, bool] = {}
+
+
+def _asyncio_class(cls: type) -> bool:
+    """Whether a class's ``check`` is a coroutine function: asked once per class of the limiters
+    that declare a stacking (a synchronous stack refuses an asyncio one, as any other)."""
+    known = _ASYNCIO_CLASSES.get(cls)
+    if known is None:
+        known = _ASYNCIO_CLASSES[cls] = inspect.iscoroutinefunction(getattr(cls, "check", None))
+    return known
 
 
 def _call(method: str, part: _Asked, now_ns: int | None) -> Any:

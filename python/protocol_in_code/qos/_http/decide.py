@@ -9,7 +9,8 @@ Every kind of decision goes through it:
 * **plain**: one limiter's ``check``, its fields made from the decision (and from each band's
   level, where the limiter tells it after: ``band_levels``);
 * **levelled**: one call of the limiter's ``check_levels``, which says each band's level with
-  the decision, in the same round trip (the Redis limiters of several bands);
+  the decision, in the same round trip (a limiter of several bands that declares it: a Redis
+  one);
 * **stacked** (``stack=True``, or a view's mapping of limits): every matching limit decided
   together (:func:`~protocol_in_code.qos.stack.check_together`), taken from all or none.
 
@@ -58,7 +59,7 @@ def prepared(rules: Rules, rule: Rule, info: RequestInfo) -> Asked | None:
         if options.key is None:
             key = info.client if info.client is not None else UNKNOWN_CLIENT
         else:
-            key = key_of(options.key, rule.redis, info)
+            key = key_of(options.key, rule.key_refusal, info)
             if key is None:
                 return None
     if rule.plans is not None:

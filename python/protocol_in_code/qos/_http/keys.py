@@ -72,25 +72,29 @@ def cost_of(function: CostFunction, info: RequestInfo) -> int:
 UNKNOWN_CLIENT = "unknown"
 
 
-def key_of(function: KeyFunction, redis: bool, info: RequestInfo) -> Key | None:
-    """The key of a keyed limiter, as the key ``function`` says; ``redis`` for a Redis
-    limiter, which takes only ``str`` and ``bytes`` keys.
+def key_of(
+    function: KeyFunction, refusal: Callable[[object], str | None] | None, info: RequestInfo
+) -> Key | None:
+    """The key of a keyed limiter, as the key ``function`` says; ``refusal`` is the limiter's
+    own key check where it takes only some keys (a Redis limiter takes ``str`` and ``bytes``:
+    see :class:`~protocol_in_code.qos.capabilities.KeyChecked`).
 
     ``None`` from the key function means that this limit does not apply to this request (a
     limit per signed-in user, for a request nobody signed in to): it is passed over, as if its
-    route did not match. Any other key must be a value (see :func:`not_a_key`); one that is not
-    raises ``TypeError`` here, naming the key function and what it returned, before the limiter
-    is asked: the middleware never fails after a token is spent.
+    route did not match. Any other key must be one the limiter takes: a value (see
+    :func:`not_a_key`), or what its own check accepts. One that is not raises ``TypeError``
+    here, naming the key function and what it returned, before the limiter is asked: the
+    middleware never fails after a token is spent.
     """
     key = function(info)
     if key is None:
         return None
-    if redis:
-        if not isinstance(key, (str, bytes)):
+    if refusal is not None:
+        refused = refusal(key)
+        if refused is not None:
             raise TypeError(
-                f"key= returned {reprlib.repr(key)}, which a Redis limiter cannot take: "
-                f"its keys are str or bytes ({function_name(function)} returned a "
-                f"{type(key).__qualname__})"
+                f"key= returned {reprlib.repr(key)}, which {refused} "
+                f"({function_name(function)} returned a {type(key).__qualname__})"
             )
         return key
     kind = type(key)

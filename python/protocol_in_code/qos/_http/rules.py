@@ -21,47 +21,15 @@ from protocol_in_code._native import Decision, KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_header_name
 from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret, sf_string
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
+from protocol_in_code.qos._http.kinds import Kind, limiter_kind
 from protocol_in_code.qos._http.options import Options, Route
 from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
 from protocol_in_code.qos._workers import warn_if_several_workers
-from protocol_in_code.qos.interfaces import kind_of
+from protocol_in_code.qos.capabilities import Misfit
 
 #: The limiters that keep their limits in this process: several workers each have their own.
 IN_PROCESS = (RateLimiter, KeyedRateLimiter)
-
-
-def _limiter_kind(limiter: Any, parameter: str) -> tuple[bool, bool, bool]:
-    """(keyed, awaited, Redis) for a limiter of one of the four interfaces
-    (:mod:`protocol_in_code.qos.interfaces`), or TypeError naming ``parameter``.
-
-    A Redis limiter is told apart because it takes only ``str`` and ``bytes`` keys.
-    """
-    from protocol_in_code.qos.distributed import (
-        AsyncRedisKeyedRateLimiter,
-        AsyncRedisRateLimiter,
-        RedisKeyedRateLimiter,
-        RedisRateLimiter,
-    )
-
-    try:
-        keyed, awaited = kind_of(limiter)
-    except TypeError as error:
-        raise TypeError(
-            f"{parameter} must be a limiter (RateLimiter, KeyedRateLimiter, one of the Redis "
-            f"limiters, or any object of protocol_in_code.qos.interfaces), not "
-            f"{type(limiter).__name__}: {error}"
-        ) from None
-    redis = isinstance(
-        limiter,
-        (
-            RedisRateLimiter,
-            RedisKeyedRateLimiter,
-            AsyncRedisRateLimiter,
-            AsyncRedisKeyedRateLimiter,
-        ),
-    )
-    return keyed, awaited, redis
 
 
 @dataclass
@@ -76,7 +44,10 @@ class Rule:
     names: tuple[str, ...]
     prefix: str = ""
     methods: frozenset[str] | None = None
-    redis: bool = False
+    #: The limiter's key check, for a limiter that takes only some keys, and for one whose
+    #: calls block, how the event loop's forms refuse it (see :class:`~.kinds.Kind`).
+    key_refusal: Callable[[object], str | None] | None = None
+    blocks: Misfit | None = None
     #: ``qu``, quoted, or ``None`` for requests (the draft's default, not sent).
     unit: str | None = None
     #: The policy name without band suffixes, and the route's prefix (``None`` for the
@@ -99,7 +70,8 @@ class Rule:
     levels: Callable[..., list[tuple[int, int]]] | None = field(init=False)
     #: Whether the middleware ask :attr:`decider`'s ``check_levels`` in place of ``check``:
     #: where the fields need levels and the limiter says them with its decision, in the same
-    #: round trip, rather than with ``band_levels`` (the Redis limiters).
+    #: round trip, rather than with ``band_levels`` (a limiter that declares it,
+    #: :class:`~protocol_in_code.qos.capabilities.Levelled`, as the Redis limiters do).
     leveled: bool = field(init=False)
     #: With ``on_decision``, what tells it of one of this rule's decisions (see
     #: :func:`~.told.teller`); ``None`` without a hook.
@@ -159,29 +131,31 @@ def _rule(
     route: str | None = None,
     on_event_loop: bool = False,
 ) -> Rule:
-    keyed, awaited, redis = _limiter_kind(limiter, parameter)
-    if awaited and not allow_async:
-        raise TypeError(
-            f"{parameter}: an asyncio Redis limiter cannot serve WSGI or a synchronous view; "
-            "give it a synchronous client (redis.Redis)"
-        )
-    if redis and not awaited and on_event_loop:
-        raise TypeError(
-            f"{parameter}: a Redis limiter on a synchronous client would block the event loop "
-            "at every request (a slow or stopped server would stall every request of this "
-            "worker, exempt ones too); give it an asyncio client (redis.asyncio.Redis)"
-        )
+    kind = limiter_kind(limiter, parameter, allow_async=allow_async, on_event_loop=on_event_loop)
     plans = _plans_of(limiter)
     if plans is not None:
         # One rule per plan, each asking the limiter with its plan; the request's plan chooses.
-        parent = Rule(limiter, keyed, awaited, cost, (), (), prefix, methods, redis, unit, name)
+        parent = Rule(
+            limiter,
+            kind.keyed,
+            kind.awaited,
+            cost,
+            (),
+            (),
+            prefix,
+            methods,
+            kind.key_refusal,
+            kind.blocks,
+            unit,
+            name,
+        )
         parent.route = route
         parent.plans = {
             plan: _banded(
                 PlanView(limiter, plan, bands),
                 f"{name}-{plan}",
                 parameter,
-                (keyed, awaited, redis),
+                kind,
                 cost,
                 prefix,
                 methods,
@@ -193,13 +167,12 @@ def _rule(
             for plan, bands in plans.items()
         }
         return parent
-    return _banded(
-        limiter, name, parameter, (keyed, awaited, redis), cost, prefix, methods, unit, route
-    )
+    return _banded(limiter, name, parameter, kind, cost, prefix, methods, unit, route)
 
 
 def _plans_of(limiter: Any) -> dict[str, tuple[Any, ...]] | None:
-    """A limiter's plans (name to bands), or ``None`` for a limiter without plans."""
+    """A limiter's plans (name to bands), or ``None`` for a limiter without plans (see
+    :class:`~protocol_in_code.qos.capabilities.Planned`)."""
     try:
         plans = getattr(limiter, "plans", None)
     except Exception:  # a limiter of another kind whose attribute fails: no plans
@@ -228,7 +201,7 @@ def _banded(
     limiter: Any,
     name: str,
     parameter: str,
-    kind: tuple[bool, bool, bool],
+    kind: Kind,
     cost: CostFunction | None = None,
     prefix: str = "",
     methods: frozenset[str] | None = None,
@@ -238,7 +211,6 @@ def _banded(
     plan: str | None = None,
 ) -> Rule:
     """The rule of a limiter (or of one plan of it) whose bands are ``limiter.bands``."""
-    keyed, awaited, redis = kind
     bands = tuple(limiter.bands)
     if len(bands) == 1:
         names: tuple[str, ...] = (name,)
@@ -252,14 +224,15 @@ def _banded(
         raise TypeError(f"{parameter} cost must be a function of the request, not {cost!r}")
     return Rule(
         limiter,
-        keyed,
-        awaited,
+        kind.keyed,
+        kind.awaited,
         cost,
         policies,
         quoted,
         prefix,
         methods,
-        redis,
+        kind.key_refusal,
+        kind.blocks,
         unit,
         name if policy is None else policy,
         route,
@@ -294,7 +267,7 @@ class Rules:
     the partition keys, the hooks.
 
     ``allow_async`` for a form that can await an asyncio limiter; ``on_event_loop`` for one that
-    runs on the event loop, where a Redis limiter on a synchronous client is refused; ``table``
+    runs on the event loop, where a limiter that declares its calls block is refused; ``table``
     is the first part of the name a rate's limits are kept under.
 
     Every bad argument raises ``TypeError`` or ``ValueError`` naming the parameter, so a

@@ -4,7 +4,6 @@ limit per client, kept in a :class:`Store`, under a table name every worker give
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -14,11 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from protocol_in_code._native import KeyedRateLimiter, SharedKeyedRateLimiter
-
-#: The stores a rate given in place of a limiter can be kept in, by name: ``"shared"`` (the
-#: default) is one limit for every process of the host, ``"process"`` one in each process.
-STORES = ("shared", "process")
+from protocol_in_code.qos._stores import rate_store
+from protocol_in_code.qos.capabilities import RateStore
 
 #: The longest name of a shared table (``shared_memory::LONGEST_NAME`` in the core).
 LONGEST_TABLE_NAME = 100
@@ -40,59 +36,45 @@ def has_rate(limiter: Any) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Store:
-    """Where the limits of rates are kept, checked once: ``kept`` is ``"shared"``,
-    ``"process"``, a folder that is there (``pathlib.Path``), or a Redis client."""
+    """Where the limits of rates are kept, checked once: ``given`` is what ``store=`` was
+    (``None`` when not given), ``kept`` the store it names, which makes each limit (see
+    :func:`~protocol_in_code.qos._stores.rate_store`: ``"shared"``, ``"process"``, a folder,
+    or an object such as a Redis client)."""
 
-    kept: Any
+    given: Any
+    kept: RateStore
 
     @classmethod
     def of(cls, given: Any) -> Store:
         """The store ``given``, checked (``None``, not given, is ``"shared"``)."""
-        if given is None:
-            return cls("shared")
-        if isinstance(given, str):
-            if given not in STORES:
-                raise ValueError(
-                    f"store must be 'shared', 'process', a folder or a Redis client, not {given!r}"
-                )
-        elif isinstance(given, os.PathLike):
-            if not os.path.isdir(given):
-                raise FileNotFoundError(
-                    errno.ENOENT,
-                    f"store={os.fspath(given)!r} is no folder: make it, or give another",
-                )
-        elif not callable(getattr(given, "evalsha", None)):
-            raise TypeError(
-                "store must be 'shared', 'process', a folder (a pathlib.Path) or a Redis "
-                f"client, not {type(given).__name__}"
-            )
-        return cls(given)
+        return cls(given, rate_store(given))
 
     @property
     def folder(self) -> os.PathLike[str] | None:
         """The folder given, where the shared tables (and ``pk``'s secret) are kept; ``None``
         for the host's own folder."""
-        return self.kept if isinstance(self.kept, os.PathLike) else None
+        return self.given if isinstance(self.given, os.PathLike) else None
 
     def parameter(self, limiter: Any, parameter: str) -> str:
         """The parameter an error about a rule's limiter names: the store where the limiter is
-        made from a rate in a Redis client given as the store, else ``parameter``."""
-        if is_rate(limiter) and not isinstance(self.kept, (str, os.PathLike)):
-            return f"store (the Redis client for {parameter})"
+        made from a rate in an object given as the store (``store (the Redis client for
+        limiter)``), else ``parameter``."""
+        named = self.kept.named
+        if is_rate(limiter) and named is not None:
+            return f"store ({named} for {parameter})"
         return parameter
 
     def limiter(
         self, limiter: Any, burst: int | None, table: str, name: str, parameter: str
     ) -> Any:
         """The limiter a rule asks: ``limiter`` itself, or, for a rate given in its place
-        (``"100/minute"``, with ``burst``), one limit per client kept here:
+        (``"100/minute"``, with ``burst``), one limit per client kept in the store, named
+        ``<table>.<name>`` (the policy's name), alike in every worker of the application:
 
-        * ``"shared"`` (the default): a :class:`SharedKeyedRateLimiter` named
-          ``<table>.<name>`` (the policy's name), one limit for every worker process of the
-          host. The workers of one application name it alike, and find the same table again
-          after a restart.
-        * a folder (``pathlib.Path("/run/shop/qos")``): the same, with the table in that folder.
-        * ``"process"``: a :class:`KeyedRateLimiter`, a limit in each process.
+        * ``"shared"`` (the default): a shared keyed limiter, one limit for every worker
+          process of the host, found again after a restart;
+        * a folder (``pathlib.Path("/run/shop/qos")``): the same, with the table in that folder;
+        * ``"process"``: an in-process keyed limiter, a limit in each process;
         * a Redis client (sync or asyncio): a Redis keyed limiter of that name, one limit for
           every host.
         """
@@ -102,17 +84,7 @@ class Store:
                     f"burst is for a rate ({parameter}='5/minute', burst=10), not for a limiter"
                 )
             return limiter
-        kept = self.kept
-        if kept == "process":
-            return KeyedRateLimiter(limiter, burst=burst)
-        where = claimed_name(table_name(table, name))
-        if kept == "shared":
-            return SharedKeyedRateLimiter(where, limiter, burst=burst)
-        if isinstance(kept, os.PathLike):
-            return SharedKeyedRateLimiter(where, limiter, burst=burst, path=kept)
-        from protocol_in_code.qos.distributed import RedisKeyedRateLimiter
-
-        return RedisKeyedRateLimiter(kept, limiter, burst=burst, name=where)
+        return self.kept.keyed_limiter(limiter, burst, claimed_name(table_name(table, name)))
 
 
 def table_name(*parts: str) -> str:

@@ -35,7 +35,7 @@ from protocol_in_code._native import (
 )
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
-from protocol_in_code.qos.distributed import _bands, _keys, _waits
+from protocol_in_code.qos.distributed import _bands, _keys, _plugin, _waits
 from protocol_in_code.qos.distributed._keys import redis_key
 from protocol_in_code.qos.distributed._server import (
     Call,
@@ -1298,6 +1298,9 @@ class RedisRateLimiter(_OneKey):
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
     """
 
+    # What it declares to the layers that take any limiter (see _plugin.py).
+    stacking, blocks = _plugin.STACKING, _plugin.BLOCKS
+
     def __new__(
         cls,
         client: Any,
@@ -1440,6 +1443,12 @@ class RedisKeyedRateLimiter(_ManyKeys):
     Unlike the in-process table, each key has its own clock: a call at a time before a key's
     settlement point gains nothing on that key (the server's clock is one clock anyway).
     """
+
+    # What it declares to the layers that take any limiter (see _plugin.py).
+    stacking, blocks = _plugin.STACKING, _plugin.BLOCKS
+
+    def key_refusal(self, key: object) -> str | None:
+        return _plugin.key_refusal(key)
 
     def __new__(
         cls,
@@ -1629,6 +1638,9 @@ class AsyncRedisRateLimiter(_OneKey):
     the event loop. Same arguments, same answers; ``acquire`` and ``acquire_async`` are the
     same coroutine, and the decorator takes ``async def`` functions."""
 
+    # What it declares to the layers that take any limiter (see _plugin.py).
+    stacking, awaits = _plugin.STACKING, _plugin.AWAITS
+
     async def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
         op, read = _QUESTIONS[method]
         args = self._core.args(op, n, now_ns)
@@ -1686,6 +1698,12 @@ class AsyncRedisRateLimiter(_OneKey):
 
 class AsyncRedisKeyedRateLimiter(_ManyKeys):
     """:class:`RedisKeyedRateLimiter` on an asyncio client: every call is awaited."""
+
+    # What it declares to the layers that take any limiter (see _plugin.py).
+    stacking, awaits = _plugin.STACKING, _plugin.AWAITS
+
+    def key_refusal(self, key: object) -> str | None:
+        return _plugin.key_refusal(key)
 
     async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
         op, read = _QUESTIONS[method]
