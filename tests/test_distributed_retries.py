@@ -35,7 +35,7 @@ if qos_support.reference_mode():
 
 from protocol_in_code.qos.distributed import RedisKeyedRateLimiter, RedisRateLimiter
 from protocol_in_code.qos.distributed._server import new_record
-from protocol_in_code.qos.distributed.limiters import MANY, REFUND, TAKE
+from protocol_in_code.qos.distributed._replies import MANY, REFUND, TAKE
 from redis_servers import HOST
 
 SECOND = 10**9

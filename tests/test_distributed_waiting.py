@@ -40,7 +40,7 @@ from protocol_in_code.qos.distributed import (
     _bands,
 )
 from protocol_in_code.qos.distributed._server import SHA
-from protocol_in_code.qos.distributed.limiters import (
+from protocol_in_code.qos.distributed._replies import (
     GIVE_BACK,
     REFUND,
     RESERVE,

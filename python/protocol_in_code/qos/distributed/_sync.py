@@ -1,0 +1,370 @@
+"""The limiters on a synchronous client: each call sends what the core says, and reads the
+reply with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from protocol_in_code._native import (
+    Decision,
+)
+from protocol_in_code.qos import _conveniences
+from protocol_in_code.qos.distributed._async import (
+    AsyncRedisKeyedRateLimiter,
+    AsyncRedisRateLimiter,
+)
+from protocol_in_code.qos.distributed._batch import (
+    Batch,
+)
+from protocol_in_code.qos.distributed._keys import redis_key
+from protocol_in_code.qos.distributed._limits import (
+    ManyKeys,
+    OneKey,
+)
+from protocol_in_code.qos.distributed._options import KeyedKeywords, OneKeyKeywords, spelled_out
+from protocol_in_code.qos.distributed._replies import (
+    QUESTIONS,
+    RESERVE,
+    TAKE,
+    TAKE_WITH_LEVELS,
+    Levels,
+    leveled,
+    taken,
+)
+from protocol_in_code.qos.distributed._server import Call, Server
+from protocol_in_code.qos.distributed._shapes import (
+    old_shapes_refused,
+)
+from protocol_in_code.qos.distributed._waiting import (
+    blocking_acquire,
+    on_threads,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@old_shapes_refused
+class RedisRateLimiter(OneKey):
+    """One limit shared by every process, on every host, that uses ``name`` on one Redis.
+
+    ``RedisRateLimiter(client, 10, name="global")``: the rate alone by position, everything
+    else by keyword. ``name`` (a non-empty ``str``) is the limit's identity: limiters of the
+    same name, ``prefix`` and bands share one limit, kept in the hash ``prefix{name}:fingerprint``;
+    limiters of different names never share anything, and a change of bands starts afresh (see
+    the module's docs).
+
+    Takes the arguments of :class:`~protocol_in_code.qos.limiter.RateLimiter` (read by it: the
+    same rates, bursts and bands, the same errors) and answers its questions the same way:
+    ``try_acquire``, ``check``, ``peek``, ``refund``, ``available``, ``acquire(timeout=)``,
+    ``acquire_async``, the decorator and ``with``/``async with``. The differences:
+
+    * Time is the server's ``TIME``, in whole microseconds; an explicit ``now_ns`` replaces it
+      and must be a whole number of microseconds. A ``wait_ns`` is the in-process wait rounded
+      up to the microsecond.
+    * ``on_error`` decides what a call answers when the server cannot decide (unreachable, or
+      answering with an error: OOM, BUSY, READONLY, NOREPLICAS, a failed script): ``"raise"``
+      (:class:`LimiterUnavailable`), ``"allow"``, ``"deny"`` (a DENIED with a ``wait_ns`` of
+      100 ms) or a local :class:`RateLimiter` that is asked instead.
+    * ``min_ttl_ms`` keeps each written key at least that long (default 0: exactly until it is
+      full again). Replays whose explicit times run slower than real time need it, since a
+      key's TTL runs on the server's real clock.
+    * ``initial`` is what a key that does not exist holds: at first, and again once it has
+      refilled completely and expired.
+    * ``acquire`` reserves on the server, as in-process: waiters are admitted in the order their
+      reservations reach it, one script call each, and a waiter that gives up hands its turn
+      back (forfeited if others queue behind it, so nobody is let in early). The bands of a key
+      share one settlement point there, so a give-back on a key of several bands may give back
+      a little less than in-process, never more.
+    * There is no ``band_levels`` (a second round trip): :meth:`check_levels` answers ``check``
+      and each band's level in one script call, as ``check`` then ``band_levels`` would.
+
+    Given an asyncio client, construct :class:`AsyncRedisRateLimiter` instead (this class does
+    it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
+    """
+
+    @spelled_out(OneKeyKeywords)
+    def __new__(
+        cls, client: Any, rate: Any = None, **options: Unpack[OneKeyKeywords]
+    ) -> RedisRateLimiter:
+        if cls is RedisRateLimiter and Server(client).is_async:
+            return AsyncRedisRateLimiter(client, rate, **options)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
+        op, read = QUESTIONS[method]
+        args = self._core.args(op, n, now_ns)
+        try:
+            reply = self._core.server.run(self._keys, args)
+        except self._unavailable as error:
+            return self._fall_back(error, method, n, now_ns)
+        return read(reply)
+
+    def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
+        """Take ``n`` tokens if every band holds them: True if taken."""
+        core = self._core
+        if type(n) is int and n == 1 and now_ns is None:
+            args = core.take_one
+        else:
+            args = core.args(TAKE, n, now_ns)
+        try:
+            reply = core.server.run(self._keys, args)
+        except self._unavailable as error:
+            return bool(self._fall_back(error, "try_acquire", n, now_ns))
+        return taken(reply, n)
+
+    def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        return self._ask("check", n, now_ns)  # type: ignore[no-any-return]
+
+    def check_levels(self, n: int = 1, now_ns: int | None = None) -> tuple[Decision, Levels | None]:
+        """:meth:`check`, and each band's level right after it, in the same script call: what
+        ``check`` then ``band_levels`` say in-process, ``[(whole tokens, ns until one more),
+        ...]`` in the order of :attr:`bands` (the ns rounded up to the microsecond). When the
+        server cannot answer, ``on_error`` decides as for :meth:`check`, and the levels are a
+        local fallback limiter's ``band_levels``, or None under ``"allow"`` and ``"deny"``."""
+        core = self._core
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = core.server.run(self._keys, args)
+        except self._unavailable as error:
+            return core.policy.answer_levels(error, n, now_ns)
+        return leveled(reply)
+
+    def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        return self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
+
+    def refund(self, n: int = 1, now_ns: int | None = None) -> None:
+        """Give ``n`` tokens back to every band, each capped at its burst."""
+        self._ask("refund", n, now_ns)
+
+    def available(self, now_ns: int | None = None) -> int:
+        """Whole tokens every band holds now."""
+        return self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
+
+    def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
+        """Block until ``n`` tokens are taken (True); False at once if they would only be there
+        after ``timeout`` seconds. Waiters are served in the order they reach the server: each
+        reserves its tokens there at the moment they will be there, then sleeps until then, so
+        a large request is never starved by small ones (one script call per admission). A
+        waiter interrupted while it sleeps gives its reservation back."""
+        self._core.args(RESERVE, n, None)
+        return blocking_acquire(
+            self._core,
+            self._keys,
+            n,
+            timeout,
+            type(self).__name__,
+            lambda e: self._fall_back(e, "check", n, None),
+        )
+
+    async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
+        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
+        never on the event loop's default executor (see ``_waits``). A waiter
+        cancelled at any point gives back what it reserved."""
+        return await self._wait(n, timeout, on_threads)
+
+    def __call__(self, function: _F) -> _F:
+        """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
+        return _conveniences.decorate(self, function)  # type: ignore[return-value]
+
+    def __enter__(self) -> RedisRateLimiter:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    async def __aenter__(self) -> RedisRateLimiter:
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+@old_shapes_refused
+class RedisKeyedRateLimiter(ManyKeys):
+    """One shared limit per key: :class:`RedisRateLimiter` for every key at once.
+
+    ``RedisKeyedRateLimiter(client, 5, burst=10, name="login")``: the arguments and answers of
+    :class:`~protocol_in_code.qos.keyed.KeyedRateLimiter`, with a ``key`` (``str`` or ``bytes``)
+    first in every call, and a ``name`` that is the limiter's identity: a key's limit is the
+    hash ``prefix{key}:fingerprint:name``, so limiters of different names (a login limit
+    and an API limit, both keyed by client address) never share a key's limit, and none shares
+    anything with a :class:`RedisRateLimiter`. Memory is the server's and bounded by expiry: a
+    key lives exactly until it is full again, so there is no ``max_keys`` and nothing is ever
+    refused. ``on_error`` may name a local :class:`KeyedRateLimiter`.
+    ``plans={"free": ..., "pro": ...}`` in place of ``rate``/``bands`` limits each key by its
+    plan (``plan=`` on every per-key call, required), as in-process: a plan's keys are those of
+    its bands' fingerprint, so a call under a plan is still one script call.
+    :meth:`try_acquire_many` decides many keys at once: one round trip per cluster node.
+
+    Unlike the in-process table, each key has its own clock: a call at a time before a key's
+    settlement point gains nothing on that key (the server's clock is one clock anyway).
+    """
+
+    @spelled_out(KeyedKeywords)
+    def __new__(
+        cls, client: Any, rate: Any = None, **options: Unpack[KeyedKeywords]
+    ) -> RedisKeyedRateLimiter:
+        if cls is RedisKeyedRateLimiter and Server(client).is_async:
+            return AsyncRedisKeyedRateLimiter(client, rate, **options)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
+        op, read = QUESTIONS[method]
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_layout, key)]
+        args = core.args(op, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            return self._fall_back(error, method, key, n, now_ns, plan, core)
+        return read(reply)
+
+    def try_acquire(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> bool:
+        """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
+        core = self._core if plan is None and self._plans is None else self._core_of(plan)
+        keys = [redis_key(core.key_layout, key)]
+        if type(n) is int and n == 1 and now_ns is None:
+            args = core.take_one
+        else:
+            args = core.args(TAKE, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            return bool(self._fall_back(error, "try_acquire", key, n, now_ns, plan, core))
+        return taken(reply, n)
+
+    def check(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    def check_levels(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """:meth:`check`, and each band's level of ``key`` right after it, in the same script
+        call (see :meth:`RedisRateLimiter.check_levels`; with plans, of ``plan``'s bands)."""
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_layout, key)]
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            planned = {} if plan is None else {"plan": plan}
+            return core.policy.answer_levels(error, key, n, now_ns, **planned)
+        return leveled(reply)
+
+    def peek(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        return self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    def refund(
+        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> None:
+        """Give ``n`` tokens back to every band of ``key``, each capped at its burst."""
+        self._ask("refund", key, n, now_ns, plan)
+
+    def available(
+        self, key: str | bytes, now_ns: int | None = None, *, plan: str | None = None
+    ) -> int:
+        """Whole tokens every band of ``key`` holds now."""
+        return self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
+
+    def try_acquire_many(
+        self,
+        keys: Iterable[str | bytes],
+        n: int = 1,
+        now_ns: int | None = None,
+        *,
+        plan: str | None = None,
+    ) -> list[bool]:
+        """:meth:`try_acquire` for each key in turn: the same answers as one call per key, in
+        the same order. One script call per hash slot and per 1,000 keys (so that none holds
+        the server long); on a single server they are sent in turn (one in all for up to 1,000
+        keys), and on a cluster the calls of all the slots one node owns go in one pipeline:
+        one round trip per node, the nodes' in parallel. A node (or the single server) found
+        unreachable is not asked again within the batch: its calls not sent yet go straight to
+        ``on_error``, so a batch waits for at most one timeout per unreachable node, not one
+        per slot or per 1,000 keys."""
+        core = self._core_of(plan)
+        batch = Batch(core, keys, n, now_ns, None if plan is None else {"plan": plan})
+        server = core.server
+        if server.pipelined and batch.keys:
+            calls = batch.calls()
+            for _ in range(Batch.ROUNDS):
+                work, alone = batch.by_node(calls)
+                server.pipelines(work)
+                calls, resend, reroute = batch.settle(work)
+                for call in [*alone, *resend]:
+                    self._alone(batch, call)
+                calls += batch.rerouted(reroute)
+                if not calls:
+                    break
+            for call in calls:
+                self._alone(batch, call)
+            return batch.finished()
+        for group, node in batch.groups():
+            try:
+                reply = server.run(batch.names_of(group, node), batch.args)
+            except self._unavailable as error:
+                batch.failed(group, node, error)
+            else:
+                batch.answered(group, reply)
+        return batch.finished()
+
+    def _alone(self, batch: Batch, call: Call) -> None:
+        """One call of a batch sent on its own through the client, its record unchanged."""
+        try:
+            reply = self._core.server.send(call.keys, call.args)
+        except self._unavailable as error:
+            batch.failed(call.group, None, error)
+        else:
+            batch.answered(call.group, reply)
+
+    def acquire(
+        self,
+        key: str | bytes,
+        n: int = 1,
+        timeout: float | None = None,
+        *,
+        plan: str | None = None,
+    ) -> bool:
+        """Block until ``n`` tokens of ``key`` are taken (True); False at once if they would
+        only be there after ``timeout`` seconds. The key's waiters are served in the order they
+        reach the server (see :meth:`RedisRateLimiter.acquire`)."""
+        core = self._core_of(plan)
+        keys = [redis_key(core.key_layout, key)]
+        core.args(RESERVE, n, None)
+        return blocking_acquire(
+            core,
+            keys,
+            n,
+            timeout,
+            type(self).__name__,
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
+        )
+
+    async def acquire_async(
+        self,
+        key: str | bytes,
+        n: int = 1,
+        timeout: float | None = None,
+        *,
+        plan: str | None = None,
+    ) -> bool:
+        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
+        never on the event loop's default executor (see ``_waits``). A waiter
+        cancelled at any point gives back what it reserved."""
+        return await self._wait(key, n, timeout, plan, on_threads)
