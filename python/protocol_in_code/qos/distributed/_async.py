@@ -1,4 +1,11 @@
-"""The limiters on an asyncio client: every call is awaited, and none blocks the event loop."""
+"""The limiters on an asyncio client: a thin shell that awaits what the core says to send.
+
+:class:`AsyncOperations` is :class:`~protocol_in_code.qos.distributed._sync.SyncOperations`
+awaited: each operation written once in its key-taking form, every call awaited, none blocking
+the event loop, and a take net zero for a caller cancelled meanwhile (``_net_zero``).
+:class:`AsyncRedisKeyedRateLimiter` takes the operations as they are, and
+:class:`AsyncRedisRateLimiter` each bound to its one key.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +16,13 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from protocol_in_code._native import (
-    Decision,
-)
+from protocol_in_code._native import Decision
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
-from protocol_in_code.qos.distributed._batch import (
-    Batch,
-)
-from protocol_in_code.qos.distributed._keys import redis_key
-from protocol_in_code.qos.distributed._limits import (
-    ManyKeys,
-    OneKey,
-)
+from protocol_in_code.qos.distributed._batch import Batch
+from protocol_in_code.qos.distributed._limits import Limits, ManyKeys, OneKey, its_key
 from protocol_in_code.qos.distributed._net_zero import (
+    batch_given_back,
     net_zero,
     net_zero_if_taking,
     net_zero_take_with_levels,
@@ -37,11 +37,82 @@ from protocol_in_code.qos.distributed._replies import (
     leveled,
 )
 from protocol_in_code.qos.distributed._server import Call
-from protocol_in_code.qos.distributed._waiting import (
-    on_asyncio_client,
-)
+from protocol_in_code.qos.distributed._waiting import on_asyncio_client
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+Key = str | bytes
+
+
+class AsyncOperations(Limits):
+    """Every operation of a limiter on an asyncio client, in its key-taking form (see
+    :class:`~protocol_in_code.qos.distributed._sync.SyncOperations`), awaited."""
+
+    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
+        """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`,
+        awaited; a take is net zero for a cancelled caller."""
+        op, read = QUESTIONS[method]
+        core, keys = self._target(key, plan)
+        args = core.args(op, n, now_ns)
+        try:
+            reply = await net_zero_if_taking(core, keys, op, args, n, now_ns)
+        except self._unavailable as error:
+            return self._fall_back(error, method, key, n, now_ns, plan, core)
+        return read(reply)
+
+    async def try_acquire(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> bool:
+        """Take ``n`` tokens if every band holds them: True if taken."""
+        answer = await self._ask("try_acquire", key, n, now_ns, plan)
+        return answer if isinstance(answer, bool) else allowed(answer, n)
+
+    async def check(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        return await self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    async def check_levels(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """``check_levels`` of the synchronous limiters, awaited; net zero for a cancelled
+        caller."""
+        core, keys = self._target(key, plan)
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = await net_zero_take_with_levels(core, keys, args, n, now_ns)
+        except self._unavailable as error:
+            return self._fall_back_levels(error, key, n, now_ns, plan, core)
+        return leveled(reply)
+
+    async def peek(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        return await self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    async def refund(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> None:
+        """Give ``n`` tokens back to every band, each capped at its burst."""
+        await self._ask("refund", key, n, now_ns, plan)
+
+    async def available(
+        self, key: Key, now_ns: int | None = None, *, plan: str | None = None
+    ) -> int:
+        """Whole tokens every band holds now."""
+        return await self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
+
+    async def acquire(
+        self, key: Key, n: int = 1, timeout: float | None = None, *, plan: str | None = None
+    ) -> bool:
+        """Wait until ``n`` tokens are taken (True); False at once if they would only be there
+        after ``timeout`` seconds. A waiter cancelled at any point gives back what it
+        reserved."""
+        return await self._wait(key, n, timeout, plan, on_asyncio_client)
+
+    acquire_async = acquire
 
 
 class AsyncRedisRateLimiter(OneKey):
@@ -49,47 +120,15 @@ class AsyncRedisRateLimiter(OneKey):
     the event loop. Same arguments, same answers; ``acquire`` and ``acquire_async`` are the
     same coroutine, and the decorator takes ``async def`` functions."""
 
-    async def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
-        op, read = QUESTIONS[method]
-        args = self._core.args(op, n, now_ns)
-        try:
-            reply = await net_zero_if_taking(self._core, self._keys, op, args, n, now_ns)
-        except self._unavailable as error:
-            return self._fall_back(error, method, n, now_ns)
-        return read(reply)
-
-    async def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
-        answer = await self._ask("try_acquire", n, now_ns)
-        return answer if isinstance(answer, bool) else allowed(answer, n)
-
-    async def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask("check", n, now_ns)  # type: ignore[no-any-return]
-
-    async def check_levels(
-        self, n: int = 1, now_ns: int | None = None
-    ) -> tuple[Decision, Levels | None]:
-        """:meth:`RedisRateLimiter.check_levels`, awaited; net zero for a cancelled caller."""
-        core = self._core
-        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
-        try:
-            reply = await net_zero_take_with_levels(core, self._keys, args, n, now_ns)
-        except self._unavailable as error:
-            return core.policy.answer_levels(error, n, now_ns)
-        return leveled(reply)
-
-    async def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        return await self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
-
-    async def refund(self, n: int = 1, now_ns: int | None = None) -> None:
-        await self._ask("refund", n, now_ns)
-
-    async def available(self, now_ns: int | None = None) -> int:
-        return await self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
-
-    async def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
-        return await self._wait(n, timeout, on_asyncio_client)
-
+    try_acquire = its_key(AsyncOperations.try_acquire)
+    check = its_key(AsyncOperations.check)
+    check_levels = its_key(AsyncOperations.check_levels)
+    peek = its_key(AsyncOperations.peek)
+    refund = its_key(AsyncOperations.refund)
+    available = its_key(AsyncOperations.available)
+    acquire = its_key(AsyncOperations.acquire)
     acquire_async = acquire
+    _ask = AsyncOperations._ask  # what every question but check_levels and acquire asks
 
     def __call__(self, function: _F) -> _F:
         if not inspect.iscoroutinefunction(function):
@@ -104,60 +143,8 @@ class AsyncRedisRateLimiter(OneKey):
         return None
 
 
-class AsyncRedisKeyedRateLimiter(ManyKeys):
+class AsyncRedisKeyedRateLimiter(ManyKeys, AsyncOperations):
     """:class:`RedisKeyedRateLimiter` on an asyncio client: every call is awaited."""
-
-    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
-        op, read = QUESTIONS[method]
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        args = core.args(op, n, now_ns)
-        try:
-            reply = await net_zero_if_taking(core, keys, op, args, n, now_ns)
-        except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns, plan, core)
-        return read(reply)
-
-    async def try_acquire(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> bool:
-        answer = await self._ask("try_acquire", key, n, now_ns, plan)
-        return answer if isinstance(answer, bool) else allowed(answer, n)
-
-    async def check(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> Decision:
-        return await self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
-
-    async def check_levels(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> tuple[Decision, Levels | None]:
-        """:meth:`RedisKeyedRateLimiter.check_levels`, awaited; net zero for a cancelled
-        caller."""
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
-        try:
-            reply = await net_zero_take_with_levels(core, keys, args, n, now_ns)
-        except self._unavailable as error:
-            planned = {} if plan is None else {"plan": plan}
-            return core.policy.answer_levels(error, key, n, now_ns, **planned)
-        return leveled(reply)
-
-    async def peek(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> Decision:
-        return await self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
-
-    async def refund(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> None:
-        await self._ask("refund", key, n, now_ns, plan)
-
-    async def available(
-        self, key: str | bytes, now_ns: int | None = None, *, plan: str | None = None
-    ) -> int:
-        return await self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     async def try_acquire_many(
         self,
@@ -195,7 +182,7 @@ class AsyncRedisKeyedRateLimiter(ManyKeys):
         except asyncio.CancelledError:
             # The groups decided so far took tokens nobody will be told of (the one under
             # way gives its own back): net zero, as for a single call.
-            _in_background(batch.give_back())
+            _in_background(batch_given_back(batch, server.run_async))
             raise
         return batch.finished()
 
@@ -256,18 +243,6 @@ class AsyncRedisKeyedRateLimiter(ManyKeys):
         except asyncio.CancelledError:
             # The rounds settled so far took tokens nobody will be told of (the one under way
             # gives its own back): net zero, as for a single call.
-            _in_background(batch.give_back())
+            _in_background(batch_given_back(batch, server.run_async))
             raise
         return batch.finished()
-
-    async def acquire(
-        self,
-        key: str | bytes,
-        n: int = 1,
-        timeout: float | None = None,
-        *,
-        plan: str | None = None,
-    ) -> bool:
-        return await self._wait(key, n, timeout, plan, on_asyncio_client)
-
-    acquire_async = acquire

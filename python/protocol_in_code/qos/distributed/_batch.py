@@ -5,22 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from protocol_in_code._native import (
-    KeyedRateLimiter,
-)
+from protocol_in_code._native import KeyedRateLimiter
 from protocol_in_code.qos.distributed._client import ClientErrors, LimiterUnavailable
-from protocol_in_code.qos.distributed._core import (
-    Core,
-)
+from protocol_in_code.qos.distributed._core import Core
 from protocol_in_code.qos.distributed._keys import redis_key
-from protocol_in_code.qos.distributed._net_zero import (
-    not_given_back,
-)
-from protocol_in_code.qos.distributed._replies import (
-    MANY,
-    REFUND,
-    allowed_digits,
-)
+from protocol_in_code.qos.distributed._replies import MANY, REFUND, allowed_digits
 from protocol_in_code.qos.distributed._server import Call
 
 #: The node of every call of a batch on a single server: the one server, which a batch does not
@@ -208,17 +197,13 @@ class Batch:
             if local and self.answers[i]:
                 self.taken_locally.append(self.keys[i])
 
-    async def give_back(self) -> None:
-        """Give back every take of this batch so far: for an awaited batch whose caller was
-        cancelled, and so never told (see :func:`net_zero`)."""
-        core = self._core
-        refund = core.args(REFUND, self._n, self._now_ns)
-        for name in self.taken:
-            try:
-                await core.server.run_async([name], refund)
-            except Exception as error:  # its take stands, as any lost reply's
-                not_given_back(error, "the give-back of a cancelled batch's key failed")
-        policy = core.on_error
+    def refund_args(self) -> list[bytes]:
+        """The script's arguments to give back one key's take of this batch."""
+        return self._core.args(REFUND, self._n, self._now_ns)
+
+    def refund_locally(self) -> None:
+        """Give back what a local ``on_error`` limiter took for this batch (in-process)."""
+        policy = self._core.on_error
         if isinstance(policy, KeyedRateLimiter):
             for key in self.taken_locally:
                 policy.refund(key, self._n, self._now_ns, **self._planned)

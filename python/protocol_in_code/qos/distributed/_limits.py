@@ -3,10 +3,12 @@ when the server cannot decide."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
-from protocol_in_code._native import Band, KeyedRateLimiter, RateLimiter
+from protocol_in_code._native import Band, Decision, KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos.distributed._core import Core
 from protocol_in_code.qos.distributed._keys import redis_key
 from protocol_in_code.qos.distributed._options import (
@@ -15,26 +17,122 @@ from protocol_in_code.qos.distributed._options import (
     Options,
     check_fallback_plans,
     listed,
-    spelled_out,
 )
-from protocol_in_code.qos.distributed._replies import RESERVE
+from protocol_in_code.qos.distributed._replies import RESERVE, Levels
 from protocol_in_code.qos.distributed._server import Server
-from protocol_in_code.qos.distributed._shapes import old_shapes_refused
+from protocol_in_code.qos.distributed._shapes import constructors
 from protocol_in_code.qos.distributed._waiting import awaited_acquire
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-@old_shapes_refused
-class OneKey:
-    """What :class:`RedisRateLimiter` and :class:`AsyncRedisRateLimiter` share: everything but
-    running the script."""
+
+class Limits:
+    """What every Redis limiter holds and does but running the script: a key-taking form,
+    which the one-key limiters serve with their one key (see ``_sync.one_key``).
+
+    :meth:`_target` says which core and Redis keys a call is for; :meth:`_fall_back` asks the
+    ``on_error`` policy the call's own question."""
 
     #: Whether each call names a key (the constructors' errors show the form to write).
     takes_keys = False
+    _core: Core
+    _unavailable: tuple[type[BaseException], ...]
 
-    @spelled_out(OneKeyKeywords)
+    def _target(self, key: Any, plan: Any) -> tuple[Core, list[bytes]]:
+        raise NotImplementedError
+
+    async def _wait(
+        self,
+        key: Any,
+        n: Any,
+        timeout: Any,
+        plan: Any,
+        asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
+    ) -> bool:
+        """``acquire`` awaited: the reservation asked through ``asking`` (the server's threads
+        for a synchronous client, the client itself for an asyncio one)."""
+        core, keys = self._target(key, plan)
+        core.args(RESERVE, n, None)
+        return await awaited_acquire(
+            core,
+            keys,
+            n,
+            timeout,
+            asking(core.server),
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
+        )
+
+    def _fall_back(
+        self,
+        error: BaseException,
+        method: str,
+        key: Any,
+        n: Any,
+        now_ns: Any,
+        plan: str | None = None,
+        core: Core | None = None,
+    ) -> Any:
+        """The ``on_error`` answer to ``method`` asked with these arguments (``key`` is left
+        out for a one-key limiter, as its local fallback takes none)."""
+        return (core or self._core).policy.answer(
+            error, method, *self._asked(method, key, n, now_ns), **_planned(plan)
+        )
+
+    def _fall_back_levels(
+        self, error: BaseException, key: Any, n: Any, now_ns: Any, plan: Any, core: Core
+    ) -> tuple[Decision, Levels | None]:
+        """The ``on_error`` answer to ``check_levels`` asked with these arguments."""
+        return core.policy.answer_levels(
+            error, *self._asked("check", key, n, now_ns), **_planned(plan)
+        )
+
+    def _asked(self, method: str, key: Any, n: Any, now_ns: Any) -> tuple[Any, ...]:
+        """The arguments of ``method`` as a local limiter of this kind is asked."""
+        args = (now_ns,) if method == "available" else (n, now_ns)
+        return (key, *args) if self.takes_keys else args
+
+
+def its_key(method: Callable[Concatenate[Any, Any, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
+    """A key-taking operation (``method(limiter, key, ...)``) as a one-key limiter's method:
+    called without the key, which is the limiter's own (:meth:`OneKey._target`), and shown
+    (``inspect.signature``, ``help()``) without it, as type checkers read it. ``plan=`` stays
+    in the signature, and is refused with a ``TypeError`` if given: a one-key limiter has no
+    plans. A coroutine function stays one, so that ``inspect.iscoroutinefunction`` still
+    knows it."""
+    signature = inspect.signature(method)
+    shown = signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name != "key"]
+    )
+    if inspect.iscoroutinefunction(method):
+
+        async def awaited(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> Any:
+            return await method(self, None, *args, **kwargs)
+
+        bound = cast(Callable[Concatenate[Any, _P], _R], awaited)
+    else:
+
+        def bound(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            return method(self, None, *args, **kwargs)
+
+    functools.update_wrapper(bound, method)
+    bound.__signature__ = shown  # type: ignore[attr-defined]
+    return bound
+
+
+def _planned(plan: Any) -> dict[str, Any]:
+    """``plan=`` as a call passes it on: not at all without one."""
+    return {} if plan is None else {"plan": plan}
+
+
+@constructors(OneKeyKeywords)
+class OneKey(Limits):
+    """What :class:`RedisRateLimiter` and :class:`AsyncRedisRateLimiter` share: everything but
+    running the script."""
+
     def __init__(self, client: Any, rate: Any = None, **options: Unpack[OneKeyKeywords]) -> None:
         given = Options.read(rate, options, RateLimiter)
         self._core = core = Core(Server(client), given)
@@ -57,42 +155,23 @@ class OneKey:
         escaped as a hash tag (see ``_keys.py``)."""
         return self._keys[0]
 
-    async def _wait(
-        self,
-        n: Any,
-        timeout: Any,
-        asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
-    ) -> bool:
-        """``acquire`` awaited: the reservation asked through ``asking`` (the server's threads for a
-        synchronous client, the client itself for an asyncio one)."""
-        self._core.args(RESERVE, n, None)
-        return await awaited_acquire(
-            self._core,
-            self._keys,
-            n,
-            timeout,
-            asking(self._core.server),
-            lambda e: self._fall_back(e, "check", n, None),
-        )
-
-    def _fall_back(self, error: BaseException, method: str, n: Any, now_ns: Any) -> Any:
-        """The ``on_error`` answer to ``method`` asked with these arguments."""
-        args = (now_ns,) if method == "available" else (n, now_ns)
-        return self._core.policy.answer(error, method, *args)
+    def _target(self, key: Any, plan: Any) -> tuple[Core, list[bytes]]:
+        """The one core and the one Redis key: a one-key limiter has no plans."""
+        if plan is not None:
+            raise TypeError(f"plan={plan!r} was given, but a {type(self).__name__} has no plans")
+        return self._core, self._keys
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, bands={list(self.bands)!r})"
 
 
-@old_shapes_refused
-class ManyKeys:
+@constructors(KeyedKeywords)
+class ManyKeys(Limits):
     """What :class:`RedisKeyedRateLimiter` and :class:`AsyncRedisKeyedRateLimiter` share:
     everything but running the script."""
 
-    #: Whether each call names a key (the constructors' errors show the form to write).
     takes_keys = True
 
-    @spelled_out(KeyedKeywords)
     def __init__(self, client: Any, rate: Any = None, **options: Unpack[KeyedKeywords]) -> None:
         given = Options.read(rate, options, KeyedRateLimiter)
         server = Server(client)  # one for every plan: the script loaded once
@@ -162,41 +241,10 @@ class ManyKeys:
             raise ValueError(f"unknown plan {plan!r}: this limiter's plans are {listed(plans)}")
         return core
 
-    async def _wait(
-        self,
-        key: Any,
-        n: Any,
-        timeout: Any,
-        plan: Any,
-        asking: Callable[[Server], Callable[[list[bytes], Any], Awaitable[Any]]],
-    ) -> bool:
-        """``acquire`` awaited for ``key``: see :meth:`OneKey._wait`."""
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        core.args(RESERVE, n, None)
-        return await awaited_acquire(
-            core,
-            keys,
-            n,
-            timeout,
-            asking(core.server),
-            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
-        )
-
-    def _fall_back(
-        self,
-        error: BaseException,
-        method: str,
-        key: Any,
-        n: Any,
-        now_ns: Any,
-        plan: str | None = None,
-        core: Core | None = None,
-    ) -> Any:
-        """The ``on_error`` answer to ``method`` asked with these arguments."""
-        args = (key, now_ns) if method == "available" else (key, n, now_ns)
-        planned = {} if plan is None else {"plan": plan}
-        return (core or self._core).policy.answer(error, method, *args, **planned)
+    def _target(self, key: Any, plan: Any) -> tuple[Core, list[bytes]]:
+        """The core of ``plan`` (see :meth:`_core_of`) and ``key``'s Redis key under it."""
+        core = self._core if plan is None and self._plans is None else self._core_of(plan)
+        return core, [redis_key(core.key_layout, key)]
 
     def __repr__(self) -> str:
         if self._plans is not None:

@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed._client import ClientErrors
 from protocol_in_code.qos.distributed._core import Core
-from protocol_in_code.qos.distributed._replies import (
-    REFUND,
-    TAKE,
-    took,
-)
+
+if TYPE_CHECKING:
+    from protocol_in_code.qos.distributed._batch import Batch
+from protocol_in_code.qos.distributed._replies import REFUND, TAKE, took
 
 _T = TypeVar("_T")
 
@@ -113,3 +112,16 @@ async def net_zero_take(
         return run(keys, refund) if took(reply) else None
 
     return await net_zero(run(keys, take), give_back)
+
+
+async def batch_given_back(batch: Batch, run: Callable[[list[bytes], Any], Awaitable[Any]]) -> None:
+    """Give back every take of ``batch`` so far (each Redis key through ``run``, and what a
+    local fallback took): for an awaited batch whose caller was cancelled, and so never told
+    (see :func:`net_zero`)."""
+    refund = batch.refund_args()
+    for name in batch.taken:
+        try:
+            await run([name], refund)
+        except Exception as error:  # its take stands, as any lost reply's
+            not_given_back(error, "the give-back of a cancelled batch's key failed")
+    batch.refund_locally()

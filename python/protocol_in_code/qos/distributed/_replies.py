@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
-from protocol_in_code._native import (
-    Decision,
-    LimitOutcome,
-)
+from protocol_in_code._native import Decision, LimitOutcome
 
 # The script's operations.
 TAKE, MANY, PEEK, REFUND, AVAILABLE, RESERVE, GIVE_BACK = 0, 1, 2, 3, 4, 5, 6

@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from protocol_in_code.qos.distributed._options import spelled_out
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _C = TypeVar("_C", bound=type)
@@ -15,17 +17,22 @@ _C = TypeVar("_C", bound=type)
 _UNSAID = "..."
 
 
-def old_shapes_refused(cls: _C) -> _C:
-    """``cls`` with its own ``__new__`` and ``__init__`` refusing a call that does not fit their
-    signature with a ``TypeError`` that shows the call to write (see :func:`_misfit`), where
-    Python's own would only say what is missing or unexpected. The signatures shown
-    (``inspect.signature``, mypy, stubtest) stay the methods' own."""
-    for method in ("__new__", "__init__"):
-        if method in vars(cls):
-            function = getattr(vars(cls)[method], "__func__", vars(cls)[method])
-            checked = _constructor(function)
-            setattr(cls, method, staticmethod(checked) if method == "__new__" else checked)
-    return cls
+def constructors(keywords: Any) -> Callable[[_C], _C]:
+    """A class decorator: the class's own ``__new__`` and ``__init__``, each taking
+    ``**options: Unpack[keywords]``, shown to ``inspect`` with those keywords spelled out (see
+    ``_options.spelled_out``), and refusing a call that does not fit that signature with a
+    ``TypeError`` that shows the call to write (see :func:`_misfit`), where Python's own would
+    only say what is missing or unexpected. mypy reads the methods as written."""
+
+    def refusing(cls: _C) -> _C:
+        for method in ("__new__", "__init__"):
+            if method in vars(cls):
+                function = getattr(vars(cls)[method], "__func__", vars(cls)[method])
+                checked = _constructor(spelled_out(keywords)(function))
+                setattr(cls, method, staticmethod(checked) if method == "__new__" else checked)
+        return cls
+
+    return refusing
 
 
 def _constructor(method: Callable[_P, _R]) -> Callable[_P, _R]:

@@ -1,28 +1,27 @@
-"""The limiters on a synchronous client: each call sends what the core says, and reads the
-reply with it."""
+"""The limiters on a synchronous client: a thin shell that sends what the core says.
+
+Each operation is written once, here, in its key-taking form (:class:`SyncOperations`): it
+asks :meth:`~Limits._target` for the core and the Redis keys, the core for the script's
+arguments (``_core``), sends them, and hands the reply to ``_replies``; a server that cannot
+answer goes to the ``on_error`` policy (``_policy``). :class:`RedisKeyedRateLimiter` takes the
+operations as they are; :class:`RedisRateLimiter` takes each bound to its one key
+(:func:`~protocol_in_code.qos.distributed._limits.its_key`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from protocol_in_code._native import (
-    Decision,
-)
+from protocol_in_code._native import Decision
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos.distributed._async import (
     AsyncRedisKeyedRateLimiter,
     AsyncRedisRateLimiter,
 )
-from protocol_in_code.qos.distributed._batch import (
-    Batch,
-)
-from protocol_in_code.qos.distributed._keys import redis_key
-from protocol_in_code.qos.distributed._limits import (
-    ManyKeys,
-    OneKey,
-)
-from protocol_in_code.qos.distributed._options import KeyedKeywords, OneKeyKeywords, spelled_out
+from protocol_in_code.qos.distributed._batch import Batch
+from protocol_in_code.qos.distributed._limits import Limits, ManyKeys, OneKey, its_key
+from protocol_in_code.qos.distributed._options import KeyedKeywords, OneKeyKeywords
 from protocol_in_code.qos.distributed._replies import (
     QUESTIONS,
     RESERVE,
@@ -33,21 +32,117 @@ from protocol_in_code.qos.distributed._replies import (
     taken,
 )
 from protocol_in_code.qos.distributed._server import Call, Server
-from protocol_in_code.qos.distributed._shapes import (
-    old_shapes_refused,
-)
-from protocol_in_code.qos.distributed._waiting import (
-    blocking_acquire,
-    on_threads,
-)
+from protocol_in_code.qos.distributed._shapes import constructors
+from protocol_in_code.qos.distributed._waiting import blocking_acquire, on_threads
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+Key = str | bytes
 
-@old_shapes_refused
+
+class SyncOperations(Limits):
+    """Every operation of a limiter on a synchronous client, in its key-taking form: ``key``
+    names the limit of a keyed limiter (under ``plan``, for one with plans); a one-key limiter
+    is called without either."""
+
+    def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
+        """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`: one
+        script call, its reply read, or the ``on_error`` answer."""
+        op, read = QUESTIONS[method]
+        core, keys = self._target(key, plan)
+        args = core.args(op, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            return self._fall_back(error, method, key, n, now_ns, plan, core)
+        return read(reply)
+
+    def try_acquire(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> bool:
+        """Take ``n`` tokens if every band holds them: True if taken."""
+        core, keys = self._target(key, plan)
+        if type(n) is int and n == 1 and now_ns is None:
+            args = core.take_one
+        else:
+            args = core.args(TAKE, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            return bool(self._fall_back(error, "try_acquire", key, n, now_ns, plan, core))
+        return taken(reply, n)
+
+    def check(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
+        return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    def check_levels(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> tuple[Decision, Levels | None]:
+        """:meth:`check`, and each band's level right after it, in the same script call: what
+        ``check`` then ``band_levels`` say in-process, ``[(whole tokens, ns until one more),
+        ...]`` in the order of the bands (the ns rounded up to the microsecond; with plans, of
+        ``plan``'s bands). When the server cannot answer, ``on_error`` decides as for
+        :meth:`check`, and the levels are a local fallback limiter's ``band_levels``, or None
+        under ``"allow"`` and ``"deny"``."""
+        core, keys = self._target(key, plan)
+        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
+        try:
+            reply = core.server.run(keys, args)
+        except self._unavailable as error:
+            return self._fall_back_levels(error, key, n, now_ns, plan, core)
+        return leveled(reply)
+
+    def peek(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> Decision:
+        """What :meth:`check` would answer, taking nothing."""
+        return self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
+
+    def refund(
+        self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
+    ) -> None:
+        """Give ``n`` tokens back to every band, each capped at its burst."""
+        self._ask("refund", key, n, now_ns, plan)
+
+    def available(self, key: Key, now_ns: int | None = None, *, plan: str | None = None) -> int:
+        """Whole tokens every band holds now."""
+        return self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
+
+    def acquire(
+        self, key: Key, n: int = 1, timeout: float | None = None, *, plan: str | None = None
+    ) -> bool:
+        """Block until ``n`` tokens are taken (True); False at once if they would only be there
+        after ``timeout`` seconds. Waiters are served in the order they reach the server: each
+        reserves its tokens there at the moment they will be there, then sleeps until then, so
+        a large request is never starved by small ones (one script call per admission). A
+        waiter interrupted while it sleeps gives its reservation back."""
+        core, keys = self._target(key, plan)
+        core.args(RESERVE, n, None)
+        return blocking_acquire(
+            core,
+            keys,
+            n,
+            timeout,
+            type(self).__name__,
+            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
+        )
+
+    async def acquire_async(
+        self, key: Key, n: int = 1, timeout: float | None = None, *, plan: str | None = None
+    ) -> bool:
+        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
+        never on the event loop's default executor (see ``_waits``). A waiter
+        cancelled at any point gives back what it reserved."""
+        return await self._wait(key, n, timeout, plan, on_threads)
+
+
+@constructors(OneKeyKeywords)
 class RedisRateLimiter(OneKey):
     """One limit shared by every process, on every host, that uses ``name`` on one Redis.
 
@@ -86,7 +181,6 @@ class RedisRateLimiter(OneKey):
     it for you: ``RedisRateLimiter(asyncio_client, ...)`` returns one).
     """
 
-    @spelled_out(OneKeyKeywords)
     def __new__(
         cls, client: Any, rate: Any = None, **options: Unpack[OneKeyKeywords]
     ) -> RedisRateLimiter:
@@ -94,79 +188,15 @@ class RedisRateLimiter(OneKey):
             return AsyncRedisRateLimiter(client, rate, **options)  # type: ignore[return-value]
         return super().__new__(cls)
 
-    def _ask(self, method: str, n: Any, now_ns: Any) -> Any:
-        op, read = QUESTIONS[method]
-        args = self._core.args(op, n, now_ns)
-        try:
-            reply = self._core.server.run(self._keys, args)
-        except self._unavailable as error:
-            return self._fall_back(error, method, n, now_ns)
-        return read(reply)
-
-    def try_acquire(self, n: int = 1, now_ns: int | None = None) -> bool:
-        """Take ``n`` tokens if every band holds them: True if taken."""
-        core = self._core
-        if type(n) is int and n == 1 and now_ns is None:
-            args = core.take_one
-        else:
-            args = core.args(TAKE, n, now_ns)
-        try:
-            reply = core.server.run(self._keys, args)
-        except self._unavailable as error:
-            return bool(self._fall_back(error, "try_acquire", n, now_ns))
-        return taken(reply, n)
-
-    def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        return self._ask("check", n, now_ns)  # type: ignore[no-any-return]
-
-    def check_levels(self, n: int = 1, now_ns: int | None = None) -> tuple[Decision, Levels | None]:
-        """:meth:`check`, and each band's level right after it, in the same script call: what
-        ``check`` then ``band_levels`` say in-process, ``[(whole tokens, ns until one more),
-        ...]`` in the order of :attr:`bands` (the ns rounded up to the microsecond). When the
-        server cannot answer, ``on_error`` decides as for :meth:`check`, and the levels are a
-        local fallback limiter's ``band_levels``, or None under ``"allow"`` and ``"deny"``."""
-        core = self._core
-        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
-        try:
-            reply = core.server.run(self._keys, args)
-        except self._unavailable as error:
-            return core.policy.answer_levels(error, n, now_ns)
-        return leveled(reply)
-
-    def peek(self, n: int = 1, now_ns: int | None = None) -> Decision:
-        """What :meth:`check` would answer, taking nothing."""
-        return self._ask("peek", n, now_ns)  # type: ignore[no-any-return]
-
-    def refund(self, n: int = 1, now_ns: int | None = None) -> None:
-        """Give ``n`` tokens back to every band, each capped at its burst."""
-        self._ask("refund", n, now_ns)
-
-    def available(self, now_ns: int | None = None) -> int:
-        """Whole tokens every band holds now."""
-        return self._ask("available", 0, now_ns)  # type: ignore[no-any-return]
-
-    def acquire(self, n: int = 1, timeout: float | None = None) -> bool:
-        """Block until ``n`` tokens are taken (True); False at once if they would only be there
-        after ``timeout`` seconds. Waiters are served in the order they reach the server: each
-        reserves its tokens there at the moment they will be there, then sleeps until then, so
-        a large request is never starved by small ones (one script call per admission). A
-        waiter interrupted while it sleeps gives its reservation back."""
-        self._core.args(RESERVE, n, None)
-        return blocking_acquire(
-            self._core,
-            self._keys,
-            n,
-            timeout,
-            type(self).__name__,
-            lambda e: self._fall_back(e, "check", n, None),
-        )
-
-    async def acquire_async(self, n: int = 1, timeout: float | None = None) -> bool:
-        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
-        never on the event loop's default executor (see ``_waits``). A waiter
-        cancelled at any point gives back what it reserved."""
-        return await self._wait(n, timeout, on_threads)
+    try_acquire = its_key(SyncOperations.try_acquire)
+    check = its_key(SyncOperations.check)
+    check_levels = its_key(SyncOperations.check_levels)
+    peek = its_key(SyncOperations.peek)
+    refund = its_key(SyncOperations.refund)
+    available = its_key(SyncOperations.available)
+    acquire = its_key(SyncOperations.acquire)
+    acquire_async = its_key(SyncOperations.acquire_async)
+    _ask = SyncOperations._ask  # what check, peek, refund and available ask
 
     def __call__(self, function: _F) -> _F:
         """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
@@ -187,8 +217,8 @@ class RedisRateLimiter(OneKey):
         return None
 
 
-@old_shapes_refused
-class RedisKeyedRateLimiter(ManyKeys):
+@constructors(KeyedKeywords)
+class RedisKeyedRateLimiter(ManyKeys, SyncOperations):
     """One shared limit per key: :class:`RedisRateLimiter` for every key at once.
 
     ``RedisKeyedRateLimiter(client, 5, burst=10, name="login")``: the arguments and answers of
@@ -208,79 +238,12 @@ class RedisKeyedRateLimiter(ManyKeys):
     settlement point gains nothing on that key (the server's clock is one clock anyway).
     """
 
-    @spelled_out(KeyedKeywords)
     def __new__(
         cls, client: Any, rate: Any = None, **options: Unpack[KeyedKeywords]
     ) -> RedisKeyedRateLimiter:
         if cls is RedisKeyedRateLimiter and Server(client).is_async:
             return AsyncRedisKeyedRateLimiter(client, rate, **options)  # type: ignore[return-value]
         return super().__new__(cls)
-
-    def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
-        op, read = QUESTIONS[method]
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        args = core.args(op, n, now_ns)
-        try:
-            reply = core.server.run(keys, args)
-        except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns, plan, core)
-        return read(reply)
-
-    def try_acquire(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> bool:
-        """Take ``n`` tokens from ``key``'s bands if every one holds them: True if taken."""
-        core = self._core if plan is None and self._plans is None else self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        if type(n) is int and n == 1 and now_ns is None:
-            args = core.take_one
-        else:
-            args = core.args(TAKE, n, now_ns)
-        try:
-            reply = core.server.run(keys, args)
-        except self._unavailable as error:
-            return bool(self._fall_back(error, "try_acquire", key, n, now_ns, plan, core))
-        return taken(reply, n)
-
-    def check(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> Decision:
-        """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
-
-    def check_levels(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> tuple[Decision, Levels | None]:
-        """:meth:`check`, and each band's level of ``key`` right after it, in the same script
-        call (see :meth:`RedisRateLimiter.check_levels`; with plans, of ``plan``'s bands)."""
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        args = core.args(TAKE_WITH_LEVELS, n, now_ns)
-        try:
-            reply = core.server.run(keys, args)
-        except self._unavailable as error:
-            planned = {} if plan is None else {"plan": plan}
-            return core.policy.answer_levels(error, key, n, now_ns, **planned)
-        return leveled(reply)
-
-    def peek(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> Decision:
-        """What :meth:`check` would answer, taking nothing."""
-        return self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
-
-    def refund(
-        self, key: str | bytes, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
-    ) -> None:
-        """Give ``n`` tokens back to every band of ``key``, each capped at its burst."""
-        self._ask("refund", key, n, now_ns, plan)
-
-    def available(
-        self, key: str | bytes, now_ns: int | None = None, *, plan: str | None = None
-    ) -> int:
-        """Whole tokens every band of ``key`` holds now."""
-        return self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     def try_acquire_many(
         self,
@@ -332,39 +295,3 @@ class RedisKeyedRateLimiter(ManyKeys):
             batch.failed(call.group, None, error)
         else:
             batch.answered(call.group, reply)
-
-    def acquire(
-        self,
-        key: str | bytes,
-        n: int = 1,
-        timeout: float | None = None,
-        *,
-        plan: str | None = None,
-    ) -> bool:
-        """Block until ``n`` tokens of ``key`` are taken (True); False at once if they would
-        only be there after ``timeout`` seconds. The key's waiters are served in the order they
-        reach the server (see :meth:`RedisRateLimiter.acquire`)."""
-        core = self._core_of(plan)
-        keys = [redis_key(core.key_layout, key)]
-        core.args(RESERVE, n, None)
-        return blocking_acquire(
-            core,
-            keys,
-            n,
-            timeout,
-            type(self).__name__,
-            lambda e: self._fall_back(e, "check", key, n, None, plan, core),
-        )
-
-    async def acquire_async(
-        self,
-        key: str | bytes,
-        n: int = 1,
-        timeout: float | None = None,
-        *,
-        plan: str | None = None,
-    ) -> bool:
-        """:meth:`acquire` for asyncio; the round trip runs on threads of the server's own,
-        never on the event loop's default executor (see ``_waits``). A waiter
-        cancelled at any point gives back what it reserved."""
-        return await self._wait(key, n, timeout, plan, on_threads)

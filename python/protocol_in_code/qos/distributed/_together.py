@@ -47,8 +47,7 @@ from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, R
 from protocol_in_code.qos._give_backs import in_background, run_to_the_end
 from protocol_in_code.qos.distributed import _bands, _waits
 from protocol_in_code.qos.distributed._core import Core
-from protocol_in_code.qos.distributed._keys import redis_key
-from protocol_in_code.qos.distributed._limits import ManyKeys, OneKey
+from protocol_in_code.qos.distributed._limits import Limits
 from protocol_in_code.qos.distributed._net_zero import net_zero
 from protocol_in_code.qos.distributed._replies import REFUND, TAKE, decision
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
@@ -122,12 +121,9 @@ class _Part:
 
     def fall_back(self, error: BaseException, method: str, now_ns: Any) -> Decision:
         """The ``on_error`` answer to ``method`` ("check" or "peek") for this part."""
-        if self.keyed:
-            answer = self.limiter._fall_back(
-                error, method, self.key, self.n, now_ns, self.plan, self.core
-            )
-        else:
-            answer = self.limiter._fall_back(error, method, self.n, now_ns)
+        answer = self.limiter._fall_back(
+            error, method, self.key, self.n, now_ns, self.plan, self.core
+        )
         return answer  # type: ignore[no-any-return]
 
     def refund_locally(self, now_ns: Any) -> None:
@@ -276,12 +272,8 @@ class _Stack:
                 f"plan={plan!r}"
             )
         try:
-            if isinstance(limiter, ManyKeys):
-                core = limiter._core_of(plan)
-                name = redis_key(core.key_layout, key)
-            else:
-                assert isinstance(limiter, OneKey)
-                core, name = limiter._core, limiter._keys[0]
+            assert isinstance(limiter, Limits)
+            core, (name,) = limiter._target(key, plan)
             core.args(TAKE, n, now_ns)  # n and now_ns, checked as check checks them
         except (TypeError, ValueError) as error:
             _note(error, index)

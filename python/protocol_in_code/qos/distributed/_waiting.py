@@ -14,25 +14,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol_in_code._native import (
-    LimitOutcome,
-    _wait_for_turn,
-)
+from protocol_in_code._native import LimitOutcome, _wait_for_turn
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed import _waits
-from protocol_in_code.qos.distributed._core import (
-    Core,
-)
-from protocol_in_code.qos.distributed._net_zero import (
-    net_zero,
-    not_given_back,
-)
-from protocol_in_code.qos.distributed._replies import (
-    Reserved,
-    never,
-    reservation,
-)
+from protocol_in_code.qos.distributed._core import Core
+from protocol_in_code.qos.distributed._net_zero import net_zero, not_given_back
+from protocol_in_code.qos.distributed._replies import Reserved, never, reservation
 from protocol_in_code.qos.distributed._server import Server
 
 
