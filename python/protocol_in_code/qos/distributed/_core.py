@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 from protocol_in_code.qos.distributed import _bands, _keys
-from protocol_in_code.qos.distributed._options import Options
+from protocol_in_code.qos.distributed._options import Options, Parsed
 from protocol_in_code.qos.distributed._policy import OnError, Policy
 from protocol_in_code.qos.distributed._replies import GIVE_BACK, RESERVE, TAKE, Reserved, never
 from protocol_in_code.qos.distributed._server import Server
@@ -24,16 +24,10 @@ class Core:
     """One configuration on one server: its keys' layout, the script's arguments for each call
     (with ``n`` and ``now_ns`` checked as in-process), and its ``on_error`` policy."""
 
-    def __init__(self, server: Server, options: Options, bands: Any = None) -> None:
-        """The core of ``options`` on ``server``; ``bands`` replaces their rate and bands (a
-        plan's configuration)."""
-        if bands is None:
-            parsed = _bands.parse(
-                options.rate, options.burst, options.per, options.bands, options.initial
-            )
-        else:
-            parsed = _bands.parse(None, None, None, bands, None)
-        self.validator, config = parsed
+    def __init__(self, server: Server, options: Options, configuration: Parsed) -> None:
+        """The core of ``options`` on ``server``, for ``configuration`` (their rate and bands,
+        or one plan's, as :class:`Options` read them)."""
+        self.validator, config = configuration
         name, prefix, on_error = options.name, options.prefix_bytes, options.on_error
         self.server = server
         self.name: str = name

@@ -32,7 +32,7 @@ _R = TypeVar("_R")
 
 class Limits:
     """What every Redis limiter holds and does but running the script: a key-taking form,
-    which the one-key limiters serve with their one key (see ``_sync.one_key``).
+    which the one-key limiters serve with their one key (see :func:`its_key`).
 
     :meth:`_target` says which core and Redis keys a call is for; :meth:`_fall_back` asks the
     ``on_error`` policy the call's own question."""
@@ -43,6 +43,7 @@ class Limits:
     _unavailable: tuple[type[BaseException], ...]
 
     def _target(self, key: Any, plan: Any) -> tuple[Core, list[bytes]]:
+        """The core a call with ``key`` and ``plan`` is for, and the Redis keys it names."""
         raise NotImplementedError
 
     async def _wait(
@@ -135,7 +136,7 @@ class OneKey(Limits):
 
     def __init__(self, client: Any, rate: Any = None, **options: Unpack[OneKeyKeywords]) -> None:
         given = Options.read(rate, options, RateLimiter)
-        self._core = core = Core(Server(client), given)
+        self._core = core = Core(Server(client), given, given.configuration())
         self._keys = [redis_key(core.one_key_layout, given.name)]
         self._unavailable = core.server.unavailable
 
@@ -178,7 +179,7 @@ class ManyKeys(Limits):
         #: Each plan's core, by name; None without plans.
         self._plans: dict[str, Core] | None = None
         if given.plans is None:
-            self._core = core = Core(server, given)
+            self._core = core = Core(server, given, given.configuration())
         else:
             names, configurations = given.plan_configurations()
             cores = [Core(server, given, configuration) for configuration in configurations]

@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 from protocol_in_code._native import KeyedRateLimiter, RateLimiter, _read_plans
 from protocol_in_code.qos.distributed import _bands
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from typing_extensions import Required
 
     from protocol_in_code.qos.distributed._core import Core
+
+
+#: A configuration read: the native limiter that checks a call's arguments as in-process, and
+#: what the script is told of the bands.
+Parsed: TypeAlias = tuple[RateLimiter, _bands.ScriptConfig]
 
 
 class _Keywords(TypedDict, total=False):
@@ -120,18 +125,24 @@ class Options:
             )
         return options
 
-    def plan_configurations(self) -> tuple[list[tuple[str, int]], list[Any]]:
+    def configuration(self) -> Parsed:
+        """The rate and bands, read as in-process (the native limiter's errors), within the
+        script's bound."""
+        return _bands.parse(self.rate, self.burst, self.per, self.bands, self.initial)
+
+    def plan_configurations(self) -> tuple[list[tuple[str, int]], list[Parsed]]:
         """The plans, read as in-process: each plan's name and the index of its
         configuration, and the configurations (plans of the same bands share one), each
         within the script's bound (a ``ValueError`` naming the plan)."""
         names, configurations = _read_plans(self.plans, self.rate, self.burst, self.per, self.bands)
+        parsed = []
         for index, configuration in enumerate(configurations):
             try:
-                _bands.parse(None, None, None, configuration, None)
+                parsed.append(_bands.parse(None, None, None, configuration, None))
             except ValueError as error:  # a band beyond the script's bound
                 said = next(plan for plan, at in names if at == index)
                 raise ValueError(f"plans[{said!r}]: {error}") from None
-        return names, configurations
+        return names, parsed
 
 
 def _check_on_error(on_error: Any, local_type: type[RateLimiter] | type[KeyedRateLimiter]) -> None:
