@@ -20,7 +20,7 @@ from protocol_in_code._native import Decision
 from protocol_in_code.qos import _conveniences
 from protocol_in_code.qos._give_backs import in_background as _in_background
 from protocol_in_code.qos.distributed._batch import Batch
-from protocol_in_code.qos.distributed._limits import Limits, ManyKeys, OneKey, its_key
+from protocol_in_code.qos.distributed._limits import Key, Limits, ManyKeys, OneKey, its_key
 from protocol_in_code.qos.distributed._net_zero import (
     batch_given_back,
     net_zero,
@@ -41,37 +41,36 @@ from protocol_in_code.qos.distributed._waiting import on_asyncio_client
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-Key = str | bytes
+
+async def _ask(limiter: Limits, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
+    """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`,
+    awaited; a take is net zero for a cancelled caller."""
+    op, read = QUESTIONS[method]
+    core, keys = limiter._target(key, plan)
+    args = core.args(op, n, now_ns)
+    try:
+        reply = await net_zero_if_taking(core, keys, op, args, n, now_ns)
+    except limiter._unavailable as error:
+        return limiter._fall_back(error, method, key, n, now_ns, plan, core)
+    return read(reply)
 
 
 class AsyncOperations(Limits):
     """Every operation of a limiter on an asyncio client, in its key-taking form (see
     :class:`~protocol_in_code.qos.distributed._sync.SyncOperations`), awaited."""
 
-    async def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
-        """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`,
-        awaited; a take is net zero for a cancelled caller."""
-        op, read = QUESTIONS[method]
-        core, keys = self._target(key, plan)
-        args = core.args(op, n, now_ns)
-        try:
-            reply = await net_zero_if_taking(core, keys, op, args, n, now_ns)
-        except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns, plan, core)
-        return read(reply)
-
     async def try_acquire(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> bool:
         """Take ``n`` tokens if every band holds them: True if taken."""
-        answer = await self._ask("try_acquire", key, n, now_ns, plan)
+        answer = await _ask(self, "try_acquire", key, n, now_ns, plan)
         return answer if isinstance(answer, bool) else allowed(answer, n)
 
     async def check(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        return await self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+        return await _ask(self, "check", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
     async def check_levels(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
@@ -90,19 +89,19 @@ class AsyncOperations(Limits):
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
-        return await self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
+        return await _ask(self, "peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
     async def refund(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> None:
         """Give ``n`` tokens back to every band, each capped at its burst."""
-        await self._ask("refund", key, n, now_ns, plan)
+        await _ask(self, "refund", key, n, now_ns, plan)
 
     async def available(
         self, key: Key, now_ns: int | None = None, *, plan: str | None = None
     ) -> int:
         """Whole tokens every band holds now."""
-        return await self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
+        return await _ask(self, "available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     async def acquire(
         self, key: Key, n: int = 1, timeout: float | None = None, *, plan: str | None = None
@@ -128,7 +127,6 @@ class AsyncRedisRateLimiter(OneKey):
     available = its_key(AsyncOperations.available)
     acquire = its_key(AsyncOperations.acquire)
     acquire_async = acquire
-    _ask = AsyncOperations._ask  # what every question but check_levels and acquire asks
 
     def __call__(self, function: _F) -> _F:
         if not inspect.iscoroutinefunction(function):

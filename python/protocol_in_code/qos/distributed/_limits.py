@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar, cast
 
 from protocol_in_code._native import Band, Decision, KeyedRateLimiter, RateLimiter
 from protocol_in_code.qos.distributed._core import Core
@@ -25,6 +25,9 @@ from protocol_in_code.qos.distributed._waiting import awaited_acquire
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+#: A key of a keyed Redis limiter: its Redis key holds the key's bytes (``str`` as UTF-8).
+Key: TypeAlias = str | bytes
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

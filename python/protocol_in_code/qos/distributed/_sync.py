@@ -20,7 +20,7 @@ from protocol_in_code.qos.distributed._async import (
     AsyncRedisRateLimiter,
 )
 from protocol_in_code.qos.distributed._batch import Batch
-from protocol_in_code.qos.distributed._limits import Limits, ManyKeys, OneKey, its_key
+from protocol_in_code.qos.distributed._limits import Key, Limits, ManyKeys, OneKey, its_key
 from protocol_in_code.qos.distributed._options import KeyedKeywords, OneKeyKeywords
 from protocol_in_code.qos.distributed._replies import (
     QUESTIONS,
@@ -40,25 +40,24 @@ if TYPE_CHECKING:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-Key = str | bytes
+
+def _ask(limiter: Limits, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
+    """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`: one
+    script call, its reply read, or the ``on_error`` answer."""
+    op, read = QUESTIONS[method]
+    core, keys = limiter._target(key, plan)
+    args = core.args(op, n, now_ns)
+    try:
+        reply = core.server.run(keys, args)
+    except limiter._unavailable as error:
+        return limiter._fall_back(error, method, key, n, now_ns, plan, core)
+    return read(reply)
 
 
 class SyncOperations(Limits):
     """Every operation of a limiter on a synchronous client, in its key-taking form: ``key``
     names the limit of a keyed limiter (under ``plan``, for one with plans); a one-key limiter
     is called without either."""
-
-    def _ask(self, method: str, key: Any, n: Any, now_ns: Any, plan: Any) -> Any:
-        """One question of :data:`~protocol_in_code.qos.distributed._replies.QUESTIONS`: one
-        script call, its reply read, or the ``on_error`` answer."""
-        op, read = QUESTIONS[method]
-        core, keys = self._target(key, plan)
-        args = core.args(op, n, now_ns)
-        try:
-            reply = core.server.run(keys, args)
-        except self._unavailable as error:
-            return self._fall_back(error, method, key, n, now_ns, plan, core)
-        return read(reply)
 
     def try_acquire(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
@@ -79,7 +78,7 @@ class SyncOperations(Limits):
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
         """:meth:`try_acquire`, answering with the whole :class:`Decision`."""
-        return self._ask("check", key, n, now_ns, plan)  # type: ignore[no-any-return]
+        return _ask(self, "check", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
     def check_levels(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
@@ -102,17 +101,17 @@ class SyncOperations(Limits):
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> Decision:
         """What :meth:`check` would answer, taking nothing."""
-        return self._ask("peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
+        return _ask(self, "peek", key, n, now_ns, plan)  # type: ignore[no-any-return]
 
     def refund(
         self, key: Key, n: int = 1, now_ns: int | None = None, *, plan: str | None = None
     ) -> None:
         """Give ``n`` tokens back to every band, each capped at its burst."""
-        self._ask("refund", key, n, now_ns, plan)
+        _ask(self, "refund", key, n, now_ns, plan)
 
     def available(self, key: Key, now_ns: int | None = None, *, plan: str | None = None) -> int:
         """Whole tokens every band holds now."""
-        return self._ask("available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
+        return _ask(self, "available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
 
     def acquire(
         self, key: Key, n: int = 1, timeout: float | None = None, *, plan: str | None = None
@@ -196,7 +195,6 @@ class RedisRateLimiter(OneKey):
     available = its_key(SyncOperations.available)
     acquire = its_key(SyncOperations.acquire)
     acquire_async = its_key(SyncOperations.acquire_async)
-    _ask = SyncOperations._ask  # what check, peek, refund and available ask
 
     def __call__(self, function: _F) -> _F:
         """Decorate ``function`` (``def`` or ``async def``) to take one token per call."""
