@@ -39,7 +39,6 @@ from protocol_in_code.qos.distributed import (
     RedisRateLimiter,
     _bands,
 )
-from protocol_in_code.qos.distributed._server import SHA
 from protocol_in_code.qos.distributed._replies import (
     GIVE_BACK,
     REFUND,
@@ -48,6 +47,7 @@ from protocol_in_code.qos.distributed._replies import (
     Reserved,
     reservation,
 )
+from protocol_in_code.qos.distributed._server import SHA
 
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.distributed")
