@@ -17,6 +17,7 @@ from protocol_in_code.qos.distributed._replies import Levels
 #: before they ask again: 100 ms, so a blocking ``acquire`` neither spins nor sleeps long.
 UNAVAILABLE_WAIT_NS = 100_000_000
 
+#: What ``on_error`` may be: "raise", "allow", "deny", or a local limiter to ask instead.
 OnError: TypeAlias = str | RateLimiter | KeyedRateLimiter
 
 #: The answers of ``check`` and ``peek`` under ``"allow"`` and ``"deny"``.
