@@ -39,8 +39,7 @@ from protocol_in_code.qos.distributed import (
     RedisRateLimiter,
     _bands,
 )
-from protocol_in_code.qos.distributed._server import SHA
-from protocol_in_code.qos.distributed.limiters import (
+from protocol_in_code.qos.distributed._replies import (
     GIVE_BACK,
     REFUND,
     RESERVE,
@@ -48,6 +47,7 @@ from protocol_in_code.qos.distributed.limiters import (
     Reserved,
     reservation,
 )
+from protocol_in_code.qos.distributed._server import SHA
 
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.distributed")

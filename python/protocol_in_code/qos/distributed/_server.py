@@ -31,20 +31,43 @@ never again, and never a cause of a call's failure.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import hashlib
-import importlib
 import inspect
 import os
-import sys
 import time
 from collections.abc import Awaitable, Sequence
 from importlib import resources
 from typing import Any, cast
 
 from protocol_in_code.qos.distributed import _eviction
+from protocol_in_code.qos.distributed._client import (
+    ClientErrors,
+    LimiterUnavailable,
+    PoolExhausted,
+    asyncio_module,
+    socket_timeout,
+)
 from protocol_in_code.qos.distributed._keys import record
+from protocol_in_code.qos.distributed._retries import (
+    POOL_WAIT_LIMIT,
+    PoolQueue,
+    Retries,
+    get_connection,
+)
+
+__all__ = [
+    "KEYS_PER_CALL",
+    "SHA",
+    "SOURCE",
+    "TOKEN_BYTES",
+    "Call",
+    "ClientErrors",
+    "LimiterUnavailable",
+    "PoolExhausted",
+    "Server",
+    "new_record",
+]
 
 SOURCE = resources.files(__package__).joinpath("settle.lua").read_text(encoding="utf-8")
 SHA = hashlib.sha1(SOURCE.encode()).hexdigest()
@@ -57,231 +80,6 @@ TOKEN_BYTES = 8
 #: for 4 s. A new key costs the script about 6 us on the test machine, so 1,000 keys hold the
 #: server about 6 ms.
 KEYS_PER_CALL = 1000
-
-#: A call that finds every connection of the client's pool in use waits for one, looking again
-#: after 0.1 ms, then twice as long each time up to 10 ms. A full pool on a healthy server is
-#: this process's own load, not an unreachable server: answering it with ``on_error`` admitted
-#: without limit under ``"allow"`` and refused what the limit allowed under ``"deny"``. A
-#: connection frees as soon as a call using it returns, each within the client's socket timeout.
-POOL_WAIT_FIRST = 0.0001
-POOL_WAIT_MOST = 0.01
-#: The longest a call waits for a connection in all, when the client has no socket timeout to
-#: bound it: a pool held for good (by this very thread's pub/sub, say) must not hang a call.
-POOL_WAIT_LIMIT = 5.0
-
-#: How many times in all a call is sent when the client fails in its own code (see
-#: :attr:`ClientErrors.faults`), and the pause before each sending again.
-FAULT_SENDS = 3
-FAULT_PAUSE = 0.001
-
-_UNAVAILABLE_NAMES = (
-    # Every error the server answers with, or the client raises for it: unreachable (refused,
-    # reset, closed, no answer within the socket timeout), LOADING, CLUSTERDOWN, MASTERDOWN,
-    # TRYAGAIN, READONLY (a replica), and every other reply of the server's own that is an
-    # error: OOM, BUSY (another script running), NOREPLICAS, and a script's own failure (a key
-    # of ours that another program wrote, WRONGTYPE). Each means the same to a caller: the
-    # server cannot decide now. The client names its base class after its package.
-    "RedisError",
-    "ValkeyError",
-    # A cluster client's own errors, which are not RedisError's.
-    "RedisClusterException",
-    "ValkeyClusterException",
-)
-
-#: What a connection pool with no connection to give says, in redis-py's and valkey-py's
-#: words: a pool at ``max_connections`` ("Too many connections": redis-py raises it as
-#: ``MaxConnectionsError``, valkey-py as a plain ``ConnectionError``), and a blocking pool whose
-#: own wait (its ``timeout``) ran out ("No connection available.").
-_POOL_FULL_WORDS = ("Too many connections", "No connection available")
-
-
-class ClientErrors:
-    """What each error of one client library means for a call: the one place a client's
-    exceptions are read, from its own package (redis-py's or valkey-py's, which share the
-    names).
-
-    * :attr:`unavailable`: the server cannot decide now (``on_error`` answers), except:
-    * a full connection pool (:meth:`pool_full`), which is this process's own load: the call
-      waits for a connection;
-    * :attr:`faults`: an error of the client's own code, not one of its exceptions, such as a
-      reply reader that lost its place (``ValueError``, ``AttributeError``, ``IndexError`` from
-      a parser whose connection another thread closed mid-reply) or a race while it connects.
-      Each client closes a connection whose reply it could not read, so that connection is not
-      used again; the call is sent again with the same token (taken once, see the module's
-      docs).
-    """
-
-    #: A client's own faults (see the class's docs).
-    faults: tuple[type[BaseException], ...] = (
-        AttributeError,
-        IndexError,
-        KeyError,
-        TypeError,
-        ValueError,
-    )
-
-    def __init__(self, client: Any) -> None:
-        exceptions = _exceptions_of(client)
-        self.unavailable: tuple[type[BaseException], ...] = tuple(
-            getattr(exceptions, name) for name in _UNAVAILABLE_NAMES if hasattr(exceptions, name)
-        ) or (OSError,)
-        self.no_script: type[BaseException] = getattr(exceptions, "NoScriptError", _Never)
-        #: An error reply, read whole: the connection is still in step with the server.
-        self.reply_error: type[BaseException] = getattr(exceptions, "ResponseError", _Never)
-        #: Replies that send a call elsewhere: the client follows them (and re-reads the
-        #: cluster's layout), so such a call is sent again through the client.
-        self.redirected: tuple[type[BaseException], ...] = tuple(
-            getattr(exceptions, name)
-            for name in ("MovedError", "AskError", "TryAgainError")
-            if hasattr(exceptions, name)
-        )
-        self.timed_out: type[BaseException] = getattr(exceptions, "TimeoutError", _Never)
-        self._max_connections: type[BaseException] = getattr(
-            exceptions, "MaxConnectionsError", _Never
-        )
-        self._connection_error: type[BaseException] = getattr(exceptions, "ConnectionError", _Never)
-
-    def pool_full(self, error: BaseException) -> bool:
-        """Whether ``error`` (one of :attr:`unavailable`) says the client's pool had no
-        connection to give: redis-py's ``MaxConnectionsError``, a ``ConnectionError`` in a
-        pool's words (valkey-py's pools, and both libraries' blocking pools), or a cluster
-        client's error caused by one (valkey-py's cluster re-reads its layout after a full
-        pool, and says it "cannot be connected" when that finds the pools full too)."""
-        seen = 0
-        cause: BaseException | None = error
-        while cause is not None and seen < 4:
-            if isinstance(cause, self._max_connections):
-                return True
-            if isinstance(cause, self._connection_error):
-                text = str(cause)
-                return any(words in text for words in _POOL_FULL_WORDS)
-            cause, seen = cause.__cause__, seen + 1
-        return False
-
-    @staticmethod
-    def took_nothing(error: BaseException) -> bool:
-        """Whether a call that ended with ``error`` certainly changed nothing on the server: a
-        full pool never let it out (:class:`PoolExhausted`), or the server answered with an
-        error reply, read whole (redis-py's or valkey-py's ``ResponseError``: the script was
-        refused, or failed before it wrote). After any other error (a connection lost, a
-        timeout, a fault of the client's own) the call may have run."""
-        if isinstance(error, PoolExhausted):
-            return True
-        for package in ("redis", "valkey"):
-            exceptions = sys.modules.get(f"{package}.exceptions")
-            reply_error = getattr(exceptions, "ResponseError", None)
-            if isinstance(reply_error, type) and isinstance(error, reply_error):
-                return True
-        return False
-
-    def fault(self, error: BaseException, sends: int) -> LimiterUnavailable:
-        """The error a call ends with after ``sends`` sendings each failed in the client's own
-        code, the last with ``error``."""
-        fault = LimiterUnavailable(
-            f"the rate limit cannot be decided: the Redis client failed in its own code "
-            f"({type(error).__name__}: {error}) on each of {sends} sendings of the call (a "
-            f"fault of the client library, not an answer of the server)"
-        )
-        fault.__cause__ = error
-        return fault
-
-
-class _Retries:
-    """One call's sendings again: while the client's pool is full (waited for, up to the
-    client's socket timeout, or :data:`POOL_WAIT_LIMIT` without one, after the pool first said
-    so; a blocking pool's own wait comes first), and after a fault of the client's own (at most
-    :data:`FAULT_SENDS` sendings in all). Each method answers how long to pause before sending
-    again, or raises the error the call ends with."""
-
-    __slots__ = ("deadline", "faults", "pause", "server")
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.deadline: float | None = None
-        self.pause = POOL_WAIT_FIRST
-        self.faults = 0
-
-    def unavailable(self, error: BaseException) -> float:
-        """The pause after ``error`` (one of the client's errors): raised again unless it says
-        the pool is full; :class:`PoolExhausted` once the pool stayed full too long."""
-        server = self.server
-        if not server.errors.pool_full(error):
-            raise error
-        return self.full(error)
-
-    def full(self, error: BaseException) -> float:
-        """:meth:`unavailable` for an ``error`` known to say the pool is full."""
-        server = self.server
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + server.pool_wait_limit
-        elif now >= self.deadline:
-            raise PoolExhausted(
-                f"the client's connection pool stayed full for {server.pool_wait_limit:.1f} s: "
-                f"every connection is in use, and none came back (raise max_connections, or "
-                f"look for connections held by pub/sub or unfinished pipelines)"
-            ) from error
-        pause = self.pause
-        self.pause = min(2 * pause, POOL_WAIT_MOST)
-        return pause
-
-    def fault(self, error: BaseException) -> float:
-        """The pause after a fault of the client's own code; a :class:`LimiterUnavailable`
-        once the call was sent :data:`FAULT_SENDS` times."""
-        self.faults += 1
-        if self.faults >= FAULT_SENDS:
-            raise self.server.errors.fault(error, self.faults)
-        return FAULT_PAUSE
-
-
-class _Queue:
-    """The asyncio calls of one client waiting for a connection of its full pool.
-
-    A waiter that looked again after every pause would cost a failed try per waiter per pause:
-    1,600 tasks on a pool of 2 spent the event loop on failed tries, and most of them ended
-    with :class:`PoolExhausted`. So only the first in line looks again after its pause; the
-    others sleep until a call of this client ends (a connection is likely free then: the first
-    in line is woken, see :meth:`wake`) or until their deadline. A waiter whose try failed
-    again goes back to the front."""
-
-    __slots__ = ("waiting",)
-
-    def __init__(self) -> None:
-        self.waiting: collections.deque[asyncio.Future[None]] = collections.deque()
-
-    def wake(self) -> None:
-        """Wake the first in line, if any: a call of this client ended, or gave up waiting."""
-        waiting = self.waiting
-        while waiting:
-            waiter = waiting.popleft()
-            if not waiter.done() and not waiter.get_loop().is_closed():
-                waiter.set_result(None)
-                return
-
-    async def wait(self, pause: float, deadline: float, again: bool) -> None:
-        """Sleep until woken, or for ``pause`` if first in line, or else until ``deadline``
-        (on the monotonic clock). ``again``: this caller was woken before, and goes first."""
-        waiting = self.waiting
-        while waiting and waiting[0].done():
-            waiting.popleft()
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        if again or not waiting:
-            waiting.appendleft(waiter)
-            sleep = pause
-        else:
-            waiting.append(waiter)
-            sleep = max(deadline - time.monotonic(), 0.0)
-        timer = loop.call_later(sleep, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class Call:
@@ -355,17 +153,17 @@ class Server:
                 f"asyncio forms, or valkey-py's), not {type(client).__name__}"
             )
         self.client = client
-        self.is_async = inspect.iscoroutinefunction(evalsha) or _asyncio_module(client)
+        self.is_async = inspect.iscoroutinefunction(evalsha) or asyncio_module(client)
         self.is_cluster = callable(getattr(client, "keyslot", None))
         self.errors = errors = ClientErrors(client)
-        self.socket_timeout = _socket_timeout(client)
+        self.socket_timeout = socket_timeout(client)
         self.pool_wait_limit = self.socket_timeout or POOL_WAIT_LIMIT
         self.unavailable = errors.unavailable
         self.no_script = errors.no_script
         self.reply_error = errors.reply_error
         self.redirected = errors.redirected
         self.timed_out = errors.timed_out
-        self._queue = _Queue()
+        self._queue = PoolQueue()
         #: A batch sends a pipeline per node (see :meth:`pipelines`) on a cluster client that
         #: shows its nodes: redis-py's and valkey-py's, synchronous or asyncio.
         self._node_client: Any = getattr(client, "get_redis_connection", None) or getattr(
@@ -383,7 +181,7 @@ class Server:
     def run(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """The script's reply for ``keys`` (all in one slot), on a synchronous client.
 
-        A full connection pool is waited for (see :data:`POOL_WAIT_FIRST`), and a call the
+        A full connection pool is waited for (see ``_retries``), and a call the
         client failed in its own code is sent again (see :class:`ClientErrors`)."""
         return self.send(keys, (*args, new_record(keys)))
 
@@ -392,10 +190,10 @@ class Server:
         try:
             return self._answered(self._run(keys, args))
         except self.unavailable as error:
-            retries = _Retries(self)
+            retries = Retries(self)
             pause = retries.unavailable(error)
         except ClientErrors.faults as error:
-            retries = _Retries(self)
+            retries = Retries(self)
             pause = retries.fault(error)
         while True:
             time.sleep(pause)
@@ -441,8 +239,8 @@ class Server:
 
     async def send_async(self, keys: Sequence[bytes], args: Sequence[bytes]) -> Any:
         """:meth:`run_async` with ``args`` that already end with the call's record. A full
-        pool is waited for in line (see :class:`_Queue`)."""
-        retries: _Retries | None = None
+        pool is waited for in line (see ``_retries.PoolQueue``)."""
+        retries: Retries | None = None
         try:
             while True:
                 try:
@@ -451,11 +249,11 @@ class Server:
                     if not self.errors.pool_full(error):
                         raise
                     again = retries is not None
-                    retries = retries or _Retries(self)
+                    retries = retries or Retries(self)
                     pause = retries.full(error)
                     await self._queue.wait(pause, cast("float", retries.deadline), again)
                 except ClientErrors.faults as error:
-                    retries = retries or _Retries(self)
+                    retries = retries or Retries(self)
                     await asyncio.sleep(retries.fault(error))
         finally:
             if self._queue.waiting:
@@ -553,14 +351,14 @@ class Server:
         """A connection for each node's calls, with its pool (None where it failed: its calls
         hold the error). A full pool is waited for as in :meth:`run`, with no connection held
         meanwhile."""
-        retries = _Retries(self)
+        retries = Retries(self)
         while True:
             held: list[tuple[Any, Any, Sequence[Call]]] = []
             try:
                 for node, calls in work:
                     try:
                         pool = self._node_client(node).connection_pool
-                        held.append((pool, _get_connection(pool), calls))
+                        held.append((pool, get_connection(pool), calls))
                     except (*self.unavailable, *ClientErrors.faults) as error:
                         if self.errors.pool_full(error):
                             raise
@@ -611,7 +409,7 @@ class Server:
         # valkey-py, and redis-py before 7, whose nodes take back a connection only in their
         # own methods: the node's own pipeline, which packs each call itself.
         commands = [_Command(at, call.command()) for at, call in enumerate(calls)]
-        retries = _Retries(self)
+        retries = Retries(self)
         while True:
             try:
                 await node.execute_pipeline(commands)
@@ -629,7 +427,7 @@ class Server:
     async def _read_async(self, node: Any, calls: Sequence[Call]) -> None:
         """:meth:`pipelines`' one node, on an asyncio cluster node's own connection (redis-py
         7 on: ``acquire_connection`` and ``release``), packed here and read reply by reply."""
-        retries = _Retries(self)
+        retries = Retries(self)
         while True:
             try:
                 connection = node.acquire_connection()
@@ -663,66 +461,3 @@ def _any_answered(work: Sequence[tuple[Any, Sequence[Call]]]) -> bool:
     return any(
         not isinstance(call.result, BaseException) for _node, calls in work for call in calls
     )
-
-
-#: Whether a connection pool's ``get_connection`` needs a command's name (redis-py before 5.3,
-#: and valkey-py; later redis-py warns when given one), by the pool's class.
-_NAMED: dict[type, bool] = {}
-
-
-def _get_connection(pool: Any) -> Any:
-    named = _NAMED.get(type(pool))
-    if named is None:
-        try:
-            parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
-        except (TypeError, ValueError):
-            parameter = None
-        named = parameter is not None and parameter.default is inspect.Parameter.empty
-        _NAMED[type(pool)] = named
-    return pool.get_connection("EVALSHA") if named else pool.get_connection()
-
-
-class _Never(Exception):
-    """Stands for an exception class the client's package does not have."""
-
-
-class LimiterUnavailable(Exception):
-    """The server could not decide (``on_error="raise"``); ``__cause__`` is the client's own
-    error.
-
-    Raised by ``try_acquire_many``, it carries ``answers``: one per key, ``True`` or ``False``
-    for the keys the servers that answered decided (their tokens are taken), ``None`` for the
-    keys of the servers that could not. For every other call ``answers`` is ``None``.
-    """
-
-    def __init__(self, message: str, answers: list[bool | None] | None = None) -> None:
-        super().__init__(message)
-        self.answers = answers
-
-
-class PoolExhausted(LimiterUnavailable):
-    """The client's connection pool stayed full past the wait a call allows (see
-    :meth:`Server.run`). Not a server's failure, so no ``on_error`` policy answers it: a
-    ``"allow"`` would admit without limit while this process is overloaded."""
-
-
-def _socket_timeout(client: Any) -> float | None:
-    """The client's socket timeout, where its options say (None if unknown or unset)."""
-    try:
-        options = client.get_connection_kwargs()
-    except Exception:  # a client of another shape: no timeout known
-        return None
-    timeout = options.get("socket_timeout") if isinstance(options, dict) else None
-    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
-
-
-def _exceptions_of(client: Any) -> Any:
-    package = type(client).__module__.split(".")[0]
-    try:
-        return importlib.import_module(f"{package}.exceptions")
-    except ImportError:
-        return None
-
-
-def _asyncio_module(client: Any) -> bool:
-    return ".asyncio" in type(client).__module__

@@ -46,20 +46,16 @@ from typing import Any
 from protocol_in_code._native import Decision, KeyedRateLimiter, LimitOutcome, RateLimiter
 from protocol_in_code.qos._give_backs import in_background, run_to_the_end
 from protocol_in_code.qos.distributed import _bands, _waits
-from protocol_in_code.qos.distributed._keys import redis_key
+from protocol_in_code.qos.distributed._core import Core
+from protocol_in_code.qos.distributed._limits import Limits
+from protocol_in_code.qos.distributed._net_zero import net_zero
+from protocol_in_code.qos.distributed._replies import REFUND, TAKE, decision
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, Server
 from protocol_in_code.qos.distributed.limiters import (
-    REFUND,
-    TAKE,
     AsyncRedisKeyedRateLimiter,
     AsyncRedisRateLimiter,
     RedisKeyedRateLimiter,
     RedisRateLimiter,
-    _Core,
-    _ManyKeys,
-    _net_zero,
-    _OneKey,
-    decision,
 )
 
 #: The script's ops for a stack (see ``settle.lua``): take on every key or on none, and peek
@@ -118,19 +114,16 @@ class _Part:
     __slots__ = ("core", "key", "keyed", "limiter", "n", "name", "plan")
 
     def __init__(
-        self, limiter: Any, keyed: bool, key: Any, n: int, plan: Any, core: _Core, name: bytes
+        self, limiter: Any, keyed: bool, key: Any, n: int, plan: Any, core: Core, name: bytes
     ) -> None:
         self.limiter, self.keyed, self.key, self.n, self.plan = limiter, keyed, key, n, plan
         self.core, self.name = core, name
 
     def fall_back(self, error: BaseException, method: str, now_ns: Any) -> Decision:
         """The ``on_error`` answer to ``method`` ("check" or "peek") for this part."""
-        if self.keyed:
-            answer = self.limiter._fall_back(
-                error, method, self.key, self.n, now_ns, self.plan, self.core
-            )
-        else:
-            answer = self.limiter._fall_back(error, method, self.n, now_ns)
+        answer = self.limiter._fall_back(
+            error, method, self.key, self.n, now_ns, self.plan, self.core
+        )
         return answer  # type: ignore[no-any-return]
 
     def refund_locally(self, now_ns: Any) -> None:
@@ -150,7 +143,7 @@ class _Bucket:
 
     __slots__ = ("core", "n", "name", "positions")
 
-    def __init__(self, core: _Core, name: bytes) -> None:
+    def __init__(self, core: Core, name: bytes) -> None:
         self.core, self.name = core, name
         self.n = 0
         self.positions: list[int] = []
@@ -223,7 +216,7 @@ class _Stack:
             self._checked(index, part, now_ns, asynchronous) for index, part in enumerate(parts)
         ]
         self.now_ns = now_ns
-        self.now_us = None if now_ns is None else _Core.now_us(now_ns)
+        self.now_us = None if now_ns is None else Core.now_us(now_ns)
         self.answers: list[Decision | None] = [None] * len(self.parts)
         buckets: dict[tuple[int, bytes], _Bucket] = {}
         groups: dict[tuple[int, int], _Group] = {}
@@ -279,12 +272,8 @@ class _Stack:
                 f"plan={plan!r}"
             )
         try:
-            if isinstance(limiter, _ManyKeys):
-                core = limiter._core_of(plan)
-                name = redis_key(core.key_layout, key)
-            else:
-                assert isinstance(limiter, _OneKey)
-                core, name = limiter._core, limiter._keys[0]
+            assert isinstance(limiter, Limits)
+            core, (name,) = limiter._target(key, plan)
             core.args(TAKE, n, now_ns)  # n and now_ns, checked as check checks them
         except (TypeError, ValueError) as error:
             _note(error, index)
@@ -415,7 +404,7 @@ class _Stack:
                 asked = _run_async(group.server, group.names, group.args(op, self.now_us))
                 try:
                     if op == TOGETHER:
-                        reply = await _net_zero(asked, self._undo(group))
+                        reply = await net_zero(asked, self._undo(group))
                     else:
                         reply = await asked
                 except group.server.unavailable as error:
