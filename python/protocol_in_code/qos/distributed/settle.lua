@@ -5,7 +5,9 @@
 -- allow-cross-slot-keys). Its writes replicate as effects, the only way from 7.0 on.
 --
 -- The exact settlement of src/core/exact, run by the server: one call decides one request on
--- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock.
+-- each key in KEYS (a batch shares one hash slot), atomically, on the server's clock. It is the
+-- core's arithmetic on a clock of whole microseconds; tests/vectors/settle.json holds cases
+-- worked out by the core, which this script and `cargo test` both replay.
 --
 -- Every key is one hash: field "t" is its settlement point in whole microseconds, fields "1",
 -- "2", ... the balances of its bands in units, field "w" the settlement point the last
@@ -58,13 +60,12 @@
 -- ARGV[3] as for every other op). The keys are distinct (the client sums the n of a key named
 -- twice). Op 7 takes n on every key if every key allows it, and on none otherwise: then every key
 -- is read as a peek would read it (ALLOWED with what remains, DENIED with its wait, NEVER), and
--- nothing is written but what a peek writes (a new key's anchor). The general path decides it in
--- two passes over the keys, the first only reading (see below); on one key of one band the fast
--- path decides it as a take that is read as a peek when it is refused. A stack that took, sent
--- again (its record is there), takes nothing again and answers ALLOWED on every key, as it did.
--- Op 8 is op 7 refused: every key read as a peek.
+-- nothing is written but what a peek writes (a new key's anchor). It is decided in two passes
+-- over the keys, the first only reading (see the loop below). A stack that took, sent again (its
+-- record is there), takes nothing again and answers ALLOWED on every key, as it did. Op 8 is op 7
+-- refused: every key read as a peek.
 --
--- Waiting (src/core/exact/limiter.rs, Balances::reserve and give_back). A reservation takes n
+-- Waiting (src/core/exact/limiter/balances.rs, reserve and give_back). A reservation takes n
 -- at once if every band holds it; otherwise at the first moment every band does, if that is at
 -- most the longest wait away: every band is settled forward to that moment and n taken there,
 -- so the key's settlement point lies ahead of the clock, and whoever asks next is answered from
@@ -106,7 +107,7 @@
 -- before its call. So the script reads and writes it by name, in the slot of KEYS, where a
 -- cluster lets it. Where the server refuses (on the node a slot is being migrated from, "non
 -- local key"), the call is decided without a record, as a call with none is.
-
+--
 -- Reply. A reply costs the client more to read than most of this script costs the server (redis-py
 -- reads a reply in Python, line by line), so it is as small as the answer allows:
 --
@@ -127,25 +128,44 @@
 --     each band's whole tokens after the call and the microseconds from that settlement point
 --     until it holds one more (src/core/exact/limiter.rs, Band::level; the client adds behind,
 --     as for a wait). It is op "take" in every other respect: the same settlement, the same
---     writes, the same replays; it costs the usual call two comparisons.
+--     writes, the same replays.
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+
+-- The encoding, each number named once ----------------------------------------------------------
+
+-- Microseconds in a second: the clock's grain, and the scale of a unit, 1/(q * 10^6) token.
+local MICROS_PER_SECOND = 1000000
+-- Microseconds in a millisecond, the grain of a key's expiry.
+local MICROS_PER_MS = 1000
 -- The latest settlement point a reservation may book: 2^52 microseconds (as far from 0 as an
 -- explicit time may be).
 local LAST = 4503599627370496
-
--- This call's record (see ARGV[3]); nil for a call with none, or once the server refused it.
-local record = ARGV[3]
+-- The configuration (ARGV[2]): a header of a version byte, a field count byte and a two-byte
+-- band count, then each band's fields, 64-bit integers. Only this version and shape are read.
+local CONFIG_VERSION, FIELDS_PER_BAND = 1, 5
+local CONFIG_HEADER_BYTES, BAND_BYTES = 4, 8 * FIELDS_PER_BAND
+-- The request (ARGV[1]): six doubles, then a reservation's or give-back's one more; a stack's
+-- further keys three doubles each.
+local REQUEST_BYTES, PART_BYTES = 6 * 8, 3 * 8
+-- A key's hash: its settlement point, and the point the last reservation or give-back left.
+-- The bands' balances are the fields 1, 2, ..., written as numbers.
+local SETTLED, BOOKED = 't', 'w'
+-- The ops (see ARGV[1]).
+local TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
+local RESERVE, GIVE_BACK, TOGETHER, PEEK_TOGETHER, TAKE_WITH_LEVELS = 5, 6, 7, 8, 9
+-- The outcomes, and how many an integer reply makes room for (4 * remaining + outcome).
+local ALLOWED, DENIED, NEVER = 0, 1, 2
+local OUTCOMES = 4
 -- How long a call's record is kept, in milliseconds: a minute, longer than a client re-sends
 -- (its retries times its socket timeout and backoff) and a server stalls.
 local REMEMBERED_MS = 60000
 
--- A band's level: its whole tokens, and the microseconds until it holds one more (the part of a
--- token it lacks, unit - (units - whole * unit), at most a token's units: exact, see above).
-local function level(units, unit, rate)
-    local whole = floor(units / unit)
-    return whole, ceil((unit - (units - whole * unit)) / rate)
-end
+-- The call's record ------------------------------------------------------------------------------
+
+-- This call's record (see ARGV[3]); nil for a call with none, or once the server refused it.
+local record = ARGV[3]
+
 -- What this call's record holds if the call ran before (a sending again), else false.
 local function recorded()
     if not record then
@@ -166,446 +186,244 @@ local function remember(value)
     end
 end
 
+-- The bands ------------------------------------------------------------------------------------
+--
+-- One key's configuration, read into one array per number (index i is band i), and the
+-- balances it is settled in. A call reads its configuration once, a stack each key's own (see
+-- the loop below). Only four functions are defined here: each call runs the script anew and
+-- builds every closure again, which costs the usual one-band call more than its arithmetic.
+
+local count, rate, unit, burst, capacity, fields
+local balance = {}
+
+-- The microseconds band i takes to fill up from its balance.
+local function time_to_full(i)
+    return ceil((capacity[i] - balance[i]) / rate[i])
+end
+
+-- Band i settled `elapsed` microseconds forward: p units a microsecond, up to its capacity. The
+-- time is capped at the time to full before it is multiplied (see the bounds above).
+local function accrue(i, elapsed)
+    balance[i] = min(balance[i] + min(elapsed, time_to_full(i)) * rate[i], capacity[i])
+end
+
+-- The request ----------------------------------------------------------------------------------
+
 local op, n, now, server, least_ttl_ms, initial_tokens = struct.unpack('>dddddd', ARGV[1])
 -- Take with levels: a take, answered with each band's level as well (see the reply).
-local levels = op == 9
+local levels = op == TAKE_WITH_LEVELS
 if levels then
-    op = 0
+    op = TAKE
 end
 -- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
-local extra = #ARGV[1] > 48 and struct.unpack('>d', ARGV[1], 49) or -1
+local extra = #ARGV[1] > REQUEST_BYTES and struct.unpack('>d', ARGV[1], REQUEST_BYTES + 1) or -1
 -- Together (a stack): its record follows its keys' configurations.
-local stack = op == 7 or op == 8
+local stack = op == TOGETHER or op == PEEK_TOGETHER
 if stack then
-    if #ARGV[1] ~= 24 + 24 * #KEYS or #ARGV < #KEYS + 1 then
+    if #ARGV[1] ~= REQUEST_BYTES + PART_BYTES * (#KEYS - 1) or #ARGV < #KEYS + 1 then
         return redis.error_reply('ERR qos: a stack whose arguments do not match its keys')
     end
     record = ARGV[#KEYS + 2]
 end
+local many = op == MANY
+local waits = op == RESERVE or op == GIVE_BACK -- one key
 -- Whether this call ran before: its record's value, else false (a read has none). A batch sent
 -- again answers as it did: its record is its reply.
-local ran = (op <= 1 or op == 3 or op == 5 or op == 6 or op == 7) and recorded()
-if ran and op == 1 then
+local ran = (op <= MANY or op == REFUND or waits or op == TOGETHER) and recorded()
+if ran and many then
     return ran
 end
-local config = ARGV[2]
-local version, per_band, count = struct.unpack('>BBI2', config)
-if version ~= 1 or per_band ~= 5 or #config ~= 4 + 40 * count then
-    return redis.error_reply('ERR qos: a configuration of another version or shape')
-end
-
--- The usual call, one band on one key, settled in plain locals: the general path below builds
--- a dozen small tables, which cost a decision about 3 us (10% of a round trip on loopback).
--- It is the general path's arithmetic, line for line, with each table cell a local; the
--- differential tests run both (every single-band trace here, batches and several bands there).
-if count == 1 and #KEYS == 1 then
-    local rate, q, burst = struct.unpack('>I8I8I8', config, 5)
-    local unit = q * 1000000
-    local initial = initial_tokens < 0 and burst * unit or initial_tokens * unit
-    local key = KEYS[1]
-    if server == 1 then
-        local time = redis.call('TIME')
-        now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    end
-    local capacity = burst * unit
-    local stored = redis.call('HMGET', key, 't', '1', 'w')
-    local exists = stored[1] ~= false
-    local settled, balance = now, initial
-    if exists then
-        settled = tonumber(stored[1])
-        balance = stored[2] and min(tonumber(stored[2]), capacity) or capacity
-    end
-    if now > settled then
-        local to_full = ceil((capacity - balance) / rate)
-        balance = min(balance + min(now - settled, to_full) * rate, capacity)
-        settled = now
-    end
-    local behind = settled > now and settled - now or 0
-
-    local outcome, wait, changed, at = 0, 0, false, nil
-    if ran then
-        -- Sent before and run: what it took stays taken, once (a take or a stack answers ALLOWED,
-        -- a refund is given once). A reservation's moment is not recorded: it is answered with
-        -- the wait until the key's settlement point (its own moment, or a later one), and no
-        -- moment (see reply).
-        if op == 5 then
-            wait = behind
-        end
-    elseif op <= 2 or stack then -- take, many, peek, or together on one key
-        if n > burst then
-            outcome = 2
-        else
-            local deficit = n * unit - balance
-            if deficit > 0 then
-                outcome = 1
-                wait = ceil(deficit / rate)
-            elseif op <= 1 or op == 7 then
-                balance = balance - n * unit
-                changed = true
-            end
-        end
-    elseif op == 3 then
-        -- A refund while a reservation holds the settlement point ahead is forfeited.
-        if not (behind > 0 and tonumber(stored[3]) == settled) then
-            balance = n >= burst and capacity or min(balance + n * unit, capacity)
-        end
-        changed = true
-    elseif op == 5 then -- reserve
-        if n > burst then
-            outcome = 2
-        else
-            local deficit = n * unit - balance
-            if deficit <= 0 then
-                balance = balance - n * unit
-                changed = true
-            else
-                local refill = ceil(deficit / rate)
-                if refill > LAST - settled or (extra >= 0 and (behind > extra or refill > extra - behind)) then
-                    outcome = 1
-                    wait = refill
-                else
-                    balance = min(balance + refill * rate, capacity) - n * unit
-                    settled = settled + refill
-                    at = settled
-                    behind = settled - now
-                    wait = behind
-                    changed = true
-                end
-            end
-        end
-    elseif op == 6 then -- give back
-        if not (settled > max(extra, now)) then
-            local total = min(balance + n * unit, capacity)
-            if settled <= now then
-                balance = total
-            else
-                local ahead = settled - now
-                local back = floor(total / rate)
-                if back < ahead then
-                    settled = settled - back
-                    balance = total - back * rate
-                else
-                    settled = now
-                    balance = total - ahead * rate
-                end
-                behind = settled > now and settled - now or 0
-            end
-        end
-        changed = true
-    end
-    local remaining = floor(balance / unit)
-
-    -- A read stores nothing but a new key's anchor; a stack refused is read as a peek.
-    local reads = op == 2 or op == 4 or op == 8 or (op == 7 and outcome ~= 0)
-    if not reads or (not exists and (initial ~= capacity or least_ttl_ms > 0)) then
-        local to_full = ceil((capacity - balance) / rate)
-        if max(ceil((behind + to_full) / 1000), least_ttl_ms) > 0 then
-            if changed and (op == 5 or op == 6) then
-                -- Field "w": the settlement point a reservation (or a give-back) left.
-                redis.call('HSET', key, 't', settled, '1', balance, 'w', settled)
-            else
-                redis.call('HSET', key, 't', settled, '1', balance)
-            end
-            if server == 1 then
-                local full_ms = ceil((now + behind + to_full) / 1000)
-                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
-            else
-                redis.call('PEXPIRE', key, max(ceil((behind + to_full) / 1000), least_ttl_ms))
-            end
-        elseif exists then
-            redis.call('DEL', key)
-        end
-    end
-    if changed then
-        remember(op == 1 and tostring(outcome) or '1')
-    end
-
-    if levels then
-        local tokens, after = level(balance, unit, rate)
-        local answer = outcome == 1 and {1, remaining, behind, wait} or 4 * remaining + outcome
-        return {answer, behind, tokens, after}
-    elseif op == 1 then
-        return tostring(outcome)
-    elseif outcome == 1 then
-        if stack then
-            return {{1, remaining, behind, wait}}
-        end
-        return {1, remaining, behind, wait}
-    elseif op == 5 and wait > 0 then
-        if at then
-            return {0, remaining, wait, at}
-        end
-        return {0, remaining, wait}
-    elseif stack then
-        return {4 * remaining + outcome}
-    end
-    return 4 * remaining + outcome
-end
-
 local server_clock = server == 1
 if server_clock then
     local time = redis.call('TIME')
-    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    now = tonumber(time[1]) * MICROS_PER_SECOND + tonumber(time[2])
 end
-local many = op == 1
-local takes = many or op == 0
-local decides = takes or op == 2 or stack
-local waits = op == 5 or op == 6 -- reserve, give back (one key)
-local writes = takes or op == 3 or waits
-
--- The configuration the keys are settled in: the call's, for every key; a stack's keys each
--- have their own (and their own initial tokens), read again for each key.
-local rate, unit, burst, capacity, initial, fields, new_is_full
-local function configure(encoding, initial_tokens)
-    if type(encoding) ~= 'string' or #encoding < 4 then
-        return false
-    end
-    local version, per_band, bands = struct.unpack('>BBI2', encoding)
-    if version ~= 1 or per_band ~= 5 or #encoding ~= 4 + 40 * bands then
-        return false
-    end
-    count = bands
-    rate, unit, burst, capacity, initial = {}, {}, {}, {}, {}
-    fields = {'t'}
-    new_is_full = true
-    for i = 1, count do
-        local p, q, tokens = struct.unpack('>I8I8I8', encoding, 5 + 40 * (i - 1))
-        rate[i] = p
-        unit[i] = q * 1000000
-        burst[i] = tokens
-        capacity[i] = tokens * unit[i]
-        initial[i] = initial_tokens < 0 and capacity[i] or initial_tokens * unit[i]
-        new_is_full = new_is_full and initial[i] == capacity[i]
-        fields[i + 1] = tostring(i)
-    end
-    fields[count + 2] = 'w'
-    return true
-end
-configure(config, initial_tokens)
 
 -- A stack's keys: each one's n, least TTL and initial tokens (the first key's are the request's).
-local part_n, part_least, part_initial = {n}, {least_ttl_ms}, {initial_tokens}
+local part_n, part_least, part_initial
 if stack then
+    part_n, part_least, part_initial = {n}, {least_ttl_ms}, {initial_tokens}
     for k = 2, #KEYS do
-        part_n[k], part_least[k], part_initial[k] = struct.unpack('>ddd', ARGV[1], 24 * k + 1)
+        part_n[k], part_least[k], part_initial[k] =
+            struct.unpack('>ddd', ARGV[1], REQUEST_BYTES + PART_BYTES * (k - 2) + 1)
     end
 end
 
--- Per key of this call (a batch may name a key twice): how many of the call's requests took
--- there when it ran before (a replay; nil if it did not), and how many take there now.
-local replay_left, taken_here
--- Whether this call changed a balance: then its record is written before it answers.
-local changes = false
-
-local reply = {}
-local balance = {}
+-- The keys -------------------------------------------------------------------------------------
+--
 -- Every op but "together" is one pass over its keys. "Together" (op 7) is two: the first reads
 -- and decides every key as a peek, and writes and answers nothing; the second takes on every
 -- key if the first found every one allowed (or if the call ran before: its record says it
--- took), else reads every key again as a peek. "Peek together" (op 8) is the
--- second pass of a refused stack alone. Each pass settles and decides each key below, the
--- same code as every other op. The loop runs over the steps of both passes: step k of the
--- first is key k, step #KEYS + k of the second is key k again.
-local refused, replay = op == 8, ran ~= false
-for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
+-- took), else reads every key again as a peek. "Peek together" (op 8) is the second pass of a
+-- refused stack alone. The loop runs over the steps of both passes: step k of the first is key
+-- k, step #KEYS + k of the second is key k again.
+
+local takes = many or op == TAKE
+local decides = takes or op == PEEK or stack
+local writes = takes or op == REFUND or waits
+-- Whether this call changed a balance: then its record is written before it answers.
+local changes = false
+local refused, seen = op == PEEK_TOGETHER, nil
+local reply = (many or stack) and {} or nil
+local first = op == TOGETHER and 1 or #KEYS + 1
+for step = first, 2 * #KEYS do
     local dry = step <= #KEYS
     local k = dry and step or step - #KEYS
-    if k == 1 then -- a pass begins
-        if stack then
-            takes = not dry and (replay or not refused)
-            writes = takes
-        end
-        replay_left, taken_here = {}, {}
-    end
     local key = KEYS[k]
     if stack then
-        if taken_here[key] ~= nil then
+        if k == 1 then -- a pass begins: the second takes if the first allowed every key
+            takes = not dry and (ran ~= false or not refused)
+            writes = takes
+            seen = {}
+        end
+        if seen[key] then
             return redis.error_reply('ERR qos: a stack names a key twice')
         end
-        n, least_ttl_ms = part_n[k], part_least[k]
-        if not configure(ARGV[k + 1], part_initial[k]) then
+        seen[key] = true
+        n, least_ttl_ms, initial_tokens = part_n[k], part_least[k], part_initial[k]
+    end
+
+    -- Read the configuration: the call's, once; a stack's key's own. The header first, refused
+    -- unless it is of the version and shape this script reads; then each band's p, q and burst.
+    if step == first or stack then
+        local encoding = ARGV[stack and k + 1 or 2]
+        local version, per_band, bands = 0, 0, 0
+        if type(encoding) == 'string' and #encoding >= CONFIG_HEADER_BYTES then
+            version, per_band, bands = struct.unpack('>BBI2', encoding)
+        end
+        if version ~= CONFIG_VERSION or per_band ~= FIELDS_PER_BAND
+                or #encoding ~= CONFIG_HEADER_BYTES + BAND_BYTES * bands then
             return redis.error_reply('ERR qos: a configuration of another version or shape')
         end
+        count, rate, unit, burst, capacity, fields = bands, {}, {}, {}, {}, {SETTLED}
+        for i = 1, count do
+            local p, q, tokens = struct.unpack('>I8I8I8', encoding,
+                CONFIG_HEADER_BYTES + 1 + BAND_BYTES * (i - 1))
+            rate[i], unit[i], burst[i] = p, q * MICROS_PER_SECOND, tokens
+            capacity[i] = tokens * unit[i]
+            fields[i + 1] = i
+        end
+        fields[count + 2] = BOOKED
     end
+
+    -- Read the key. A band missing, or holding more than its burst (a key last used with other
+    -- bands), reads as full: never more than the configuration allows. A new key holds the
+    -- initial tokens (-1: full), anchored now: nothing accrues before its first call.
     local stored = redis.call('HMGET', key, unpack(fields))
     local exists = stored[1] ~= false
-    if taken_here[key] == nil then
-        if (not stack and writes and ran) or (stack and replay and takes) then
-            -- Sent before and run: it took (a stack, on every key), and takes nothing again. (A
-            -- batch, the one op here of several requests, answered from its record above.)
-            replay_left[key] = 1
-        end
-        taken_here[key] = 0
-    end
-    local settled
-    if exists then
-        settled = tonumber(stored[1])
-        for i = 1, count do
-            -- A band missing, or holding more than its burst (a key last used with other
-            -- bands), reads as full: never more than the configuration allows.
+    local settled = exists and tonumber(stored[1]) or now
+    for i = 1, count do
+        if exists then
             local units = stored[i + 1]
             balance[i] = units and min(tonumber(units), capacity[i]) or capacity[i]
-        end
-    else
-        -- A new key: `initial` units, anchored now (nothing accrues before its first call).
-        settled = now
-        for i = 1, count do
-            balance[i] = initial[i]
+        else
+            balance[i] = initial_tokens < 0 and capacity[i] or initial_tokens * unit[i]
         end
     end
 
-    -- Settle: accrue for the time since the settlement point; a clock that went backwards
-    -- (now <= settled) adds nothing and leaves the settlement point where it is.
+    -- Settle: accrue for the time since the settlement point. A clock that went backwards
+    -- (now <= settled) adds nothing and leaves the settlement point where it is; the time it is
+    -- behind is part of every wait.
     if now > settled then
-        local elapsed = now - settled
         for i = 1, count do
-            local to_full = ceil((capacity[i] - balance[i]) / rate[i])
-            balance[i] = min(balance[i] + min(elapsed, to_full) * rate[i], capacity[i])
+            accrue(i, now - settled)
         end
         settled = now
     end
-    local behind = settled > now and settled - now or 0
+    local behind = settled - now
 
-    -- Decide: NEVER if n exceeds a band's burst, else ALLOWED if every band holds n, else
-    -- DENIED with the longest wait.
-    local outcome, wait, changed, at = 0, 0, false, nil
-    local replayed = replay_left[key]
-    if replayed then
-        -- Sent before and run: its first `replayed` requests here took, the rest did not; none
-        -- takes again, and a refund gives nothing again. A reservation is answered with the
-        -- wait until the key's settlement point, and no moment (see the fast path).
-        if op == 5 then
+    -- Decide, by op. `wait` is in microseconds from the settlement point; `at` a reservation's
+    -- moment; `booked` says the key's settlement point is the one a reservation or a give-back
+    -- left (field "w").
+    local outcome, wait, booked, at = ALLOWED, 0, false, nil
+    if ran and (not stack or takes) then
+        -- Sent before and run: what it took stays taken, once (a take or a stack answers
+        -- ALLOWED, a refund or a give-back gives nothing again). A reservation is answered with
+        -- the wait until the key's settlement point, its own moment or a later one, and no
+        -- moment (see the reply).
+        if op == RESERVE then
             wait = behind
         end
-        if takes then
-            outcome = replayed > 0 and 0 or 1
-            replay_left[key] = max(replayed - 1, 0)
-            if outcome == 1 then
-                for i = 1, count do
-                    local deficit = max(n * unit[i] - balance[i], 1)
-                    wait = max(wait, ceil(deficit / rate[i]))
-                end
-            end
-        end
-    elseif decides then
-        for i = 1, count do
-            if n > burst[i] then
-                outcome = 2
-            elseif outcome ~= 2 then
-                local deficit = n * unit[i] - balance[i]
-                if deficit > 0 then
-                    outcome = 1
-                    wait = max(wait, ceil(deficit / rate[i]))
-                end
-            end
-        end
-        if outcome == 2 then
-            wait = 0
-        elseif outcome == 0 and takes then
-            for i = 1, count do
-                balance[i] = balance[i] - n * unit[i]
-            end
-            taken_here[key] = taken_here[key] + 1
-        end
-    elseif op == 3 then
-        taken_here[key] = 1
-        -- A refund while a reservation holds the settlement point ahead is forfeited.
-        if not (behind > 0 and tonumber(stored[count + 2]) == settled) then
-            for i = 1, count do
-                if n >= burst[i] then
-                    balance[i] = capacity[i]
-                else
-                    balance[i] = min(balance[i] + n * unit[i], capacity[i])
-                end
-            end
-        end
-    elseif op == 5 then
-        -- Reserve: take n now if every band holds it, else at the first moment every band
-        -- does, if that is within the caller's max wait: every band settled forward to it.
+    elseif decides or op == RESERVE then
+        -- When would every band hold n? NEVER if n is more than some band's burst; else after
+        -- `refill` microseconds (0: now), the longest of the bands' waits.
         local refill = 0
         for i = 1, count do
             if n > burst[i] then
-                outcome = 2
-            elseif outcome ~= 2 then
-                local deficit = n * unit[i] - balance[i]
-                if deficit > 0 then
-                    refill = max(refill, ceil(deficit / rate[i]))
-                end
+                outcome, refill = NEVER, 0
+                break
+            end
+            local deficit = n * unit[i] - balance[i]
+            if deficit > 0 then
+                refill = max(refill, ceil(deficit / rate[i]))
             end
         end
-        if outcome ~= 2 then
-            if refill > 0 and (refill > LAST - settled
-                    or (extra >= 0 and (behind > extra or refill > extra - behind))) then
-                outcome = 1
-                wait = refill
-            else
-                for i = 1, count do
-                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
-                    balance[i] = min(balance[i] + min(refill, to_full) * rate[i], capacity[i])
-                        - n * unit[i]
-                end
+        -- A take (or a peek) does not wait: DENIED, with the wait. A reservation books that
+        -- moment if it is within the caller's longest wait (and no later than LAST); else it
+        -- is TOO LATE, answered as DENIED with the wait it would have had.
+        if outcome ~= NEVER and refill > 0 and (op ~= RESERVE or refill > LAST - settled
+                or (extra >= 0 and (behind > extra or refill > extra - behind))) then
+            outcome, wait = DENIED, refill
+        elseif outcome == ALLOWED and (takes or op == RESERVE) then
+            -- n taken at the first moment every band holds it: now, or `refill` ahead, with
+            -- every band settled forward to it. Whoever asks next queues behind that moment.
+            for i = 1, count do
                 if refill > 0 then
-                    settled = settled + refill
-                    at = settled
-                    behind = settled - now
-                    wait = behind
+                    accrue(i, refill)
                 end
-                taken_here[key] = 1
-                changed = true
+                balance[i] = balance[i] - n * unit[i]
+            end
+            if refill > 0 then
+                settled = settled + refill
+                at, behind, wait = settled, settled - now, settled - now
+            end
+            booked, changes = op == RESERVE, true
+        end
+    elseif op == REFUND then
+        -- Forfeited while a reservation holds the settlement point ahead.
+        if not (behind > 0 and tonumber(stored[count + 2]) == settled) then
+            for i = 1, count do
+                balance[i] = min(balance[i] + n * unit[i], capacity[i])
             end
         end
-    elseif op == 6 then
-        -- Give back n reserved for `extra`: undone on every band if nobody queues behind it
-        -- (the key is settled no later than max(extra, now)), else forfeited.
-        taken_here[key] = 1
-        changed = true
-        if not (settled > max(extra, now)) then
-            local at_band = {}
-            local latest = now
+        changes = true
+    elseif op == GIVE_BACK then
+        -- Settled no later than now: n are plain tokens again. Settled ahead, and no later than
+        -- the reservation's moment (nobody queues behind it): each band's settlement is run
+        -- backwards from `settled`, losing p units a microsecond, down to an empty band or to
+        -- now; the key's settlement point is then the latest band's. A band undone to an
+        -- earlier point is settled forward to it; if the bands stood at different points,
+        -- those already at the latest keep no part of a microsecond's accrual, so nothing they
+        -- hold is taken before it. Settled beyond the moment: others queue behind it, and the
+        -- tokens are forfeited.
+        if settled <= max(extra, now) then
+            local at_band, latest = {}, now
             for i = 1, count do
                 local total = min(balance[i] + n * unit[i], capacity[i])
-                at_band[i] = now
-                if settled <= now then
-                    balance[i] = total
+                local back = floor(total / rate[i])
+                if back < behind then
+                    at_band[i], balance[i] = settled - back, total - back * rate[i]
                 else
-                    -- Run the settlement backwards from `settled`: the band loses rate units a
-                    -- microsecond, down to an empty band or to now.
-                    local ahead = settled - now
-                    local back = floor(total / rate[i])
-                    if back < ahead then
-                        at_band[i] = settled - back
-                        balance[i] = total - back * rate[i]
-                    else
-                        balance[i] = total - ahead * rate[i]
-                    end
+                    at_band[i], balance[i] = now, total - behind * rate[i]
                 end
                 latest = max(latest, at_band[i])
             end
-            -- One settlement point for the key: the latest band's. A band undone to an earlier
-            -- point is settled forward to it (what it accrues meanwhile); the bands already
-            -- there keep no part of a microsecond's accrual, so nothing they hold can be taken
-            -- before that point.
             local spread = false
             for i = 1, count do
                 if at_band[i] < latest then
                     spread = true
-                    local to_full = ceil((capacity[i] - balance[i]) / rate[i])
-                    balance[i] = min(balance[i] + min(latest - at_band[i], to_full) * rate[i],
-                        capacity[i])
+                    accrue(i, latest - at_band[i])
                 end
             end
-            if spread then
-                for i = 1, count do
-                    if at_band[i] == latest then
-                        balance[i] = 0
-                    end
+            for i = 1, spread and count or 0 do
+                if at_band[i] == latest then
+                    balance[i] = 0
                 end
             end
-            settled = latest
-            behind = settled > now and settled - now or 0
+            settled, behind = latest, latest - now
         end
+        booked, changes = true, true
     end
-
     local remaining = floor(balance[1] / unit[1])
     for i = 2, count do
         remaining = min(remaining, floor(balance[i] / unit[i]))
@@ -613,33 +431,31 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
 
     -- Store what changed, with a TTL of exactly the time until every band is full again: then
     -- the key is indistinguishable from a new one, and only then may it disappear. A read (peek,
-    -- available) stores nothing, except that it anchors a new key that does not start full, or
-    -- any new key when keys are kept at least least_ttl_ms (then every key touched is
-    -- remembered, anchor included, exactly as an in-process limiter remembers it).
-    if writes or (not dry and not exists and (not new_is_full or least_ttl_ms > 0)) then
+    -- available, a stack's first pass) stores nothing, except a new key's anchor when the key
+    -- is to be kept: when it does not start full, or when keys are kept at least least_ttl_ms
+    -- (then every key touched is remembered, anchor included, as an in-process limiter
+    -- remembers it). Either way its TTL is above 0.
+    if writes or (not dry and not exists) then
         local to_full = 0
         for i = 1, count do
-            to_full = max(to_full, ceil((capacity[i] - balance[i]) / rate[i]))
+            to_full = max(to_full, time_to_full(i))
         end
-        local ttl_ms = max(ceil((behind + to_full) / 1000), least_ttl_ms)
+        local ttl_ms = max(ceil((behind + to_full) / MICROS_PER_MS), least_ttl_ms)
         if ttl_ms > 0 then
-            local values = {'t', settled}
+            local values = {SETTLED, settled}
             for i = 1, count do
-                values[2 * i + 1] = fields[i + 1]
-                values[2 * i + 2] = balance[i]
+                values[2 * i + 1], values[2 * i + 2] = i, balance[i]
             end
-            if changed and waits then
-                -- Field "w": the settlement point a reservation (or a give-back) left.
-                values[#values + 1] = 'w'
-                values[#values + 1] = settled
+            if booked then
+                values[#values + 1], values[#values + 2] = BOOKED, settled
             end
             redis.call('HSET', key, unpack(values))
             if server_clock then
                 -- On the server's clock the moment of "full" is known, and the key's expiry is
                 -- set to it: a TTL counted from when PEXPIRE runs would drift by however long
                 -- the script has already run (a batch of many keys takes milliseconds).
-                local full_ms = ceil((now + behind + to_full) / 1000)
-                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / 1000) + least_ttl_ms))
+                local full_ms = ceil((now + behind + to_full) / MICROS_PER_MS)
+                redis.call('PEXPIREAT', key, max(full_ms, ceil(now / MICROS_PER_MS) + least_ttl_ms))
             else
                 redis.call('PEXPIRE', key, ttl_ms)
             end
@@ -647,31 +463,36 @@ for step = op == 7 and 1 or #KEYS + 1, 2 * #KEYS do
             redis.call('DEL', key)
         end
     end
-    changes = changes or taken_here[key] > 0
 
+    -- Answer.
     if dry then
-        refused = refused or outcome ~= 0
+        refused = refused or outcome ~= ALLOWED
     elseif many then
         reply[k] = outcome
     else
         local answer
-        if outcome == 1 then
-            answer = {1, remaining, behind, wait}
-        elseif op == 5 and wait > 0 then
-            answer = at and {0, remaining, wait, at} or {0, remaining, wait}
+        if outcome == DENIED then
+            answer = {DENIED, remaining, behind, wait}
+        elseif op == RESERVE and wait > 0 then
+            answer = at and {ALLOWED, remaining, wait, at} or {ALLOWED, remaining, wait}
         else
-            answer = 4 * remaining + outcome
+            answer = OUTCOMES * remaining + outcome
         end
-        if changes and not stack then
-            remember('1')
-        end
-        if levels then
-            local leveled = {answer, behind}
-            for i = 1, count do
-                leveled[2 * i + 1], leveled[2 * i + 2] = level(balance[i], unit[i], rate[i])
+        if not stack then
+            if changes then
+                remember('1')
             end
-            return leveled
-        elseif not stack then
+            if levels then
+                -- Each band's level: its whole tokens, and the microseconds until it holds one
+                -- more (the part of a token it lacks, at most a token's units: exact).
+                local leveled = {answer, behind}
+                for i = 1, count do
+                    local whole = floor(balance[i] / unit[i])
+                    leveled[2 * i + 1] = whole
+                    leveled[2 * i + 2] = ceil((unit[i] - (balance[i] - whole * unit[i])) / rate[i])
+                end
+                return leveled
+            end
             return answer
         end
         reply[k] = answer
