@@ -56,6 +56,7 @@ use crate::core::exact::key::{encode_item, KeyRef};
 use crate::core::exact::keyed::{off_the_clock, KeyedDecision, Stats};
 use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
+use crate::core::exact::record::Shape;
 use layout::{at, Layout, LayoutError};
 use lock::{Held, Park};
 use slot::{Digest, Slot};
@@ -151,10 +152,7 @@ impl<W: Words> Table<W> {
     /// The layout of a table of `config` and `max_keys` (`None`: the one-key form).
     #[must_use]
     pub fn layout(config: &Config, max_keys: Option<u64>) -> Layout {
-        let wide = config
-            .specs()
-            .iter()
-            .any(|spec| u64::try_from(spec.capacity_units()).is_err());
+        let wide = Shape::of(&config.specs()).is_wide();
         let keys = max_keys.unwrap_or(1);
         Layout::new(config.bands().len(), keys, config.encode().len(), wide)
     }
