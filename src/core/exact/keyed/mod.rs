@@ -49,6 +49,7 @@
 //! `reservations.rs` (waiters, and tokens handed back), `restore.rs` (a saved table) and
 //! `held.rs` (a key held while other limits decide the same request).
 
+mod entries;
 pub mod held;
 mod reservations;
 mod restore;
@@ -60,11 +61,13 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use hashbrown::{Equivalent, HashTable};
+use hashbrown::Equivalent;
 use siphasher::sip::SipHasher13;
 
 use crate::core::exact::limiter::{Balances, Decision, Reservation};
 use crate::core::exact::rate::BandSpec;
+use crate::core::exact::record::Shape;
+use entries::{Entries, Stored};
 
 pub use crate::core::exact::clock_gap::{off_the_clock, MAX_CLOCK_GAP_NS};
 pub use restore::RestoreError;
@@ -144,10 +147,10 @@ impl Stats {
 }
 
 struct Shard<K> {
-    /// Keys and their balances, found by the hash the table computed once per call; the
-    /// bands' specs are the table's, kept once. A shard has no share of `max_keys` of its own:
-    /// it may grow while the table's count is below it.
-    entries: HashTable<(K, Balances)>,
+    /// Keys and their balances as records, found by the hash the table computed once per
+    /// call; the bands' specs are the table's, kept once. A shard has no share of `max_keys`
+    /// of its own: it may grow while the table's count is below it.
+    entries: Entries<K>,
     /// When the first remembered key is full again, if known: a sweep learns it, a new key
     /// lowers it to its own time, and whatever else could change it (taking from
     /// that very key, forgetting a key, a refund) forgets it. While it is known, a refusal
@@ -204,6 +207,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
         let max_keys = max_keys.max(1);
         let shards = shards.clamp(1, max_keys);
+        let shape = Shape::of(specs);
         Self {
             hasher: Seed::random(),
             specs: specs.to_vec(),
@@ -211,7 +215,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
-                        entries: HashTable::new(),
+                        entries: Entries::new(shape),
                         room_from: None,
                         stats: Stats::default(),
                     })
@@ -274,14 +278,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         (hash, index)
     }
 
-    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<&'s mut Balances>
+    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<Stored<'s>>
     where
         Q: Equivalent<K> + ?Sized,
     {
-        shard
-            .entries
-            .find_mut(hash, |(known, _)| key.equivalent(known))
-            .map(|(_, limiter)| limiter)
+        shard.entries.find(hash, |known| key.equivalent(known))
     }
 
     /// Lock the shard of `key` and read the table's clock at `now_ns`. The clock moves under
