@@ -1,9 +1,10 @@
 //! Many clients at once: one lazily settled limiter per key, in bounded memory.
 //!
 //! A server limits each client (an IP, an API key) separately, so it keeps one limiter per key:
-//! the bands' specs once for the table, and per key only their [`Balances`] (a 64-byte entry
-//! with the key, for one band). Two things make such a table dangerous, and this one avoids
-//! both:
+//! the bands' specs once for the table, and per key only their [`Balances`], stored as the
+//! fixed-size record the shared table keeps too ([`record`](crate::core::exact::record)): a
+//! 32-byte entry with the key, for one band of 64-bit units. Two things make such a table
+//! dangerous, and this one avoids both:
 //!
 //! * **Unbounded growth.** A flood of distinct keys must not grow the table without limit. The
 //!   table holds at most `max_keys` entries.
@@ -44,10 +45,11 @@
 //! for the next sweep, and a new key refused meanwhile. The table is full either way.
 
 //!
-//! The table lives in six files: this one (the types, the shards and the seed), `table.rs`
-//! (deciding one request or a trace), `room.rs` (new keys, and the room they need),
-//! `reservations.rs` (waiters, and tokens handed back), `restore.rs` (a saved table) and
-//! `held.rs` (a key held while other limits decide the same request).
+//! The table lives in seven files: this one (the types, the shards and the seed), `entries.rs`
+//! (a shard's keys and their records), `table.rs` (deciding one request or a trace), `room.rs`
+//! (new keys, and the room they need), `reservations.rs` (waiters, and tokens handed back),
+//! `restore.rs` (a saved table) and `held.rs` (a key held while other limits decide the same
+//! request).
 
 mod entries;
 pub mod held;

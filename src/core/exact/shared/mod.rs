@@ -2,8 +2,9 @@
 //!
 //! [`keyed`](super::keyed) keeps one limiter per key in a process's own memory, so four worker
 //! processes each enforce the whole limit, and together admit four times it. This table keeps
-//! the same [`Balances`] per key in an array of 64-bit words that every process maps from one
-//! file (the mapping itself is `src/shared_memory.rs`'s business; this module sees only the
+//! the same [`Balances`] per key, as the same fixed-size record of 64-bit words
+//! ([`record`](crate::core::exact::record)), in an array of words that every process maps from
+//! one file (the mapping itself is `src/shared_memory.rs`'s business; this module sees only the
 //! words). Each decision is the in-process one, run on a slot read from the array:
 //! [`Balances::acquire`], [`Balances::reserve`], [`Balances::give_back`] and the rest, so the
 //! arithmetic is the same code, and a process's decisions are exactly a `KeyedRateLimiter`'s.
