@@ -106,10 +106,17 @@ impl Hash for KeyRef<'_> {
                 state.write_u64(low);
                 state.write_u64(high);
             }
-            Self::Str(text) => text.hash(state),
+            Self::Str(text) => hash_text(text.as_bytes(), state),
             Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
     }
+}
+
+/// Hash text by its UTF-8 bytes and a byte no UTF-8 holds, so that it ends where it ends; a
+/// stored key hashes its text so without reading it as text again.
+fn hash_text<H: Hasher>(utf8: &[u8], state: &mut H) {
+    state.write(utf8);
+    state.write_u8(0xff);
 }
 
 impl KeyRef<'static> {

@@ -104,14 +104,6 @@ impl Shape {
         }
     }
 
-    /// A record of `balances`, in the heap.
-    #[must_use]
-    pub fn record(&self, balances: &Balances) -> Box<[u64]> {
-        let mut words = vec![0; self.words()].into_boxed_slice();
-        self.write(&mut words[..], balances);
-        words
-    }
-
     fn read_band<C: Cells + ?Sized>(&self, cells: &C, at: usize) -> Balance {
         let units = if self.is_wide() {
             u128::from(cells.get(at)) | (u128::from(cells.get(at + 1)) << 64)

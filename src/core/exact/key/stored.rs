@@ -9,8 +9,12 @@
 //! * an int within 64 bits, a float, an object's number: its one word;
 //! * text, bytes, a tuple or a huge int of at most [`SHORT`] bytes (an IPv4 address, a short
 //!   name, a small tuple): its bytes, in place;
-//! * anything longer (up to [`LONGEST_KEPT`](super::LONGEST_KEPT) bytes), an int of 128
-//!   bits, a digest: in a box of its own, which costs an allocation but no more words.
+//! * text, bytes, a tuple or a huge int longer than that: its bytes in a box of 32, 64 or 128
+//!   bytes, the first that holds them (a key longer than
+//!   [`LONGEST_KEPT`](super::LONGEST_KEPT) bytes is kept as its digest, see
+//!   [`KeyRef::kept`]), with its kind and length in place: one allocation and one pointer to
+//!   follow, as a boxed `str` would be, without the `str`'s second word;
+//! * an int of 128 bits, a digest: in a box of its own.
 //!
 //! The table never sees these forms: it hashes and compares a stored key as the [`KeyRef`] it
 //! was made from ([`Key::as_ref`]), so a borrowed key finds the stored key it equals.
@@ -19,7 +23,7 @@ use std::hash::{Hash, Hasher};
 
 use hashbrown::Equivalent;
 
-use super::{Digested, KeyRef};
+use super::{hash_text, Digested, KeyRef, LONGEST_KEPT};
 
 /// The most bytes of text, bytes, a tuple or a huge int held in place: what fits beside the
 /// form's tag, the kind and the length in two words.
@@ -29,6 +33,8 @@ pub const SHORT: usize = 13;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key(Form);
 
+/// A key's stored form. The bytes of a string of bytes are zero past its length, so equal
+/// keys are equal forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Form {
     Int(i64),
@@ -39,9 +45,13 @@ enum Form {
     Big(Box<[u64; 2]>),
     Digest(Box<(Digested, u64, u64)>),
     /// At most [`SHORT`] bytes, in place.
-    Short(Short),
-    /// More than [`SHORT`] bytes.
-    Long(Box<Long>),
+    Short(Kind, u8, [u8; SHORT]),
+    /// At most 32, 64 or [`LONGEST_KEPT`] bytes, boxed.
+    Up32(Kind, u8, Box<[u8; 32]>),
+    Up64(Kind, u8, Box<[u8; 64]>),
+    Up128(Kind, u8, Box<[u8; LONGEST_KEPT]>),
+    /// Longer still: only a key that was not [`KeyRef::kept`] (the table never stores one).
+    Longer(Box<(Kind, Box<[u8]>)>),
 }
 
 /// The kinds of key that are a string of bytes.
@@ -53,17 +63,11 @@ enum Kind {
     Tuple,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Short {
-    kind: Kind,
-    length: u8,
-    bytes: [u8; SHORT],
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Long {
-    kind: Kind,
-    bytes: Box<[u8]>,
+/// `bytes` in an array of `N` zeros (`bytes` holds at most `N`).
+fn padded<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut array = [0; N];
+    array[..bytes.len()].copy_from_slice(bytes);
+    array
 }
 
 impl Kind {
@@ -95,6 +99,9 @@ impl Key {
     /// This key, borrowed: what the table hashes and compares.
     #[must_use]
     pub fn as_ref(&self) -> KeyRef<'_> {
+        if let Some((kind, bytes)) = self.as_bytes() {
+            return kind.key(bytes);
+        }
         match &self.0 {
             Form::Int(value) => KeyRef::Int(*value),
             Form::Wide(value) => KeyRef::Wide(*value),
@@ -102,19 +109,23 @@ impl Key {
             Form::Object(number) => KeyRef::Object(*number),
             Form::Big(halves) => KeyRef::Big(halves[0], halves[1]),
             Form::Digest(digest) => KeyRef::Digest(digest.0, digest.1, digest.2),
-            Form::Short(short) => short.kind.key(&short.bytes[..usize::from(short.length)]),
-            Form::Long(long) => long.kind.key(&long.bytes),
+            // Every other form is a string of bytes, read above.
+            _ => unreachable!("a string of bytes has bytes"),
         }
     }
 
     /// The kind and the bytes of a key that is a string of bytes, without reading text as
     /// text.
     fn as_bytes(&self) -> Option<(Kind, &[u8])> {
-        match &self.0 {
-            Form::Short(short) => Some((short.kind, &short.bytes[..usize::from(short.length)])),
-            Form::Long(long) => Some((long.kind, &long.bytes)),
-            _ => None,
-        }
+        let (kind, length, bytes): (_, _, &[u8]) = match &self.0 {
+            Form::Short(kind, length, bytes) => (kind, length, bytes),
+            Form::Up32(kind, length, bytes) => (kind, length, &bytes[..]),
+            Form::Up64(kind, length, bytes) => (kind, length, &bytes[..]),
+            Form::Up128(kind, length, bytes) => (kind, length, &bytes[..]),
+            Form::Longer(longer) => return Some((longer.0, &longer.1)),
+            _ => return None,
+        };
+        Some((*kind, &bytes[..usize::from(*length)]))
     }
 
     /// Whether the table should say when it forgets this key (its owner keeps the object the
@@ -128,7 +139,12 @@ impl Key {
 /// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_ref().hash(state);
+        match self.as_bytes() {
+            // As `KeyRef` hashes them.
+            Some((Kind::Str, utf8)) => hash_text(utf8, state),
+            Some((_, bytes)) => bytes.hash(state),
+            None => self.as_ref().hash(state),
+        }
     }
 }
 
@@ -154,19 +170,17 @@ impl From<&KeyRef<'_>> for Key {
             KeyRef::Huge(_) | KeyRef::Str(_) | KeyRef::Bytes(_) | KeyRef::Tuple(_) => {
                 let (kind, bytes) = key.as_bytes().expect("a string of bytes");
                 match u8::try_from(bytes.len()) {
-                    Ok(length) if bytes.len() <= SHORT => {
-                        let mut short = [0; SHORT];
-                        short[..bytes.len()].copy_from_slice(bytes);
-                        Form::Short(Short {
-                            kind,
-                            length,
-                            bytes: short,
-                        })
+                    Ok(length) if bytes.len() <= SHORT => Form::Short(kind, length, padded(bytes)),
+                    Ok(length) if bytes.len() <= 32 => {
+                        Form::Up32(kind, length, Box::new(padded(bytes)))
                     }
-                    _ => Form::Long(Box::new(Long {
-                        kind,
-                        bytes: bytes.into(),
-                    })),
+                    Ok(length) if bytes.len() <= 64 => {
+                        Form::Up64(kind, length, Box::new(padded(bytes)))
+                    }
+                    Ok(length) if bytes.len() <= LONGEST_KEPT => {
+                        Form::Up128(kind, length, Box::new(padded(bytes)))
+                    }
+                    _ => Form::Longer(Box::new((kind, bytes.into()))),
                 }
             }
         })

@@ -119,8 +119,19 @@ fn a_key_is_two_words_whatever_its_kind() {
 }
 
 #[test]
-fn short_keys_are_held_in_place_up_to_the_last_byte_and_longer_ones_apart() {
-    for length in [0, 1, SHORT - 1, SHORT, SHORT + 1, LONGEST_KEPT] {
+fn keys_of_bytes_read_back_whole_at_every_size_a_form_ends() {
+    for length in [
+        0,
+        1,
+        SHORT,
+        SHORT + 1,
+        32,
+        33,
+        64,
+        65,
+        LONGEST_KEPT,
+        LONGEST_KEPT + 1,
+    ] {
         let text = "é".repeat(length / 2) + &"x".repeat(length % 2);
         assert_eq!(text.len(), length);
         for key in [

@@ -14,6 +14,13 @@ fn balances(units: &[u128], at: Option<i64>) -> Balances {
         .into()
 }
 
+/// `state` as a record of `shape`, in the heap.
+fn record(shape: Shape, state: &Balances) -> Vec<u64> {
+    let mut words = vec![0; shape.words()];
+    shape.write(&mut words[..], state);
+    words
+}
+
 #[test]
 fn a_narrow_record_is_two_words_per_band_units_first() {
     let shape = Shape::new(2, false);
@@ -31,7 +38,7 @@ fn a_narrow_record_is_two_words_per_band_units_first() {
 fn a_wide_record_keeps_units_beyond_64_bits() {
     let shape = Shape::new(1, true);
     let state = balances(&[(5 << 64) | 9], Some(11));
-    let words = shape.record(&state);
+    let words = record(shape, &state);
     assert_eq!(&words[..], [9, 5, 11]);
     assert_eq!(shape.read(&words[..]), state);
 }
@@ -40,7 +47,7 @@ fn a_wide_record_keeps_units_beyond_64_bits() {
 fn a_balance_never_anchored_reads_back_so() {
     let shape = Shape::new(1, false);
     let state = balances(&[3], None);
-    let words = shape.record(&state);
+    let words = record(shape, &state);
     assert_eq!(shape.read(&words[..]), state);
     // The same as a balance settled at i64::MIN would be: that instant is never a call's.
     #[allow(clippy::cast_sign_loss)]
@@ -52,7 +59,7 @@ fn a_balance_never_anchored_reads_back_so() {
 fn heap_words_and_mapped_words_hold_the_same_record() {
     let shape = Shape::new(3, true);
     let state = balances(&[1, 1 << 100, 0], Some(42));
-    let heap = shape.record(&state);
+    let heap = record(shape, &state);
     let atomics: Vec<AtomicU64> = (0..shape.words()).map(|_| AtomicU64::new(0)).collect();
     let mut mapped = &atomics[..];
     shape.write(&mut mapped, &state);
