@@ -155,3 +155,6 @@ impl<K> Entries<K> {
         in_table!(&mut self.records, table => table.clear());
     }
 }
+
+#[cfg(test)]
+mod tests;
