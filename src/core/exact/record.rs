@@ -83,6 +83,7 @@ impl Shape {
 
     /// The balances `cells` hold (a record of this shape).
     #[must_use]
+    #[inline]
     pub fn read<C: Cells + ?Sized>(&self, cells: &C) -> Balances {
         debug_assert_eq!(cells.count(), self.words(), "one record");
         if self.bands == 1 {
@@ -96,6 +97,7 @@ impl Shape {
     }
 
     /// Store `balances` (one per band, none beyond a narrow record's 64 bits) into `cells`.
+    #[inline]
     pub fn write<C: Cells + ?Sized>(&self, cells: &mut C, balances: &Balances) {
         debug_assert_eq!(cells.count(), self.words(), "one record");
         debug_assert_eq!(balances.len(), self.bands, "one balance per band");
@@ -104,6 +106,7 @@ impl Shape {
         }
     }
 
+    #[inline]
     fn read_band<C: Cells + ?Sized>(&self, cells: &C, at: usize) -> Balance {
         let units = if self.is_wide() {
             u128::from(cells.get(at)) | (u128::from(cells.get(at + 1)) << 64)
@@ -118,6 +121,7 @@ impl Shape {
         }
     }
 
+    #[inline]
     fn write_band<C: Cells + ?Sized>(&self, cells: &mut C, at: usize, balance: &Balance) {
         // Truncations meant: the low and the high word of the units.
         #[allow(clippy::cast_possible_truncation)]
