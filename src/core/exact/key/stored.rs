@@ -84,6 +84,7 @@ impl Kind {
 
 impl<'a> KeyRef<'a> {
     /// The kind and the bytes of a key that is a string of bytes.
+    #[inline]
     fn as_bytes(&self) -> Option<(Kind, &'a [u8])> {
         match *self {
             Self::Huge(bytes) => Some((Kind::Huge, bytes)),
@@ -98,10 +99,8 @@ impl<'a> KeyRef<'a> {
 impl Key {
     /// This key, borrowed: what the table hashes and compares.
     #[must_use]
+    #[inline]
     pub fn as_ref(&self) -> KeyRef<'_> {
-        if let Some((kind, bytes)) = self.as_bytes() {
-            return kind.key(bytes);
-        }
         match &self.0 {
             Form::Int(value) => KeyRef::Int(*value),
             Form::Wide(value) => KeyRef::Wide(*value),
@@ -109,13 +108,21 @@ impl Key {
             Form::Object(number) => KeyRef::Object(*number),
             Form::Big(halves) => KeyRef::Big(halves[0], halves[1]),
             Form::Digest(digest) => KeyRef::Digest(digest.0, digest.1, digest.2),
-            // Every other form is a string of bytes, read above.
-            _ => unreachable!("a string of bytes has bytes"),
+            _ => self.bytes_key(),
         }
+    }
+
+    /// A string of bytes, borrowed.
+    fn bytes_key(&self) -> KeyRef<'_> {
+        let (kind, bytes) = self
+            .as_bytes()
+            .expect("every other form is a string of bytes");
+        kind.key(bytes)
     }
 
     /// The kind and the bytes of a key that is a string of bytes, without reading text as
     /// text.
+    #[inline]
     fn as_bytes(&self) -> Option<(Kind, &[u8])> {
         let (kind, length, bytes): (_, _, &[u8]) = match &self.0 {
             Form::Short(kind, length, bytes) => (kind, length, bytes),
@@ -149,11 +156,11 @@ impl Hash for Key {
 }
 
 impl Equivalent<Key> for KeyRef<'_> {
+    #[inline]
     fn equivalent(&self, key: &Key) -> bool {
-        match (self.as_bytes(), key.as_bytes()) {
-            (Some(mine), Some(stored)) => mine == stored,
-            (None, None) => *self == key.as_ref(),
-            _ => false,
+        match self.as_bytes() {
+            Some(mine) => key.as_bytes() == Some(mine),
+            None => *self == key.as_ref(),
         }
     }
 }
