@@ -29,9 +29,9 @@ pub use stored::{Key, SHORT};
 /// an IPv6 address is at most 45 characters, a UUID 36, an API token rarely over 100, and a
 /// tuple `(address, route)` adds 9 bytes per item. Above it a key costs its table entry and
 /// the digest's box, whatever its length; at it, the entry and the stored copy cost about four
-/// and a half times an int key (bytes asked of the allocator at 100,000 keys of one band, with
-/// the table's growth slack: 195 per 128-byte key, 67 per longer one, 43 per int or per text
-/// of up to 13 bytes, which is held in place).
+/// times an int key (bytes asked of the allocator at 100,000 keys of one band, with the
+/// table's growth slack: 171 per 128-byte key, 107 per 45-byte one, 67 per longer one, 43 per
+/// int or per text of up to 13 bytes, which is held in place).
 pub const LONGEST_KEPT: usize = 128;
 
 /// The kind of key a [`KeyRef::Digest`] stands for. Kept beside the digest, so that text and
