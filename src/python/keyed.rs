@@ -256,7 +256,7 @@ limiter_methods! { keyed: KeyedRateLimiter {
         for plan in &self.tables {
             let keys = plan.registry.reading(|| plan.table.keys());
             for key in &keys {
-                if let Some(key) = key_object(py, key, &plan.registry)? {
+                if let Some(key) = key_object(py, key.as_ref(), &plan.registry)? {
                     all.push(key);
                 }
             }
@@ -381,11 +381,11 @@ impl PlanTable {
             .reading(|| (self.table.entries(), self.table.stats()));
         for (key, limiter) in saved {
             // An object key keeps its number: its hash, so its shard, depends on it.
-            let number = match key {
-                Key::Object(number) => Some(number),
+            let number = match key.as_ref() {
+                KeyRef::Object(number) => Some(number),
                 _ => None,
             };
-            let Some(key) = key_object(py, &key, &self.registry)? else {
+            let Some(key) = key_object(py, key.as_ref(), &self.registry)? else {
                 continue;
             };
             let balances: Vec<_> = limiter
@@ -482,7 +482,7 @@ impl PlanTable {
                 // needed.
                 (Some(plain), _) => entries.push((plain, limiter)),
                 (None, Some(number)) => {
-                    entries.push((Key::Object(number), limiter));
+                    entries.push((Key::from(&KeyRef::Object(number)), limiter));
                     objects.push((key, number));
                 }
                 (None, None) => {

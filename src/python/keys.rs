@@ -352,14 +352,14 @@ fn number_kind(key: &Bound<'_, PyAny>) -> PyResult<Option<Number>> {
 /// digest as a [`KeyDigest`]).
 pub fn key_object<'py>(
     py: Python<'py>,
-    key: &Key,
+    key: KeyRef<'_>,
     registry: &Registry,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(Some(match key {
-        Key::Int(value) => value.into_pyobject(py)?.into_any(),
-        Key::Wide(value) => value.into_pyobject(py)?.into_any(),
-        Key::Big(low, high) => big_int(*low, *high).into_pyobject(py)?.into_any(),
-        Key::Huge(bytes) => {
+        KeyRef::Int(value) => value.into_pyobject(py)?.into_any(),
+        KeyRef::Wide(value) => value.into_pyobject(py)?.into_any(),
+        KeyRef::Big(low, high) => big_int(low, high).into_pyobject(py)?.into_any(),
+        KeyRef::Huge(bytes) => {
             let signed = PyDict::new(py);
             signed.set_item(intern!(py, "signed"), true)?;
             py.get_type::<PyInt>().call_method(
@@ -368,14 +368,14 @@ pub fn key_object<'py>(
                 Some(&signed),
             )?
         }
-        Key::Digest(kind, low, high) => KeyDigest::of(py, *kind, *low, *high)?.into_any(),
-        Key::Float(bits) => f64::from_bits(*bits).into_pyobject(py)?.into_any(),
-        Key::Str(text) => PyString::new(py, text).into_any(),
-        Key::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
-        Key::Tuple(items) => {
-            let (mut items, mut objects) = (&items[..], Vec::new());
+        KeyRef::Digest(kind, low, high) => KeyDigest::of(py, kind, low, high)?.into_any(),
+        KeyRef::Float(bits) => f64::from_bits(bits).into_pyobject(py)?.into_any(),
+        KeyRef::Str(text) => PyString::new(py, text).into_any(),
+        KeyRef::Bytes(bytes) => PyBytes::new(py, bytes).into_any(),
+        KeyRef::Tuple(mut items) => {
+            let mut objects = Vec::new();
             while let Some((item, rest)) = first_item(items) {
-                let Some(object) = key_object(py, &Key::from(&item), registry)? else {
+                let Some(object) = key_object(py, item, registry)? else {
                     return Ok(None);
                 };
                 objects.push(object);
@@ -383,6 +383,6 @@ pub fn key_object<'py>(
             }
             PyTuple::new(py, objects)?.into_any()
         }
-        Key::Object(number) => return Ok(registry.object(py, *number)),
+        KeyRef::Object(number) => return Ok(registry.object(py, number)),
     }))
 }

@@ -16,48 +16,25 @@
 
 use std::hash::{Hash, Hasher};
 
-use hashbrown::Equivalent;
 use siphasher::sip128::SipHasher13;
+
+mod stored;
+
+pub use stored::{Key, SHORT};
 
 /// The longest key, in bytes, that the table stores as it is; a longer one is stored as its
 /// digest (see [`KeyRef::kept`]).
 ///
 /// What clients are told apart by stays below it, so it comes back from iteration as itself:
 /// an IPv6 address is at most 45 characters, a UUID 36, an API token rarely over 100, and a
-/// tuple `(address, route)` adds 9 bytes per item. Above it a key costs its table entry, the
-/// digest in it, whatever its length; at it, the entry and the stored copy (128 bytes and the
-/// allocator's header) cost about two and a half times an int key (measured at 100,000 keys
-/// with the table's growth slack: 230 bytes per 128-byte key, 95 per longer one, 93 per int).
+/// tuple `(address, route)` adds 9 bytes per item. Above it a key costs its table entry and
+/// the digest's box, whatever its length; at it, the entry and the stored copy cost about four
+/// times an int key (bytes asked of the allocator at 100,000 keys of one band, with the
+/// table's growth slack: 171 per 128-byte key, 107 per 45-byte one, 67 per longer one, 43 per
+/// int or per text of up to 13 bytes, which is held in place).
 pub const LONGEST_KEPT: usize = 128;
 
-/// A key as the table stores it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Key {
-    Int(i64),
-    /// An int from 2**63 to 2**64 - 1 (a uint64 that no `i64` holds).
-    Wide(u64),
-    /// Any other int within `i128`, as its low and high halves.
-    Big(u64, u64),
-    /// An int beyond `i128`, as its two's complement bytes, little endian, `bit_length / 8 + 1`
-    /// of them (the bit length of its magnitude): one byte string per int, so equal bytes are
-    /// equal ints (see [`huge_float_bytes`]).
-    Huge(Box<[u8]>),
-    /// A float that is not an integer (an infinity included), by its bits (never a NaN).
-    Float(u64),
-    Str(Box<str>),
-    Bytes(Box<[u8]>),
-    /// A tuple of keys (nested tuples included), its items encoded one after another (see
-    /// [`encode_item`]).
-    Tuple(Box<[u8]>),
-    /// A key longer than [`LONGEST_KEPT`] bytes: what kind it was, and the two halves of its
-    /// digest (see [`KeyRef::kept`]).
-    Digest(Digested, u64, u64),
-    /// A number the table's owner gave an object key of its own (the Python glue's registry
-    /// numbers every key that is none of the above).
-    Object(u64),
-}
-
-/// The kind of key a [`Key::Digest`] stands for. Kept beside the digest, so that text and
+/// The kind of key a [`KeyRef::Digest`] stands for. Kept beside the digest, so that text and
 /// bytes of the same length and content stay two keys, as they are when short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Digested {
@@ -116,41 +93,14 @@ pub enum KeyRef<'a> {
     Object(u64),
 }
 
-impl Key {
-    fn as_ref(&self) -> KeyRef<'_> {
-        match self {
-            Self::Int(value) => KeyRef::Int(*value),
-            Self::Wide(value) => KeyRef::Wide(*value),
-            Self::Big(low, high) => KeyRef::Big(*low, *high),
-            Self::Huge(bytes) => KeyRef::Huge(bytes),
-            Self::Float(bits) => KeyRef::Float(*bits),
-            Self::Str(text) => KeyRef::Str(text),
-            Self::Bytes(bytes) => KeyRef::Bytes(bytes),
-            Self::Tuple(items) => KeyRef::Tuple(items),
-            Self::Digest(kind, low, high) => KeyRef::Digest(*kind, *low, *high),
-            Self::Object(id) => KeyRef::Object(*id),
-        }
-    }
-
-    /// Whether the table should say when it forgets this key (its owner keeps the object the
-    /// number stands for, and must let go of it).
-    #[must_use]
-    pub fn is_registered(&self) -> bool {
-        matches!(self, Self::Object(_))
-    }
-}
-
-/// Hashed as its borrowed form, so that a `KeyRef` finds the `Key` it equals.
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_ref().hash(state);
-    }
-}
-
 /// One write to the hasher per key (two for a `Big` or `Digest` one), none for its kind: keys
 /// of different kinds may share a hash (an int and an object number), which equality sorts
 /// out, and the hot path hashes on every call.
 impl Hash for KeyRef<'_> {
+    // On every call's path: left to itself the compiler calls it out of line, which cost 56
+    // instructions a decision in `bench/governor_floor.rs`'s loop (counted by cachegrind).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match *self {
             #[allow(clippy::cast_sign_loss)] // the bits, not the value
@@ -160,10 +110,17 @@ impl Hash for KeyRef<'_> {
                 state.write_u64(low);
                 state.write_u64(high);
             }
-            Self::Str(text) => text.hash(state),
+            Self::Str(text) => hash_text(text.as_bytes(), state),
             Self::Huge(bytes) | Self::Bytes(bytes) | Self::Tuple(bytes) => bytes.hash(state),
         }
     }
+}
+
+/// Hash text by its UTF-8 bytes and a byte no UTF-8 holds, so that it ends where it ends; a
+/// stored key hashes its text so without reading it as text again.
+fn hash_text<H: Hasher>(utf8: &[u8], state: &mut H) {
+    state.write(utf8);
+    state.write_u8(0xff);
 }
 
 impl KeyRef<'static> {
@@ -235,29 +192,6 @@ fn digest_key((k0, k1): (u64, u64)) -> (u64, u64) {
         .as_u64()
 }
 
-impl Equivalent<Key> for KeyRef<'_> {
-    fn equivalent(&self, key: &Key) -> bool {
-        *self == key.as_ref()
-    }
-}
-
-impl From<&KeyRef<'_>> for Key {
-    fn from(key: &KeyRef<'_>) -> Self {
-        match *key {
-            KeyRef::Int(value) => Self::Int(value),
-            KeyRef::Wide(value) => Self::Wide(value),
-            KeyRef::Big(low, high) => Self::Big(low, high),
-            KeyRef::Huge(bytes) => Self::Huge(bytes.into()),
-            KeyRef::Float(bits) => Self::Float(bits),
-            KeyRef::Str(text) => Self::Str(text.into()),
-            KeyRef::Bytes(bytes) => Self::Bytes(bytes.into()),
-            KeyRef::Tuple(items) => Self::Tuple(items.into()),
-            KeyRef::Digest(kind, low, high) => Self::Digest(kind, low, high),
-            KeyRef::Object(id) => Self::Object(id),
-        }
-    }
-}
-
 /// An int within `i128` as a plain key: `Int` within `i64`, `Wide` up to `2**64 - 1`, `Big`
 /// beyond.
 #[must_use]
@@ -276,7 +210,7 @@ pub fn plain_int(value: i128) -> KeyRef<'static> {
     )
 }
 
-/// The int a [`Key::Big`] holds, from its low and high halves: [`plain_int`] undone.
+/// The int a [`KeyRef::Big`] holds, from its low and high halves: [`plain_int`] undone.
 #[must_use]
 pub fn big_int(low: u64, high: u64) -> i128 {
     #[allow(clippy::cast_possible_wrap)] // the bits, not the value
@@ -316,7 +250,7 @@ pub fn float_key(value: f64) -> Option<FloatKey> {
     huge_float_bytes(value).map(FloatKey::Huge)
 }
 
-/// The [`Key::Huge`] bytes of an integral float: the bytes the glue reads an int of the same
+/// The [`KeyRef::Huge`] bytes of an integral float: the bytes the glue reads an int of the same
 /// value as, so that a float and the int it equals are one key. The table needs them beyond
 /// `i128` (every float beyond 2**53 is integral, up to 2**1024); `None` for a float with a
 /// fraction, an infinity or a NaN.
@@ -434,284 +368,4 @@ pub fn first_item(items: &[u8]) -> Option<(KeyRef<'_>, &[u8])> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{
-        big_int, digest_bytes, encode_item, first_item, float_key, huge_float_bytes, plain_int,
-        Digested, FloatKey, Key, KeyRef, LONGEST_KEPT,
-    };
-
-    fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for item in items {
-            encode_item(*item, &mut out);
-        }
-        out
-    }
-
-    fn decoded(mut items: &[u8]) -> Vec<KeyRef<'_>> {
-        let mut keys = Vec::new();
-        while let Some((key, rest)) = first_item(items) {
-            keys.push(key);
-            items = rest;
-        }
-        keys
-    }
-
-    #[test]
-    fn a_tuple_encoding_reads_back_item_by_item() {
-        let inner = encoded(&[KeyRef::Str("é"), KeyRef::Int(-1)]);
-        let huge = [0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-        let items = [
-            plain_int(-(1 << 100)),
-            KeyRef::Wide(u64::MAX),
-            KeyRef::Float(0.5_f64.to_bits()),
-            KeyRef::Bytes(b""),
-            KeyRef::Tuple(&inner),
-            KeyRef::Object(7),
-            KeyRef::Huge(&huge),
-            KeyRef::Digest(Digested::Bytes, 1, u64::MAX),
-            KeyRef::Digest(Digested::Tuple, 0, 0),
-        ];
-        assert_eq!(decoded(&encoded(&items)), items);
-        assert_eq!(decoded(&inner), [KeyRef::Str("é"), KeyRef::Int(-1)]);
-    }
-
-    #[test]
-    fn different_tuples_never_encode_alike() {
-        // The length words keep item boundaries apart, the tags keep kinds apart.
-        let pairs = [
-            (
-                encoded(&[KeyRef::Str("ab")]),
-                encoded(&[KeyRef::Str("a"), KeyRef::Str("b")]),
-            ),
-            (
-                encoded(&[KeyRef::Str("a")]),
-                encoded(&[KeyRef::Bytes(b"a")]),
-            ),
-            (encoded(&[KeyRef::Int(1)]), encoded(&[KeyRef::Object(1)])),
-            (encoded(&[]), encoded(&[KeyRef::Tuple(&[])])),
-            (
-                encoded(&[KeyRef::Huge(&[1; 17])]),
-                encoded(&[KeyRef::Bytes(&[1; 17])]),
-            ),
-            (
-                encoded(&[KeyRef::Digest(Digested::Str, 1, 2)]),
-                encoded(&[KeyRef::Digest(Digested::Bytes, 1, 2)]),
-            ),
-        ];
-        for (a, b) in pairs {
-            assert_ne!(a, b);
-        }
-    }
-
-    #[test]
-    fn a_borrowed_key_finds_the_stored_key_it_equals_and_no_other() {
-        use hashbrown::Equivalent;
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        let hasher = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
-        let stored = [
-            Key::Int(1),
-            Key::Int(2),
-            Key::Str("a".into()),
-            Key::Bytes(b"a"[..].into()),
-            Key::Tuple(encoded(&[KeyRef::Int(1)]).into()),
-            Key::Huge(b"a"[..].into()),
-            Key::Digest(Digested::Str, 1, 1),
-            Key::Digest(Digested::Bytes, 1, 1),
-            Key::Object(1),
-        ];
-        for (i, key) in stored.iter().enumerate() {
-            let borrowed = key.as_ref();
-            assert_eq!(Key::from(&borrowed), *key);
-            assert!(borrowed.equivalent(key));
-            assert_eq!(hasher.hash_one(key), hasher.hash_one(borrowed));
-            for other in &stored[i + 1..] {
-                assert!(!borrowed.equivalent(other), "{key:?} found {other:?}");
-            }
-        }
-        assert_ne!(hasher.hash_one(&stored[0]), hasher.hash_one(&stored[1]));
-        assert_ne!(hasher.hash_one(&stored[2]), hasher.hash_one(&stored[3]));
-    }
-
-    #[test]
-    fn a_key_is_three_words_whatever_its_kind() {
-        // A digest lives in the entry itself, beside its kind: a long key costs no more than
-        // an int.
-        assert_eq!(std::mem::size_of::<Key>(), 24);
-    }
-
-    #[test]
-    fn only_object_numbers_are_registered() {
-        assert!(Key::Object(1).is_registered());
-        assert!(!Key::Int(1).is_registered());
-        assert!(!Key::Tuple(Box::default()).is_registered());
-    }
-
-    #[test]
-    fn ints_take_the_narrowest_kind() {
-        assert_eq!(plain_int(-5), KeyRef::Int(-5));
-        assert_eq!(plain_int(1 << 63), KeyRef::Wide(1 << 63));
-        assert_eq!(
-            plain_int(-(1 << 63) - 1),
-            KeyRef::Big(u64::MAX >> 1, u64::MAX)
-        );
-        for value in [i128::MIN, -(1 << 63) - 1, 1 << 64, i128::MAX] {
-            let KeyRef::Big(low, high) = plain_int(value) else {
-                panic!("{value} is a Big");
-            };
-            assert_eq!(big_int(low, high), value);
-        }
-    }
-
-    #[test]
-    fn a_float_is_the_key_of_the_int_it_equals_or_its_own() {
-        assert_eq!(float_key(3.0), Some(FloatKey::Plain(KeyRef::Int(3))));
-        assert_eq!(float_key(-0.0), Some(FloatKey::Plain(KeyRef::Int(0))));
-        assert_eq!(
-            float_key(2_f64.powi(64)),
-            Some(FloatKey::Plain(KeyRef::Big(0, 1)))
-        );
-        assert_eq!(
-            float_key(0.5),
-            Some(FloatKey::Plain(KeyRef::Float(0.5_f64.to_bits())))
-        );
-        let infinity = f64::INFINITY.to_bits();
-        assert_eq!(
-            float_key(f64::INFINITY),
-            Some(FloatKey::Plain(KeyRef::Float(infinity)))
-        );
-        assert_eq!(float_key(f64::NAN), None);
-        // From 2**127 on, the bytes of the int: -(2**127) is still an i128, 2**127 is not.
-        assert_eq!(
-            float_key(-(2_f64.powi(127))),
-            Some(FloatKey::Plain(plain_int(i128::MIN)))
-        );
-        assert_eq!(
-            float_key(2_f64.powi(127)),
-            huge_float_bytes(2_f64.powi(127)).map(FloatKey::Huge)
-        );
-    }
-
-    #[test]
-    fn a_digest_is_named_by_its_kind_and_its_sixteen_bytes() {
-        for kind in Digested::ALL {
-            assert_eq!(Digested::named(kind.name()), Some(kind));
-        }
-        assert_eq!(Digested::named("float"), None);
-        let bytes = digest_bytes(1, 2);
-        assert_eq!(bytes[0], 1);
-        assert_eq!(bytes[8], 2);
-        assert_eq!(
-            KeyRef::digest_named("tuple", &bytes),
-            Some(KeyRef::Digest(Digested::Tuple, 1, 2))
-        );
-        assert_eq!(KeyRef::digest_named("tuple", &bytes[..15]), None);
-        assert_eq!(KeyRef::digest_named("list", &bytes), None);
-    }
-
-    /// The bytes Python's `int.to_bytes(v.bit_length() // 8 + 1, "little", signed=True)` gives,
-    /// for an int within `i128`.
-    fn python_bytes(value: i128) -> Vec<u8> {
-        let bit_length = 128 - value.unsigned_abs().leading_zeros() as usize;
-        value.to_le_bytes()[..=bit_length / 8].to_vec()
-    }
-
-    #[test]
-    fn an_integral_float_has_the_bytes_of_the_int_it_equals() {
-        for value in [
-            1_i128 << 100,
-            -(1 << 100),
-            3 << 70,
-            -(3 << 70),
-            (1 << 53) - 1,
-            1 << 63,
-            -(1 << 63),
-            (1 << 64) - (1 << 11),
-            -(1 << 126),
-            255 << 60,
-            -(255 << 60),
-            -(1 << 60) - (1 << 59),
-            1,
-            -1,
-            0,
-        ] {
-            #[allow(clippy::cast_precision_loss)] // each is exact in a float
-            let float = value as f64;
-            assert_eq!(
-                huge_float_bytes(float),
-                Some(python_bytes(value)),
-                "{value}"
-            );
-        }
-        // 2**200 and -(2**200): 201 bits, so 26 bytes.
-        let mut expected = vec![0; 26];
-        expected[25] = 1;
-        assert_eq!(huge_float_bytes(2_f64.powi(200)), Some(expected.clone()));
-        expected[25] = 0xff;
-        assert_eq!(huge_float_bytes(-(2_f64.powi(200))), Some(expected));
-        assert_eq!(huge_float_bytes(f64::MAX).map(|b| b.len()), Some(129));
-        for value in [
-            0.5,
-            -1.5,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            1e-300,
-        ] {
-            assert_eq!(huge_float_bytes(value), None, "{value}");
-        }
-    }
-
-    #[test]
-    fn a_key_is_kept_as_it_is_up_to_the_longest_kept_and_digested_beyond() {
-        let seed = || (1, 2);
-        let at_most = "x".repeat(LONGEST_KEPT);
-        let beyond = "x".repeat(LONGEST_KEPT + 1);
-        let tuple = encoded(&[KeyRef::Str(&at_most)]);
-        for short in [
-            KeyRef::Str(&at_most),
-            KeyRef::Bytes(at_most.as_bytes()),
-            KeyRef::Huge(at_most.as_bytes()),
-            KeyRef::Tuple(&tuple[..LONGEST_KEPT]),
-            plain_int(-(1 << 100)),
-            KeyRef::Float(0.5_f64.to_bits()),
-            KeyRef::Object(3),
-        ] {
-            assert_eq!(short.kept(|| unreachable!("no digest")), short);
-        }
-        let digest = |key: KeyRef<'_>| match key.kept(seed) {
-            KeyRef::Digest(kind, low, high) => (kind, low, high),
-            other => panic!("{other:?} kept whole"),
-        };
-        let text = digest(KeyRef::Str(&beyond));
-        let bytes = digest(KeyRef::Bytes(beyond.as_bytes()));
-        assert_eq!(text.0, Digested::Str);
-        assert_eq!(bytes.0, Digested::Bytes);
-        // The same content: the same digest, kept apart by its kind.
-        assert_eq!((text.1, text.2), (bytes.1, bytes.2));
-        assert_ne!(
-            Key::from(&KeyRef::Str(&beyond).kept(seed)),
-            Key::from(&KeyRef::Bytes(beyond.as_bytes()).kept(seed))
-        );
-        assert_eq!(digest(KeyRef::Huge(beyond.as_bytes())).0, Digested::Int);
-        assert_eq!(
-            digest(KeyRef::Tuple(&encoded(&[KeyRef::Str(&beyond)]))).0,
-            Digested::Tuple
-        );
-        // Any other content, or another seed: another digest.
-        let mut other = beyond.clone();
-        other.replace_range(LONGEST_KEPT.., "y");
-        assert_ne!(digest(KeyRef::Str(&other)), text);
-        assert_ne!(
-            KeyRef::Str(&beyond).kept(|| (2, 1)),
-            KeyRef::Str(&beyond).kept(seed)
-        );
-        // Not the table's hash under the same seed either.
-        assert_ne!(
-            (text.1, text.2),
-            siphasher::sip128::SipHasher13::new_with_keys(1, 2)
-                .hash(beyond.as_bytes())
-                .as_u64()
-        );
-    }
-}
+mod tests;

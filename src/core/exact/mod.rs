@@ -39,6 +39,7 @@ pub mod limiter;
 pub mod plans;
 pub mod quota;
 pub mod rate;
+pub mod record;
 pub mod settle;
 pub mod shared;
 pub mod stack;

@@ -85,7 +85,7 @@ impl Registered {
     /// Let go of the keys the table has forgotten and not taken back since.
     fn release_forgotten(&mut self, table: &KeyedLimiter<Key>, released: &mut Vec<Py<PyAny>>) {
         for key in table.take_forgotten() {
-            if let Key::Object(number) = key {
+            if let KeyRef::Object(number) = key.as_ref() {
                 if !table.contains(&KeyRef::Object(number)) {
                     self.remove(number, released);
                 }

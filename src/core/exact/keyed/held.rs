@@ -118,9 +118,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let (hash, index) = self.shard_index(key);
         held.pinned.push(hash);
         let (shard, mut others, pinned) = held.split(&self.shards, index);
-        if let Some(limiter) = Self::find(shard, hash, key) {
+        if let Some(mut stored) = Self::find(shard, hash, key) {
+            let mut limiter = stored.balances();
             let decision = limiter.peek(specs, n, now);
-            let remaining = limiter.clone().available_at(specs, now);
+            // Asking anchors a place holder never asked before, as it anchors any new state.
+            stored.store(&limiter);
+            let remaining = limiter.available_at(specs, now);
             return asked(KeyedDecision::Decided(decision), remaining, false);
         }
         let remaining = self.fresh.clone().available_at(specs, now);
@@ -135,11 +138,10 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             return asked(KeyedDecision::Refused { retry_in }, 0, false);
         }
         // The place holder is fresh: due to be forgotten at once, as the shard's hint says.
-        let fresh = self.fresh.clone();
-        shard.room_from = Some(fresh.fresh_from(specs));
+        shard.room_from = Some(self.fresh.fresh_from(specs));
         shard
             .entries
-            .insert_unique(hash, (K::from(key), fresh), |(key, _)| {
+            .insert(hash, K::from(key), &self.fresh, |key| {
                 self.hasher.hash_one(key)
             });
         self.changes.fetch_add(1, Ordering::Release);
@@ -191,16 +193,16 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let (hash, index) = self.shard_index(key);
         let (shard, _, _) = held.split(&self.shards, index);
-        if asked.stored {
-            if let Ok(entry) = shard
+        let stored = asked.stored;
+        if stored
+            && shard
                 .entries
-                .find_entry(hash, |(known, _)| key.equivalent(known))
-            {
-                entry.remove();
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-                // The hint may have named the place holder: unknown until the next sweep.
-                shard.room_from = None;
-            }
+                .remove(hash, |known| key.equivalent(known))
+                .is_some()
+        {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+            // The hint may have named the place holder: unknown until the next sweep.
+            shard.room_from = None;
         }
         self.unpinned(shard, hash, key);
         if counted {
@@ -221,7 +223,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         if let Some(at) = shard.room_from {
             let specs = &self.specs;
-            if let Some(from) = Self::find(shard, hash, key).map(|kept| kept.fresh_from(specs)) {
+            if let Some(from) =
+                Self::find(shard, hash, key).map(|kept| kept.balances().fresh_from(specs))
+            {
                 shard.room_from = Some(at.min(from));
             }
         }

@@ -1,9 +1,10 @@
 //! Many clients at once: one lazily settled limiter per key, in bounded memory.
 //!
 //! A server limits each client (an IP, an API key) separately, so it keeps one limiter per key:
-//! the bands' specs once for the table, and per key only their [`Balances`] (a 64-byte entry
-//! with the key, for one band). Two things make such a table dangerous, and this one avoids
-//! both:
+//! the bands' specs once for the table, and per key only their [`Balances`], stored as the
+//! fixed-size record the shared table keeps too ([`record`](crate::core::exact::record)): a
+//! 32-byte entry with the key, for one band of 64-bit units. Two things make such a table
+//! dangerous, and this one avoids both:
 //!
 //! * **Unbounded growth.** A flood of distinct keys must not grow the table without limit. The
 //!   table holds at most `max_keys` entries.
@@ -44,11 +45,13 @@
 //! for the next sweep, and a new key refused meanwhile. The table is full either way.
 
 //!
-//! The table lives in six files: this one (the types, the shards and the seed), `table.rs`
-//! (deciding one request or a trace), `room.rs` (new keys, and the room they need),
-//! `reservations.rs` (waiters, and tokens handed back), `restore.rs` (a saved table) and
-//! `held.rs` (a key held while other limits decide the same request).
+//! The table lives in seven files: this one (the types, the shards and the seed), `entries.rs`
+//! (a shard's keys and their records), `table.rs` (deciding one request or a trace), `room.rs`
+//! (new keys, and the room they need), `reservations.rs` (waiters, and tokens handed back),
+//! `restore.rs` (a saved table) and `held.rs` (a key held while other limits decide the same
+//! request).
 
+mod entries;
 pub mod held;
 mod reservations;
 mod restore;
@@ -60,11 +63,13 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use hashbrown::{Equivalent, HashTable};
+use hashbrown::Equivalent;
 use siphasher::sip::SipHasher13;
 
 use crate::core::exact::limiter::{Balances, Decision, Reservation};
 use crate::core::exact::rate::BandSpec;
+use crate::core::exact::record::Shape;
+use entries::{Entries, Stored};
 
 pub use crate::core::exact::clock_gap::{off_the_clock, MAX_CLOCK_GAP_NS};
 pub use restore::RestoreError;
@@ -144,10 +149,10 @@ impl Stats {
 }
 
 struct Shard<K> {
-    /// Keys and their balances, found by the hash the table computed once per call; the
-    /// bands' specs are the table's, kept once. A shard has no share of `max_keys` of its own:
-    /// it may grow while the table's count is below it.
-    entries: HashTable<(K, Balances)>,
+    /// Keys and their balances as records, found by the hash the table computed once per
+    /// call; the bands' specs are the table's, kept once. A shard has no share of `max_keys`
+    /// of its own: it may grow while the table's count is below it.
+    entries: Entries<K>,
     /// When the first remembered key is full again, if known: a sweep learns it, a new key
     /// lowers it to its own time, and whatever else could change it (taking from
     /// that very key, forgetting a key, a refund) forgets it. While it is known, a refusal
@@ -204,6 +209,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     pub fn new(specs: &[BandSpec], max_keys: usize, shards: usize) -> Self {
         let max_keys = max_keys.max(1);
         let shards = shards.clamp(1, max_keys);
+        let shape = Shape::of(specs);
         Self {
             hasher: Seed::random(),
             specs: specs.to_vec(),
@@ -211,7 +217,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             shards: (0..shards)
                 .map(|_| {
                     Mutex::new(Shard {
-                        entries: HashTable::new(),
+                        entries: Entries::new(shape),
                         room_from: None,
                         stats: Stats::default(),
                     })
@@ -274,14 +280,11 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         (hash, index)
     }
 
-    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<&'s mut Balances>
+    fn find<'s, Q>(shard: &'s mut Shard<K>, hash: u64, key: &Q) -> Option<Stored<'s>>
     where
         Q: Equivalent<K> + ?Sized,
     {
-        shard
-            .entries
-            .find_mut(hash, |(known, _)| key.equivalent(known))
-            .map(|(_, limiter)| limiter)
+        shard.entries.find(hash, |known| key.equivalent(known))
     }
 
     /// Lock the shard of `key` and read the table's clock at `now_ns`. The clock moves under

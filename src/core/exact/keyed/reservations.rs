@@ -38,10 +38,12 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             now,
             ..
         } = self.locked(key, now_ns);
-        let Some(limiter) = Self::find(&mut shard, hash, key) else {
+        let Some(mut stored) = Self::find(&mut shard, hash, key) else {
             return;
         };
-        hand(limiter, &self.specs, now);
+        let mut limiter = stored.balances();
+        hand(&mut limiter, &self.specs, now);
+        stored.store(&limiter);
         if limiter.is_fresh_at(&self.specs, now) {
             self.forget(&mut shard, hash, key);
         }
@@ -78,11 +80,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let shard = &mut *shard;
         let room_from = shard.room_from;
         let specs = &self.specs;
-        let (reservation, counted) = if let Some(limiter) = Self::find(shard, hash, key) {
+        let (reservation, counted) = if let Some(mut stored) = Self::find(shard, hash, key) {
+            let mut limiter = stored.balances();
             let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
             // The caller waits `behind` more than the table's clock says: a wait beyond what
             // is left of `max_wait_ns` is too late, and none is left once `behind` exceeds it.
             let reservation = limiter.reserve(specs, n, now, max_wait_ns.saturating_sub(behind));
+            stored.store(&limiter);
             let full = limiter.is_full(specs) && limiter.is_fresh_at(specs, now);
             let taken = matches!(reservation, Reservation::Taken { .. });
             if was_first && taken {

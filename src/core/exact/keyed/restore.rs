@@ -60,11 +60,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         for (key, limiter) in entries {
             let (hash, index) = self.shard_index(&key);
             let shard = &mut shards[index];
-            let problem = if shard
-                .entries
-                .find(hash, |(known, _)| *known == key)
-                .is_some()
-            {
+            let problem = if shard.entries.find(hash, |known| *known == key).is_some() {
                 Some(RestoreError::Duplicate)
             } else if count >= self.max_keys {
                 Some(RestoreError::Overfull)
@@ -81,7 +77,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             }
             shard
                 .entries
-                .insert_unique(hash, (key, limiter), |(key, _)| self.hasher.hash_one(key));
+                .insert(hash, key, &limiter, |key| self.hasher.hash_one(key));
             count += 1;
         }
         self.keys.store(count, Ordering::Relaxed);
@@ -96,10 +92,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// [`KeyedLimiter::specs`].
     #[must_use]
     pub fn entries(&self) -> Vec<(K, Balances)> {
-        self.shards
-            .iter()
-            .flat_map(|shard| lock(shard).entries.iter().cloned().collect::<Vec<_>>())
-            .collect()
+        let mut entries = Vec::with_capacity(self.len());
+        for shard in &self.shards {
+            lock(shard)
+                .entries
+                .each(|key, balances| entries.push((key.clone(), balances)));
+        }
+        entries
     }
 }
 

@@ -45,11 +45,9 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         // A new key may be full again before any the last sweep saw.
         let fresh_from = limiter.fresh_from(specs);
         shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
-        shard
-            .entries
-            .insert_unique(hash, (K::from(key), limiter), |(key, _)| {
-                self.hasher.hash_one(key)
-            });
+        shard.entries.insert(hash, K::from(key), &limiter, |key| {
+            self.hasher.hash_one(key)
+        });
         self.changes.fetch_add(1, Ordering::Release);
         (KeyedDecision::Decided(decision), remaining)
     }
@@ -133,14 +131,14 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         let before = shard.entries.len();
         let mut gone = Vec::new();
         let mut first_room = None;
-        shard.entries.retain(|(key, limiter)| {
+        shard.entries.retain(|key, limiter| {
             if !limiter.is_fresh_at(&self.specs, now) {
                 first_room = earliest(first_room, Some(limiter.fresh_from(&self.specs)));
                 return true;
             }
             // Hashed only when fresh, and only for a stacked request. A key of someone else
             // whose hash is a pinned one's is only kept, which changes no answer.
-            if !pinned.is_empty() && pinned.contains(&self.hasher.hash_one(&*key)) {
+            if !pinned.is_empty() && pinned.contains(&self.hasher.hash_one(key)) {
                 return true;
             }
             if (self.watched)(key) {
@@ -160,11 +158,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     where
         Q: Equivalent<K> + ?Sized,
     {
-        if let Ok(entry) = shard
-            .entries
-            .find_entry(hash, |(known, _)| key.equivalent(known))
-        {
-            let ((key, _), _) = entry.remove();
+        if let Some(key) = shard.entries.remove(hash, |known| key.equivalent(known)) {
             self.keys.fetch_sub(1, Ordering::Relaxed);
             shard.stats.forgotten += 1;
             shard.room_from = None;

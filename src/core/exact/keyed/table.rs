@@ -85,12 +85,14 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         K: for<'q> From<&'q Q>,
     {
         let room_from = shard.room_from;
-        let (decision, remaining) = if let Some(limiter) = Self::find(shard, hash, key) {
+        let (decision, remaining) = if let Some(mut stored) = Self::find(shard, hash, key) {
             // Taking from the key that is full first moves the shard's first room later.
             let specs = &self.specs;
+            let mut limiter = stored.balances();
             let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
             let decision = limiter.acquire(specs, n, now);
-            let remaining = remaining_if(with_remaining, specs, limiter);
+            stored.store(&limiter);
+            let remaining = remaining_if(with_remaining, specs, &limiter);
             // Settled at the table's clock, unless a reservation settled it further ahead:
             // full there is not fresh yet (nothing accrues before it), so the cheap test
             // comes first and the exact one only for a key that is full.
@@ -161,8 +163,8 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             now,
             behind,
         } = self.locked(key, now_ns);
-        let (decision, remaining) = if let Some(limiter) = Self::find(&mut shard, hash, key) {
-            let mut limiter = limiter.clone();
+        let (decision, remaining) = if let Some(stored) = Self::find(&mut shard, hash, key) {
+            let mut limiter = stored.balances();
             let decision = limiter.peek(&self.specs, n, now);
             (
                 KeyedDecision::Decided(decision),
@@ -228,7 +230,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             ..
         } = self.locked(key, now_ns);
         let mut copy = Self::find(&mut shard, hash, key)
-            .map_or_else(|| self.fresh.clone(), |limiter| limiter.clone());
+            .map_or_else(|| self.fresh.clone(), |stored| stored.balances());
         look(&mut copy, &self.specs, now)
     }
 }

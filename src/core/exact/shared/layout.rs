@@ -28,6 +28,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::lock;
+use crate::core::exact::record::Shape;
 use crate::process_mutex;
 
 /// The first word of every table: the bytes "QOSTABLE" on a little-endian host. Words are in
@@ -79,10 +80,6 @@ pub(super) const BUCKET_COUNTERS: usize = lock::WORDS;
 /// The clock word's place in a bucket's head (used by the one-key form's one bucket).
 pub(super) const BUCKET_CLOCK: usize = lock::WORDS + 4;
 
-/// Words per band in one copy of a slot's balances: units (one word, or low and high), then
-/// the settlement time.
-const NARROW_BAND_WORDS: usize = 2;
-const WIDE_BAND_WORDS: usize = 3;
 /// Words before a slot's balances: its state and its key's digest (two words).
 pub(super) const SLOT_HEAD_WORDS: usize = 3;
 
@@ -174,11 +171,7 @@ impl Layout {
         let buckets = max_keys.div_ceil(per_bucket);
         Self {
             bands,
-            band_words: if wide {
-                WIDE_BAND_WORDS
-            } else {
-                NARROW_BAND_WORDS
-            },
+            band_words: Shape::new(bands, wide).band_words,
             buckets: usize::try_from(buckets).expect("at most 2^32 buckets"),
             slots_per_bucket: usize::try_from(per_bucket).expect("at most 8"),
             max_keys,
@@ -186,9 +179,18 @@ impl Layout {
         }
     }
 
+    /// The record one copy of a slot's balances is (see [`crate::core::exact::record`]).
+    #[must_use]
+    pub fn record(&self) -> Shape {
+        Shape {
+            bands: self.bands,
+            band_words: self.band_words,
+        }
+    }
+
     /// Words of one copy of a slot's balances.
     pub(super) fn copy_words(&self) -> usize {
-        self.band_words * self.bands
+        self.record().words()
     }
 
     /// Words of one slot.

@@ -2,8 +2,9 @@
 //!
 //! [`keyed`](super::keyed) keeps one limiter per key in a process's own memory, so four worker
 //! processes each enforce the whole limit, and together admit four times it. This table keeps
-//! the same [`Balances`] per key in an array of 64-bit words that every process maps from one
-//! file (the mapping itself is `src/shared_memory.rs`'s business; this module sees only the
+//! the same [`Balances`] per key, as the same fixed-size record of 64-bit words
+//! ([`record`](crate::core::exact::record)), in an array of words that every process maps from
+//! one file (the mapping itself is `src/shared_memory.rs`'s business; this module sees only the
 //! words). Each decision is the in-process one, run on a slot read from the array:
 //! [`Balances::acquire`], [`Balances::reserve`], [`Balances::give_back`] and the rest, so the
 //! arithmetic is the same code, and a process's decisions are exactly a `KeyedRateLimiter`'s.
@@ -56,6 +57,7 @@ use crate::core::exact::key::{encode_item, KeyRef};
 use crate::core::exact::keyed::{off_the_clock, KeyedDecision, Stats};
 use crate::core::exact::limiter::{Balances, Decision};
 use crate::core::exact::rate::BandSpec;
+use crate::core::exact::record::Shape;
 use layout::{at, Layout, LayoutError};
 use lock::{Held, Park};
 use slot::{Digest, Slot};
@@ -151,10 +153,7 @@ impl<W: Words> Table<W> {
     /// The layout of a table of `config` and `max_keys` (`None`: the one-key form).
     #[must_use]
     pub fn layout(config: &Config, max_keys: Option<u64>) -> Layout {
-        let wide = config
-            .specs()
-            .iter()
-            .any(|spec| u64::try_from(spec.capacity_units()).is_err());
+        let wide = Shape::of(&config.specs()).is_wide();
         let keys = max_keys.unwrap_or(1);
         Layout::new(config.bands().len(), keys, config.encode().len(), wide)
     }

@@ -7,7 +7,8 @@
 //! ```text
 //! state    bit 0: the slot holds a key; bit 1: which copy is current
 //! digest   two words: the key's seeded 128-bit digest
-//! copy 0   per band: units (one word, or low and high words when a band's capacity needs
+//! copy 0   the key's balances as a record (see [`record`](crate::core::exact::record)):
+//!          per band, units (one word, or low and high words when a band's capacity needs
 //!          more than 64 bits), settled at
 //! copy 1   the same
 //! ```
@@ -25,58 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::layout::{Layout, SLOT_HEAD_WORDS};
 use crate::core::exact::limiter::Balances;
-use crate::core::exact::settle::Balance;
+use crate::core::exact::record::Shape;
 
 const USED: u64 = 1;
 const SECOND_COPY: u64 = 2;
-
-/// A settlement time that was never set, as stored (no call has anchored the balance).
-const NEVER_SETTLED: i64 = i64::MIN;
-
-/// One band's balance from its words in a copy: `[units, settled at]`, or `[units low,
-/// units high, settled at]`.
-fn read_band(band: &[AtomicU64]) -> Balance {
-    let (units, settled_at) = match band {
-        [units, settled_at] => (u128::from(units.load(Relaxed)), settled_at),
-        [low, high, settled_at] => (
-            u128::from(low.load(Relaxed)) | (u128::from(high.load(Relaxed)) << 64),
-            settled_at,
-        ),
-        _ => unreachable!("a band is two or three words"),
-    };
-    #[allow(clippy::cast_possible_wrap)] // the word holds an i64's bits
-    let settled_at = settled_at.load(Relaxed) as i64;
-    Balance {
-        units,
-        settled_at: (settled_at != NEVER_SETTLED).then_some(settled_at),
-    }
-}
-
-/// Store one band's balance into its words in a copy (see [`read_band`]).
-fn write_band(band: &[AtomicU64], balance: &Balance) {
-    let settled_at = match band {
-        [units, settled_at] => {
-            // A narrow table's every capacity fits 64 bits, and no balance exceeds its capacity.
-            debug_assert!(
-                u64::try_from(balance.units).is_ok(),
-                "units within the capacity"
-            );
-            units.store(u64::try_from(balance.units).unwrap_or(u64::MAX), Relaxed);
-            settled_at
-        }
-        [low, high, settled_at] => {
-            // Truncations meant: the low and the high word of the units.
-            #[allow(clippy::cast_possible_truncation)]
-            low.store(balance.units as u64, Relaxed);
-            #[allow(clippy::cast_possible_truncation)]
-            high.store((balance.units >> 64) as u64, Relaxed);
-            settled_at
-        }
-        _ => unreachable!("a band is two or three words"),
-    };
-    #[allow(clippy::cast_sign_loss)] // the word holds an i64's bits
-    settled_at.store(balance.settled_at.unwrap_or(NEVER_SETTLED) as u64, Relaxed);
-}
 
 /// A key's 128-bit digest.
 pub type Digest = (u64, u64);
@@ -85,8 +38,7 @@ pub type Digest = (u64, u64);
 #[derive(Clone, Copy)]
 pub struct Slot<'w> {
     words: &'w [AtomicU64],
-    bands: usize,
-    band_words: usize,
+    record: Shape,
 }
 
 impl<'w> Slot<'w> {
@@ -94,8 +46,7 @@ impl<'w> Slot<'w> {
     pub fn at(words: &'w [AtomicU64], start: usize, layout: Layout) -> Self {
         Self {
             words: &words[start..start + layout.slot_words()],
-            bands: layout.bands,
-            band_words: layout.band_words,
+            record: layout.record(),
         }
     }
 
@@ -124,7 +75,7 @@ impl<'w> Slot<'w> {
     }
 
     fn copy(&self, second: bool) -> &'w [AtomicU64] {
-        let copy_words = self.band_words * self.bands;
+        let copy_words = self.record.words();
         let start = SLOT_HEAD_WORDS + usize::from(second) * copy_words;
         &self.words[start..start + copy_words]
     }
@@ -132,23 +83,12 @@ impl<'w> Slot<'w> {
     /// The current copy's balances.
     #[must_use]
     pub fn balances(&self) -> Balances {
-        let copy = self.copy(self.state() & SECOND_COPY != 0);
-        if self.bands == 1 {
-            // One band, as there usually is: stored inline, nothing allocated.
-            return Balances::One(read_band(copy));
-        }
-        copy.chunks_exact(self.band_words)
-            .map(read_band)
-            .collect::<Vec<_>>()
-            .into()
+        self.record
+            .read(&self.copy(self.state() & SECOND_COPY != 0))
     }
 
     fn write_copy(&self, second: bool, balances: &Balances) {
-        debug_assert_eq!(balances.len(), self.bands, "one balance per band");
-        let bands = self.copy(second).chunks_exact(self.band_words);
-        for (band, balance) in bands.zip(balances.iter()) {
-            write_band(band, balance);
-        }
+        self.record.write(&mut self.copy(second), balances);
     }
 
     /// Store `balances` as the key's: written into the spare copy, then made current by one
@@ -179,6 +119,7 @@ impl<'w> Slot<'w> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::exact::settle::Balance;
 
     fn layout(bands: usize, wide: bool) -> Layout {
         Layout::new(bands, 8, 44, wide)
