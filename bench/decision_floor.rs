@@ -278,6 +278,19 @@ impl Cas {
     }
 }
 
+/// The same keys in an order no hash can follow: a fixed shuffle (Fisher-Yates, xorshift).
+fn shuffled(keys: &[u64]) -> Vec<u64> {
+    let mut shuffled = keys.to_vec();
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    for at in (1..shuffled.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        shuffled.swap(at, (state % (at as u64 + 1)) as usize);
+    }
+    shuffled
+}
+
 fn main() {
     let spec = BandSpec::new(
         Rate::new(u64::from(RATE), 1).expect("a rate"),
@@ -367,16 +380,8 @@ fn main() {
         ),
     ];
 
-    // The keys in turn, and the same keys in an order no hash can follow (a fixed shuffle).
     let in_turn: Vec<u64> = (0..KEYS).collect();
-    let mut shuffled = in_turn.clone();
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    for at in (1..shuffled.len()).rev() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        shuffled.swap(at, (state % (at as u64 + 1)) as usize);
-    }
+    let shuffled = shuffled(&in_turn);
     let turn_ns = medians_ns(&mut rows, &in_turn);
     let shuffled_ns = medians_ns(&mut rows, &shuffled);
 
