@@ -103,16 +103,32 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::Limit`] for a limit of 0.
     pub fn new(limit: u64) -> Result<Self, SeatsError> {
+        Self::with_tokens_from(limit, 1)
+    }
+
+    /// `limit` seats whose first grant gets `token`: the seats of a key forgotten and taken
+    /// again go on from [`Seats::next_token`] of the old ones, so that its tokens still only
+    /// grow (a 0 is read as 1).
+    ///
+    /// # Errors
+    /// [`SeatsError::Limit`] for a limit of 0.
+    pub fn with_tokens_from(limit: u64, token: u64) -> Result<Self, SeatsError> {
         if limit == 0 {
             return Err(SeatsError::Limit(limit));
         }
         Ok(Seats {
             limit,
             held: 0,
-            next_token: 1,
+            next_token: token.max(1),
             next_ticket: 0,
             line: VecDeque::new(),
         })
+    }
+
+    /// The token the next grant will get.
+    #[must_use]
+    pub fn next_token(&self) -> u64 {
+        self.next_token
     }
 
     /// How many seats there are.
