@@ -4,6 +4,7 @@ nobody stuck; timeouts; a smaller limit refusing a waiter; ``async with`` and th
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 
 import pytest
@@ -155,5 +156,29 @@ def test_a_keyed_task_waits_for_room_and_its_key() -> None:
         assert await limiter.acquire_async("c", timeout=0.01) is None
         b.release()
         assert (len(limiter), limiter.in_flight) == (0, 0)
+
+    asyncio.run(main())
+
+
+def test_a_task_cancelled_while_holding_a_lease_gives_it_back() -> None:
+    async def main() -> None:
+        limiter = ConcurrencyLimiter(1)
+        started = asyncio.Event()
+
+        async def holder() -> None:
+            lease = await limiter.acquire_async()  # no `with`: only the lease's drop releases
+            started.set()
+            await asyncio.sleep(30)
+            assert lease is not None
+
+        task = asyncio.create_task(holder())
+        await started.wait()
+        assert limiter.in_flight == 1
+        task.cancel()
+        await asyncio.wait([task])
+        assert task.cancelled()
+        del task  # its cancellation's traceback held the frame, and so the lease
+        gc.collect()
+        assert limiter.in_flight == 0
 
     asyncio.run(main())

@@ -249,3 +249,20 @@ def test_a_blocking_acquire_in_a_running_loop_is_refused() -> None:
             pass
 
     asyncio.run(main())
+
+
+def test_ctrl_c_while_waiting_leaves_the_line() -> None:
+    import _thread
+
+    limiter = ConcurrencyLimiter(1)
+    held = limiter.acquire()
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+    with watchdog(HANG_SECONDS):
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            limiter.acquire(timeout=30)
+        timer.join()
+    assert (limiter.in_flight, limiter.waiting) == (1, 0)
+    assert held is not None
+    held.release()
+    assert limiter.try_acquire() is not None
