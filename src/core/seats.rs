@@ -20,12 +20,14 @@
 //!   holders finish, and seats no one until `held` is under it. A waiter asking for more seats
 //!   than the new limit could ever give is refused rather than left waiting for ever.
 //!
-//! This module owns the rules and nothing else: no threads, no waking. The glue keeps one
-//! [`Seats`] under a lock, and wakes the waiters whose tickets come back from
-//! [`Seats::release`], [`Seats::leave`] and [`Seats::resize`].
+//! This module owns the rules and nothing else: no threads, no waking. [`table`] keeps the
+//! places of the waiters (and, for a keyed limit, a [`Seats`] per key in use); the glue keeps
+//! a table under a lock, and wakes the waiters it says were decided.
 
 use std::collections::VecDeque;
 use std::fmt;
+
+pub mod table;
 
 /// A place in the line, returned by [`Seats::ask`] when the seats are not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
