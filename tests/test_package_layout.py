@@ -60,6 +60,9 @@ SERVICE_EXPORTS = {
     "Stacked": "stack",
     "check_together": "stack",
     "check_together_async": "stack",
+    "ConcurrencyLimiter": "concurrency",
+    "KeyedConcurrencyLimiter": "concurrency",
+    "Lease": "concurrency",
 }
 
 

@@ -20,12 +20,14 @@
 //!   holders finish, and seats no one until `held` is under it. A waiter asking for more seats
 //!   than the new limit could ever give is refused rather than left waiting for ever.
 //!
-//! This module owns the rules and nothing else: no threads, no waking. The glue keeps one
-//! [`Seats`] under a lock, and wakes the waiters whose tickets come back from
-//! [`Seats::release`], [`Seats::leave`] and [`Seats::resize`].
+//! This module owns the rules and nothing else: no threads, no waking. [`table`] keeps the
+//! places of the waiters (and, for a keyed limit, a [`Seats`] per key in use); the glue keeps
+//! a table under a lock, and wakes the waiters it says were decided.
 
 use std::collections::VecDeque;
 use std::fmt;
+
+pub mod table;
 
 /// A place in the line, returned by [`Seats::ask`] when the seats are not free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,16 +105,32 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::Limit`] for a limit of 0.
     pub fn new(limit: u64) -> Result<Self, SeatsError> {
+        Self::with_tokens_from(limit, 1)
+    }
+
+    /// `limit` seats whose first grant gets `token`: the seats of a key forgotten and taken
+    /// again go on from [`Seats::next_token`] of the old ones, so that its tokens still only
+    /// grow (a 0 is read as 1).
+    ///
+    /// # Errors
+    /// [`SeatsError::Limit`] for a limit of 0.
+    pub fn with_tokens_from(limit: u64, token: u64) -> Result<Self, SeatsError> {
         if limit == 0 {
             return Err(SeatsError::Limit(limit));
         }
         Ok(Seats {
             limit,
             held: 0,
-            next_token: 1,
+            next_token: token.max(1),
             next_ticket: 0,
             line: VecDeque::new(),
         })
+    }
+
+    /// The token the next grant will get.
+    #[must_use]
+    pub fn next_token(&self) -> u64 {
+        self.next_token
     }
 
     /// How many seats there are.

@@ -14,6 +14,7 @@ use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
 use crate::core::meter::trace::TraceError;
 use crate::core::meter::{MeterError, SavedStateError};
+use crate::core::seats::SeatsError;
 use crate::shared_memory::OpenError;
 
 /// A configuration that cannot be: its message is the core's.
@@ -80,6 +81,14 @@ impl From<TraceError> for PyErr {
                 index - 1
             )),
         }
+    }
+}
+
+/// An in-flight limit's argument that no call could use (a limit of 0, n of 0 or beyond the
+/// limit), or seats given back that were not held: its message is the core's, naming the value.
+impl From<SeatsError> for PyErr {
+    fn from(error: SeatsError) -> Self {
+        PyValueError::new_err(error.to_string())
     }
 }
 

@@ -21,6 +21,8 @@
 //! * [`meter`]: the three-colour meters of `core::meter`, per packet and per trace.
 //! * [`shared`]: the limiters whose table the processes of one host share, on
 //!   `core::exact::shared` and the mapped file of `shared_memory`.
+//! * [`seats`]: in-flight limits, `core::seats` under a lock, with their waiting threads and
+//!   tasks, and the leases of their holders.
 //! * [`stack`]: one request under several in-process limiters, taken from all or none.
 //! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
 //! * [`errors`]: the one place the core's errors become Python exceptions.
@@ -47,6 +49,7 @@ mod meter;
 mod number;
 mod record;
 mod refill;
+mod seats;
 mod shaper_loop;
 mod shared;
 mod stack;
@@ -142,6 +145,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<shared::SharedKeyedRateLimiter>()?;
     module.add_function(wrap_pyfunction!(shared::host_secret_py, module)?)?;
     module.add_function(wrap_pyfunction!(shared::host_folder_py, module)?)?;
+    // seats: how many at once
+    module.add_class::<seats::ConcurrencyLimiter>()?;
+    module.add_class::<seats::KeyedConcurrencyLimiter>()?;
+    module.add_class::<seats::Lease>()?;
+    module.add_class::<seats::Waiter>()?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

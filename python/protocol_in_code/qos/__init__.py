@@ -11,6 +11,9 @@ For services, everything is importable from here:
   a throttled client off (:mod:`~protocol_in_code.qos.keyed`).
 * :class:`SharedRateLimiter`, :class:`SharedKeyedRateLimiter`: the same two limits shared by
   the worker processes of one host, with no server (:mod:`~protocol_in_code.qos.shared`).
+* :class:`ConcurrencyLimiter`, :class:`KeyedConcurrencyLimiter`: in-flight limits, how many
+  at once rather than how often, for threads and asyncio tasks, first come first seated, each
+  holder given a :class:`Lease` with a fencing token (:mod:`~protocol_in_code.qos.concurrency`).
 * :mod:`~protocol_in_code.qos.stack`: several limits on one request (global, route, client),
   taken from all of them or from none (``check_together``).
 * :class:`SingleRateMeter`, :class:`TwoRateMeter`, :class:`ExcessRateMeter`: the RFC 2697,
@@ -38,6 +41,7 @@ from protocol_in_code.qos.classes import (
     borrowable,
 )
 from protocol_in_code.qos.classes import validate_tree as validate_class_tree
+from protocol_in_code.qos.concurrency import ConcurrencyLimiter, KeyedConcurrencyLimiter, Lease
 from protocol_in_code.qos.keyed import KeyDigest, KeyedRateLimiter, KeyedStats
 from protocol_in_code.qos.leaky_bucket import LeakyBucket, OfferOutcome, OfferResult
 from protocol_in_code.qos.leaky_bucket import leak as leaky_leak
@@ -55,15 +59,18 @@ __all__ = [
     "Band",
     "ClassTree",
     "Color",
+    "ConcurrencyLimiter",
     "ConsumeOutcome",
     "ConsumeResult",
     "Decision",
     "EnqueueResult",
     "ExcessRateMeter",
     "KeyDigest",
+    "KeyedConcurrencyLimiter",
     "KeyedRateLimiter",
     "KeyedStats",
     "LeakyBucket",
+    "Lease",
     "LimitOutcome",
     "OfferOutcome",
     "OfferResult",

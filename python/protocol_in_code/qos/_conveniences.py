@@ -15,7 +15,7 @@ import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeAlias
 
-from protocol_in_code._native import _timeout_seconds
+from protocol_in_code._native import Lease, _timeout_seconds
 
 
 class _Blocking(Protocol):
@@ -218,3 +218,118 @@ async def enter_async(limiter: _Blocking) -> Any:
 async def exit_async() -> None:
     """Leaving ``async with limiter`` gives nothing back: the token was spent."""
     return None
+
+
+# In-flight limits. Their waiters wait for seats given back, not for a time: a waiter stands in
+# the limiter's line, and whoever gives seats back wakes it through its loop.
+
+
+class _Seating(Protocol):
+    def try_acquire(self, *args: Any) -> Any: ...
+    def _ask(self, *args: Any) -> Any: ...
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    """Run by the task's loop when its place was decided (or room may have appeared)."""
+    if not woken.done():
+        woken.set_result(None)
+
+
+async def await_lease(limiter: _Seating, args: tuple[Any, ...], timeout: Any) -> Any:
+    """``acquire_async``: a ``Lease`` for ``args`` (``(n,)``, or ``(key, n)``), or None once
+    ``timeout`` seconds have passed.
+
+    Seated at once if the seats are free and nobody waits; otherwise the task takes a place in
+    the limiter's one line (threads stand in it too) and sleeps until whoever gives seats back
+    wakes it, with ``loop.call_soon_threadsafe``, from any thread. A new key in a full keyed
+    table is refused for now: the task sleeps until a key is forgotten and asks again.
+
+    Cancel-safe: a task cancelled (or timed out) while in line leaves the line, letting those
+    behind it in, and gives back the seats if it was seated meanwhile. A timeout that passes
+    just as the seats came gives the lease rather than None.
+    """
+    left = None if timeout is None else seconds(timeout)
+    lease = limiter.try_acquire(*args)
+    if lease is not None or left == 0:
+        return lease
+    loop = asyncio.get_running_loop()
+    deadline = None if left is None else loop.time() + left
+    while True:
+        woken = loop.create_future()
+        waiter = limiter._ask(*args, functools.partial(loop.call_soon_threadsafe, _wake, woken))
+        if isinstance(waiter, Lease):
+            return waiter  # seated at once
+        try:
+            if deadline is None:
+                await woken
+            else:
+                await asyncio.wait_for(woken, max(deadline - loop.time(), 0.0))
+        except asyncio.TimeoutError:
+            return None if waiter is None else waiter._leave()
+        except BaseException:
+            if waiter is not None:
+                _give_up(waiter)
+            raise
+        if waiter is not None:
+            return waiter._take()
+
+
+def _give_up(waiter: Any) -> None:
+    """A cancelled waiter's place given up: it holds nothing after, even if it was seated or
+    refused meanwhile (the cancellation is what goes on)."""
+    try:
+        lease = waiter._leave()
+    except ValueError:
+        return
+    if lease is not None:
+        lease.release()
+
+
+def hold_while_running(limiter: Any, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``, holding one seat of ``limiter`` while its body runs: from the call (a
+    ``def``), or from the first await (an ``async def``), to its return or exception; a
+    generator holds it from its first iteration to its end. The seat is given back however the
+    body ends. An async generator is refused: hold a lease inside it instead, where its own
+    code says when the work is done."""
+    if inspect.isasyncgenfunction(function):
+        raise TypeError(
+            f"an in-flight limit cannot decorate the async generator {function.__qualname__}: "
+            "hold a lease inside it (async with limiter: or await limiter.acquire_async())"
+        )
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def held_async(*args: Any, **kwargs: Any) -> Any:
+            with await limiter.acquire_async():
+                return await function(*args, **kwargs)
+
+        return held_async
+
+    if inspect.isgeneratorfunction(function):
+
+        @functools.wraps(function)
+        def held_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            with limiter.acquire():
+                return (yield from function(*args, **kwargs))
+
+        return held_generator
+
+    @functools.wraps(function)
+    def held(*args: Any, **kwargs: Any) -> Any:
+        with limiter.acquire():
+            return function(*args, **kwargs)
+
+    return held
+
+
+async def enter_held_async(limiter: Any) -> Any:
+    """``async with limiter`` on an in-flight limit: hold one seat for the block, given back by
+    ``exit_held_async``."""
+    (await limiter.acquire_async())._keep()
+    return limiter
+
+
+async def exit_held_async(limiter: Any) -> None:
+    """Leaving ``async with limiter``: the block's seat is given back."""
+    limiter._release(1)

@@ -40,6 +40,21 @@ fn seats_are_taken_all_or_none_and_tokens_grow() {
 }
 
 #[test]
+fn seats_made_again_go_on_with_the_tokens() {
+    let mut old = Seats::new(2).unwrap();
+    old.try_take(1).unwrap();
+    old.try_take(1).unwrap();
+    assert_eq!(old.next_token(), 3);
+    let mut again = Seats::with_tokens_from(2, old.next_token()).unwrap();
+    assert_eq!(again.try_take(1), Ok(Some(Grant { n: 1, token: 3 })));
+    assert_eq!(Seats::with_tokens_from(1, 0).unwrap().next_token(), 1);
+    assert_eq!(
+        Seats::with_tokens_from(0, 5).unwrap_err(),
+        SeatsError::Limit(0)
+    );
+}
+
+#[test]
 fn nobody_overtakes_the_line() {
     let mut seats = Seats::new(3).unwrap();
     seats.try_take(2).unwrap();

@@ -1,0 +1,311 @@
+//! The two in-flight limiter classes: their arguments read at the door, and each call handed
+//! to the table (`super`) or to the lease and the wait (`lease.rs`).
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+
+use super::lease::{acquire, ask_for_task, try_acquire, Lease};
+use super::Locked;
+use crate::core::exact::key::Key;
+use crate::core::exact::keyed::random_seed;
+use crate::python::args::{count, tokens, Timeout, N};
+use crate::python::keys::classify;
+use crate::python::surface::conveniences;
+
+/// A key as a keyed limiter stores it: a plain key (`str`, `bytes`, an int, a float, or a tuple
+/// of these), or a value equal to one, read as `keys::classify` reads a keyed rate limiter's.
+fn table_key(key: &Bound<'_, PyAny>, seed: (u64, u64)) -> PyResult<Key> {
+    classify(key)?.into_key(seed).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "key must be a str, bytes, int, float or a tuple of these, not {}",
+            key.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+/// `limit`: a count of seats, at least 1.
+fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
+    count(limit, "limit")
+}
+
+/// At most `limit` seats held at once, by threads and asyncio tasks alike, in one process.
+///
+/// ConcurrencyLimiter(limit)
+///
+/// acquire(n=1, timeout=None) waits for n seats (None if timeout passes first), try_acquire(n=1)
+/// never waits, await acquire_async(n=1, timeout=None) is the asyncio form; each gives a Lease
+/// to release (or use as a context manager). Waiters are seated first come, first seated, a
+/// large request never overtaken by a smaller one. `with limiter:` and `async with limiter:`
+/// hold one seat for the block; as a decorator, the limiter holds one seat while the function
+/// runs. resize(limit) takes effect at once and evicts nobody.
+#[pyclass(frozen, module = "protocol_in_code.qos.concurrency")]
+pub struct ConcurrencyLimiter {
+    table: Arc<Locked>,
+}
+
+#[pymethods]
+impl ConcurrencyLimiter {
+    #[new]
+    fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let table = Locked::new(seats_limit(limit)?, None)?;
+        Ok(ConcurrencyLimiter {
+            table: Arc::new(table),
+        })
+    }
+
+    /// n seats, waiting (the interpreter released) until they are free or `timeout` seconds
+    /// have passed: a Lease, or None holding nothing. ValueError for n more than the limit.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<Lease>> {
+        acquire(
+            py,
+            &self.table,
+            None,
+            tokens(n),
+            timeout,
+            "ConcurrencyLimiter",
+        )
+    }
+
+    /// n seats now, if they are free and nobody waits: a Lease, or None.
+    #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
+    fn try_acquire(&self, n: Option<N>) -> PyResult<Option<Lease>> {
+        try_acquire(&self.table, None, tokens(n))
+    }
+
+    /// The asyncio form of acquire(): awaits a Lease, or None once `timeout` has passed. A
+    /// waiter cancelled meanwhile holds nothing and passes its turn on.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1("await_lease", (slf, (n,), timeout))
+    }
+
+    fn _ask(&self, py: Python<'_>, n: N, wake: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        ask_for_task(py, &self.table, None, n.0, wake)
+    }
+
+    /// Give back `n` seats held with no Lease (those of `with limiter:`).
+    fn _release(&self, py: Python<'_>, n: N) -> PyResult<()> {
+        Ok(self.table.release(py, None, n.0)?)
+    }
+
+    /// How many seats are held now (more than the limit just after it shrank).
+    #[getter]
+    fn in_flight(&self) -> u64 {
+        self.table.lock().counts().0
+    }
+
+    /// How many callers wait for seats.
+    #[getter]
+    fn waiting(&self) -> usize {
+        self.table.lock().counts().1
+    }
+
+    /// How many seats there are.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.table.lock().limit()
+    }
+
+    /// A new limit, at once: holders keep their seats; waiters that now fit are seated, and
+    /// those asking for more than the new limit get ValueError.
+    fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.table.resize(py, seats_limit(limit)?)?)
+    }
+
+    /// Hold one seat while the decorated function runs (awaited for an async def).
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        function: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
+    }
+
+    /// `with limiter:` holds one seat for the block, waiting as acquire() does.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let lease = slf.get().acquire(slf.py(), None, None)?;
+        if let Some(lease) = lease {
+            lease.keep();
+        }
+        Ok(slf.clone())
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_info: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<()> {
+        Ok(self.table.release(py, None, 1)?)
+    }
+
+    /// `async with limiter:` holds one seat for the block, awaiting as acquire_async() does.
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("enter_held_async", (slf,))
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        slf: &Bound<'py, Self>,
+        _exc_info: &Bound<'py, pyo3::types::PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("exit_held_async", (slf,))
+    }
+
+    fn __repr__(&self) -> String {
+        let (held, waiting) = self.table.lock().counts();
+        format!(
+            "ConcurrencyLimiter(limit={}, in_flight={held}, waiting={waiting})",
+            self.table.lock().limit()
+        )
+    }
+}
+
+/// One in-flight limit per key, at most `max_keys` keys at once, in one process.
+///
+/// KeyedConcurrencyLimiter(limit, *, max_keys=100000)
+///
+/// The calls of ConcurrencyLimiter, each taking the key first. A key is forgotten as soon as
+/// nobody holds or waits for its seats; a new key finding max_keys keys in use is refused
+/// (try_acquire gives None; acquire waits until a key is forgotten, while its timeout lasts),
+/// and nobody is evicted. Keys are str, bytes, ints, floats and tuples of these.
+#[pyclass(frozen, module = "protocol_in_code.qos.concurrency")]
+pub struct KeyedConcurrencyLimiter {
+    table: Arc<Locked>,
+    max_keys: u64,
+    seed: (u64, u64),
+}
+
+impl KeyedConcurrencyLimiter {
+    fn key(&self, key: &Bound<'_, PyAny>) -> PyResult<Key> {
+        table_key(key, self.seed)
+    }
+}
+
+#[pymethods]
+impl KeyedConcurrencyLimiter {
+    #[new]
+    #[pyo3(signature = (limit, *, max_keys = None), text_signature = "(limit, *, max_keys=100000)")]
+    fn new(limit: &Bound<'_, PyAny>, max_keys: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let limit = seats_limit(limit)?;
+        let max_keys = max_keys.map_or(Ok(100_000), |m| count(m, "max_keys"))?;
+        if max_keys == 0 {
+            return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
+        }
+        let table = Locked::new(limit, Some(usize::try_from(max_keys).unwrap_or(usize::MAX)))?;
+        Ok(KeyedConcurrencyLimiter {
+            table: Arc::new(table),
+            max_keys,
+            seed: random_seed(),
+        })
+    }
+
+    /// n seats of `key`, waiting as ConcurrencyLimiter.acquire() does (and, for a new key in
+    /// a full table, until a key is forgotten): a Lease, or None once `timeout` has passed.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<Lease>> {
+        let key = self.key(key)?;
+        acquire(
+            py,
+            &self.table,
+            Some(&key),
+            tokens(n),
+            timeout,
+            "KeyedConcurrencyLimiter",
+        )
+    }
+
+    /// n seats of `key` now, if free, nobody waits, and the key has room: a Lease, or None.
+    #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
+    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: Option<N>) -> PyResult<Option<Lease>> {
+        let key = self.key(key)?;
+        try_acquire(&self.table, Some(&key), tokens(n))
+    }
+
+    /// The asyncio form of acquire(key): awaits a Lease, or None once `timeout` has passed.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        conveniences(py)?.call_method1("await_lease", (slf, (key, n), timeout))
+    }
+
+    fn _ask(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: N,
+        wake: Py<PyAny>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let key = self.key(key)?;
+        ask_for_task(py, &self.table, Some(&key), n.0, wake)
+    }
+
+    /// How many seats are held now, over every key.
+    #[getter]
+    fn in_flight(&self) -> u64 {
+        self.table.lock().counts().0
+    }
+
+    /// How many callers wait for seats, over every key.
+    #[getter]
+    fn waiting(&self) -> usize {
+        self.table.lock().counts().1
+    }
+
+    /// How many seats each key has.
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.table.lock().limit()
+    }
+
+    /// How many keys may be in use at once.
+    #[getter]
+    fn max_keys(&self) -> u64 {
+        self.max_keys
+    }
+
+    /// A new limit for every key, at once, as ConcurrencyLimiter.resize().
+    fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+        Ok(self.table.resize(py, seats_limit(limit)?)?)
+    }
+
+    /// How many keys are in use (held or waited for).
+    fn __len__(&self) -> usize {
+        self.table.lock().keys()
+    }
+
+    fn __repr__(&self) -> String {
+        let (held, waiting) = self.table.lock().counts();
+        format!(
+            "KeyedConcurrencyLimiter(limit={}, max_keys={}, in_flight={held}, waiting={waiting})",
+            self.table.lock().limit(),
+            self.max_keys
+        )
+    }
+}
