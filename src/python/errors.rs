@@ -12,6 +12,7 @@ use pyo3::PyErr;
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
+use crate::core::exact::waiting::NeverEnough;
 use crate::core::meter::trace::TraceError;
 use crate::core::meter::{MeterError, SavedStateError};
 use crate::shared_memory::OpenError;
@@ -110,12 +111,11 @@ impl From<OpenError> for PyErr {
     }
 }
 
-/// A request for more tokens than a band holds: no wait would ever be enough, so the calls
-/// that would otherwise wait or retry for ever raise this instead.
-pub fn never(n: u64) -> PyErr {
-    PyValueError::new_err(format!(
-        "n={n} is more than a band's burst: it can never be acquired"
-    ))
+/// A request for more tokens than a band holds: its message is the core's.
+impl From<NeverEnough> for PyErr {
+    fn from(error: NeverEnough) -> Self {
+        PyValueError::new_err(error.to_string())
+    }
 }
 
 /// Whose clock a time was too far from (see `core::exact::clock_gap`).

@@ -31,12 +31,13 @@ use crate::core::exact::keyed::KeyedDecision;
 use crate::core::exact::limit::{Limit, OffTheClock};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::Plans;
+use crate::core::exact::waiting::{max_wait_ns, NeverEnough, Reserved};
 use crate::python::args::{tokens, NowNs, Timeout, N};
 use crate::python::clock::Clock;
 use crate::python::config::bands_tuple;
 use crate::python::decision::Decision;
-use crate::python::errors::{never, off_the_clock, OfClock};
-use crate::python::waiting::{max_wait_ns, wait_for_turn, Reserved};
+use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::waiting::wait_for_turn;
 
 /// A limiter class, as its methods reach the core. `Sync`, as a frozen class is, so that a
 /// trace can be decided with the interpreter released.
@@ -176,7 +177,7 @@ pub fn try_acquire<L: PyLimit>(
     })?;
     match decided {
         KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
-        KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+        KeyedDecision::Decided(CoreDecision::Never) => Err(NeverEnough { n }.into()),
         _ => Ok(false),
     }
 }
@@ -271,10 +272,10 @@ pub fn acquire<L: PyLimit>(
     wait_for_turn(
         py,
         L::NAME,
-        max_wait_ns(timeout),
+        max_wait_ns(timeout.map(|Timeout(wait)| wait)),
         |left| reserve_on(this, py, part, key, n, left),
         |at| this.clock().until(py, at),
-        |turn| give_up(this, py, part, key, n, turn),
+        |reserved_ns, at_ns| give_up(this, py, part, key, n, reserved_ns, at_ns),
     )
 }
 
@@ -289,7 +290,14 @@ pub fn reserve<L: PyLimit>(
     timeout: Option<Timeout>,
 ) -> PyResult<Reserved> {
     let part = this.part(plan)?;
-    reserve_on(this, py, part, key, tokens(n), max_wait_ns(timeout))
+    reserve_on(
+        this,
+        py,
+        part,
+        key,
+        tokens(n),
+        max_wait_ns(timeout.map(|Timeout(wait)| wait)),
+    )
 }
 
 fn reserve_on<L: PyLimit>(
@@ -303,7 +311,7 @@ fn reserve_on<L: PyLimit>(
     let (now, reservation) = call_on(this, py, part, key, None, true, |core, key, now| {
         Ok((now, core.reserve(key, n, now, max_wait)?))
     })?;
-    Reserved::of_keyed(reservation, now, n)
+    Ok(Reserved::of_keyed(reservation, now, n)?)
 }
 
 /// `_give_back`: hand back `n` tokens reserved for `at_ns` and not used (a cancelled waiter):
@@ -333,7 +341,8 @@ fn give_up<L: PyLimit>(
     part: &L::Part,
     key: L::Key<'_>,
     n: u64,
-    (reserved_ns, at_ns): (i64, i64),
+    reserved_ns: i64,
+    at_ns: i64,
 ) {
     let now = this.clock().now(py, None).unwrap_or(reserved_ns);
     let core = this.core(part);

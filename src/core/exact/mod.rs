@@ -28,6 +28,7 @@
 //!   against a process killed at any instruction.
 //! * [`stack`]: one request under several limits at once (global, route, client), taken from
 //!   all of them or from none.
+//! * [`waiting`]: the deadline loop of a blocking acquire: reserve a turn, then wait for it.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
 pub mod clock_gap;
@@ -42,3 +43,4 @@ pub mod rate;
 pub mod settle;
 pub mod shared;
 pub mod stack;
+pub mod waiting;
