@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
-use crate::core::exact::plans::Plans;
+use crate::core::exact::plans::{PlanError, Plans};
 use crate::core::exact::quota;
 use crate::python::args::{count, exact_fraction, is_iterable, rational_object};
 use crate::python::record::repr;
@@ -329,7 +329,7 @@ pub fn read_plans(
     per: Option<&Bound<'_, PyAny>>,
     bands: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Plans> {
-    let given: Vec<&str> = [
+    let given: Vec<&'static str> = [
         ("rate", rate),
         ("burst", burst),
         ("per", per),
@@ -339,11 +339,7 @@ pub fn read_plans(
     .filter_map(|(name, value)| value.map(|_| name))
     .collect();
     if !given.is_empty() {
-        return Err(PyTypeError::new_err(format!(
-            "give plans or {}, not both: each plan's value is its rate or its bands, as in \
-             plans={{\"free\": \"100/hour\", \"pro\": [Band(\"10/second\", burst=20)]}}",
-            given.join(", ")
-        )));
+        return Err(PlanError::Both { given }.into());
     }
     let Ok(dict) = plans.cast::<pyo3::types::PyDict>() else {
         return Err(PyTypeError::new_err(format!(
@@ -352,9 +348,7 @@ pub fn read_plans(
         )));
     };
     if dict.is_empty() {
-        return Err(PyValueError::new_err(
-            "plans must name at least one plan, not {}: for one limit give rate or bands",
-        ));
+        return Err(PlanError::Empty.into());
     }
     let mut named: Vec<(String, Config)> = Vec::with_capacity(dict.len());
     for (name, value) in dict.iter() {
@@ -363,11 +357,11 @@ pub fn read_plans(
             Err(_) => None,
         };
         let Some(text) = text.filter(|text| !text.is_empty()) else {
-            return Err(PyTypeError::new_err(format!(
-                "a plan's name must be a non-empty str, not {} ({})",
-                name.repr()?,
-                name.get_type().name()?
-            )));
+            let (shown, kind) = (
+                name.repr()?.to_string(),
+                name.get_type().name()?.to_string(),
+            );
+            return Err(PlanError::BadName { shown, kind }.into());
         };
         let config = plan_config(py, &value).map_err(|error| {
             // The same error as rate= or bands= gives, said of the plan.

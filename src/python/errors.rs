@@ -7,11 +7,13 @@
 //! core sees them: their errors are not here.
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
-use pyo3::PyErr;
+use pyo3::prelude::*;
 
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
+use crate::core::exact::plans::PlanError;
+use crate::core::exact::table_size::SizeError;
 use crate::core::exact::waiting::NeverEnough;
 use crate::core::meter::trace::TraceError;
 use crate::core::meter::{MeterError, SavedStateError};
@@ -27,6 +29,24 @@ impl From<ConfigError> for PyErr {
             // new band option needs nothing here).
             _ => PyValueError::new_err(error.to_string()),
         }
+    }
+}
+
+/// Plans that cannot be, or a plan a call cannot decide on: its message is the core's.
+impl From<PlanError> for PyErr {
+    fn from(error: PlanError) -> Self {
+        if error.is_value() {
+            PyValueError::new_err(error.to_string())
+        } else {
+            PyTypeError::new_err(error.to_string())
+        }
+    }
+}
+
+/// A keyed table's size that cannot be: its message is the core's.
+impl From<SizeError> for PyErr {
+    fn from(error: SizeError) -> Self {
+        PyValueError::new_err(error.to_string())
     }
 }
 
@@ -165,4 +185,10 @@ pub fn clock_error(whose: OfClock, what: &str, now: i64, gap: i128) -> PyErr {
          time.time_ns() given to a {this} on time.monotonic_ns()). {one} keeps one clock; \
          deciding at this time would {harm}"
     ))
+}
+
+/// `repr(value)`, for an error's message, or `?` if the repr itself fails (the error being
+/// reported matters more than the one its repr would raise).
+pub fn shown(value: &Bound<'_, PyAny>) -> String {
+    value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
 }

@@ -8,13 +8,14 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::core::exact::config::Config;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
+use crate::core::exact::table_size::{self, DEFAULT_MAX_KEYS};
 use crate::host::fresh_seed;
 use crate::python::args::{count, NowNs};
 use crate::python::clock::Clock;
@@ -28,9 +29,6 @@ use crate::python::limiter::only_the_rate_by_position;
 use crate::python::surface::methods::limiter_methods;
 use crate::python::surface::PyLimit;
 use crate::shared_memory::{self, Mapped};
-
-/// `max_keys` unless given.
-const DEFAULT_MAX_KEYS: u64 = 100_000;
 
 /// A table, where it lives, and the clock its calls read.
 pub struct Shared {
@@ -389,11 +387,7 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
         only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
-        if !(1..=crate::core::exact::shared::layout::MOST_KEYS).contains(&max_keys) {
-            return Err(PyValueError::new_err(format!(
-                "max_keys must be between 1 and 2**32, not {max_keys}"
-            )));
-        }
+        let max_keys = table_size::shared(max_keys)?;
         // Each plan's table is the table of its bands under the name: its own file, since the
         // bands' fingerprint is in the file's name; the plans are opened as one set.
         let tables = Shared::open(py, name, &configs, Some(max_keys), path)?;

@@ -20,7 +20,6 @@
 pub mod methods;
 pub mod tables;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyModule, PyString, PyTuple};
@@ -30,13 +29,13 @@ use crate::core::exact::config::Config;
 use crate::core::exact::keyed::KeyedDecision;
 use crate::core::exact::limit::{Limit, OffTheClock};
 use crate::core::exact::limiter::Decision as CoreDecision;
-use crate::core::exact::plans::Plans;
+use crate::core::exact::plans::{Named, Plans};
 use crate::core::exact::waiting::{max_wait_ns, NeverEnough, Reserved};
 use crate::python::args::{tokens, NowNs, Timeout, N};
 use crate::python::clock::Clock;
 use crate::python::config::bands_tuple;
 use crate::python::decision::Decision;
-use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::errors::{off_the_clock, shown, OfClock};
 use crate::python::waiting::wait_for_turn;
 
 /// A limiter class, as its methods reach the core. `Sync`, as a frozen class is, so that a
@@ -386,46 +385,26 @@ pub fn bands<'py, L: PyLimit>(this: &L, py: Python<'py>) -> PyResult<Bound<'py, 
     }
 }
 
-/// The index of the part of `plan`, among `plans` (each a name and its part's index): the only
-/// part, 0, without plans (then `plan` must not be given); else the named plan's, which must be
-/// one of them.
+/// The index of the part of `plan`, among `plans` (each a name and its part's index): see
+/// `Plans::chosen`.
 #[cold]
 pub fn plan_index(
     plans: Option<&[(String, usize)]>,
     plan: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
-    let shown = |plan: &Bound<'_, PyAny>| {
-        plan.repr()
-            .map_or_else(|_| "?".into(), |shown| shown.to_string())
+    // A plan's text is read only where there are plans to find it among.
+    let text = plan
+        .filter(|_| plans.is_some())
+        .and_then(|plan| plan.cast::<PyString>().ok())
+        .map(PyStringMethods::to_cow)
+        .transpose()?;
+    let named = match (plan, &text) {
+        (None, _) => Named::Not,
+        (Some(_), Some(text)) => Named::Text(text),
+        (Some(_), None) => Named::Other,
     };
-    match (plans, plan) {
-        (None, None) => Ok(0),
-        (None, Some(plan)) => Err(PyTypeError::new_err(format!(
-            "plan={} was given, but this limiter has no plans: give it \
-             plans={{name: rate or bands, ...}} to limit each key by its plan",
-            shown(plan)
-        ))),
-        (Some(names), None) => Err(PyTypeError::new_err(format!(
-            "plan= is required: this limiter's plans are {}",
-            Plans::listed(names)
-        ))),
-        (Some(names), Some(plan)) => {
-            let Ok(text) = plan.cast::<PyString>() else {
-                return Err(PyTypeError::new_err(format!(
-                    "plan must be a str naming one of this limiter's plans ({}), not {}",
-                    Plans::listed(names),
-                    shown(plan)
-                )));
-            };
-            Plans::index_of(names, &text.to_cow()?).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "unknown plan {}: this limiter's plans are {}",
-                    shown(plan),
-                    Plans::listed(names)
-                ))
-            })
-        }
-    }
+    let shown = || plan.map(shown).unwrap_or_default();
+    Ok(Plans::chosen(plans, named, shown)?)
 }
 
 /// The module that gives the limiters their asyncio and decorator forms, written in Python.

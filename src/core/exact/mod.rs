@@ -26,6 +26,7 @@
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 //! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
 //!   against a process killed at any instruction.
+//! * [`table_size`]: how many keys a keyed table holds, and how many locks it is split into.
 //! * [`stack`]: one request under several limits at once (global, route, client), taken from
 //!   all of them or from none.
 //! * [`waiting`]: the deadline loop of a blocking acquire: reserve a turn, then wait for it.
@@ -43,4 +44,5 @@ pub mod rate;
 pub mod settle;
 pub mod shared;
 pub mod stack;
+pub mod table_size;
 pub mod waiting;
