@@ -19,15 +19,15 @@ use crate::core::meter::trace::TraceError;
 use crate::core::meter::{MeterError, SavedStateError};
 use crate::shared_memory::OpenError;
 
-/// A configuration that cannot be: its message is the core's.
+/// A configuration that cannot be: its message is the core's. A mistake in how the call is
+/// written is a `TypeError`; every other kind is a value no limiter can take (a new kind is
+/// one too, so a new band option needs nothing here).
 impl From<ConfigError> for PyErr {
     fn from(error: ConfigError) -> Self {
-        match error {
-            // Two ways of saying the period at once is a mistake in how the call is written.
-            ConfigError::PeriodTwice { .. } => PyTypeError::new_err(error.to_string()),
-            // Every other kind is a value no limiter can take (a new kind is one too, so a
-            // new band option needs nothing here).
-            _ => PyValueError::new_err(error.to_string()),
+        if error.is_in_the_call() {
+            PyTypeError::new_err(error.to_string())
+        } else {
+            PyValueError::new_err(error.to_string())
         }
     }
 }
