@@ -24,22 +24,24 @@ use crate::shared_memory::OpenError;
 /// one too, so a new band option needs nothing here).
 impl From<ConfigError> for PyErr {
     fn from(error: ConfigError) -> Self {
-        if error.is_in_the_call() {
-            PyTypeError::new_err(error.to_string())
-        } else {
-            PyValueError::new_err(error.to_string())
-        }
+        in_the_call_or_value(error.is_in_the_call(), &error)
     }
 }
 
-/// Plans that cannot be, or a plan a call cannot decide on: its message is the core's.
+/// Plans that cannot be, or a plan a call cannot decide on: as for a configuration.
 impl From<PlanError> for PyErr {
     fn from(error: PlanError) -> Self {
-        if error.is_value() {
-            PyValueError::new_err(error.to_string())
-        } else {
-            PyTypeError::new_err(error.to_string())
-        }
+        in_the_call_or_value(error.is_in_the_call(), &error)
+    }
+}
+
+/// `error`'s message as a `TypeError` if it is in how the call is written, else as a
+/// `ValueError`.
+fn in_the_call_or_value(in_the_call: bool, error: &impl std::fmt::Display) -> PyErr {
+    if in_the_call {
+        PyTypeError::new_err(error.to_string())
+    } else {
+        PyValueError::new_err(error.to_string())
     }
 }
 

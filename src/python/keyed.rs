@@ -15,10 +15,10 @@ use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{KeyedLimiter, Stats};
 use crate::core::exact::settle::Balance;
 use crate::core::exact::table_size::{self, InProcess};
-use crate::python::args::{count, NowNs};
+use crate::python::args::count;
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
-use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::errors::OfClock;
 use crate::python::fork::Lineage;
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
@@ -163,26 +163,6 @@ impl PyLimit for KeyedRateLimiter {
 
     fn reading_plain<R>(&self, part: &PlanTable, read: impl FnOnce() -> R) -> R {
         part.registry.with_plain(read)
-    }
-}
-
-impl KeyedRateLimiter {
-    /// The table of `plan` as a part of a stacked request (see `python::stack`), and the time
-    /// of the call, checked against the table's clock. From here on no restore may re-seed the
-    /// table: the stack hashes its key once, then decides under the shard's lock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        plan: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&KeyedLimiter<Key>, i64)> {
-        let plan = self.part(plan)?;
-        let now = plan.registry.with_plain(|| self.clock.now(py, now_ns))?;
-        self.lineage(py)?;
-        match plan.table.off_the_clock(now) {
-            None => Ok((&plan.table, now)),
-            Some(gap) => Err(off_the_clock(OfClock::Table, now_ns.is_some(), now, gap)),
-        }
     }
 }
 

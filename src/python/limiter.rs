@@ -16,7 +16,7 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::Config;
 use crate::core::exact::limiter::Limiter;
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, nanoseconds, NowNs};
+use crate::python::args::{count, nanoseconds};
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::errors::{shown, OfClock};
@@ -59,17 +59,6 @@ impl RateLimiter {
         // Every mutation of a `Limiter` completes without panicking or is not started, so a
         // poisoned lock still guards a consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// This limiter as a part of a stacked request (see `python::stack`): its lock, and the
-    /// time of the call. The core checks the time against the clock once it holds the lock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&Mutex<Limiter>, i64)> {
-        self.lineage.check(py, "RateLimiter")?;
-        Ok((&self.state, self.clock.now(py, now_ns)?))
     }
 
     /// Set the balances `__reduce__` saved, after checking them all.

@@ -17,12 +17,12 @@ use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
 use crate::core::exact::table_size::{self, DEFAULT_MAX_KEYS};
 use crate::host::fresh_seed;
-use crate::python::args::{count, NowNs};
+use crate::python::args::count;
 use crate::python::clock::Clock;
 use crate::python::config::{
     bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_limits,
 };
-use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::errors::OfClock;
 use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::limiter::only_the_rate_by_position;
@@ -79,16 +79,6 @@ impl Shared {
                 })
             })
             .collect()
-    }
-
-    /// A call's time, `now_ns` or the clock's reading, unless it is too far from the table's
-    /// clock to be a reading of it: what a stacked request decides this table at.
-    fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
-        let now = self.clock.now(py, now_ns)?;
-        match self.table.off_the_clock(now) {
-            None => Ok(now),
-            Some(gap) => Err(off_the_clock(OfClock::Table, now_ns.is_some(), now, gap)),
-        }
     }
 
     fn repr(&self, py: Python<'_>, class: &str, extra: &str) -> PyResult<String> {
@@ -163,7 +153,7 @@ pub fn host_folder_py(py: Python<'_>) -> PyResult<PathBuf> {
 /// equals, as the in-process table reads it. Every process reads the same key to the same
 /// digest, so only keys whose value says what they are can be shared: an object's identity
 /// cannot.
-fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
+pub(crate) fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
     match classify(key)?.as_key() {
         Some(plain) => Ok(table.digest_of(plain)),
         None => Err(PyTypeError::new_err(format!(
@@ -193,18 +183,6 @@ fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest>
 )]
 pub struct SharedRateLimiter {
     shared: Shared,
-}
-
-impl SharedRateLimiter {
-    /// This limiter as a part of a stacked request (see `python::stack`): its table, and the
-    /// time of the call, checked against the table's clock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&Table<Mapped>, i64)> {
-        Ok((&self.shared.table, self.shared.now(py, now_ns)?))
-    }
 }
 
 /// The one limiter, shared: its part is its table, and its key the table's one key.
@@ -466,20 +444,6 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
 }}
 
 impl SharedKeyedRateLimiter {
-    /// The table of `plan` as a part of a stacked request (see `python::stack`), the key's
-    /// digest in it, and the time of the call, read as a per-key call reads them.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(&Table<Mapped>, Digest, i64)> {
-        let shared = self.part(plan)?;
-        let now = shared.now(py, now_ns)?;
-        Ok((&shared.table, key_digest(&shared.table, key)?, now))
-    }
-
     /// Every table's configuration, by the index the plans name.
     fn configs(&self) -> Vec<&Config> {
         self.tables

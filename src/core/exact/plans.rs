@@ -125,11 +125,12 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// Whether the error is in the values given (a plan that does not exist, plans that name
-    /// none), rather than in how the call is written.
+    /// Whether the error is in how the call is written (plans beside a rate, a plan missing,
+    /// a plan that is no name), rather than in a value given (a plan that does not exist, plans
+    /// that name none).
     #[must_use]
-    pub fn is_value(&self) -> bool {
-        matches!(self, Self::Empty | Self::Unknown { .. })
+    pub fn is_in_the_call(&self) -> bool {
+        !matches!(self, Self::Empty | Self::Unknown { .. })
     }
 }
 
@@ -204,13 +205,13 @@ mod tests {
             Ok(1)
         );
         let unknown = Plans::chosen(Some(&names), Named::Text("gold"), shown).unwrap_err();
-        assert!(unknown.is_value());
+        assert!(!unknown.is_in_the_call());
         assert_eq!(
             unknown.to_string(),
             "unknown plan 'gold': this limiter's plans are 'free', 'pro'"
         );
         let missing = Plans::chosen(Some(&names), Named::Not, shown).unwrap_err();
-        assert!(!missing.is_value());
+        assert!(missing.is_in_the_call());
         assert_eq!(
             missing.to_string(),
             "plan= is required: this limiter's plans are 'free', 'pro'"
@@ -218,7 +219,7 @@ mod tests {
         let none = Plans::chosen(None, Named::Text("gold"), shown).unwrap_err();
         assert!(none.to_string().starts_with("plan='gold' was given, but"));
         let other = Plans::chosen(Some(&names), Named::Other, || "3".to_owned()).unwrap_err();
-        assert!(!other.is_value());
+        assert!(other.is_in_the_call());
         assert!(other.to_string().ends_with("('free', 'pro'), not 3"));
     }
 }
