@@ -269,6 +269,9 @@ fn read<'a, 'py, L: Stacks>(
     Ok((Read { limit, now, n }, key))
 }
 
+/// A part's limit, and its key classified where the table hashes it later.
+type PartLimit<'a> = (Limit<'a, Key, Mapped>, Option<Classified<'a>>);
+
 /// A limiter class whose parts a stacked request can hold: its core limiter as one of the
 /// core stack's limits.
 trait Stacks: PyLimit {
@@ -281,20 +284,14 @@ trait Stacks: PyLimit {
         None
     }
 
-    /// The part's limit, and its key classified where the table hashes it later.
-    fn limit<'a>(
-        core: &'a Self::Core,
-        key: &'a Bound<'_, PyAny>,
-    ) -> PyResult<(Limit<'a, Key, Mapped>, Option<Classified<'a>>)>;
+    /// The part's limit for `key`.
+    fn limit<'a>(core: &'a Self::Core, key: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>>;
 }
 
 impl Stacks for RateLimiter {
     const ONE_LIMIT: bool = true;
 
-    fn limit<'a>(
-        core: &'a Mutex<Limiter>,
-        _: &'a Bound<'_, PyAny>,
-    ) -> PyResult<(Limit<'a, Key, Mapped>, Option<Classified<'a>>)> {
+    fn limit<'a>(core: &'a Mutex<Limiter>, _: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
         Ok((Limit::One(core), None))
     }
 }
@@ -309,7 +306,7 @@ impl Stacks for KeyedRateLimiter {
     fn limit<'a>(
         core: &'a KeyedLimiter<Key>,
         key: &'a Bound<'_, PyAny>,
-    ) -> PyResult<(Limit<'a, Key, Mapped>, Option<Classified<'a>>)> {
+    ) -> PyResult<PartLimit<'a>> {
         let classified = classify(key)?;
         if matches!(classified, Classified::Object) {
             return Err(PyTypeError::new_err(format!(
@@ -329,10 +326,7 @@ impl Stacks for SharedRateLimiter {
         core.off_the_clock(now)
     }
 
-    fn limit<'a>(
-        core: &'a Table<Mapped>,
-        _: &'a Bound<'_, PyAny>,
-    ) -> PyResult<(Limit<'a, Key, Mapped>, Option<Classified<'a>>)> {
+    fn limit<'a>(core: &'a Table<Mapped>, _: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
         Ok((Limit::Shared(core, THE_KEY), None))
     }
 }
@@ -344,10 +338,7 @@ impl Stacks for SharedKeyedRateLimiter {
         core.off_the_clock(now)
     }
 
-    fn limit<'a>(
-        core: &'a Table<Mapped>,
-        key: &'a Bound<'_, PyAny>,
-    ) -> PyResult<(Limit<'a, Key, Mapped>, Option<Classified<'a>>)> {
+    fn limit<'a>(core: &'a Table<Mapped>, key: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
         Ok((Limit::Shared(core, key_digest(core, key)?), None))
     }
 }
