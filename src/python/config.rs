@@ -16,8 +16,8 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
 use crate::core::exact::plans::{PlanError, Plans};
 use crate::core::exact::quota;
-use crate::python::args::{count, exact_fraction, is_iterable, rational_object};
-use crate::python::errors::shown;
+use crate::python::args::{count, exact_fraction, fraction_parts, is_iterable, rational_object};
+use crate::python::errors::{shown, text_of};
 use crate::python::record::repr;
 
 /// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
@@ -167,27 +167,20 @@ fn band_config(
 fn exact_ratio(py: Python<'_>, value: &Bound<'_, PyAny>, param: Param) -> PyResult<Ratio> {
     let name = param.to_string();
     let fraction = exact_fraction(py, value, &name)?;
-    let shown = || {
-        fraction
-            .str()
-            .map_or_else(|_| "?".into(), |text| text.to_string())
-    };
+    let shown = || text_of(&fraction);
     if !fraction.gt(0)? {
-        return Err(PyErr::from(ConfigError::NotPositive {
+        return Err(ConfigError::NotPositive {
             param,
             shown: shown(),
-        }));
-    }
-    let part = |name| fraction.getattr(name)?.extract::<u64>();
-    match (part("numerator"), part("denominator")) {
-        (Ok(numerator), Ok(denominator)) => {
-            Ok(Ratio::new(numerator, denominator).expect("a positive fraction"))
         }
-        _ => Err(PyErr::from(ConfigError::Beyond64Bits {
+        .into());
+    }
+    let (numerator, denominator) =
+        fraction_parts(&fraction).ok_or_else(|| ConfigError::Beyond64Bits {
             param,
             shown: shown(),
-        })),
-    }
+        })?;
+    Ok(Ratio::new(numerator, denominator).expect("a positive fraction"))
 }
 
 /// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it

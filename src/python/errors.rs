@@ -194,3 +194,10 @@ pub fn clock_error(whose: OfClock, what: &str, now: i64, gap: i128) -> PyErr {
 pub fn shown(value: &Bound<'_, PyAny>) -> String {
     value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
 }
+
+/// `str(value)`, for an error's message, or `?` if that fails.
+pub fn text_of(value: &Bound<'_, PyAny>) -> String {
+    value
+        .str()
+        .map_or_else(|_| "?".into(), |text| text.to_string())
+}
