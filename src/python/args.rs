@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
+use crate::python::errors::text_of;
+
 /// `fractions.Fraction`.
 pub fn fraction_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static FRACTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -208,17 +210,19 @@ pub fn rational(py: Python<'_>, value: &Bound<'_, PyAny>, name: &str) -> PyResul
             fraction.str()?
         )));
     }
-    let part = |attribute: &str| -> PyResult<u64> {
-        fraction.getattr(attribute)?.extract().map_err(|_| {
-            PyValueError::new_err(format!(
-                "{name}={} needs a numerator or denominator beyond 64 bits",
-                fraction
-                    .str()
-                    .map_or_else(|_| "?".into(), |text| text.to_string())
-            ))
-        })
-    };
-    Ok((part("numerator")?, part("denominator")?))
+    fraction_parts(&fraction).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{name}={} needs a numerator or denominator beyond 64 bits",
+            text_of(&fraction)
+        ))
+    })
+}
+
+/// A `Fraction`'s numerator and denominator, if both fit in 64 bits (so only a fraction of
+/// 0 or more has them).
+pub fn fraction_parts(fraction: &Bound<'_, PyAny>) -> Option<(u64, u64)> {
+    let part = |name| fraction.getattr(name).ok()?.extract::<u64>().ok();
+    Some((part("numerator")?, part("denominator")?))
 }
 
 /// Whether an error is one a bad argument raises (and so may be reworded to name the

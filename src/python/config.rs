@@ -14,9 +14,10 @@ use pyo3::types::{PyBytes, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::{BandConfig, Config, ConfigError, Param, Ratio};
-use crate::core::exact::plans::Plans;
+use crate::core::exact::plans::{PlanError, Plans};
 use crate::core::exact::quota;
-use crate::python::args::{count, exact_fraction, is_iterable, rational_object};
+use crate::python::args::{count, exact_fraction, fraction_parts, is_iterable, rational_object};
+use crate::python::errors::{shown, text_of};
 use crate::python::record::repr;
 
 /// One limit: `rate` tokens per `per` seconds, holding at most `burst` tokens.
@@ -135,16 +136,12 @@ pub fn read_config(
 ) -> PyResult<Config> {
     let bands = match (rate, bands) {
         (Some(rate), None) => vec![band_config(py, rate, burst, per)?],
-        (None, Some(bands)) => {
-            if burst.is_some() || per.is_some() {
-                return Err(PyTypeError::new_err(
-                    "burst and per belong to each band when bands is given",
-                ));
-            }
-            bands_from(py, bands)?
+        (None, Some(_)) if burst.is_some() || per.is_some() => {
+            return Err(ConfigError::BandOptionsBesideBands.into())
         }
-        (None, None) => return Err(PyTypeError::new_err("give a rate, or bands")),
-        (Some(_), Some(_)) => return Err(PyTypeError::new_err("give a rate or bands, not both")),
+        (None, Some(bands)) => bands_from(py, bands)?,
+        (None, None) => return Err(ConfigError::NoLimit.into()),
+        (Some(_), Some(_)) => return Err(ConfigError::RateAndBands.into()),
     };
     Ok(Config::new(bands)?)
 }
@@ -170,27 +167,20 @@ fn band_config(
 fn exact_ratio(py: Python<'_>, value: &Bound<'_, PyAny>, param: Param) -> PyResult<Ratio> {
     let name = param.to_string();
     let fraction = exact_fraction(py, value, &name)?;
-    let shown = || {
-        fraction
-            .str()
-            .map_or_else(|_| "?".into(), |text| text.to_string())
-    };
+    let shown = || text_of(&fraction);
     if !fraction.gt(0)? {
-        return Err(PyErr::from(ConfigError::NotPositive {
+        return Err(ConfigError::NotPositive {
             param,
             shown: shown(),
-        }));
-    }
-    let part = |name| fraction.getattr(name)?.extract::<u64>();
-    match (part("numerator"), part("denominator")) {
-        (Ok(numerator), Ok(denominator)) => {
-            Ok(Ratio::new(numerator, denominator).expect("a positive fraction"))
         }
-        _ => Err(PyErr::from(ConfigError::Beyond64Bits {
+        .into());
+    }
+    let (numerator, denominator) =
+        fraction_parts(&fraction).ok_or_else(|| ConfigError::Beyond64Bits {
             param,
             shown: shown(),
-        })),
-    }
+        })?;
+    Ok(Ratio::new(numerator, denominator).expect("a positive fraction"))
 }
 
 /// A rate given as text may say its period (`"100/minute"`, see `core::exact::quota`): then it
@@ -226,30 +216,26 @@ fn read_quota<'py>(
     }
 }
 
-/// A band's burst: a whole number of tokens, at least 1.
+/// A band's burst: a whole number of tokens (0 is the core's to refuse).
 fn burst_count(burst: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let out_of_range = || {
-        PyValueError::new_err(format!(
-            "burst must be an int from 1 to 2**64 - 1, not {}",
-            burst.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-        ))
-    };
-    match count(burst, "burst") {
-        Ok(0) => Err(out_of_range()),
-        Ok(tokens) => Ok(tokens),
-        Err(err) if err.is_instance_of::<PyValueError>(burst.py()) => Err(out_of_range()),
-        Err(err) => Err(err),
-    }
+    count(burst, "burst").map_err(|err| {
+        if err.is_instance_of::<PyValueError>(burst.py()) {
+            ConfigError::BurstRange {
+                shown: shown(burst),
+            }
+            .into()
+        } else {
+            err
+        }
+    })
 }
 
 /// Bands from `Band` objects (or any object with `rate`, `burst` and `per` attributes) or from
 /// `(rate, burst)` / `(rate, burst, per)` tuples.
 fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandConfig>> {
     if bands.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "bands must be a list of Band or (rate, burst[, per]) tuples, not {}",
-            bands.repr()?
-        )));
+        let shown = bands.repr()?.to_string();
+        return Err(ConfigError::BandsNotAList { shown }.into());
     }
     let mut configs = Vec::new();
     for band in bands.try_iter()? {
@@ -261,21 +247,15 @@ fn bands_from(py: Python<'_>, bands: &Bound<'_, PyAny>) -> PyResult<Vec<BandConf
             match tuple.len() {
                 2 | 3 => band_config(py, &tuple.get_item(0)?, item(1).as_ref(), item(2).as_ref())?,
                 _ => {
-                    return Err(PyTypeError::new_err(format!(
-                        "a band tuple is (rate, burst) or (rate, burst, per), not {}",
-                        tuple.repr()?
-                    )))
+                    let shown = tuple.repr()?.to_string();
+                    return Err(ConfigError::BandTuple { shown }.into());
                 }
             }
         } else {
             let attribute = |name| band.getattr(name).ok().filter(|value| !value.is_none());
             let Ok(rate) = band.getattr("rate") else {
-                return Err(PyTypeError::new_err(format!(
-                    "bands must hold Band objects or (rate, burst[, per]) tuples, not {}: for \
-                     one limit write RateLimiter(rate), for several \
-                     bands=[Band(10), Band(1000, per=3600)]",
-                    band.repr()?
-                )));
+                let shown = band.repr()?.to_string();
+                return Err(ConfigError::NotABand { shown }.into());
             };
             band_config(
                 py,
@@ -329,7 +309,7 @@ pub fn read_plans(
     per: Option<&Bound<'_, PyAny>>,
     bands: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Plans> {
-    let given: Vec<&str> = [
+    let given: Vec<&'static str> = [
         ("rate", rate),
         ("burst", burst),
         ("per", per),
@@ -339,11 +319,7 @@ pub fn read_plans(
     .filter_map(|(name, value)| value.map(|_| name))
     .collect();
     if !given.is_empty() {
-        return Err(PyTypeError::new_err(format!(
-            "give plans or {}, not both: each plan's value is its rate or its bands, as in \
-             plans={{\"free\": \"100/hour\", \"pro\": [Band(\"10/second\", burst=20)]}}",
-            given.join(", ")
-        )));
+        return Err(PlanError::Both { given }.into());
     }
     let Ok(dict) = plans.cast::<pyo3::types::PyDict>() else {
         return Err(PyTypeError::new_err(format!(
@@ -352,9 +328,7 @@ pub fn read_plans(
         )));
     };
     if dict.is_empty() {
-        return Err(PyValueError::new_err(
-            "plans must name at least one plan, not {}: for one limit give rate or bands",
-        ));
+        return Err(PlanError::Empty.into());
     }
     let mut named: Vec<(String, Config)> = Vec::with_capacity(dict.len());
     for (name, value) in dict.iter() {
@@ -363,11 +337,11 @@ pub fn read_plans(
             Err(_) => None,
         };
         let Some(text) = text.filter(|text| !text.is_empty()) else {
-            return Err(PyTypeError::new_err(format!(
-                "a plan's name must be a non-empty str, not {} ({})",
-                name.repr()?,
-                name.get_type().name()?
-            )));
+            let (shown, kind) = (
+                name.repr()?.to_string(),
+                name.get_type().name()?.to_string(),
+            );
+            return Err(PlanError::BadName { shown, kind }.into());
         };
         let config = plan_config(py, &value).map_err(|error| {
             // The same error as rate= or bands= gives, said of the plan.

@@ -7,26 +7,49 @@
 //! core sees them: their errors are not here.
 
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
-use pyo3::PyErr;
+use pyo3::prelude::*;
 
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
+use crate::core::exact::plans::PlanError;
+use crate::core::exact::table_size::SizeError;
+use crate::core::exact::waiting::NeverEnough;
 use crate::core::meter::trace::TraceError;
 use crate::core::meter::{MeterError, SavedStateError};
 use crate::core::seats::SeatsError;
 use crate::shared_memory::OpenError;
 
-/// A configuration that cannot be: its message is the core's.
+/// A configuration that cannot be: its message is the core's. A mistake in how the call is
+/// written is a `TypeError`; every other kind is a value no limiter can take (a new kind is
+/// one too, so a new band option needs nothing here).
 impl From<ConfigError> for PyErr {
     fn from(error: ConfigError) -> Self {
-        match error {
-            // Two ways of saying the period at once is a mistake in how the call is written.
-            ConfigError::PeriodTwice { .. } => PyTypeError::new_err(error.to_string()),
-            // Every other kind is a value no limiter can take (a new kind is one too, so a
-            // new band option needs nothing here).
-            _ => PyValueError::new_err(error.to_string()),
-        }
+        in_the_call_or_value(error.is_in_the_call(), &error)
+    }
+}
+
+/// Plans that cannot be, or a plan a call cannot decide on: as for a configuration.
+impl From<PlanError> for PyErr {
+    fn from(error: PlanError) -> Self {
+        in_the_call_or_value(error.is_in_the_call(), &error)
+    }
+}
+
+/// `error`'s message as a `TypeError` if it is in how the call is written, else as a
+/// `ValueError`.
+fn in_the_call_or_value(in_the_call: bool, error: &impl std::fmt::Display) -> PyErr {
+    if in_the_call {
+        PyTypeError::new_err(error.to_string())
+    } else {
+        PyValueError::new_err(error.to_string())
+    }
+}
+
+/// A keyed table's size that cannot be: its message is the core's.
+impl From<SizeError> for PyErr {
+    fn from(error: SizeError) -> Self {
+        PyValueError::new_err(error.to_string())
     }
 }
 
@@ -119,12 +142,11 @@ impl From<OpenError> for PyErr {
     }
 }
 
-/// A request for more tokens than a band holds: no wait would ever be enough, so the calls
-/// that would otherwise wait or retry for ever raise this instead.
-pub fn never(n: u64) -> PyErr {
-    PyValueError::new_err(format!(
-        "n={n} is more than a band's burst: it can never be acquired"
-    ))
+/// A request for more tokens than a band holds: its message is the core's.
+impl From<NeverEnough> for PyErr {
+    fn from(error: NeverEnough) -> Self {
+        PyValueError::new_err(error.to_string())
+    }
 }
 
 /// Whose clock a time was too far from (see `core::exact::clock_gap`).
@@ -174,4 +196,17 @@ pub fn clock_error(whose: OfClock, what: &str, now: i64, gap: i128) -> PyErr {
          time.time_ns() given to a {this} on time.monotonic_ns()). {one} keeps one clock; \
          deciding at this time would {harm}"
     ))
+}
+
+/// `repr(value)`, for an error's message, or `?` if the repr itself fails (the error being
+/// reported matters more than the one its repr would raise).
+pub fn shown(value: &Bound<'_, PyAny>) -> String {
+    value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+}
+
+/// `str(value)`, for an error's message, or `?` if that fails.
+pub fn text_of(value: &Bound<'_, PyAny>) -> String {
+    value
+        .str()
+        .map_or_else(|_| "?".into(), |text| text.to_string())
 }

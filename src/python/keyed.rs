@@ -14,10 +14,11 @@ use crate::core::exact::config::Config;
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{KeyedLimiter, Stats};
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, NowNs};
+use crate::core::exact::table_size::{self, InProcess};
+use crate::python::args::count;
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
-use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::errors::OfClock;
 use crate::python::fork::Lineage;
 use crate::python::keys::{classify, key_object, Classified, Registry};
 use crate::python::limiter::{
@@ -25,9 +26,6 @@ use crate::python::limiter::{
 };
 use crate::python::surface::methods::limiter_methods;
 use crate::python::surface::PyLimit;
-
-/// `max_keys` unless given.
-const DEFAULT_MAX_KEYS: KeyCount = KeyCount(100_000);
 
 /// A `max_keys` argument, checked as a count (so None, a bool or a float is refused).
 #[derive(Clone, Copy)]
@@ -41,13 +39,8 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KeyCount {
     }
 }
 
-/// The most shards a table may have: far more locks than threads gains nothing.
-const MAX_SHARDS: u64 = 65_536;
-
-/// The most shards a table is split into by default: enough that threads on different keys
-/// rarely meet. (The shards share one count of keys, so their number does not change when a
-/// new key is refused.)
-const DEFAULT_SHARDS: u64 = 16;
+/// `max_keys` unless given.
+const DEFAULT_MAX_KEYS: KeyCount = KeyCount(table_size::DEFAULT_MAX_KEYS);
 
 /// One exact rate limiter per key, at most max_keys keys remembered.
 ///
@@ -173,26 +166,6 @@ impl PyLimit for KeyedRateLimiter {
     }
 }
 
-impl KeyedRateLimiter {
-    /// The table of `plan` as a part of a stacked request (see `python::stack`), and the time
-    /// of the call, checked against the table's clock. From here on no restore may re-seed the
-    /// table: the stack hashes its key once, then decides under the shard's lock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        plan: Option<&Bound<'_, PyAny>>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&KeyedLimiter<Key>, i64)> {
-        let plan = self.part(plan)?;
-        let now = plan.registry.with_plain(|| self.clock.now(py, now_ns))?;
-        self.lineage(py)?;
-        match plan.table.off_the_clock(now) {
-            None => Ok((&plan.table, now)),
-            Some(gap) => Err(off_the_clock(OfClock::Table, now_ns.is_some(), now, gap)),
-        }
-    }
-}
-
 limiter_methods! { keyed: KeyedRateLimiter {
     #[new]
     #[pyo3(
@@ -215,23 +188,8 @@ limiter_methods! { keyed: KeyedRateLimiter {
         only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let KeyCount(max_keys) = max_keys;
-        if max_keys == 0 {
-            return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
-        }
-        let shards = shards.map_or(Ok(DEFAULT_SHARDS.min(max_keys)), |s| count(s, "shards"))?;
-        if !(1..=max_keys.min(MAX_SHARDS)).contains(&shards) {
-            return Err(PyValueError::new_err(format!(
-                "shards must be between 1 and max_keys ({max_keys}), at most {MAX_SHARDS}, not \
-                 {shards}"
-            )));
-        }
-        let too_many = |name: &str, value: u64| {
-            PyValueError::new_err(format!(
-                "{name}={value} is more than this machine can address"
-            ))
-        };
-        let max_keys = usize::try_from(max_keys).map_err(|_| too_many("max_keys", max_keys))?;
-        let shards = usize::try_from(shards).map_err(|_| too_many("shards", shards))?;
+        let shards = shards.map(|shards| count(shards, "shards")).transpose()?;
+        let InProcess { max_keys, shards } = table_size::in_process(max_keys, shards)?;
         let tables = configs
             .into_iter()
             .map(|config| PlanTable {

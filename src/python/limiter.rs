@@ -16,10 +16,10 @@ use pyo3::IntoPyObjectExt;
 use crate::core::exact::config::Config;
 use crate::core::exact::limiter::Limiter;
 use crate::core::exact::settle::Balance;
-use crate::python::args::{count, nanoseconds, NowNs};
+use crate::python::args::{count, nanoseconds};
 use crate::python::clock::{shifted, Clock};
 use crate::python::config::{bands_repr, bands_tuple, read_config};
-use crate::python::errors::OfClock;
+use crate::python::errors::{shown, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::surface::methods::limiter_methods;
 use crate::python::surface::PyLimit;
@@ -59,17 +59,6 @@ impl RateLimiter {
         // Every mutation of a `Limiter` completes without panicking or is not started, so a
         // poisoned lock still guards a consistent state.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// This limiter as a part of a stacked request (see `python::stack`): its lock, and the
-    /// time of the call. The core checks the time against the clock once it holds the lock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&Mutex<Limiter>, i64)> {
-        self.lineage.check(py, "RateLimiter")?;
-        Ok((&self.state, self.clock.now(py, now_ns)?))
     }
 
     /// Set the balances `__reduce__` saved, after checking them all.
@@ -277,8 +266,8 @@ pub fn only_the_rate_by_position(
     let Ok(second) = more.get_item(0) else {
         return Ok(());
     };
-    let rate = rate.map_or_else(|| "None".to_owned(), |rate| repr_or_placeholder(rate));
-    let second = repr_or_placeholder(&second);
+    let rate = rate.map_or_else(|| "None".to_owned(), |rate| shown(rate));
+    let second = shown(&second);
     Err(PyTypeError::new_err(format!(
         "{class}() takes the rate alone by position, and {} were given: write \
          {class}({rate}, burst={second}) for a burst of {second}, or {class}({rate}, \
@@ -297,8 +286,4 @@ pub fn only_the_rate_by_position_py(
     more: &Bound<'_, PyTuple>,
 ) -> PyResult<()> {
     only_the_rate_by_position(limiter, rate, more)
-}
-
-fn repr_or_placeholder(value: &Bound<'_, PyAny>) -> String {
-    value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
 }

@@ -16,7 +16,7 @@ use crate::core::exact::settle::Balance;
 use crate::core::meter::bucket::ByteRate;
 use crate::core::meter::rfc4115::Rfc4115;
 use crate::core::meter::srtcm::SrTcm;
-use crate::core::meter::trace::{TraceError, TraceMarker};
+use crate::core::meter::trace::{mark_trace, same_lengths};
 use crate::core::meter::trtcm::TrTcm;
 use crate::core::meter::{Color, Meter};
 use crate::python::args::{count, fraction_class, nanoseconds, rational, rational_object, NowNs};
@@ -107,23 +107,21 @@ impl<M: Meter + Clone + Send> Shared<M> {
             .filter(|c| !c.is_none())
             .map(|c| IntBuffer::new(c, "colors"))
             .transpose()?;
-        let n = sizes.len();
-        if times.len() != n || colors.as_ref().is_some_and(|c| c.len() != n) {
-            return Err(PyErr::from(TraceError::Lengths {
-                sizes: n,
-                times: times.len(),
-                colors: colors.as_ref().map(IntBuffer::len),
-            }));
-        }
-        let mut marked = vec![Color::Green; n];
+        same_lengths(
+            sizes.len(),
+            times.len(),
+            colors.as_ref().map(IntBuffer::len),
+        )?;
         let trace = Trace::read(&sizes, &times, colors.as_ref())?;
-        fork::detach(py, || {
+        let marked = fork::detach(py, || {
             let mut meter = self.meter.lock().unwrap_or_else(PoisonError::into_inner);
-            // On a working copy: a bad packet anywhere leaves the meter as it was.
-            *meter = trace.mark(meter.clone(), &mut marked)?;
-            Ok::<(), TraceError>(())
-        })
-        .map_err(PyErr::from)?;
+            mark_trace(
+                &mut *meter,
+                &trace.sizes,
+                &trace.times,
+                trace.colors.as_deref(),
+            )
+        })?;
         code_array(py, marked.iter().map(|&color| color.code()))
     }
 
@@ -176,20 +174,7 @@ impl Trace {
     fn read(sizes: &IntBuffer, times: &IntBuffer, colors: Option<&IntBuffer>) -> PyResult<Self> {
         let sizes: Vec<u64> = sizes.narrowed("sizes", "be between 0 and 2**64 - 1")?;
         let colors = colors
-            .map(|colors| {
-                colors
-                    .narrowed::<usize>("colors", "be 0 (green), 1 (yellow) or 2 (red)")?
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, code)| {
-                        Color::from_code(code).ok_or_else(|| {
-                            PyValueError::new_err(format!(
-                                "colors[{i}] must be 0 (green), 1 (yellow) or 2 (red), not {code}"
-                            ))
-                        })
-                    })
-                    .collect::<PyResult<Vec<Color>>>()
-            })
+            .map(|colors| colors.narrowed("colors", "be 0 (green), 1 (yellow) or 2 (red)"))
             .transpose()?;
         let times: Vec<i64> = times.narrowed("times_ns", "fit in 64 bits")?;
         Ok(Self {
@@ -197,13 +182,6 @@ impl Trace {
             times,
             colors,
         })
-    }
-
-    /// Mark the trace on `meter` (a working copy), returning it as the trace leaves it.
-    fn mark<M: Meter>(&self, meter: M, marked: &mut [Color]) -> Result<M, TraceError> {
-        let mut trace = TraceMarker::new(meter);
-        trace.mark(&self.sizes, &self.times, self.colors.as_deref(), marked)?;
-        Ok(trace.finish())
     }
 }
 

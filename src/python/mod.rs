@@ -24,7 +24,8 @@
 //! * [`seats`]: in-flight limits, `core::seats` under a lock, with their waiting threads and
 //!   tasks, and the leases of their holders.
 //! * [`stack`]: one request under several in-process limiters, taken from all or none.
-//! * [`waiting`]: the one deadline loop of every blocking `acquire`: reserve, then sleep.
+//! * [`waiting`]: the core's deadline loop of every blocking `acquire`, sleeping with the
+//!   interpreter released and answering signals.
 //! * [`errors`]: the one place the core's errors become Python exceptions.
 //! * [`fork`]: what `os.fork()` does to limiters, and the hooks that keep a child working.
 

@@ -8,29 +8,27 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::core::exact::config::Config;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::{Table, THE_KEY};
+use crate::core::exact::table_size::{self, DEFAULT_MAX_KEYS};
 use crate::host::fresh_seed;
-use crate::python::args::{count, NowNs};
+use crate::python::args::count;
 use crate::python::clock::Clock;
 use crate::python::config::{
     bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_limits,
 };
-use crate::python::errors::{off_the_clock, OfClock};
+use crate::python::errors::OfClock;
 use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::limiter::only_the_rate_by_position;
 use crate::python::surface::methods::limiter_methods;
 use crate::python::surface::PyLimit;
 use crate::shared_memory::{self, Mapped};
-
-/// `max_keys` unless given.
-const DEFAULT_MAX_KEYS: u64 = 100_000;
 
 /// A table, where it lives, and the clock its calls read.
 pub struct Shared {
@@ -81,16 +79,6 @@ impl Shared {
                 })
             })
             .collect()
-    }
-
-    /// A call's time, `now_ns` or the clock's reading, unless it is too far from the table's
-    /// clock to be a reading of it: what a stacked request decides this table at.
-    fn now(&self, py: Python<'_>, now_ns: Option<NowNs>) -> PyResult<i64> {
-        let now = self.clock.now(py, now_ns)?;
-        match self.table.off_the_clock(now) {
-            None => Ok(now),
-            Some(gap) => Err(off_the_clock(OfClock::Table, now_ns.is_some(), now, gap)),
-        }
     }
 
     fn repr(&self, py: Python<'_>, class: &str, extra: &str) -> PyResult<String> {
@@ -165,7 +153,7 @@ pub fn host_folder_py(py: Python<'_>) -> PyResult<PathBuf> {
 /// equals, as the in-process table reads it. Every process reads the same key to the same
 /// digest, so only keys whose value says what they are can be shared: an object's identity
 /// cannot.
-fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
+pub(crate) fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
     match classify(key)?.as_key() {
         Some(plain) => Ok(table.digest_of(plain)),
         None => Err(PyTypeError::new_err(format!(
@@ -195,18 +183,6 @@ fn key_digest(table: &Table<Mapped>, key: &Bound<'_, PyAny>) -> PyResult<Digest>
 )]
 pub struct SharedRateLimiter {
     shared: Shared,
-}
-
-impl SharedRateLimiter {
-    /// This limiter as a part of a stacked request (see `python::stack`): its table, and the
-    /// time of the call, checked against the table's clock.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        now_ns: Option<NowNs>,
-    ) -> PyResult<(&Table<Mapped>, i64)> {
-        Ok((&self.shared.table, self.shared.now(py, now_ns)?))
-    }
 }
 
 /// The one limiter, shared: its part is its table, and its key the table's one key.
@@ -389,11 +365,7 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
         only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
-        if !(1..=crate::core::exact::shared::layout::MOST_KEYS).contains(&max_keys) {
-            return Err(PyValueError::new_err(format!(
-                "max_keys must be between 1 and 2**32, not {max_keys}"
-            )));
-        }
+        let max_keys = table_size::shared(max_keys)?;
         // Each plan's table is the table of its bands under the name: its own file, since the
         // bands' fingerprint is in the file's name; the plans are opened as one set.
         let tables = Shared::open(py, name, &configs, Some(max_keys), path)?;
@@ -472,20 +444,6 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
 }}
 
 impl SharedKeyedRateLimiter {
-    /// The table of `plan` as a part of a stacked request (see `python::stack`), the key's
-    /// digest in it, and the time of the call, read as a per-key call reads them.
-    pub(crate) fn stacked(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        now_ns: Option<NowNs>,
-        plan: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(&Table<Mapped>, Digest, i64)> {
-        let shared = self.part(plan)?;
-        let now = shared.now(py, now_ns)?;
-        Ok((&shared.table, key_digest(&shared.table, key)?, now))
-    }
-
     /// Every table's configuration, by the index the plans name.
     fn configs(&self) -> Vec<&Config> {
         self.tables

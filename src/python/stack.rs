@@ -12,19 +12,25 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use pyo3::PyTypeInfo;
 
+use std::sync::Mutex;
+
 use crate::core::exact::key::{Key, KeyRef};
+use crate::core::exact::keyed::KeyedLimiter;
 use crate::core::exact::keyed::{Answer, KeyedDecision};
 use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::limiter::Limiter;
+use crate::core::exact::shared::Table;
 use crate::core::exact::shared::THE_KEY;
 use crate::core::exact::stack::{combined, decide_together, ClockGap, Limit, Part, Then};
 use crate::python::args::{tokens, NowNs, N};
 use crate::python::decision::{Decision, LIMIT_OUTCOME};
-use crate::python::errors::{clock_error, OfClock};
+use crate::python::errors::{clock_error, off_the_clock, OfClock};
 use crate::python::keyed::KeyedRateLimiter;
 use crate::python::keys::{classify, Classified};
 use crate::python::limiter::RateLimiter;
 use crate::python::record::frozen_record;
-use crate::python::shared::{SharedKeyedRateLimiter, SharedRateLimiter};
+use crate::python::shared::{key_digest, SharedKeyedRateLimiter, SharedRateLimiter};
+use crate::python::surface::PyLimit;
 use crate::shared_memory::Mapped;
 
 frozen_record! {
@@ -207,7 +213,7 @@ fn no_parts() -> PyErr {
 }
 
 /// One part read as its limiter's `check` reads its arguments, and its key classified (`None`
-/// for a limiter of one limit).
+/// but for a keyed table in this process, whose key is hashed once the table is known).
 fn read_part<'a, 'py>(
     py: Python<'py>,
     limiter: &'a Bound<'py, PyAny>,
@@ -216,25 +222,91 @@ fn read_part<'a, 'py>(
     plan: &Bound<'py, PyAny>,
     now_ns: Option<NowNs>,
 ) -> PyResult<(Read<'a>, Option<Classified<'a>>)> {
+    let args = (key, n, plan, now_ns);
     if let Ok(limiter) = limiter.cast::<RateLimiter>() {
-        if !key.is_none() || !plan.is_none() {
-            return Err(PyTypeError::new_err(
-                "a RateLimiter is one limit: its part takes no key and no plan",
-            ));
-        }
-        let n: Option<N> = n.extract()?;
-        let (state, now) = limiter.get().stacked(py, now_ns)?;
-        let read = Read {
-            limit: Limit::One(state),
-            now,
-            n: tokens(n),
-        };
-        return Ok((read, None));
+        return read(py, limiter.get(), args);
     }
     if let Ok(limiter) = limiter.cast::<KeyedRateLimiter>() {
-        let plan = (!plan.is_none()).then_some(plan);
-        let n: Option<N> = n.extract()?;
-        let (table, now) = limiter.get().stacked(py, plan, now_ns)?;
+        return read(py, limiter.get(), args);
+    }
+    if let Ok(limiter) = limiter.cast::<SharedRateLimiter>() {
+        return read(py, limiter.get(), args);
+    }
+    let limiter = limiter
+        .cast::<SharedKeyedRateLimiter>()
+        .expect("every part's limiter was checked to be of this host");
+    read(py, limiter.get(), args)
+}
+
+/// [`read_part`] for a limiter of class `L`: the plan, `n` and the time, read as every call of
+/// `L` reads them (`surface`), then the part's limit for its key.
+fn read<'a, 'py, L: Stacks>(
+    py: Python<'py>,
+    limiter: &'a L,
+    (key, n, plan, now_ns): (
+        &'a Bound<'py, PyAny>,
+        &Bound<'py, PyAny>,
+        &Bound<'py, PyAny>,
+        Option<NowNs>,
+    ),
+) -> PyResult<(Read<'a>, Option<Classified<'a>>)> {
+    let plan = (!plan.is_none()).then_some(plan);
+    if L::ONE_LIMIT && (!key.is_none() || plan.is_some()) {
+        return Err(PyTypeError::new_err(format!(
+            "a {} is one limit: its part takes no key and no plan",
+            L::NAME
+        )));
+    }
+    let part = limiter.part(plan)?;
+    let n = tokens(n.extract::<Option<N>>()?);
+    let now = limiter.reading_plain(part, || limiter.clock().now(py, now_ns))?;
+    limiter.lineage(py)?;
+    let core = limiter.core(part);
+    if let Some(gap) = L::clock_gap(core, now) {
+        return Err(off_the_clock(L::CLOCK, now_ns.is_some(), now, gap));
+    }
+    let (limit, key) = L::limit(core, key)?;
+    Ok((Read { limit, now, n }, key))
+}
+
+/// A part's limit, and its key classified where the table hashes it later.
+type PartLimit<'a> = (Limit<'a, Key, Mapped>, Option<Classified<'a>>);
+
+/// A limiter class whose parts a stacked request can hold: its core limiter as one of the
+/// core stack's limits.
+trait Stacks: PyLimit {
+    /// Whether it is one limit, whose part takes no key and no plan.
+    const ONE_LIMIT: bool;
+
+    /// How far `now` is from a table's clock, if too far. A limiter of one limit puts the time
+    /// on its clock when it decides, under its lock (`stack::decide_together`).
+    fn clock_gap(_core: &Self::Core, _now: i64) -> Option<i128> {
+        None
+    }
+
+    /// The part's limit for `key`.
+    fn limit<'a>(core: &'a Self::Core, key: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>>;
+}
+
+impl Stacks for RateLimiter {
+    const ONE_LIMIT: bool = true;
+
+    fn limit<'a>(core: &'a Mutex<Limiter>, _: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
+        Ok((Limit::One(core), None))
+    }
+}
+
+impl Stacks for KeyedRateLimiter {
+    const ONE_LIMIT: bool = false;
+
+    fn clock_gap(core: &KeyedLimiter<Key>, now: i64) -> Option<i128> {
+        core.off_the_clock(now)
+    }
+
+    fn limit<'a>(
+        core: &'a KeyedLimiter<Key>,
+        key: &'a Bound<'_, PyAny>,
+    ) -> PyResult<PartLimit<'a>> {
         let classified = classify(key)?;
         if matches!(classified, Classified::Object) {
             return Err(PyTypeError::new_err(format!(
@@ -243,39 +315,32 @@ fn read_part<'a, 'py>(
                 key.get_type().name()?
             )));
         }
-        let read = Read {
-            limit: Limit::Keyed(table),
-            now,
-            n: tokens(n),
-        };
-        return Ok((read, Some(classified)));
+        Ok((Limit::Keyed(core), Some(classified)))
     }
-    let n: Option<N> = n.extract()?;
-    if let Ok(limiter) = limiter.cast::<SharedRateLimiter>() {
-        if !key.is_none() || !plan.is_none() {
-            return Err(PyTypeError::new_err(
-                "a SharedRateLimiter is one limit: its part takes no key and no plan",
-            ));
-        }
-        let (table, now) = limiter.get().stacked(py, now_ns)?;
-        let read = Read {
-            limit: Limit::Shared(table, THE_KEY),
-            now,
-            n: tokens(n),
-        };
-        return Ok((read, None));
+}
+
+impl Stacks for SharedRateLimiter {
+    const ONE_LIMIT: bool = true;
+
+    fn clock_gap(core: &Table<Mapped>, now: i64) -> Option<i128> {
+        core.off_the_clock(now)
     }
-    let limiter = limiter
-        .cast::<SharedKeyedRateLimiter>()
-        .expect("every part's limiter was checked to be of this host");
-    let plan = (!plan.is_none()).then_some(plan);
-    let (table, digest, now) = limiter.get().stacked(py, key, now_ns, plan)?;
-    let read = Read {
-        limit: Limit::Shared(table, digest),
-        now,
-        n: tokens(n),
-    };
-    Ok((read, None))
+
+    fn limit<'a>(core: &'a Table<Mapped>, _: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
+        Ok((Limit::Shared(core, THE_KEY), None))
+    }
+}
+
+impl Stacks for SharedKeyedRateLimiter {
+    const ONE_LIMIT: bool = false;
+
+    fn clock_gap(core: &Table<Mapped>, now: i64) -> Option<i128> {
+        core.off_the_clock(now)
+    }
+
+    fn limit<'a>(core: &'a Table<Mapped>, key: &'a Bound<'_, PyAny>) -> PyResult<PartLimit<'a>> {
+        Ok((Limit::Shared(core, key_digest(core, key)?), None))
+    }
 }
 
 /// Whether `limiter` is one of this host's, which `_check_together` decides: a shared limiter,

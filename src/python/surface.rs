@@ -20,7 +20,6 @@
 pub mod methods;
 pub mod tables;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyModule, PyString, PyTuple};
@@ -30,13 +29,14 @@ use crate::core::exact::config::Config;
 use crate::core::exact::keyed::KeyedDecision;
 use crate::core::exact::limit::{Limit, OffTheClock};
 use crate::core::exact::limiter::Decision as CoreDecision;
-use crate::core::exact::plans::Plans;
+use crate::core::exact::plans::{Named, Plans};
+use crate::core::exact::waiting::{max_wait_ns, NeverEnough, Reserved};
 use crate::python::args::{tokens, NowNs, Timeout, N};
 use crate::python::clock::Clock;
 use crate::python::config::bands_tuple;
 use crate::python::decision::Decision;
-use crate::python::errors::{never, off_the_clock, OfClock};
-use crate::python::waiting::{max_wait_ns, wait_for_turn, Reserved};
+use crate::python::errors::{off_the_clock, shown, OfClock};
+use crate::python::waiting::wait_for_turn;
 
 /// A limiter class, as its methods reach the core. `Sync`, as a frozen class is, so that a
 /// trace can be decided with the interpreter released.
@@ -176,7 +176,7 @@ pub fn try_acquire<L: PyLimit>(
     })?;
     match decided {
         KeyedDecision::Decided(CoreDecision::Allowed) => Ok(true),
-        KeyedDecision::Decided(CoreDecision::Never) => Err(never(n)),
+        KeyedDecision::Decided(CoreDecision::Never) => Err(NeverEnough { n }.into()),
         _ => Ok(false),
     }
 }
@@ -271,10 +271,10 @@ pub fn acquire<L: PyLimit>(
     wait_for_turn(
         py,
         L::NAME,
-        max_wait_ns(timeout),
+        max_wait_ns(timeout.map(|Timeout(wait)| wait)),
         |left| reserve_on(this, py, part, key, n, left),
         |at| this.clock().until(py, at),
-        |turn| give_up(this, py, part, key, n, turn),
+        |reserved_ns, at_ns| give_up(this, py, part, key, n, reserved_ns, at_ns),
     )
 }
 
@@ -289,7 +289,14 @@ pub fn reserve<L: PyLimit>(
     timeout: Option<Timeout>,
 ) -> PyResult<Reserved> {
     let part = this.part(plan)?;
-    reserve_on(this, py, part, key, tokens(n), max_wait_ns(timeout))
+    reserve_on(
+        this,
+        py,
+        part,
+        key,
+        tokens(n),
+        max_wait_ns(timeout.map(|Timeout(wait)| wait)),
+    )
 }
 
 fn reserve_on<L: PyLimit>(
@@ -303,7 +310,7 @@ fn reserve_on<L: PyLimit>(
     let (now, reservation) = call_on(this, py, part, key, None, true, |core, key, now| {
         Ok((now, core.reserve(key, n, now, max_wait)?))
     })?;
-    Reserved::of_keyed(reservation, now, n)
+    Ok(Reserved::of_keyed(reservation, now, n)?)
 }
 
 /// `_give_back`: hand back `n` tokens reserved for `at_ns` and not used (a cancelled waiter):
@@ -333,7 +340,8 @@ fn give_up<L: PyLimit>(
     part: &L::Part,
     key: L::Key<'_>,
     n: u64,
-    (reserved_ns, at_ns): (i64, i64),
+    reserved_ns: i64,
+    at_ns: i64,
 ) {
     let now = this.clock().now(py, None).unwrap_or(reserved_ns);
     let core = this.core(part);
@@ -377,46 +385,26 @@ pub fn bands<'py, L: PyLimit>(this: &L, py: Python<'py>) -> PyResult<Bound<'py, 
     }
 }
 
-/// The index of the part of `plan`, among `plans` (each a name and its part's index): the only
-/// part, 0, without plans (then `plan` must not be given); else the named plan's, which must be
-/// one of them.
+/// The index of the part of `plan`, among `plans` (each a name and its part's index): see
+/// `Plans::chosen`.
 #[cold]
 pub fn plan_index(
     plans: Option<&[(String, usize)]>,
     plan: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<usize> {
-    let shown = |plan: &Bound<'_, PyAny>| {
-        plan.repr()
-            .map_or_else(|_| "?".into(), |shown| shown.to_string())
+    // A plan's text is read only where there are plans to find it among.
+    let text = plan
+        .filter(|_| plans.is_some())
+        .and_then(|plan| plan.cast::<PyString>().ok())
+        .map(PyStringMethods::to_cow)
+        .transpose()?;
+    let named = match (plan, &text) {
+        (None, _) => Named::Not,
+        (Some(_), Some(text)) => Named::Text(text),
+        (Some(_), None) => Named::Other,
     };
-    match (plans, plan) {
-        (None, None) => Ok(0),
-        (None, Some(plan)) => Err(PyTypeError::new_err(format!(
-            "plan={} was given, but this limiter has no plans: give it \
-             plans={{name: rate or bands, ...}} to limit each key by its plan",
-            shown(plan)
-        ))),
-        (Some(names), None) => Err(PyTypeError::new_err(format!(
-            "plan= is required: this limiter's plans are {}",
-            Plans::listed(names)
-        ))),
-        (Some(names), Some(plan)) => {
-            let Ok(text) = plan.cast::<PyString>() else {
-                return Err(PyTypeError::new_err(format!(
-                    "plan must be a str naming one of this limiter's plans ({}), not {}",
-                    Plans::listed(names),
-                    shown(plan)
-                )));
-            };
-            Plans::index_of(names, &text.to_cow()?).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "unknown plan {}: this limiter's plans are {}",
-                    shown(plan),
-                    Plans::listed(names)
-                ))
-            })
-        }
-    }
+    let shown = || plan.map(shown).unwrap_or_default();
+    Ok(Plans::chosen(plans, named, shown)?)
 }
 
 /// The module that gives the limiters their asyncio and decorator forms, written in Python.

@@ -121,6 +121,8 @@ pub enum ConfigError {
     Beyond64Bits { param: Param, shown: String },
     /// A burst of zero: no request could ever pass.
     ZeroBurst,
+    /// A burst that is no whole number of tokens from 1 to 2**64 - 1 (negative, or too large).
+    BurstRange { shown: String },
     /// Tokens per second (`rate / per`) need more than 64 bits above or below the line.
     PerSecondBeyond64Bits { rate: Ratio, per: Ratio },
     /// The burst, counted in the rate's units, does not fit the integers a band holds.
@@ -137,6 +139,36 @@ pub enum ConfigError {
     InitialAboveBurst { initial: u64, burst: u64 },
     /// An encoding this version cannot read.
     Unreadable(&'static str),
+    /// Neither a rate nor bands given.
+    NoLimit,
+    /// Both a rate and bands given.
+    RateAndBands,
+    /// `burst` or `per` given beside `bands`, where each band says its own.
+    BandOptionsBesideBands,
+    /// `bands` that is no list of bands (a string, say).
+    BandsNotAList { shown: String },
+    /// A band given as a tuple of neither two nor three items.
+    BandTuple { shown: String },
+    /// An item of `bands` that is no band.
+    NotABand { shown: String },
+}
+
+impl ConfigError {
+    /// Whether the error is in how the call is written (two ways of saying one thing, a
+    /// missing or misplaced argument, a value of the wrong kind) rather than in a value.
+    #[must_use]
+    pub fn is_in_the_call(&self) -> bool {
+        matches!(
+            self,
+            Self::PeriodTwice { .. }
+                | Self::NoLimit
+                | Self::RateAndBands
+                | Self::BandOptionsBesideBands
+                | Self::BandsNotAList { .. }
+                | Self::BandTuple { .. }
+                | Self::NotABand { .. }
+        )
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -150,6 +182,9 @@ impl fmt::Display for ConfigError {
                 "{param} {shown} needs a numerator or denominator beyond 64 bits"
             ),
             Self::ZeroBurst => f.write_str("burst must be an int from 1 to 2**64 - 1, not 0"),
+            Self::BurstRange { shown } => {
+                write!(f, "burst must be an int from 1 to 2**64 - 1, not {shown}")
+            }
             Self::PerSecondBeyond64Bits { rate, per } => write!(
                 f,
                 "rate {rate} per {per} seconds is a rate per second whose numerator or \
@@ -173,6 +208,25 @@ impl fmt::Display for ConfigError {
                 write!(f, "initial={initial} is more than a band's burst ({burst})")
             }
             Self::Unreadable(why) => write!(f, "not a configuration this version reads: {why}"),
+            Self::NoLimit => f.write_str("give a rate, or bands"),
+            Self::RateAndBands => f.write_str("give a rate or bands, not both"),
+            Self::BandOptionsBesideBands => {
+                f.write_str("burst and per belong to each band when bands is given")
+            }
+            Self::BandsNotAList { shown } => write!(
+                f,
+                "bands must be a list of Band or (rate, burst[, per]) tuples, not {shown}"
+            ),
+            Self::BandTuple { shown } => write!(
+                f,
+                "a band tuple is (rate, burst) or (rate, burst, per), not {shown}"
+            ),
+            Self::NotABand { shown } => write!(
+                f,
+                "bands must hold Band objects or (rate, burst[, per]) tuples, not {shown}: for \
+                 one limit write RateLimiter(rate), for several \
+                 bands=[Band(10), Band(1000, per=3600)]"
+            ),
         }
     }
 }

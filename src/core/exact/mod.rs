@@ -26,8 +26,10 @@
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 //! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
 //!   against a process killed at any instruction.
+//! * [`table_size`]: how many keys a keyed table holds, and how many locks it is split into.
 //! * [`stack`]: one request under several limits at once (global, route, client), taken from
 //!   all of them or from none.
+//! * [`waiting`]: the deadline loop of a blocking acquire: reserve a turn, then wait for it.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
 pub mod clock_gap;
@@ -43,3 +45,5 @@ pub mod record;
 pub mod settle;
 pub mod shared;
 pub mod stack;
+pub mod table_size;
+pub mod waiting;

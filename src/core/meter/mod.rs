@@ -52,6 +52,18 @@ impl Color {
     }
 }
 
+/// The colour of a code read from a trace's array: 0, 1 or 2, else nothing.
+impl TryFrom<i128> for Color {
+    type Error = ();
+
+    fn try_from(code: i128) -> Result<Self, ()> {
+        usize::try_from(code)
+            .ok()
+            .and_then(Self::from_code)
+            .ok_or(())
+    }
+}
+
 /// A meter: settle to `now_ns`, then colour a packet of `bytes`, colour-aware if `arrived` is
 /// the colour it came with. Every meter here is two buckets, which are all its state: what a
 /// saved meter keeps ([`Meter::balances`]) and puts back ([`Meter::restore`]).

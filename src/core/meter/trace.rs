@@ -19,6 +19,24 @@ pub enum TraceError {
     Backwards { index: usize },
 }
 
+/// Whether a trace's `sizes`, `times` and `colors` (if any) have one length, as these are
+/// counted: what a caller reading the trace in parts checks before it reads.
+///
+/// # Errors
+///
+/// [`TraceError::Lengths`], with every length, if not.
+pub fn same_lengths(sizes: usize, times: usize, colors: Option<usize>) -> Result<(), TraceError> {
+    if times == sizes && colors.is_none_or(|colors| colors == sizes) {
+        Ok(())
+    } else {
+        Err(TraceError::Lengths {
+            sizes,
+            times,
+            colors,
+        })
+    }
+}
+
 /// Mark every packet `(sizes[i], times[i], colors[i])` in order, on a copy of `meter` that
 /// replaces it only if the whole trace is valid.
 ///
@@ -31,13 +49,7 @@ pub fn mark_trace<M: Meter + Clone>(
     times: &[i64],
     colors: Option<&[Color]>,
 ) -> Result<Vec<Color>, TraceError> {
-    if sizes.len() != times.len() || colors.is_some_and(|c| c.len() != sizes.len()) {
-        return Err(TraceError::Lengths {
-            sizes: sizes.len(),
-            times: times.len(),
-            colors: colors.map(<[Color]>::len),
-        });
-    }
+    same_lengths(sizes.len(), times.len(), colors.map(<[Color]>::len))?;
     let mut trace = TraceMarker::new(meter.clone());
     let mut colored = vec![Color::Green; sizes.len()];
     trace.mark(sizes, times, colors, &mut colored)?;
@@ -215,5 +227,22 @@ mod tests {
             Err(TraceError::Backwards { index: 2 })
         );
         assert_eq!(m, before);
+    }
+
+    #[test]
+    fn a_trace_read_in_parts_checks_its_lengths_first_and_its_colour_codes_as_read() {
+        assert_eq!(same_lengths(3, 3, None), Ok(()));
+        assert_eq!(same_lengths(3, 3, Some(3)), Ok(()));
+        assert_eq!(
+            same_lengths(3, 3, Some(2)),
+            Err(TraceError::Lengths {
+                sizes: 3,
+                times: 3,
+                colors: Some(2)
+            })
+        );
+        assert_eq!(Color::try_from(2_i128), Ok(Color::Red));
+        assert_eq!(Color::try_from(3_i128), Err(()));
+        assert_eq!(Color::try_from(-1_i128), Err(()));
     }
 }

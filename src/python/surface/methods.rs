@@ -375,7 +375,7 @@ macro_rules! limiter_methods {
                 plan: Option<&Bound<'_, PyAny>>,
             ) -> PyResult<Option<(bool, i128)>> {
                 $crate::python::surface::reserve(self, py, key, plan, n, timeout)
-                    .map(|reserved| reserved.for_python())
+                    .map($crate::python::waiting::for_python)
             }
 
             /// Give back `n` tokens that `_reserve` booked for `key` at `at_ns` and that were
