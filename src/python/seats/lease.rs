@@ -9,10 +9,11 @@ use pyo3::prelude::*;
 
 use super::{Locked, Wake};
 use crate::core::exact::key::Key;
+use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::table::Asked;
 use crate::core::seats::{Grant, SeatsError, Ticket};
 use crate::python::args::Timeout;
-use crate::python::waiting::{max_wait_ns, refuse_in_event_loop};
+use crate::python::waiting::refuse_in_event_loop;
 
 /// Seats held: `n` of them, and the fencing token of this holder, strictly greater than every
 /// earlier holder's of the same limit (of the same key, for a keyed limiter).
@@ -189,7 +190,7 @@ pub(super) fn acquire(
     timeout: Option<Timeout>,
     limiter: &str,
 ) -> PyResult<Option<Lease>> {
-    let max_wait = max_wait_ns(timeout);
+    let max_wait = max_wait_ns(timeout.map(|Timeout(wait)| wait));
     if max_wait != 0 {
         refuse_in_event_loop(py, limiter)?;
     }
