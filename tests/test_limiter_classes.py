@@ -82,6 +82,45 @@ def test_try_acquire_shows_its_signature(make: Any, expected: list[str]) -> None
     assert "True if taken" in (type(limiter).try_acquire.__doc__ or "")
 
 
+#: The calls every limiter class has, written once for both kinds of limiter.
+SHARED_CALLS = [
+    "try_acquire",
+    "check",
+    "peek",
+    "refund",
+    "available",
+    "band_levels",
+    "acquire",
+    "_reserve",
+    "_give_back",
+    "acquire_async",
+]
+
+
+@pytest.mark.parametrize(
+    ("one_key", "keyed_class"),
+    [
+        (_native.RateLimiter, _native.KeyedRateLimiter),
+        (_native.SharedRateLimiter, _native.SharedKeyedRateLimiter),
+    ],
+)
+@pytest.mark.parametrize("method", SHARED_CALLS)
+def test_a_keyed_call_is_the_one_key_call_with_a_key_first_and_a_plan_last(
+    one_key: Any, keyed_class: Any, method: str
+) -> None:
+    one = inspect.signature(getattr(one_key, method)).parameters
+    many = inspect.signature(getattr(keyed_class, method)).parameters
+    assert list(many) == ["self", "key", *list(one)[1:], "plan"]
+    for name, parameter in one.items():
+        assert many[name].default == parameter.default
+        assert many[name].kind == parameter.kind
+    assert many["key"].default is inspect.Parameter.empty
+    assert many["plan"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert many["plan"].default is None
+    assert getattr(one_key, method).__doc__
+    assert getattr(keyed_class, method).__doc__ != getattr(one_key, method).__doc__
+
+
 def test_try_acquire_binds_by_position_and_by_keyword() -> None:
     limiter = plain()
     assert limiter.try_acquire(2, 0) is True

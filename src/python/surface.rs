@@ -357,13 +357,13 @@ fn give_up<L: PyLimit>(
 pub fn acquire_async<'py, L: PyLimit>(
     this: &L,
     slf: &Bound<'py, PyAny>,
-    key: Option<Bound<'py, PyAny>>,
-    plan: Option<Bound<'py, PyAny>>,
+    key: Option<&Bound<'py, PyAny>>,
+    plan: Option<&Bound<'py, PyAny>>,
     n: Option<Bound<'py, PyAny>>,
     timeout: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
-    this.part(plan.as_ref())?;
+    this.part(plan)?;
     let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
     let conveniences = conveniences(py)?;
     match key {
