@@ -72,3 +72,17 @@ def test_the_classes_live_in_their_module() -> None:
     assert lease is not None
     lease.release()
     assert repr(lease) == "Lease(n=1, token=1, released)"
+
+
+def test_both_classes_share_their_counts_and_resize() -> None:
+    # Written once for both classes: the same docstrings, the same behaviour.
+    for name in ("in_flight", "waiting", "limit", "resize"):
+        one_doc = getattr(ConcurrencyLimiter, name).__doc__
+        assert one_doc and one_doc == getattr(KeyedConcurrencyLimiter, name).__doc__
+    one, keyed = ConcurrencyLimiter(3), KeyedConcurrencyLimiter(3)
+    leases = [one.try_acquire(2), keyed.try_acquire("a", 2)]
+    assert None not in leases
+    one.resize(1)
+    keyed.resize(1)
+    for limiter in (one, keyed):
+        assert (limiter.in_flight, limiter.waiting, limiter.limit) == (2, 0, 1)

@@ -11,6 +11,13 @@ fn in_line(asked: Asked) -> Ticket {
     }
 }
 
+/// Seats of `limit`, `held` of them taken.
+fn holding(limit: u64, held: u64) -> Seats {
+    let mut seats = Seats::new(limit).unwrap();
+    seats.try_take(held).unwrap();
+    seats
+}
+
 #[test]
 fn arguments_are_refused_with_their_values() {
     assert_eq!(Seats::new(0).unwrap_err(), SeatsError::Limit(0));
@@ -56,8 +63,7 @@ fn seats_made_again_go_on_with_the_tokens() {
 
 #[test]
 fn nobody_overtakes_the_line() {
-    let mut seats = Seats::new(3).unwrap();
-    seats.try_take(2).unwrap();
+    let mut seats = holding(3, 2);
     let big = in_line(seats.ask(3).unwrap());
     // One seat is free, but the big waiter came first: a small caller waits behind it.
     assert_eq!(seats.try_take(1), Ok(None));
@@ -70,8 +76,7 @@ fn nobody_overtakes_the_line() {
 
 #[test]
 fn a_head_that_leaves_lets_the_next_in() {
-    let mut seats = Seats::new(2).unwrap();
-    seats.try_take(1).unwrap();
+    let mut seats = holding(2, 1);
     let big = in_line(seats.ask(2).unwrap());
     let small = in_line(seats.ask(1).unwrap());
     let woken = seats.leave(big).unwrap();
@@ -83,8 +88,7 @@ fn a_head_that_leaves_lets_the_next_in() {
 
 #[test]
 fn resizing_evicts_nobody_and_refuses_what_can_never_fit() {
-    let mut seats = Seats::new(4).unwrap();
-    seats.try_take(4).unwrap();
+    let mut seats = holding(4, 4);
     let three = in_line(seats.ask(3).unwrap());
     let one = in_line(seats.ask(1).unwrap());
     let woken = seats.resize(2).unwrap();

@@ -117,6 +117,16 @@ pub struct Waiter {
 }
 
 impl Waiter {
+    /// The place of `ticket` in the line of `key` in `table`, open until taken or left.
+    fn new(table: &Arc<Locked>, key: Option<&Key>, ticket: Ticket) -> Self {
+        Waiter {
+            table: Arc::clone(table),
+            key: key.cloned(),
+            ticket,
+            open: AtomicBool::new(true),
+        }
+    }
+
     fn lease(&self, outcome: Option<Result<Grant, SeatsError>>) -> PyResult<Option<Lease>> {
         let Some(outcome) = outcome else {
             return Ok(None);
@@ -202,12 +212,7 @@ pub(super) fn acquire(
             Asked::Seated(grant) => return Ok(Some(Lease::new(table, key, grant))),
             Asked::Busy => return Ok(None),
             Asked::InLine(ticket) => {
-                let waiter = Waiter {
-                    table: Arc::clone(table),
-                    key: key.cloned(),
-                    ticket,
-                    open: AtomicBool::new(true),
-                };
+                let waiter = Waiter::new(table, key, ticket);
                 loop {
                     if let Some(lease) = waiter.take(py)? {
                         return Ok(Some(lease));
@@ -242,15 +247,7 @@ pub(super) fn ask_for_task(
 ) -> PyResult<Option<Py<PyAny>>> {
     Ok(match table.ask(key, n, Some(Wake::Task(wake)))? {
         Asked::Seated(grant) => Some(Py::new(py, Lease::new(table, key, grant))?.into_any()),
-        Asked::InLine(ticket) => {
-            let waiter = Waiter {
-                table: Arc::clone(table),
-                key: key.cloned(),
-                ticket,
-                open: AtomicBool::new(true),
-            };
-            Some(Py::new(py, waiter)?.into_any())
-        }
+        Asked::InLine(ticket) => Some(Py::new(py, Waiter::new(table, key, ticket))?.into_any()),
         Asked::Busy | Asked::NoRoom(_) => None,
     })
 }

@@ -31,6 +31,47 @@ fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
     count(limit, "limit")
 }
 
+/// Write an in-flight limiter class's `#[pymethods]`: the counts and `resize`, which both
+/// classes read from their table alike, then the class's own methods, as given.
+///
+/// PyO3 makes a class's methods from one `#[pymethods]` block, so the shared methods cannot
+/// live in a block of their own; this macro writes them into each class's block. A doc comment
+/// here is the Python docstring of both classes' method.
+macro_rules! seats_methods {
+    ($class:ty { $($own:tt)* }) => {
+        #[pymethods]
+        impl $class {
+            /// How many seats are held now, over every key of a keyed limiter (more than the
+            /// limit just after it shrank).
+            #[getter]
+            fn in_flight(&self) -> u64 {
+                self.table.lock().counts().0
+            }
+
+            /// How many callers wait for seats, over every key of a keyed limiter.
+            #[getter]
+            fn waiting(&self) -> usize {
+                self.table.lock().counts().1
+            }
+
+            /// How many seats there are (for each key, in a keyed limiter).
+            #[getter]
+            fn limit(&self) -> u64 {
+                self.table.lock().limit()
+            }
+
+            /// A new limit (for every key, in a keyed limiter), at once: holders keep their
+            /// seats; waiters that now fit are seated, and those asking for more than the new
+            /// limit get ValueError.
+            fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+                Ok(self.table.resize(py, seats_limit(limit)?)?)
+            }
+
+            $($own)*
+        }
+    };
+}
+
 /// At most `limit` seats held at once, by threads and asyncio tasks alike, in one process.
 ///
 /// ConcurrencyLimiter(limit)
@@ -46,8 +87,7 @@ pub struct ConcurrencyLimiter {
     table: Arc<Locked>,
 }
 
-#[pymethods]
-impl ConcurrencyLimiter {
+seats_methods! { ConcurrencyLimiter {
     #[new]
     fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
         let table = Locked::new(seats_limit(limit)?, None)?;
@@ -103,30 +143,6 @@ impl ConcurrencyLimiter {
         Ok(self.table.release(py, None, n.0)?)
     }
 
-    /// How many seats are held now (more than the limit just after it shrank).
-    #[getter]
-    fn in_flight(&self) -> u64 {
-        self.table.lock().counts().0
-    }
-
-    /// How many callers wait for seats.
-    #[getter]
-    fn waiting(&self) -> usize {
-        self.table.lock().counts().1
-    }
-
-    /// How many seats there are.
-    #[getter]
-    fn limit(&self) -> u64 {
-        self.table.lock().limit()
-    }
-
-    /// A new limit, at once: holders keep their seats; waiters that now fit are seated, and
-    /// those asking for more than the new limit get ValueError.
-    fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(self.table.resize(py, seats_limit(limit)?)?)
-    }
-
     /// Hold one seat while the decorated function runs (awaited for an async def).
     fn __call__<'py>(
         slf: &Bound<'py, Self>,
@@ -173,7 +189,7 @@ impl ConcurrencyLimiter {
             self.table.lock().limit()
         )
     }
-}
+}}
 
 /// One in-flight limit per key, at most `max_keys` keys at once, in one process.
 ///
@@ -196,8 +212,7 @@ impl KeyedConcurrencyLimiter {
     }
 }
 
-#[pymethods]
-impl KeyedConcurrencyLimiter {
+seats_methods! { KeyedConcurrencyLimiter {
     #[new]
     #[pyo3(signature = (limit, *, max_keys = None), text_signature = "(limit, *, max_keys=100000)")]
     fn new(limit: &Bound<'_, PyAny>, max_keys: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -266,33 +281,10 @@ impl KeyedConcurrencyLimiter {
         ask_for_task(py, &self.table, Some(&key), n.0, wake)
     }
 
-    /// How many seats are held now, over every key.
-    #[getter]
-    fn in_flight(&self) -> u64 {
-        self.table.lock().counts().0
-    }
-
-    /// How many callers wait for seats, over every key.
-    #[getter]
-    fn waiting(&self) -> usize {
-        self.table.lock().counts().1
-    }
-
-    /// How many seats each key has.
-    #[getter]
-    fn limit(&self) -> u64 {
-        self.table.lock().limit()
-    }
-
     /// How many keys may be in use at once.
     #[getter]
     fn max_keys(&self) -> u64 {
         self.max_keys
-    }
-
-    /// A new limit for every key, at once, as ConcurrencyLimiter.resize().
-    fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
-        Ok(self.table.resize(py, seats_limit(limit)?)?)
     }
 
     /// How many keys are in use (held or waited for).
@@ -308,4 +300,4 @@ impl KeyedConcurrencyLimiter {
             self.max_keys
         )
     }
-}
+}}

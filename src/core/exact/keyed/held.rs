@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use hashbrown::Equivalent;
 
 use super::room::Others;
-use super::{lock, Answer, KeyedDecision, KeyedLimiter, Shard};
+use super::{lock, Answer, KeyedDecision, KeyedLimiter, Request, Shard};
 use crate::core::exact::limiter::Decision;
 
 /// The shards of a table a stacked decision needs, locked: the one shard of its key, or, for
@@ -162,16 +162,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let (hash, index) = self.shard_index(key);
         let (shard, mut others, _) = held.split(&self.shards, index);
-        let (decision, remaining) = self.acquire_in(
-            shard,
-            &mut others,
+        let request = Request {
             hash,
             key,
             n,
-            asked.now,
-            asked.behind,
-            true,
-        );
+            now: asked.now,
+            behind: asked.behind,
+            with_remaining: true,
+        };
+        let (decision, remaining) = self.acquire_in(shard, &mut others, &request);
         self.unpinned(shard, hash, key);
         Answer {
             decision,

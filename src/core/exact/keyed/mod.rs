@@ -200,6 +200,36 @@ struct Locked<'a, K> {
     behind: u128,
 }
 
+impl<K> Locked<'_, K> {
+    /// The inputs of a decision for `key`, whose shard this is: `n` tokens at the table's
+    /// time, saying what the key holds after it if `with_remaining`.
+    fn request<'q, Q: ?Sized>(&self, key: &'q Q, n: u64, with_remaining: bool) -> Request<'q, Q> {
+        Request {
+            hash: self.hash,
+            key,
+            n,
+            now: self.now,
+            behind: self.behind,
+            with_remaining,
+        }
+    }
+}
+
+/// What one decision for a key needs besides its shard (which the caller holds): the key, its
+/// hash, the tokens asked for and the table's time.
+struct Request<'q, Q: ?Sized> {
+    hash: u64,
+    key: &'q Q,
+    /// The tokens asked for.
+    n: u64,
+    /// The table's time, at which the key decides.
+    now: i64,
+    /// How far the caller's time is behind `now`: added to every wait told.
+    behind: u128,
+    /// Whether to also say what the key holds after the decision.
+    with_remaining: bool,
+}
+
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A table of at most `max_keys` keys (at least 1), each limited by `specs`, split into
     /// `shards` shards (at least one, at most `max_keys`) that hold any number of those keys

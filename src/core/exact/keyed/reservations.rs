@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use hashbrown::Equivalent;
 
 use super::room::Others;
-use super::{KeyedDecision, KeyedLimiter, KeyedReservation, Locked};
+use super::{KeyedDecision, KeyedLimiter, KeyedReservation, Locked, Request};
 use crate::core::exact::limiter::{Balances, Decision, Reservation};
 use crate::core::exact::rate::BandSpec;
 
@@ -112,7 +112,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 shards: &self.shards,
                 own: index,
             };
-            let (decision, _) = self.acquire_new(shard, &mut others, hash, key, n, now, false);
+            let request = Request {
+                hash,
+                key,
+                n,
+                now,
+                behind,
+                with_remaining: false,
+            };
+            let (decision, _) = self.acquire_new(shard, &mut others, &request);
             let reservation = match decision.from_caller(behind) {
                 KeyedDecision::Decided(Decision::Allowed) => {
                     KeyedReservation::Decided(Reservation::Taken { after_ns: 0 })

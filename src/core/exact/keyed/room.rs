@@ -8,23 +8,18 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use hashbrown::Equivalent;
 
-use super::{lock, remaining_if, KeyedDecision, KeyedLimiter, Shard};
+use super::{lock, remaining_if, KeyedDecision, KeyedLimiter, Request, Shard};
 use crate::core::exact::limiter::Decision;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
     /// the answer changed it. Also returns what the key holds after the decision (0 if
     /// refused), if asked.
-    #[allow(clippy::too_many_arguments)] // one decision's every input, in one place
     pub(super) fn acquire_new<Q>(
         &self,
         shard: &mut Shard<K>,
         others: &mut Others<'_, '_, K>,
-        hash: u64,
-        key: &Q,
-        n: u64,
-        now: i64,
-        with_remaining: bool,
+        request: &Request<'_, Q>,
     ) -> (KeyedDecision, u128)
     where
         Q: Hash + Equivalent<K> + ?Sized,
@@ -32,22 +27,24 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     {
         let specs = &self.specs;
         let mut limiter = self.fresh.clone();
-        let decision = limiter.acquire(specs, n, now);
-        let remaining = remaining_if(with_remaining, specs, &limiter);
+        let decision = limiter.acquire(specs, request.n, request.now);
+        let remaining = remaining_if(request.with_remaining, specs, &limiter);
         if decision != Decision::Allowed || limiter.is_full(specs) {
             // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), remaining);
         }
-        if let Some(retry_in) = self.make_room(shard, others, now, true, &[]) {
+        if let Some(retry_in) = self.make_room(shard, others, request.now, true, &[]) {
             return (KeyedDecision::Refused { retry_in }, 0);
         }
         // A new key may be full again before any the last sweep saw.
         let fresh_from = limiter.fresh_from(specs);
         shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
-        shard.entries.insert(hash, K::from(key), &limiter, |key| {
-            self.hasher.hash_one(key)
-        });
+        shard
+            .entries
+            .insert(request.hash, K::from(request.key), &limiter, |key| {
+                self.hasher.hash_one(key)
+            });
         self.changes.fetch_add(1, Ordering::Release);
         (KeyedDecision::Decided(decision), remaining)
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use hashbrown::Equivalent;
 
 use super::room::Others;
-use super::{lock, remaining_if, Answer, KeyedDecision, KeyedLimiter, Locked, Shard};
+use super::{lock, remaining_if, Answer, KeyedDecision, KeyedLimiter, Locked, Request, Shard};
 use crate::core::exact::limiter::{Balances, Decision, Level};
 use crate::core::exact::rate::BandSpec;
 
@@ -45,72 +45,54 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
-        let Locked {
-            mut shard,
-            index,
-            hash,
-            now,
-            behind,
-        } = self.locked(key, now_ns);
+        let mut locked = self.locked(key, now_ns);
+        let request = locked.request(key, n, with_remaining);
         let mut others = Others::Unlocked {
             shards: &self.shards,
-            own: index,
+            own: locked.index,
         };
-        self.acquire_in(
-            &mut shard,
-            &mut others,
-            hash,
-            key,
-            n,
-            now,
-            behind,
-            with_remaining,
-        )
+        self.acquire_in(&mut locked.shard, &mut others, &request)
     }
 
-    #[allow(clippy::too_many_arguments)] // one decision's every input, in one place
+    /// Decide `request` in `shard`, whose lock the caller holds (as it may hold the `others`).
     pub(super) fn acquire_in<Q>(
         &self,
         shard: &mut Shard<K>,
         others: &mut Others<'_, '_, K>,
-        hash: u64,
-        key: &Q,
-        n: u64,
-        now: i64,
-        behind: u128,
-        with_remaining: bool,
+        request: &Request<'_, Q>,
     ) -> (KeyedDecision, u128)
     where
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         let room_from = shard.room_from;
-        let (decision, remaining) = if let Some(mut stored) = Self::find(shard, hash, key) {
-            // Taking from the key that is full first moves the shard's first room later.
-            let specs = &self.specs;
-            let mut limiter = stored.balances();
-            let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
-            let decision = limiter.acquire(specs, n, now);
-            stored.store(&limiter);
-            let remaining = remaining_if(with_remaining, specs, &limiter);
-            // Settled at the table's clock, unless a reservation settled it further ahead:
-            // full there is not fresh yet (nothing accrues before it), so the cheap test
-            // comes first and the exact one only for a key that is full.
-            let full = limiter.is_full(specs) && limiter.is_fresh_at(specs, now);
-            if was_first && decision == Decision::Allowed {
-                shard.room_from = None;
-                // The table's room hint may name this key's refill too, now later than it says.
-                self.changes.fetch_add(1, Ordering::Release);
-            }
-            if full {
-                // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
-                self.forget(shard, hash, key);
-            }
-            (KeyedDecision::Decided(decision), remaining)
-        } else {
-            self.acquire_new(shard, others, hash, key, n, now, with_remaining)
-        };
-        let decision = decision.from_caller(behind);
+        let (decision, remaining) =
+            if let Some(mut stored) = Self::find(shard, request.hash, request.key) {
+                // Taking from the key that is full first moves the shard's first room later.
+                let specs = &self.specs;
+                let mut limiter = stored.balances();
+                let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
+                let decision = limiter.acquire(specs, request.n, request.now);
+                stored.store(&limiter);
+                let remaining = remaining_if(request.with_remaining, specs, &limiter);
+                // Settled at the table's clock, unless a reservation settled it further ahead:
+                // full there is not fresh yet (nothing accrues before it), so the cheap test
+                // comes first and the exact one only for a key that is full.
+                let full = limiter.is_full(specs) && limiter.is_fresh_at(specs, request.now);
+                if was_first && decision == Decision::Allowed {
+                    shard.room_from = None;
+                    // The table's room hint may name this key's refill too, now later than it says.
+                    self.changes.fetch_add(1, Ordering::Release);
+                }
+                if full {
+                    // Taking nothing (n = 0) can leave a refilled key just like a fresh one.
+                    self.forget(shard, request.hash, request.key);
+                }
+                (KeyedDecision::Decided(decision), remaining)
+            } else {
+                self.acquire_new(shard, others, request)
+            };
+        let decision = decision.from_caller(request.behind);
         shard.stats.count(decision);
         (decision, remaining)
     }
@@ -142,8 +124,15 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
                 let (before, rest) = shards.split_at_mut(index);
                 let [shard, after @ ..] = rest else { continue };
                 let mut others = Others::Held(before, after);
-                let (decision, _) =
-                    self.acquire_in(shard, &mut others, hash, key, n, latest, behind, false);
+                let request = Request {
+                    hash,
+                    key,
+                    n,
+                    now: latest,
+                    behind,
+                    with_remaining: false,
+                };
+                let (decision, _) = self.acquire_in(shard, &mut others, &request);
                 answer(decision);
             }
             self.latest.fetch_max(latest, Ordering::Relaxed);

@@ -45,6 +45,22 @@ impl From<Vec<Balance>> for Balances {
     }
 }
 
+#[cfg(test)]
+impl Balances {
+    /// Balances to test with: one band per entry of `units`, holding that many units, each
+    /// settled at `at`.
+    pub(crate) fn settled(units: &[u128], at: i64) -> Self {
+        units
+            .iter()
+            .map(|&units| Balance {
+                units,
+                settled_at: Some(at),
+            })
+            .collect::<Vec<_>>()
+            .into()
+    }
+}
+
 /// Every operation takes the bands' specs, in the order the balances were made for.
 impl Balances {
     /// Balances saved elsewhere (a pickle), put back for `specs`: one per band, none above its

@@ -129,27 +129,16 @@ mod tests {
         (0..count).map(|_| AtomicU64::new(0)).collect()
     }
 
-    fn balances(units: &[u128], at: i64) -> Balances {
-        units
-            .iter()
-            .map(|&units| Balance {
-                units,
-                settled_at: Some(at),
-            })
-            .collect::<Vec<_>>()
-            .into()
-    }
-
     #[test]
     fn a_filled_slot_reads_back_and_commits_alternate_copies() {
         let words = words(40);
         let slot = Slot::at(&words, 3, layout(2, true));
         assert!(!slot.is_used());
-        let first = balances(&[u128::MAX - 5, 7], -3);
+        let first = Balances::settled(&[u128::MAX - 5, 7], -3);
         slot.fill((1, 2), &first);
         assert!(slot.holds((1, 2)) && !slot.holds((1, 3)));
         assert_eq!(slot.balances(), first);
-        let second = balances(&[1 << 70, 0], 9);
+        let second = Balances::settled(&[1 << 70, 0], 9);
         slot.commit(&second);
         assert_eq!(slot.balances(), second);
         slot.commit(&first);
@@ -162,10 +151,10 @@ mod tests {
     fn a_write_cut_short_before_its_commit_leaves_the_slot_as_it_was() {
         let words = words(20);
         let slot = Slot::at(&words, 0, layout(1, false));
-        let before = balances(&[5], 1);
+        let before = Balances::settled(&[5], 1);
         slot.fill((4, 4), &before);
         // Everything a commit writes, except the final store of the state word.
-        slot.write_copy(true, &balances(&[99], 2));
+        slot.write_copy(true, &Balances::settled(&[99], 2));
         assert_eq!(slot.balances(), before);
     }
 

@@ -7,6 +7,20 @@ fn told() -> Told<Named> {
     Told::default()
 }
 
+/// Ask `table` for `n` seats of `key`, with `wake` as the waker, expecting to wait in line:
+/// the place's ticket.
+fn in_line<K: Hash + Eq + Clone>(
+    table: &mut Table<K, Named>,
+    key: Option<&K>,
+    n: u64,
+    wake: Named,
+) -> Ticket {
+    match table.ask(key, n, &mut Some(wake)) {
+        Ok(Asked::InLine(ticket)) => ticket,
+        other => panic!("{wake} asking for {n} is not in line: {other:?}"),
+    }
+}
+
 #[test]
 fn a_waiter_is_told_once_decided_and_takes_its_outcome() {
     let mut table: Table<(), Named> = Table::new(1, None).unwrap();
@@ -31,12 +45,8 @@ fn a_waiter_is_told_once_decided_and_takes_its_outcome() {
 fn a_waiter_that_leaves_lets_the_next_in_and_its_waker_goes() {
     let mut table: Table<(), Named> = Table::new(2, None).unwrap();
     table.ask(None, 1, &mut None).unwrap();
-    let Asked::InLine(big) = table.ask(None, 2, &mut Some("big")).unwrap() else {
-        panic!()
-    };
-    let Asked::InLine(small) = table.ask(None, 1, &mut Some("small")).unwrap() else {
-        panic!()
-    };
+    let big = in_line(&mut table, None, 2, "big");
+    let small = in_line(&mut table, None, 1, "small");
     let mut t = told();
     assert_eq!(table.leave(None, big, &mut t), None);
     assert_eq!(
@@ -54,9 +64,7 @@ fn a_waiter_that_leaves_lets_the_next_in_and_its_waker_goes() {
 fn a_smaller_limit_refuses_who_could_never_fit() {
     let mut table: Table<(), Named> = Table::new(3, None).unwrap();
     table.ask(None, 3, &mut None).unwrap();
-    let Asked::InLine(ticket) = table.ask(None, 3, &mut Some("w")).unwrap() else {
-        panic!()
-    };
+    let ticket = in_line(&mut table, None, 3, "w");
     let mut t = told();
     assert_eq!(table.resize(0, &mut t), Err(SeatsError::Limit(0)));
     table.resize(2, &mut t).unwrap();
@@ -96,9 +104,7 @@ fn idle_keys_are_forgotten_and_their_tokens_go_on() {
 fn a_key_with_a_waiter_still_to_be_told_is_kept() {
     let mut table: Table<&str, Named> = Table::new(2, Some(4)).unwrap();
     table.ask(Some(&"a"), 2, &mut None).unwrap();
-    let Asked::InLine(ticket) = table.ask(Some(&"a"), 2, &mut Some("w")).unwrap() else {
-        panic!()
-    };
+    let ticket = in_line(&mut table, Some(&"a"), 2, "w");
     let mut t = told();
     table.resize(1, &mut t).unwrap(); // the waiter is refused, not yet told
     table.release(Some(&"a"), 2, &mut t).unwrap();

@@ -1,17 +1,5 @@
 use super::*;
 use crate::core::exact::key::Key;
-use crate::core::exact::settle::Balance;
-
-fn balances(units: &[u128], at: i64) -> Balances {
-    units
-        .iter()
-        .map(|&units| Balance {
-            units,
-            settled_at: Some(at),
-        })
-        .collect::<Vec<_>>()
-        .into()
-}
 
 fn form<K>(entries: &Entries<K>) -> &'static str {
     match entries.records {
@@ -39,16 +27,20 @@ fn one_band_keeps_its_record_inline_and_several_box_it() {
 #[test]
 fn a_key_s_balances_are_found_changed_and_let_go_of_in_every_form() {
     for (shape, first, second) in [
-        (Shape::new(1, false), balances(&[5], 1), balances(&[7], 2)),
+        (
+            Shape::new(1, false),
+            Balances::settled(&[5], 1),
+            Balances::settled(&[7], 2),
+        ),
         (
             Shape::new(1, true),
-            balances(&[1 << 80], 1),
-            balances(&[3], 2),
+            Balances::settled(&[1 << 80], 1),
+            Balances::settled(&[3], 2),
         ),
         (
             Shape::new(3, false),
-            balances(&[1, 2, 3], 1),
-            balances(&[4, 5, 6], 2),
+            Balances::settled(&[1, 2, 3], 1),
+            Balances::settled(&[4, 5, 6], 2),
         ),
     ] {
         let mut entries: Entries<u64> = Entries::new(shape);
