@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, TypeVar
@@ -21,6 +20,7 @@ from typing import Any, TypedDict, TypeVar
 from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo
 from protocol_in_code.qos._http.stores import Store, has_rate, is_rate
 from protocol_in_code.qos._http.told import DecisionHook
+from protocol_in_code.qos._keywords import spell_out
 
 
 @dataclass(frozen=True)
@@ -171,20 +171,12 @@ def spelled_out(keywords: Any) -> Callable[[Function], Function]:
     defaults = {one.name: one.default for one in dataclasses.fields(Options) if one.init}
 
     def spell(function: Function) -> Function:
-        signature = inspect.signature(function)
-        *named, options = signature.parameters.values()
-        if options.kind is not inspect.Parameter.VAR_KEYWORD:
-            raise TypeError(f"{function.__qualname__} takes no **options to spell out")
-        spelled = [
-            inspect.Parameter(
-                name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=defaults[name],
-                annotation=getattr(hint, "__forward_arg__", hint),
-            )
-            for name, hint in keywords.__annotations__.items()
-        ]
-        function.__signature__ = signature.replace(parameters=[*named, *spelled])  # type: ignore[attr-defined]
-        return function
+        return spell_out(
+            function,
+            (
+                (name, getattr(hint, "__forward_arg__", hint), defaults[name])
+                for name, hint in keywords.__annotations__.items()
+            ),
+        )
 
     return spell

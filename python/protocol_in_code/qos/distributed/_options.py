@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 from protocol_in_code._native import KeyedRateLimiter, RateLimiter, _read_plans
+from protocol_in_code.qos._keywords import spell_out
 from protocol_in_code.qos.distributed import _bands
 from protocol_in_code.qos.distributed._policy import OnError
 
@@ -187,22 +188,10 @@ def spelled_out(keywords: Any) -> Callable[[_Function], _Function]:
         hints.update(getattr(kind, "__annotations__", {}))
 
     def spell(function: _Function) -> _Function:
-        signature = inspect.signature(function)
-        *named, options = signature.parameters.values()
-        if options.kind is not inspect.Parameter.VAR_KEYWORD:
-            raise TypeError(f"{function.__qualname__} takes no **options to spell out")
-        spelled = [
-            inspect.Parameter(
-                name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=defaults[name],
-                annotation=_unrequired(hints[name]),
-            )
-            for name in ORDER
-            if name in hints
-        ]
-        function.__signature__ = signature.replace(parameters=[*named, *spelled])  # type: ignore[attr-defined]
-        return function
+        return spell_out(
+            function,
+            ((name, _unrequired(hints[name]), defaults[name]) for name in ORDER if name in hints),
+        )
 
     return spell
 
