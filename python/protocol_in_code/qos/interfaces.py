@@ -18,6 +18,11 @@ The in-process and synchronous Redis limiters also wait in asyncio (``acquire_as
 asyncio Redis limiters await everything, so their ``acquire`` is a coroutine. A keyed limiter
 decides a whole batch of keys at once (``try_acquire_many``). At run time :func:`kind_of` tells
 the four apart by ``check``: its first parameter, and whether it is a coroutine function.
+
+The in-flight limiters (how many at once, :mod:`protocol_in_code.qos.concurrency`) have the same
+four kinds: :class:`InFlightLimiter`, :class:`KeyedInFlightLimiter` and their asyncio forms. They
+hand out leases: a :class:`SeatLease`, or an :class:`AsyncLease` where giving seats back is
+awaited.
 """
 
 from __future__ import annotations
@@ -29,10 +34,16 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from protocol_in_code._native import Band, Decision
 
 __all__ = [
+    "AsyncInFlightLimiter",
+    "AsyncKeyedInFlightLimiter",
     "AsyncKeyedLimiter",
+    "AsyncLease",
     "AsyncLimiter",
+    "InFlightLimiter",
+    "KeyedInFlightLimiter",
     "KeyedLimiter",
     "Limiter",
+    "SeatLease",
     "kind_of",
 ]
 
@@ -102,6 +113,91 @@ class AsyncKeyedLimiter(Protocol[KeyT_contra]):
     async def available(self, key: KeyT_contra, now_ns: int | None = None) -> int: ...
     async def acquire(self, key: KeyT_contra, n: int = 1, timeout: float | None = None) -> bool: ...
     async def try_acquire_many(self, keys: Sequence[Any], *args: Any, **kwargs: Any) -> Any: ...
+
+
+# How many at once: the in-flight limiters (protocol_in_code.qos.concurrency and its stores).
+# Their four kinds follow the rate limiters' two questions; what they hand out is a lease, given
+# back when the work is done (synchronously, or awaited where giving back is a network call).
+
+
+@runtime_checkable
+class SeatLease(Protocol):
+    """Seats held until :meth:`release` (releasing twice is harmless); a context manager."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc_info: object) -> Any: ...
+
+
+@runtime_checkable
+class AsyncLease(Protocol):
+    """Seats held until :meth:`release` is awaited; an asynchronous context manager."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+    async def release(self) -> None: ...
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(self, *exc_info: object) -> Any: ...
+
+
+@runtime_checkable
+class InFlightLimiter(Protocol):
+    """At most ``limit`` seats held at once."""
+
+    @property
+    def limit(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    def try_acquire(self, n: int = 1) -> SeatLease | None: ...
+    def acquire(self, n: int = 1, timeout: float | None = None) -> SeatLease | None: ...
+    def acquire_async(
+        self, n: int = 1, timeout: float | None = None
+    ) -> Awaitable[SeatLease | None]: ...
+
+
+@runtime_checkable
+class KeyedInFlightLimiter(Protocol[KeyT_contra]):
+    """At most ``limit`` seats held at once per key."""
+
+    @property
+    def limit(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    def try_acquire(self, key: KeyT_contra, n: int = 1) -> SeatLease | None: ...
+    def acquire(
+        self, key: KeyT_contra, n: int = 1, timeout: float | None = None
+    ) -> SeatLease | None: ...
+    def acquire_async(
+        self, key: KeyT_contra, n: int = 1, timeout: float | None = None
+    ) -> Awaitable[SeatLease | None]: ...
+
+
+@runtime_checkable
+class AsyncInFlightLimiter(Protocol):
+    """At most ``limit`` seats held at once, every call awaited."""
+
+    @property
+    def limit(self) -> int: ...
+    async def try_acquire(self, n: int = 1) -> AsyncLease | None: ...
+    async def acquire(self, n: int = 1, timeout: float | None = None) -> AsyncLease | None: ...
+
+
+@runtime_checkable
+class AsyncKeyedInFlightLimiter(Protocol[KeyT_contra]):
+    """At most ``limit`` seats held at once per key, every call awaited."""
+
+    @property
+    def limit(self) -> int: ...
+    async def try_acquire(self, key: KeyT_contra, n: int = 1) -> AsyncLease | None: ...
+    async def acquire(
+        self, key: KeyT_contra, n: int = 1, timeout: float | None = None
+    ) -> AsyncLease | None: ...
 
 
 def kind_of(limiter: object) -> tuple[bool, bool]:
