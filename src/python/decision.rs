@@ -6,8 +6,7 @@
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
-use crate::core::exact::keyed::{Answer, KeyedDecision};
-use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::keyed::Answer;
 use crate::python::enums::StrEnum;
 use crate::python::record::frozen_record;
 
@@ -48,24 +47,16 @@ frozen_record! {
 }
 
 impl Decision {
-    /// The Python answer for the core's answer.
+    /// The Python answer for the core's answer: its outcome's code is the index of its
+    /// `LimitOutcome` member.
     pub fn of(py: Python<'_>, answer: Answer) -> PyResult<Bound<'_, Self>> {
-        let Answer {
-            decision,
-            remaining,
-        } = answer;
-        match decision {
-            KeyedDecision::Decided(decided) => Self::new(py, decided, remaining),
-            KeyedDecision::Refused { retry_in } => Self::build(py, 3, Some(retry_in), 0),
-        }
-    }
-
-    fn new(py: Python<'_>, decision: CoreDecision, remaining: u128) -> PyResult<Bound<'_, Self>> {
-        match decision {
-            CoreDecision::Allowed => Self::build(py, 0, Some(0), remaining),
-            CoreDecision::Wait(ns) => Self::build(py, 1, Some(ns), remaining),
-            CoreDecision::Never => Self::build(py, 2, None, remaining),
-        }
+        let decision = answer.decision;
+        Self::build(
+            py,
+            usize::from(decision.code()),
+            decision.wait_ns(),
+            answer.left(),
+        )
     }
 
     /// The answer whose outcome is `LimitOutcome` member `index`.

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use crate::core::exact::clock_gap::MAX_CLOCK_GAP_NS;
 use crate::core::exact::config::ConfigError;
 use crate::core::exact::keyed::RestoreError;
+use crate::core::exact::limit::TraceLengths;
 use crate::core::exact::plans::PlanError;
 use crate::core::exact::table_size::SizeError;
 use crate::core::exact::waiting::NeverEnough;
@@ -104,6 +105,13 @@ impl From<TraceError> for PyErr {
                 index - 1
             )),
         }
+    }
+}
+
+/// A keyed trace whose parts are not one length: its message is the core's.
+impl From<TraceLengths> for PyErr {
+    fn from(error: TraceLengths) -> Self {
+        PyValueError::new_err(error.to_string())
     }
 }
 

@@ -17,7 +17,6 @@ use std::sync::Mutex;
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::KeyedLimiter;
 use crate::core::exact::keyed::{Answer, KeyedDecision};
-use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::limiter::Limiter;
 use crate::core::exact::shared::Table;
 use crate::core::exact::shared::THE_KEY;
@@ -195,15 +194,9 @@ fn answer_of(py: Python<'_>, decision: &Decision) -> PyResult<Answer> {
         .map(|index| LIMIT_OUTCOME.member(py, index))
         .position(|member| member.is_ok_and(|member| outcome.is(member.bind(py))))
         .ok_or_else(|| PyTypeError::new_err("a decision's outcome must be a LimitOutcome"))?;
-    let wait = || decision.wait_ns.bind(py).extract::<u128>();
-    let decided = match index {
-        0 => KeyedDecision::Decided(CoreDecision::Allowed),
-        1 => KeyedDecision::Decided(CoreDecision::Wait(wait()?)),
-        2 => KeyedDecision::Decided(CoreDecision::Never),
-        _ => KeyedDecision::Refused { retry_in: wait()? },
-    };
+    let code = u8::try_from(index).expect("one of four outcomes");
     Ok(Answer {
-        decision: decided,
+        decision: KeyedDecision::from_code(code, || decision.wait_ns.bind(py).extract())?,
         remaining: decision.remaining.bind(py).extract()?,
     })
 }

@@ -26,6 +26,7 @@
 //! The answers are the keyed tables' ([`KeyedDecision`], [`Answer`], [`KeyedReservation`]): a
 //! limiter of one key is simply never refused for want of room.
 
+use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::core::exact::key::{plain_int, Key, KeyRef};
@@ -190,6 +191,45 @@ impl Counts {
             Self::Each(n) => *n,
             Self::Items(items) => items[index],
         }
+    }
+}
+
+/// A trace whose parts are not all one length: how long each is, `counts` only where the
+/// trace gives one count per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceLengths {
+    pub keys: usize,
+    pub times: usize,
+    pub counts: Option<usize>,
+}
+
+impl TraceLengths {
+    /// Whether a trace's `keys`, `times` and `counts` (where given one per request) are all
+    /// one length: what a caller reading the trace in parts checks before it reads them.
+    ///
+    /// # Errors
+    ///
+    /// Every length, if not.
+    pub fn check(keys: usize, times: usize, counts: Option<usize>) -> Result<(), Self> {
+        if times == keys && counts.is_none_or(|counts| counts == keys) {
+            Ok(())
+        } else {
+            Err(Self {
+                keys,
+                times,
+                counts,
+            })
+        }
+    }
+}
+
+impl fmt::Display for TraceLengths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "keys ({}), now_ns ({})", self.keys, self.times)?;
+        if let Some(counts) = self.counts {
+            write!(f, " and n ({counts})")?;
+        }
+        f.write_str(" must have the same length")
     }
 }
 

@@ -3,15 +3,13 @@
 //! `KeyedRateLimiter` and `SharedKeyedRateLimiter` hold keys in a table per plan; the core's
 //! [`KeyedLimit`] answers for each table, and these functions sum or search over the plans.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt};
 use pyo3::IntoPyObjectExt;
 
 use super::PyLimit;
-use crate::core::exact::keyed::{KeyedDecision, Stats};
-use crate::core::exact::limit::{Counts, KeyedLimit};
-use crate::core::exact::limiter::Decision as CoreDecision;
+use crate::core::exact::keyed::Stats;
+use crate::core::exact::limit::{Counts, KeyedLimit, TraceLengths};
 use crate::python::args::{count, is_iterable};
 use crate::python::buffers::{code_array, IntBuffer};
 use crate::python::config::plans_dict;
@@ -30,20 +28,10 @@ frozen_record! {
     }
 }
 
-/// A decision's `LimitOutcome` code, as in `try_acquire_many`'s array.
-pub fn code(decision: KeyedDecision) -> u8 {
-    match decision {
-        KeyedDecision::Decided(CoreDecision::Allowed) => 0,
-        KeyedDecision::Decided(CoreDecision::Wait(_)) => 1,
-        KeyedDecision::Decided(CoreDecision::Never) => 2,
-        KeyedDecision::Refused { .. } => 3,
-    }
-}
-
 /// `try_acquire_many`: decide a whole trace of integer keys, request `i` being `n[i]` tokens
 /// (or `n` for each, 1 by default) for `keys[i]` at `now_ns[i]`, with the interpreter released
 /// once every item has been read and checked: a bad trace raises, naming the index, and
-/// changes nothing. An `array('B')` of outcome codes (see [`code`]).
+/// changes nothing. An `array('B')` of outcome codes (see `KeyedDecision::code`).
 pub fn try_acquire_many<'py, L: PyLimit>(
     this: &L,
     py: Python<'py>,
@@ -69,13 +57,7 @@ where
         Some(Ok(buffer)) => Some(buffer.len()),
         _ => None,
     };
-    if times.len() != length || counts_length.is_some_and(|c| c != length) {
-        return Err(PyValueError::new_err(format!(
-            "keys ({length}), now_ns ({}){} must have the same length",
-            times.len(),
-            counts_length.map_or_else(String::new, |c| format!(" and n ({c})"))
-        )));
-    }
+    TraceLengths::check(length, times.len(), counts_length)?;
     // Every int a buffer holds (from -2**63 to 2**64 - 1) is a plain key, as `check` reads it;
     // each is made one when its turn comes, so the trace is copied once, compactly.
     let keys: Vec<i128> = keys.narrowed("keys", "be a 64-bit int")?;
@@ -90,7 +72,7 @@ where
     let decided = fork::detach(py, || {
         this.reading_plain(part, || {
             core.acquire_trace(&keys, &counts, &times, |decision| {
-                codes.push(code(decision));
+                codes.push(decision.code());
             })
         })
     });

@@ -102,6 +102,47 @@ impl KeyedDecision {
             decided @ Self::Decided(_) => decided,
         }
     }
+
+    /// The decision's outcome code, as a whole trace's answers carry it (and `LimitOutcome`
+    /// numbers it): 0 allowed, 1 denied, 2 never, 3 refused.
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Decided(Decision::Allowed) => 0,
+            Self::Decided(Decision::Wait(_)) => 1,
+            Self::Decided(Decision::Never) => 2,
+            Self::Refused { .. } => 3,
+        }
+    }
+
+    /// How long until the same request would pass, as an answer says it: 0 when allowed, the
+    /// wait when denied, the hint when refused, and `None` when no wait is ever enough.
+    #[must_use]
+    pub fn wait_ns(self) -> Option<u128> {
+        match self {
+            Self::Decided(Decision::Allowed) => Some(0),
+            Self::Decided(Decision::Wait(ns)) | Self::Refused { retry_in: ns } => Some(ns),
+            Self::Decided(Decision::Never) => None,
+        }
+    }
+
+    /// The decision of outcome `code` (see [`KeyedDecision::code`]; any code past 2 is a
+    /// refusal), read back from its two parts; `wait_ns` is asked for only where the outcome
+    /// has a wait (denied, refused).
+    ///
+    /// # Errors
+    ///
+    /// What `wait_ns` fails with.
+    pub fn from_code<E>(code: u8, wait_ns: impl FnOnce() -> Result<u128, E>) -> Result<Self, E> {
+        Ok(match code {
+            0 => Self::Decided(Decision::Allowed),
+            1 => Self::Decided(Decision::Wait(wait_ns()?)),
+            2 => Self::Decided(Decision::Never),
+            _ => Self::Refused {
+                retry_in: wait_ns()?,
+            },
+        })
+    }
 }
 
 /// What [`KeyedLimiter::reserve`] did.
@@ -119,6 +160,18 @@ pub enum KeyedReservation {
 pub struct Answer {
     pub decision: KeyedDecision,
     pub remaining: u128,
+}
+
+impl Answer {
+    /// The whole tokens the answer says are left: none for a refused key, which the table does
+    /// not hold, whatever a caller put beside the refusal.
+    #[must_use]
+    pub fn left(&self) -> u128 {
+        match self.decision {
+            KeyedDecision::Refused { .. } => 0,
+            KeyedDecision::Decided(_) => self.remaining,
+        }
+    }
 }
 
 /// Counts since the limiter was made.

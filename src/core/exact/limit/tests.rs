@@ -1,7 +1,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-use super::{Counts, KeyedLimit, Limit};
+use super::{Counts, KeyedLimit, Limit, TraceLengths};
 
 // The tables' own methods of the same names decide without the clock step: these tests ask
 // through the traits, as a caller outside the core does.
@@ -145,4 +145,53 @@ fn a_trace_is_checked_against_the_clock_as_it_moves_before_anything_is_decided()
     assert!(shared.contains(shared.digest_of(plain_int(3))));
     assert_eq!(keyed.stats(), shared.stats());
     assert_eq!(keyed.latest(), shared.latest());
+}
+
+#[test]
+fn a_decisions_code_and_wait_read_back_to_the_same_decision() {
+    let decisions = [
+        KeyedDecision::Decided(Decision::Allowed),
+        KeyedDecision::Decided(Decision::Wait(7)),
+        KeyedDecision::Decided(Decision::Never),
+        KeyedDecision::Refused { retry_in: 9 },
+    ];
+    for (code, decision) in (0..).zip(decisions) {
+        assert_eq!(decision.code(), code);
+        let wait = decision.wait_ns();
+        let back = KeyedDecision::from_code(code, || wait.ok_or("no wait"));
+        assert_eq!(back, Ok(decision));
+    }
+    assert_eq!(
+        decisions.map(KeyedDecision::wait_ns),
+        [Some(0), Some(7), None, Some(9)]
+    );
+    // The wait is asked for only where the outcome has one.
+    let never = KeyedDecision::from_code(2, || Err("asked"));
+    assert_eq!(never, Ok(KeyedDecision::Decided(Decision::Never)));
+}
+
+#[test]
+fn a_refused_answer_leaves_nothing_whatever_it_carries() {
+    let answer = |decision| Answer {
+        decision,
+        remaining: 5,
+    };
+    assert_eq!(answer(KeyedDecision::Decided(Decision::Wait(1))).left(), 5);
+    assert_eq!(answer(KeyedDecision::Refused { retry_in: 1 }).left(), 0);
+}
+
+#[test]
+fn a_trace_is_one_length_or_its_lengths_are_said() {
+    assert_eq!(TraceLengths::check(3, 3, None), Ok(()));
+    assert_eq!(TraceLengths::check(3, 3, Some(3)), Ok(()));
+    let short = TraceLengths::check(3, 3, Some(2)).unwrap_err();
+    assert_eq!(
+        short.to_string(),
+        "keys (3), now_ns (3) and n (2) must have the same length"
+    );
+    let times = TraceLengths::check(3, 4, None).unwrap_err();
+    assert_eq!(
+        times.to_string(),
+        "keys (3), now_ns (4) must have the same length"
+    );
 }
