@@ -6,6 +6,7 @@
 
 use pyo3::prelude::*;
 
+use crate::core::exact::clock_gap::shift_onto;
 use crate::python::args::{nanoseconds, NowNs};
 
 /// `None` for the monotonic clock, else a callable.
@@ -65,9 +66,8 @@ impl Clock {
 
     /// How far the times of a saved limiter must move to mean the same on this clock: nothing
     /// if they were read on this boot of this machine, or come from a clock of the caller's.
-    /// Otherwise (another machine, or a reboot: monotonic readings of another count) its last
-    /// settlement, `latest`, moves to now, and every other time with it, so that the saved
-    /// balances take up refilling where they were, however far apart the two clocks are.
+    /// Otherwise (another machine, or a reboot: monotonic readings of another count) its clock,
+    /// `latest`, moves to now, and every other time with it (see `clock_gap::shift_onto`).
     pub fn shift(
         &self,
         py: Python<'_>,
@@ -76,9 +76,7 @@ impl Clock {
     ) -> PyResult<i64> {
         match (origin, &self.0, latest) {
             (Some(saved_on), None, Some(latest)) if Some(saved_on) != boot_id() => {
-                let now = monotonic_ns(py)?;
-                let by = i128::from(now) - i128::from(latest);
-                Ok(i64::try_from(by).unwrap_or(if by < 0 { i64::MIN } else { i64::MAX }))
+                Ok(shift_onto(latest, monotonic_ns(py)?))
             }
             _ => Ok(0),
         }
@@ -99,12 +97,6 @@ impl Clock {
 }
 
 pub use crate::host::boot_id;
-
-/// A saved time moved by `by` nanoseconds (see [`Clock::shift`]), within the clock's range.
-#[must_use]
-pub fn shifted(time: Option<i64>, by: i64) -> Option<i64> {
-    time.map(|time| time.saturating_add(by))
-}
 
 /// The monotonic clock behind `time.monotonic_ns`, read without calling Python where the
 /// platform allows (asking Python would cost a call per decision).

@@ -65,6 +65,7 @@ impl From<RestoreError> for PyErr {
             }
             RestoreError::Duplicate => "the saved state holds a key twice",
             RestoreError::Overfull => "the saved state holds more keys than this table's max_keys",
+            RestoreError::Used => "a keyed limiter's state can only be restored into a new limiter",
         })
     }
 }

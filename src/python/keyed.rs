@@ -10,13 +10,14 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use crate::core::exact::clock_gap::shifted;
 use crate::core::exact::config::Config;
 use crate::core::exact::key::{Key, KeyRef};
 use crate::core::exact::keyed::{KeyedLimiter, Stats};
 use crate::core::exact::settle::Balance;
 use crate::core::exact::table_size::{self, InProcess};
 use crate::python::args::count;
-use crate::python::clock::{shifted, Clock};
+use crate::python::clock::Clock;
 use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
 use crate::python::errors::OfClock;
 use crate::python::fork::Lineage;
@@ -346,10 +347,8 @@ impl PlanTable {
             let Some(key) = key_object(py, key.as_ref(), &self.registry)? else {
                 continue;
             };
-            let balances: Vec<_> = limiter
-                .iter()
-                .map(|balance| (balance.units, balance.settled_at))
-                .collect();
+            let balances: Vec<(u128, Option<i64>)> =
+                limiter.iter().copied().map(Balance::into).collect();
             entries.push((key, number, balances));
         }
         let Stats {
@@ -411,15 +410,7 @@ impl PlanTable {
         let (seed, saved, latest, (allowed, denied, refused, forgotten)) = state;
         let by = clock.shift(py, origin, latest)?;
         let latest = shifted(latest, by);
-        let unused = || {
-            if self.table.is_empty() && self.table.latest().is_none() {
-                Ok(())
-            } else {
-                Err(PyValueError::new_err(
-                    "a keyed limiter's state can only be restored into a new limiter",
-                ))
-            }
-        };
+        let unused = || self.table.unused().map_err(PyErr::from);
         unused()?;
         // Everything is checked, and every key read (running any Python code it has), before
         // anything is registered or stored.
@@ -428,10 +419,7 @@ impl PlanTable {
         for (key, number, balances) in saved {
             let balances = balances
                 .into_iter()
-                .map(|(units, at)| Balance {
-                    units,
-                    settled_at: shifted(at, by),
-                })
+                .map(|saved| Balance::from(saved).shifted(by))
                 .collect();
             let limiter = self.table.saved_key(balances, latest)?;
             // Read as the saved table read it: a long key as its digest under the saved seed.

@@ -13,11 +13,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use pyo3::IntoPyObjectExt;
 
+use crate::core::exact::clock_gap::shifted;
 use crate::core::exact::config::Config;
 use crate::core::exact::limiter::Limiter;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, nanoseconds};
-use crate::python::clock::{shifted, Clock};
+use crate::python::clock::Clock;
 use crate::python::config::{bands_repr, bands_tuple, read_config};
 use crate::python::errors::{shown, OfClock};
 use crate::python::fork::Lineage;
@@ -69,14 +70,12 @@ impl RateLimiter {
         origin: Option<&str>,
         clock: Option<i64>,
     ) -> PyResult<()> {
-        let latest = clock.or_else(|| balances.iter().filter_map(|&(_, at)| at).max());
+        let saved: Vec<Balance> = balances.into_iter().map(Balance::from).collect();
+        let latest = Limiter::saved_clock(saved.iter().copied(), clock);
         let by = self.clock.shift(py, origin, latest)?;
-        let saved = balances
+        let saved = saved
             .into_iter()
-            .map(|(units, settled_at)| Balance {
-                units,
-                settled_at: shifted(settled_at, by),
-            })
+            .map(|balance| balance.shifted(by))
             .collect();
         let restored = Limiter::saved(&self.config.specs(), saved, shifted(clock, by))?;
         *self.lock() = restored;
@@ -171,10 +170,8 @@ limiter_methods! { one key: RateLimiter {
             let limiter = this.lock();
             (limiter.bands(), limiter.clock())
         };
-        let balances: Vec<_> = bands
-            .iter()
-            .map(|band| (band.balance.units, band.balance.settled_at))
-            .collect();
+        let balances: Vec<(u128, Option<i64>)> =
+            bands.iter().map(|band| band.balance.into()).collect();
         let kwargs = pyo3::types::PyDict::new(py);
         kwargs.set_item("bands", bands_tuple(py, &this.config)?)?;
         kwargs.set_item("clock", this.clock.callable(py))?;

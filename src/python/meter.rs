@@ -147,15 +147,12 @@ impl<M: Meter + Clone + Send> Shared<M> {
     /// Each bucket's balance, as a pickle keeps it (see `Meter::balances`).
     fn state(&self, py: Python<'_>) -> Vec<(u128, Option<i64>)> {
         let balances = self.lock(py).balances();
-        balances.map(|b| (b.units, b.settled_at)).to_vec()
+        balances.map(Balance::into).to_vec()
     }
 
     /// A pickle's balances put back, all or none (see `Meter::restore`).
     fn restore(&self, py: Python<'_>, state: Vec<(u128, Option<i64>)>) -> PyResult<()> {
-        let saved: Vec<Balance> = state
-            .into_iter()
-            .map(|(units, settled_at)| Balance { units, settled_at })
-            .collect();
+        let saved: Vec<Balance> = state.into_iter().map(Balance::from).collect();
         self.lock(py).restore(&saved).map_err(PyErr::from)
     }
 }

@@ -26,6 +26,22 @@ pub fn off_the_clock(latest: i64, now_ns: i64) -> Option<i128> {
     (gap.abs() > i128::from(MAX_CLOCK_GAP_NS)).then_some(gap)
 }
 
+/// How far a saved state's times move to mean the same on a clock that reads `now_ns`: its
+/// clock, `latest`, moves to now, and every other time with it (see [`shifted`]), so that saved
+/// balances take up refilling where they were, however far apart the two clocks are. Within
+/// the clock's range.
+#[must_use]
+pub fn shift_onto(latest: i64, now_ns: i64) -> i64 {
+    let by = i128::from(now_ns) - i128::from(latest);
+    i64::try_from(by).unwrap_or(if by < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// A saved time moved by `by` nanoseconds (see [`shift_onto`]), within the clock's range.
+#[must_use]
+pub fn shifted(time: Option<i64>, by: i64) -> Option<i64> {
+    time.map(|time| time.saturating_add(by))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +58,19 @@ mod tests {
             off_the_clock(MAX_CLOCK_GAP_NS + 1, 0),
             Some(-i128::from(MAX_CLOCK_GAP_NS) - 1)
         );
+    }
+
+    #[test]
+    fn a_saved_clock_moves_onto_now_and_every_time_with_it() {
+        let by = shift_onto(1_000, 250);
+        assert_eq!(by, -750);
+        assert_eq!(shifted(Some(1_000), by), Some(250));
+        assert_eq!(shifted(Some(900), by), Some(150));
+        assert_eq!(shifted(None, by), None);
+        // Clocks farther apart than 64 bits reach: the move stops at the clock's ends.
+        assert_eq!(shift_onto(i64::MIN, i64::MAX), i64::MAX);
+        assert_eq!(shift_onto(i64::MAX, i64::MIN), i64::MIN);
+        assert_eq!(shifted(Some(5), i64::MAX), Some(i64::MAX));
     }
 
     #[test]

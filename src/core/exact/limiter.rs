@@ -38,6 +38,8 @@ pub enum RestoreError {
     Duplicate,
     /// More keys than `max_keys`.
     Overfull,
+    /// A table that has been used: only a new one takes a saved state.
+    Used,
 }
 
 /// One band: its fixed numbers and its current balance.
@@ -258,12 +260,24 @@ impl Limiter {
                 .map(|band| band.balance)
                 .collect::<Vec<_>>()
                 .into(),
-            latest: bands
-                .iter()
-                .filter_map(|band| band.balance.settled_at)
-                .max(),
+            latest: Self::saved_clock(bands.iter().map(|band| band.balance), None),
             restored: true,
         }
+    }
+
+    /// The clock of a limiter saved with `balances`: the `clock` saved with them, or, saved
+    /// without one, their latest settlement.
+    #[must_use]
+    pub fn saved_clock(
+        balances: impl IntoIterator<Item = Balance>,
+        clock: Option<i64>,
+    ) -> Option<i64> {
+        clock.or_else(|| {
+            balances
+                .into_iter()
+                .filter_map(|balance| balance.settled_at)
+                .max()
+        })
     }
 
     /// A limiter of `specs` restored from balances saved elsewhere (a pickle), and the clock

@@ -22,6 +22,31 @@ pub struct Balance {
     pub settled_at: Option<i64>,
 }
 
+impl Balance {
+    /// The same balance on a clock that reads `by` nanoseconds more (see
+    /// [`shifted`](super::clock_gap::shifted)): a saved balance taken up on another clock.
+    #[must_use]
+    pub fn shifted(self, by: i64) -> Self {
+        Self {
+            units: self.units,
+            settled_at: super::clock_gap::shifted(self.settled_at, by),
+        }
+    }
+}
+
+/// A balance as a saved state keeps it: its units, and when it was settled.
+impl From<(u128, Option<i64>)> for Balance {
+    fn from((units, settled_at): (u128, Option<i64>)) -> Self {
+        Self { units, settled_at }
+    }
+}
+
+impl From<Balance> for (u128, Option<i64>) {
+    fn from(balance: Balance) -> Self {
+        (balance.units, balance.settled_at)
+    }
+}
+
 /// Settle `balance` up to `now_ns`, accruing `units_per_ns` each nanosecond, capped at
 /// `capacity_units`.
 ///

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::core::exact::key::{Key, KeyRef};
-use crate::core::exact::keyed::KeyedLimiter;
+use crate::core::exact::keyed::{KeyedLimiter, RestoreError};
 
 /// The numbers of key objects that are not plain keys, and the lock that orders every use of
 /// the table against a restore.
@@ -223,9 +223,7 @@ impl Registry {
             let mut state = self.write();
             let unused = || {
                 if self.used.load(Ordering::Acquire) {
-                    return Err(PyValueError::new_err(
-                        "a keyed limiter's state can only be restored into a new limiter",
-                    ));
+                    return Err(RestoreError::Used.into());
                 }
                 unused()
             };

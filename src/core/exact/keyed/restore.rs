@@ -37,6 +37,20 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Ok(balances)
     }
 
+    /// Whether the table is new, as one must be to take a saved state: no key held, and no
+    /// call's time seen.
+    ///
+    /// # Errors
+    ///
+    /// [`RestoreError::Used`] if not.
+    pub fn unused(&self) -> Result<(), RestoreError> {
+        if self.is_empty() && self.latest().is_none() {
+            Ok(())
+        } else {
+            Err(RestoreError::Used)
+        }
+    }
+
     /// Put back what [`KeyedLimiter::seed`], [`KeyedLimiter::entries`],
     /// [`KeyedLimiter::latest`] and [`KeyedLimiter::stats`] saved, into a table of the same
     /// bands, `max_keys` and shards that has not been used yet. With the saved seed every key
@@ -141,6 +155,19 @@ mod tests {
             table.saved_key(vec![balance(Some(decade))], Some(5)),
             Err(RestoreError::Ahead)
         );
+    }
+
+    #[test]
+    fn only_a_new_table_takes_a_saved_state() {
+        let spec = BandSpec::new(Rate::new(1, 1).unwrap(), 2).unwrap();
+        let table: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        assert_eq!(table.unused(), Ok(()));
+        // A call that took nothing and stored no key still moved the table's clock.
+        table.peek("a", 1, 5);
+        assert_eq!(table.unused(), Err(RestoreError::Used));
+        let held: KeyedLimiter<String> = KeyedLimiter::new(&[spec], 6, 2);
+        held.acquire("a", 1, 5);
+        assert_eq!(held.unused(), Err(RestoreError::Used));
     }
 
     #[test]

@@ -489,3 +489,15 @@ fn saved_balances_come_back_only_for_the_bands_they_were_saved_from() {
     assert_eq!(limiter.on_the_clock(0), Ok(()));
     assert_eq!(limiter.clock(), Some(0));
 }
+
+#[test]
+fn a_saved_limiter_keeps_its_clock_or_else_its_latest_settlement() {
+    let settled = |at| Balance::from((0, at));
+    let saved = [settled(Some(3)), settled(None), settled(Some(7))];
+    assert_eq!(Limiter::saved_clock(saved, Some(5)), Some(5));
+    assert_eq!(Limiter::saved_clock(saved, None), Some(7));
+    assert_eq!(Limiter::saved_clock([settled(None)], None), None);
+    // Moved onto another clock, a balance keeps its units.
+    let moved = Balance::from((4, Some(7))).shifted(-2);
+    assert_eq!(<(u128, Option<i64>)>::from(moved), (4, Some(5)));
+}
