@@ -38,43 +38,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 use crate::core::exact::key::{
-    self, big_int, digest_bytes, encode_item, first_item, plain_int, Digested, FloatKey, Key,
-    KeyRef,
+    self, big_int, digest_bytes, encode_item, first_item, plain_int, Digested, KeyRef,
 };
 use crate::python::number::exact_i64;
 use crate::python::record::frozen_record;
 
 mod registry;
 
+pub use crate::core::exact::key::Classified;
 pub use registry::Registry;
-
-/// What a Python key turned out to be.
-pub enum Classified<'a> {
-    Plain(KeyRef<'a>),
-    /// A tuple of plain keys, its items encoded (the bytes of a [`KeyRef::Tuple`]).
-    Tuple(Vec<u8>),
-    /// An int beyond `i128`, as its bytes (those of a [`KeyRef::Huge`]).
-    Huge(Vec<u8>),
-    /// Neither equal to a plain key nor one: the registry numbers it.
-    Object,
-}
-
-impl Classified<'_> {
-    /// The plain key, borrowed; `None` for an object.
-    pub fn as_key(&self) -> Option<KeyRef<'_>> {
-        match self {
-            Self::Plain(plain) => Some(*plain),
-            Self::Tuple(items) => Some(KeyRef::Tuple(items)),
-            Self::Huge(bytes) => Some(KeyRef::Huge(bytes)),
-            Self::Object => None,
-        }
-    }
-
-    /// The table key, owned, as a table seeded with `seed` stores it (see [`KeyRef::kept`]).
-    pub fn into_key(self, seed: (u64, u64)) -> Option<Key> {
-        self.as_key().map(|plain| Key::from(&plain.kept(|| seed)))
-    }
-}
 
 frozen_record! {
     /// A key that a keyed limiter keeps only as its digest, given back in its place.
@@ -225,8 +197,9 @@ fn float_equal<'a>(
     float: &Bound<'_, PyFloat>,
     equals: impl Fn(&Bound<'_, PyAny>) -> PyResult<bool>,
 ) -> PyResult<Classified<'a>> {
-    match float_key(float.value()) {
-        Some(plain) if equals(float.as_any())? => Ok(plain),
+    match key::float_key(float.value()) {
+        Classified::Object => Ok(Classified::Object),
+        plain if equals(float.as_any())? => Ok(plain),
         _ => Ok(Classified::Object),
     }
 }
@@ -312,17 +285,9 @@ fn exact_plain<'a>(key: &'a Bound<'_, PyAny>) -> Option<Classified<'a>> {
         return Some(Classified::Plain(KeyRef::Bytes(bytes.as_bytes())));
     }
     if let Ok(float) = key.cast_exact::<PyFloat>() {
-        return Some(float_key(float.value()).unwrap_or(Classified::Object));
+        return Some(key::float_key(float.value()));
     }
     None
-}
-
-/// A float value as a plain key (see `key::float_key`); `None` for a NaN.
-fn float_key(value: f64) -> Option<Classified<'static>> {
-    Some(match key::float_key(value)? {
-        FloatKey::Plain(plain) => Classified::Plain(plain),
-        FloatKey::Huge(bytes) => Classified::Huge(bytes),
-    })
 }
 
 /// What kind of number a key is, for asking it which plain key it equals.

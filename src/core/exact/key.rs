@@ -6,8 +6,9 @@
 //! table's seeded hash with no Python code. It lives in the core, with no Python in it, so that
 //! `cargo bench --bench keyed_floor` times the table the glue really uses. What each Python
 //! value becomes is the glue's business (`src/python/keys.rs`), but for what needs no Python to
-//! say: the key a float is ([`float_key`]), an int's halves ([`plain_int`], [`big_int`]) and a
-//! digest's record ([`Digested::name`], [`digest_bytes`], [`KeyRef::digest_named`]).
+//! say: the forms a value may turn out to be ([`Classified`]), the key a float is
+//! ([`float_key`]), an int's halves ([`plain_int`], [`big_int`]) and a digest's record
+//! ([`Digested::name`], [`digest_bytes`], [`KeyRef::digest_named`]).
 //!
 //! A key of variable length (an int beyond 128 bits, text, bytes, a tuple) longer than
 //! [`LONGEST_KEPT`] bytes is stored as a 128-bit digest instead (see [`KeyRef::kept`]): the
@@ -221,33 +222,55 @@ pub fn big_int(low: u64, high: u64) -> i128 {
 /// 2**127, the first float beyond `i128`.
 const TWO_TO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
 
-/// The key a float is, as a dict finds it: one that an int equals, or one of its own.
+/// What a value turned out to be, as a key: a plain key (borrowed from the value, or built
+/// from it), or an object, which equals no plain key and is numbered by whoever holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FloatKey {
-    /// A float with a fraction (an infinity included), by its bits; or an integral one within
-    /// `i128`, as the int it equals.
-    Plain(KeyRef<'static>),
-    /// An integral float beyond `i128`, as the bytes of the int it equals (a [`KeyRef::Huge`]'s,
-    /// see [`huge_float_bytes`]).
+pub enum Classified<'a> {
+    Plain(KeyRef<'a>),
+    /// A tuple of plain keys, its items encoded (the bytes of a [`KeyRef::Tuple`]).
+    Tuple(Vec<u8>),
+    /// An int beyond `i128`, as its bytes (those of a [`KeyRef::Huge`]).
     Huge(Vec<u8>),
+    /// Neither equal to a plain key nor one.
+    Object,
 }
 
-/// A float value as a key: an integral one as the int it equals (so `1.0` and `1` are one
-/// key, as in a dict), any other by its bits (an infinity included); `None` for a NaN (equal
-/// to nothing, not even itself: a dict finds a NaN key only by identity).
+impl Classified<'_> {
+    /// The plain key, borrowed; `None` for an object.
+    #[must_use]
+    pub fn as_key(&self) -> Option<KeyRef<'_>> {
+        match self {
+            Self::Plain(plain) => Some(*plain),
+            Self::Tuple(items) => Some(KeyRef::Tuple(items)),
+            Self::Huge(bytes) => Some(KeyRef::Huge(bytes)),
+            Self::Object => None,
+        }
+    }
+
+    /// The table key, owned, as a table seeded with `seed` stores it (see [`KeyRef::kept`]).
+    #[must_use]
+    pub fn into_key(self, seed: (u64, u64)) -> Option<Key> {
+        self.as_key().map(|plain| Key::from(&plain.kept(|| seed)))
+    }
+}
+
+/// A float value as a key, as a dict finds it: an integral one as the int it equals (so `1.0`
+/// and `1` are one key), beyond `i128` by that int's bytes (see [`huge_float_bytes`]); any
+/// other by its bits (an infinity included); a NaN is an object (equal to nothing, not even
+/// itself: a dict finds a NaN key only by identity).
 #[must_use]
-pub fn float_key(value: f64) -> Option<FloatKey> {
+pub fn float_key(value: f64) -> Classified<'static> {
     if value.is_nan() {
-        return None;
+        return Classified::Object;
     }
     if value.fract() != 0.0 {
-        return Some(FloatKey::Plain(KeyRef::Float(value.to_bits())));
+        return Classified::Plain(KeyRef::Float(value.to_bits()));
     }
     if (-TWO_TO_127..TWO_TO_127).contains(&value) {
         #[allow(clippy::cast_possible_truncation)] // integral and within range
-        return Some(FloatKey::Plain(plain_int(value as i128)));
+        return Classified::Plain(plain_int(value as i128));
     }
-    huge_float_bytes(value).map(FloatKey::Huge)
+    huge_float_bytes(value).map_or(Classified::Object, Classified::Huge)
 }
 
 /// The [`KeyRef::Huge`] bytes of an integral float: the bytes the glue reads an int of the same

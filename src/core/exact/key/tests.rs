@@ -1,6 +1,6 @@
 use super::{
     big_int, digest_bytes, encode_item, first_item, float_key, huge_float_bytes, plain_int,
-    Digested, FloatKey, Key, KeyRef, LONGEST_KEPT, SHORT,
+    Classified, Digested, Key, KeyRef, LONGEST_KEPT, SHORT,
 };
 
 fn encoded(items: &[KeyRef<'_>]) -> Vec<u8> {
@@ -170,31 +170,35 @@ fn ints_take_the_narrowest_kind() {
 
 #[test]
 fn a_float_is_the_key_of_the_int_it_equals_or_its_own() {
-    assert_eq!(float_key(3.0), Some(FloatKey::Plain(KeyRef::Int(3))));
-    assert_eq!(float_key(-0.0), Some(FloatKey::Plain(KeyRef::Int(0))));
+    assert_eq!(float_key(3.0), Classified::Plain(KeyRef::Int(3)));
+    assert_eq!(float_key(-0.0), Classified::Plain(KeyRef::Int(0)));
     assert_eq!(
         float_key(2_f64.powi(64)),
-        Some(FloatKey::Plain(KeyRef::Big(0, 1)))
+        Classified::Plain(KeyRef::Big(0, 1))
     );
     assert_eq!(
         float_key(0.5),
-        Some(FloatKey::Plain(KeyRef::Float(0.5_f64.to_bits())))
+        Classified::Plain(KeyRef::Float(0.5_f64.to_bits()))
     );
     let infinity = f64::INFINITY.to_bits();
     assert_eq!(
         float_key(f64::INFINITY),
-        Some(FloatKey::Plain(KeyRef::Float(infinity)))
+        Classified::Plain(KeyRef::Float(infinity))
     );
-    assert_eq!(float_key(f64::NAN), None);
+    assert_eq!(float_key(f64::NAN), Classified::Object);
     // From 2**127 on, the bytes of the int: -(2**127) is still an i128, 2**127 is not.
     assert_eq!(
         float_key(-(2_f64.powi(127))),
-        Some(FloatKey::Plain(plain_int(i128::MIN)))
+        Classified::Plain(plain_int(i128::MIN))
     );
+    let huge = huge_float_bytes(2_f64.powi(127)).unwrap();
+    assert_eq!(float_key(2_f64.powi(127)), Classified::Huge(huge.clone()));
+    // Its plain key borrows the bytes; an object has none.
     assert_eq!(
-        float_key(2_f64.powi(127)),
-        huge_float_bytes(2_f64.powi(127)).map(FloatKey::Huge)
+        Classified::Huge(huge.clone()).as_key(),
+        Some(KeyRef::Huge(&huge))
     );
+    assert_eq!(Classified::Object.into_key((1, 2)), None);
 }
 
 #[test]
