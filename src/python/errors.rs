@@ -47,11 +47,26 @@ fn in_the_call_or_value(in_the_call: bool, error: &impl std::fmt::Display) -> Py
     }
 }
 
-/// A keyed table's size that cannot be: its message is the core's.
-impl From<SizeError> for PyErr {
-    fn from(error: SizeError) -> Self {
-        PyValueError::new_err(error.to_string())
-    }
+/// Core errors that are each a value no call could use, whose message is the core's: a
+/// `ValueError` saying it.
+macro_rules! value_errors {
+    ($($(#[$doc:meta])* $error:ty;)+) => {$(
+        $(#[$doc])*
+        impl From<$error> for PyErr {
+            fn from(error: $error) -> Self {
+                PyValueError::new_err(error.to_string())
+            }
+        }
+    )+};
+}
+
+value_errors! {
+    /// A keyed table's size that cannot be.
+    SizeError;
+    /// A meter's saved state (a pickle's) that cannot be put back.
+    SavedStateError;
+    /// A keyed trace whose parts are not one length.
+    TraceLengths;
 }
 
 /// A keyed table's saved state that cannot be restored.
@@ -82,13 +97,6 @@ impl From<MeterError> for PyErr {
     }
 }
 
-/// A meter's saved state (a pickle's) that cannot be put back: its message is the core's.
-impl From<SavedStateError> for PyErr {
-    fn from(error: SavedStateError) -> Self {
-        PyValueError::new_err(error.to_string())
-    }
-}
-
 /// A trace a meter cannot mark, named by `mark_many`'s parameters.
 impl From<TraceError> for PyErr {
     fn from(error: TraceError) -> Self {
@@ -106,13 +114,6 @@ impl From<TraceError> for PyErr {
                 index - 1
             )),
         }
-    }
-}
-
-/// A keyed trace whose parts are not one length: its message is the core's.
-impl From<TraceLengths> for PyErr {
-    fn from(error: TraceLengths) -> Self {
-        PyValueError::new_err(error.to_string())
     }
 }
 
