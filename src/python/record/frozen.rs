@@ -30,63 +30,16 @@ macro_rules! frozen_record {
             ) -> ::pyo3::PyResult<::pyo3::Bound<'py, Self>> {
                 ::pyo3::Bound::new(py, Self::from_fields($($field.unbind()),+))
             }
-
-            $crate::python::record::describe_as_dataclass!(
-                $name, frozen = true, $($field $(= $default)?),+
-            );
-
-            fn field_values<'py>(
-                &self,
-                py: ::pyo3::Python<'py>,
-            ) -> [::pyo3::Bound<'py, ::pyo3::PyAny>; [$(stringify!($field)),+].len()] {
-                [$(self.$field.bind(py).clone()),+]
-            }
         }
 
-        #[::pyo3::pymethods]
-        impl $rust {
+        $crate::python::record::record_methods! {
+            $rust as $name, frozen = true, [$($field $(= $default)?),+],
+            values(this, py) = [$(this.$field.bind(py).clone()),+],
+        {
             #[new]
             #[pyo3(signature = ($($field $(= $default)?),+) $(, text_signature = $text)?)]
             fn __new__($($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
                 Self::from_fields($($field),+)
-            }
-
-            #[classattr]
-            fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::fields(Self::dataclass_description)
-            }
-
-            #[classattr]
-            fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::params(Self::dataclass_description)
-            }
-
-            #[classattr]
-            fn __match_args__(
-                py: ::pyo3::Python<'_>,
-            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, ::pyo3::types::PyTuple>> {
-                ::pyo3::types::PyTuple::new(py, [$(stringify!($field)),+])
-            }
-
-            fn __repr__(slf: &::pyo3::Bound<'_, Self>) -> ::pyo3::PyResult<String> {
-                let py = slf.py();
-                let this = slf.get();
-                $crate::python::record::repr(
-                    slf.as_any(),
-                    &[$((stringify!($field), this.$field.bind(py).clone())),+],
-                )
-            }
-
-            fn __richcmp__(
-                slf: &::pyo3::Bound<'_, Self>,
-                other: &::pyo3::Bound<'_, ::pyo3::PyAny>,
-                op: ::pyo3::basic::CompareOp,
-            ) -> ::pyo3::PyResult<::pyo3::Py<::pyo3::PyAny>> {
-                let py = slf.py();
-                let fields = other.cast_exact::<Self>().ok().map(|other| {
-                    (slf.get().field_values(py), other.get().field_values(py))
-                });
-                $crate::python::record::compare_fields(py, op, fields)
             }
 
             fn __hash__(&self, py: ::pyo3::Python<'_>) -> ::pyo3::PyResult<isize> {
@@ -106,19 +59,6 @@ macro_rules! frozen_record {
                 Err($crate::python::record::frozen_instance_error(py, "delete", name))
             }
 
-            fn __reduce__<'py>(
-                slf: &::pyo3::Bound<'py, Self>,
-            ) -> ::pyo3::PyResult<(
-                ::pyo3::Bound<'py, ::pyo3::types::PyType>,
-                ::pyo3::Bound<'py, ::pyo3::types::PyTuple>,
-            )> {
-                let py = slf.py();
-                Ok((
-                    slf.get_type(),
-                    ::pyo3::types::PyTuple::new(py, slf.get().field_values(py))?,
-                ))
-            }
-
             fn __traverse__(
                 &self,
                 visit: ::pyo3::PyVisit<'_>,
@@ -128,7 +68,7 @@ macro_rules! frozen_record {
             }
 
             $($($methods)*)?
-        }
+        } }
     };
 }
 

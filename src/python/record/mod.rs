@@ -15,8 +15,9 @@
 //!   `asdict`, `astuple`, `replace`) treat a native class as the course's dataclass.
 //!
 //! [`frozen_record!`] writes all of that for an immutable class of Python-object fields,
-//! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; the helper
-//! functions here are what both expand to.
+//! [`mutable_record!`] for a mutable one whose fields live in [`SharedFields`]; both write
+//! what they share through [`record_methods!`], and the helper functions here are what they
+//! expand to.
 
 mod frozen;
 mod mutable;
@@ -233,6 +234,91 @@ macro_rules! describe_as_dataclass {
 }
 
 pub(crate) use describe_as_dataclass;
+
+/// Writes what every record class has as its dataclass has it: its description as a dataclass
+/// named `$name`, frozen or not, of these fields and defaults; `field_values`, the fields'
+/// values in order (`values`, an expression of `this` and `py`); and the `#[pymethods]`
+/// (`__dataclass_fields__`, `__dataclass_params__`, `__match_args__`, `repr`, `==` against the
+/// very same class, pickle), then `own`, the methods of its kind (frozen or mutable) and its
+/// own.
+macro_rules! record_methods {
+    (
+        $rust:ident as $name:literal, frozen = $frozen:literal,
+        [$($field:ident $(= $default:expr)?),+],
+        values($this:ident, $py:ident) = $values:expr,
+        { $($own:tt)* }
+    ) => {
+        impl $rust {
+            $crate::python::record::describe_as_dataclass!(
+                $name, frozen = $frozen, $($field $(= $default)?),+
+            );
+
+            fn field_values<'py>(
+                &self,
+                $py: ::pyo3::Python<'py>,
+            ) -> [::pyo3::Bound<'py, ::pyo3::PyAny>; [$(stringify!($field)),+].len()] {
+                let $this = self;
+                $values
+            }
+        }
+
+        #[::pyo3::pymethods]
+        impl $rust {
+            #[classattr]
+            fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::fields(Self::dataclass_description)
+            }
+
+            #[classattr]
+            fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
+                $crate::python::record::DataclassAttribute::params(Self::dataclass_description)
+            }
+
+            #[classattr]
+            fn __match_args__(
+                py: ::pyo3::Python<'_>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, ::pyo3::types::PyTuple>> {
+                ::pyo3::types::PyTuple::new(py, [$(stringify!($field)),+])
+            }
+
+            fn __repr__(slf: &::pyo3::Bound<'_, Self>) -> ::pyo3::PyResult<String> {
+                let values = slf.get().field_values(slf.py());
+                let names = [$(stringify!($field)),+];
+                let named: Vec<_> = names.into_iter().zip(values).collect();
+                $crate::python::record::repr(slf.as_any(), &named)
+            }
+
+            fn __richcmp__(
+                slf: &::pyo3::Bound<'_, Self>,
+                other: &::pyo3::Bound<'_, ::pyo3::PyAny>,
+                op: ::pyo3::basic::CompareOp,
+            ) -> ::pyo3::PyResult<::pyo3::Py<::pyo3::PyAny>> {
+                let py = slf.py();
+                let fields = other.cast_exact::<Self>().ok().map(|other| {
+                    (slf.get().field_values(py), other.get().field_values(py))
+                });
+                $crate::python::record::compare_fields(py, op, fields)
+            }
+
+            fn __reduce__<'py>(
+                slf: &::pyo3::Bound<'py, Self>,
+            ) -> ::pyo3::PyResult<(
+                ::pyo3::Bound<'py, ::pyo3::types::PyType>,
+                ::pyo3::Bound<'py, ::pyo3::types::PyTuple>,
+            )> {
+                let py = slf.py();
+                Ok((
+                    slf.get_type(),
+                    ::pyo3::types::PyTuple::new(py, slf.get().field_values(py))?,
+                ))
+            }
+
+            $($own)*
+        }
+    };
+}
+
+pub(crate) use record_methods;
 
 /// `dataclasses.FrozenInstanceError` with the message a frozen dataclass gives.
 pub fn frozen_instance_error(py: Python<'_>, verb: &str, name: &str) -> PyErr {

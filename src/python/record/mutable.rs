@@ -313,14 +313,12 @@ macro_rules! mutable_record {
 
         impl $rust {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),+];
-
-            $crate::python::record::describe_as_dataclass!(
-                $name, frozen = false, $($field $(= $default)?),+
-            );
         }
 
-        #[::pyo3::pymethods]
-        impl $rust {
+        $crate::python::record::record_methods! {
+            $rust as $name, frozen = false, [$($field $(= $default)?),+],
+            values(this, py) = this.fields.objects(py),
+        {
             #[new]
             #[pyo3(signature = ($($field $(= $default)?),+), text_signature = $text)]
             fn __new__(py: ::pyo3::Python<'_>, $($field: ::pyo3::Py<::pyo3::PyAny>),+) -> Self {
@@ -347,54 +345,6 @@ macro_rules! mutable_record {
                 }
             )+
 
-            #[classattr]
-            fn __dataclass_fields__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::fields(Self::dataclass_description)
-            }
-
-            #[classattr]
-            fn __dataclass_params__() -> $crate::python::record::DataclassAttribute {
-                $crate::python::record::DataclassAttribute::params(Self::dataclass_description)
-            }
-
-            #[classattr]
-            fn __match_args__(
-                py: ::pyo3::Python<'_>,
-            ) -> ::pyo3::PyResult<::pyo3::Bound<'_, ::pyo3::types::PyTuple>> {
-                ::pyo3::types::PyTuple::new(py, $rust::NAMES)
-            }
-
-            fn __repr__(slf: &::pyo3::Bound<'_, Self>) -> ::pyo3::PyResult<String> {
-                let values = slf.get().fields.objects(slf.py());
-                let named: Vec<_> = $rust::NAMES.iter().copied().zip(values).collect();
-                $crate::python::record::repr(slf.as_any(), &named)
-            }
-
-            fn __richcmp__(
-                slf: &::pyo3::Bound<'_, Self>,
-                other: &::pyo3::Bound<'_, ::pyo3::PyAny>,
-                op: ::pyo3::basic::CompareOp,
-            ) -> ::pyo3::PyResult<::pyo3::Py<::pyo3::PyAny>> {
-                let py = slf.py();
-                let fields = other.cast_exact::<Self>().ok().map(|other| {
-                    (slf.get().fields.objects(py), other.get().fields.objects(py))
-                });
-                $crate::python::record::compare_fields(py, op, fields)
-            }
-
-            fn __reduce__<'py>(
-                slf: &::pyo3::Bound<'py, Self>,
-            ) -> ::pyo3::PyResult<(
-                ::pyo3::Bound<'py, ::pyo3::types::PyType>,
-                ::pyo3::Bound<'py, ::pyo3::types::PyTuple>,
-            )> {
-                let py = slf.py();
-                Ok((
-                    slf.get_type(),
-                    ::pyo3::types::PyTuple::new(py, slf.get().fields.objects(py))?,
-                ))
-            }
-
             fn __traverse__(
                 &self,
                 visit: ::pyo3::PyVisit<'_>,
@@ -407,7 +357,7 @@ macro_rules! mutable_record {
             }
 
             $($($methods)*)?
-        }
+        } }
     };
 }
 
