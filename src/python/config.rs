@@ -298,29 +298,10 @@ pub fn canonical<'py>(
 }
 
 /// The configurations of a limiter given `plans` (a dict of plan name to what `rate=` or
-/// `bands=` takes), refusing `plans` with any of `rate`, `burst`, `per` and `bands`. Each
-/// plan's value is read by [`read_config`] (a `Band`, or any non-str iterable, as `bands`;
-/// anything else as `rate`), so its errors are those of `rate=` and `bands=`, said of the plan.
-pub fn read_plans(
-    py: Python<'_>,
-    plans: &Bound<'_, PyAny>,
-    rate: Option<&Bound<'_, PyAny>>,
-    burst: Option<&Bound<'_, PyAny>>,
-    per: Option<&Bound<'_, PyAny>>,
-    bands: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Plans> {
-    let given: Vec<&'static str> = [
-        ("rate", rate),
-        ("burst", burst),
-        ("per", per),
-        ("bands", bands),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| value.map(|_| name))
-    .collect();
-    if !given.is_empty() {
-        return Err(PlanError::Both { given }.into());
-    }
+/// `bands=` takes). Each plan's value is read by [`read_config`] (a `Band`, or any non-str
+/// iterable, as `bands`; anything else as `rate`), so its errors are those of `rate=` and
+/// `bands=`, said of the plan.
+fn read_plans(py: Python<'_>, plans: &Bound<'_, PyAny>) -> PyResult<Plans> {
     let Ok(dict) = plans.cast::<pyo3::types::PyDict>() else {
         return Err(PyTypeError::new_err(format!(
             "plans must be a dict of plan name to its rate or bands, not {}",
@@ -359,8 +340,9 @@ pub fn read_plans(
 }
 
 /// The configurations of a keyed limiter: with `plans`, each plan's, and the plans' names with
-/// the index of their configuration; without, the one configuration `rate`, `burst`, `per` and
-/// `bands` describe (see [`read_config`], [`read_plans`]).
+/// the index of their configuration (see [`read_plans`]), refusing `plans` beside any of
+/// `rate`, `burst`, `per` and `bands`; without, the one configuration those describe (see
+/// [`read_config`]).
 #[allow(clippy::type_complexity)] // the names with their indices, and the configurations
 pub fn read_limits(
     py: Python<'_>,
@@ -370,13 +352,23 @@ pub fn read_limits(
     bands: Option<&Bound<'_, PyAny>>,
     plans: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(Option<Box<[(String, usize)]>>, Vec<Config>)> {
-    match plans {
-        None => Ok((None, vec![read_config(py, rate, burst, per, bands)?])),
-        Some(plans) => {
-            let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
-            Ok((Some(names.into_boxed_slice()), configs))
-        }
+    let Some(plans) = plans else {
+        return Ok((None, vec![read_config(py, rate, burst, per, bands)?]));
+    };
+    let given: Vec<&'static str> = [
+        ("rate", rate),
+        ("burst", burst),
+        ("per", per),
+        ("bands", bands),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| value.map(|_| name))
+    .collect();
+    if !given.is_empty() {
+        return Err(PlanError::Both { given }.into());
     }
+    let Plans { names, configs } = read_plans(py, plans)?;
+    Ok((Some(names.into_boxed_slice()), configs))
 }
 
 /// One plan's configuration: a `Band`, or a non-str iterable of bands, as `bands`; anything else
@@ -420,7 +412,7 @@ pub fn plans_dict<'py>(
 }
 
 /// The plans a limiter written in Python (the Redis ones) was given, read as the native ones
-/// read them (see [`read_plans`]): each plan's name with the index of its bands, and each
+/// read them (see [`read_limits`]): each plan's name with the index of its bands, and each
 /// distinct configuration's bands, a tuple of `Band`.
 #[pyfunction]
 #[allow(clippy::type_complexity)] // the names with their indices, and the bands
@@ -433,7 +425,8 @@ pub fn read_plans_py<'py>(
     per: Option<&Bound<'py, PyAny>>,
     bands: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Vec<(String, usize)>, Vec<Bound<'py, PyTuple>>)> {
-    let Plans { names, configs } = read_plans(py, plans, rate, burst, per, bands)?;
+    let (names, configs) = read_limits(py, rate, burst, per, bands, Some(plans))?;
+    let names = names.map(Vec::from).unwrap_or_default();
     let bands = configs
         .iter()
         .map(|config| bands_tuple(py, config))
