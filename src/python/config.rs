@@ -279,12 +279,6 @@ pub fn bands_tuple<'py>(py: Python<'py>, config: &Config) -> PyResult<Bound<'py,
     PyTuple::new(py, bands)
 }
 
-/// `[Band(rate=100, burst=100, per=60), ...]`, for a limiter's repr.
-pub fn bands_repr(py: Python<'_>, config: &Config) -> PyResult<String> {
-    let bands = bands_tuple(py, config)?;
-    Ok(pyo3::types::PyList::new(py, bands)?.repr()?.to_string())
-}
-
 /// The canonical encoding of the configuration `bands` describe (see `Config::encode`), and its
 /// fingerprint: what a store that keeps a limit's state outside this process records with it.
 #[pyfunction]
@@ -386,15 +380,6 @@ fn plan_config(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Config> {
     } else {
         read_config(py, Some(value), None, None, None)
     }
-}
-
-/// `{'free': [Band(...)], 'pro': [...]}`, for a limiter's repr.
-pub fn plans_repr(
-    py: Python<'_>,
-    names: &[(String, usize)],
-    configs: &[&Config],
-) -> PyResult<String> {
-    Ok(plans_dict(py, names, configs)?.repr()?.to_string())
 }
 
 /// The plans as a dict of name to a tuple of `Band`: what a limiter's `plans` answers, and what

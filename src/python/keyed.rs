@@ -18,7 +18,7 @@ use crate::core::exact::settle::Balance;
 use crate::core::exact::table_size::{self, InProcess};
 use crate::python::args::count;
 use crate::python::clock::Clock;
-use crate::python::config::{bands_repr, bands_tuple, plans_dict, plans_repr, read_limits};
+use crate::python::config::read_limits;
 use crate::python::errors::OfClock;
 use crate::python::fork::Lineage;
 use crate::python::keys::{classify, key_object, Classified, Registry};
@@ -26,7 +26,7 @@ use crate::python::limiter::{
     only_the_rate_by_position, rebuilder, restore_attributes, with_attributes,
 };
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::PyLimit;
+use crate::python::surface::{limits, limits_repr, PyLimit};
 
 /// A `max_keys` argument, checked as a count (so None, a bool or a float is refused).
 #[derive(Clone, Copy)]
@@ -238,13 +238,10 @@ limiter_methods! { keyed: KeyedRateLimiter {
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let this = slf.get();
         let py = slf.py();
-        let limits = match &this.plans {
-            None => format!("bands={}", bands_repr(py, &this.tables[0].config)?),
-            Some(names) => format!("plans={}", plans_repr(py, names, &this.configs())?),
-        };
         Ok(format!(
-            "{}({limits}, max_keys={}, keys={})",
+            "{}({}, max_keys={}, keys={})",
             slf.get_type().qualname()?,
+            limits_repr(this, py)?,
             this.tables[0].table.max_keys(),
             crate::python::surface::tables::len(this)?
         ))
@@ -259,10 +256,8 @@ limiter_methods! { keyed: KeyedRateLimiter {
         let this = slf.get();
         let kwargs = PyDict::new(py);
         let first = &this.tables[0].table;
-        match &this.plans {
-            None => kwargs.set_item("bands", bands_tuple(py, &this.tables[0].config)?)?,
-            Some(names) => kwargs.set_item("plans", plans_dict(py, names, &this.configs())?)?,
-        }
+        let (keyword, limits) = limits(this, py)?;
+        kwargs.set_item(keyword, limits)?;
         kwargs.set_item("max_keys", first.max_keys())?;
         kwargs.set_item("shards", first.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;
@@ -322,13 +317,6 @@ limiter_methods! { keyed: KeyedRateLimiter {
         Ok(())
     }
 }}
-
-impl KeyedRateLimiter {
-    /// Every table's configuration, by the index the plans name.
-    fn configs(&self) -> Vec<&Config> {
-        self.tables.iter().map(|plan| &plan.config).collect()
-    }
-}
 
 impl PlanTable {
     /// What `__reduce__` saves of this table: its seed, every remembered key's balances, its

@@ -19,11 +19,11 @@ use crate::core::exact::limiter::Limiter;
 use crate::core::exact::settle::Balance;
 use crate::python::args::{count, nanoseconds};
 use crate::python::clock::Clock;
-use crate::python::config::{bands_repr, bands_tuple, read_config};
+use crate::python::config::read_config;
 use crate::python::errors::{shown, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::PyLimit;
+use crate::python::surface::{limits, limits_repr, PyLimit};
 
 /// An exact rate limiter of one or more bands.
 ///
@@ -154,9 +154,9 @@ limiter_methods! { one key: RateLimiter {
     /// (any callable, even a failing one) to settle it is not a repr's business.
     fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         Ok(format!(
-            "{}(bands={})",
+            "{}({})",
             slf.get_type().qualname()?,
-            bands_repr(slf.py(), &slf.get().config)?
+            limits_repr(slf.get(), slf.py())?
         ))
     }
 
@@ -173,7 +173,8 @@ limiter_methods! { one key: RateLimiter {
         let balances: Vec<(u128, Option<i64>)> =
             bands.iter().map(|band| band.balance.into()).collect();
         let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("bands", bands_tuple(py, &this.config)?)?;
+        let (keyword, bands) = limits(this, py)?;
+        kwargs.set_item(keyword, bands)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
         // The balances, the attributes, where the times come from (see `Clock::shift`), and

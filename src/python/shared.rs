@@ -19,15 +19,13 @@ use crate::core::exact::table_size::{self, DEFAULT_MAX_KEYS};
 use crate::host::fresh_seed;
 use crate::python::args::count;
 use crate::python::clock::Clock;
-use crate::python::config::{
-    bands_repr, bands_tuple, plans_dict, plans_repr, read_config, read_limits,
-};
+use crate::python::config::{read_config, read_limits};
 use crate::python::errors::OfClock;
 use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::limiter::only_the_rate_by_position;
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::PyLimit;
+use crate::python::surface::{limits, limits_repr, PyLimit};
 use crate::shared_memory::{self, Mapped};
 
 /// A table, where it lives, and the clock its calls read.
@@ -80,30 +78,25 @@ impl Shared {
             })
             .collect()
     }
+}
 
-    fn repr(&self, py: Python<'_>, class: &str, extra: &str) -> PyResult<String> {
-        Ok(format!(
-            "{class}({:?}, bands={}{extra})",
-            self.name,
-            bands_repr(py, self.table.config())?
-        ))
+/// What `copy` and `pickle` rebuild a shared limiter from: its tables, opened again by name (in
+/// another process, that is how they are shared), with its limits, and its `max_keys` if it has
+/// one.
+fn new_args<'py, L: PyLimit<Part = Shared>>(
+    this: &L,
+    py: Python<'py>,
+    max_keys: Option<u64>,
+) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+    let first = &this.parts()[0];
+    let kwargs = PyDict::new(py);
+    let (keyword, limits) = limits(this, py)?;
+    kwargs.set_item(keyword, limits)?;
+    if let Some(max_keys) = max_keys {
+        kwargs.set_item("max_keys", max_keys)?;
     }
-
-    /// What `copy` and `pickle` rebuild: the same table, opened again by name (in another
-    /// process, that is how it is shared).
-    fn new_args<'py>(
-        &self,
-        py: Python<'py>,
-        max_keys: Option<u64>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("bands", bands_tuple(py, self.table.config())?)?;
-        if let Some(max_keys) = max_keys {
-            kwargs.set_item("max_keys", max_keys)?;
-        }
-        kwargs.set_item("path", self.path.parent())?;
-        Ok((PyTuple::new(py, [self.name.as_str()])?, kwargs))
-    }
+    kwargs.set_item("path", first.path.parent())?;
+    Ok((PyTuple::new(py, [first.name.as_str()])?, kwargs))
 }
 
 /// The folder `path=` names (any path-like), or `None` for the default folder.
@@ -264,14 +257,18 @@ limiter_methods! { one key: SharedRateLimiter {
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        self.shared.repr(py, "SharedRateLimiter", "")
+        Ok(format!(
+            "SharedRateLimiter({:?}, {})",
+            self.shared.name,
+            limits_repr(self, py)?
+        ))
     }
 
     fn __getnewargs_ex__<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        self.shared.new_args(py, None)
+        new_args(self, py, None)
     }
 }}
 
@@ -418,37 +415,18 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let first = &self.tables[0];
-        let extra = format!(", max_keys={}", first.table.shape().max_keys);
-        match &self.plans {
-            None => first.repr(py, "SharedKeyedRateLimiter", &extra),
-            Some(names) => Ok(format!(
-                "SharedKeyedRateLimiter({:?}, plans={}{extra})",
-                first.name,
-                plans_repr(py, names, &self.configs())?
-            )),
-        }
+        Ok(format!(
+            "SharedKeyedRateLimiter({:?}, {}, max_keys={})",
+            first.name,
+            limits_repr(self, py)?,
+            first.table.shape().max_keys
+        ))
     }
 
     fn __getnewargs_ex__<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        let first = &self.tables[0];
-        let (args, kwargs) = first.new_args(py, Some(first.table.shape().max_keys))?;
-        if let Some(names) = &self.plans {
-            kwargs.del_item("bands")?;
-            kwargs.set_item("plans", plans_dict(py, names, &self.configs())?)?;
-        }
-        Ok((args, kwargs))
+        new_args(self, py, Some(self.tables[0].table.shape().max_keys))
     }
 }}
-
-impl SharedKeyedRateLimiter {
-    /// Every table's configuration, by the index the plans name.
-    fn configs(&self) -> Vec<&Config> {
-        self.tables
-            .iter()
-            .map(|shared| shared.table.config())
-            .collect()
-    }
-}

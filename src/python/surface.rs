@@ -22,7 +22,7 @@ pub mod tables;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyModule, PyString, PyTuple};
+use pyo3::types::{PyList, PyModule, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
@@ -33,7 +33,7 @@ use crate::core::exact::plans::{Named, Plans};
 use crate::core::exact::waiting::{max_wait_ns, NeverEnough, Reserved};
 use crate::python::args::{tokens, NowNs, Timeout, N};
 use crate::python::clock::Clock;
-use crate::python::config::bands_tuple;
+use crate::python::config::{bands_tuple, plans_dict};
 use crate::python::decision::Decision;
 use crate::python::errors::{off_the_clock, shown, OfClock};
 use crate::python::waiting::wait_for_turn;
@@ -383,6 +383,30 @@ pub fn bands<'py, L: PyLimit>(this: &L, py: Python<'py>) -> PyResult<Bound<'py, 
             Plans::listed(names)
         ))),
     }
+}
+
+/// The keyword, and its value, that a pickle rebuilds the limits of `this` from: `bands`, a
+/// tuple of `Band`, or with plans `plans`, a dict of plan name to one.
+pub fn limits<'py, L: PyLimit>(
+    this: &L,
+    py: Python<'py>,
+) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+    let configs: Vec<&Config> = this.parts().iter().map(|part| this.config(part)).collect();
+    Ok(match this.plans() {
+        None => ("bands", bands_tuple(py, configs[0])?.into_any()),
+        Some(names) => ("plans", plans_dict(py, names, &configs)?.into_any()),
+    })
+}
+
+/// The limits of `this` as its repr shows them: `bands=[Band(...), ...]` (a list, as a caller
+/// writes it), or `plans={'free': (Band(...),), ...}`.
+pub fn limits_repr<L: PyLimit>(this: &L, py: Python<'_>) -> PyResult<String> {
+    let (keyword, value) = limits(this, py)?;
+    let shown = match value.cast::<PyTuple>() {
+        Ok(bands) => PyList::new(py, bands)?.repr()?,
+        Err(_) => value.repr()?,
+    };
+    Ok(format!("{keyword}={shown}"))
 }
 
 /// The index of the part of `plan`, among `plans` (each a name and its part's index): see
