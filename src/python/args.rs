@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
+use crate::core::exact::waiting::wait_of_seconds;
 use crate::python::errors::text_of;
 
 /// `fractions.Fraction`.
@@ -180,12 +181,7 @@ pub fn seconds(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
             value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
         ))
     })?;
-    // Duration::MAX in seconds rounds up to 2**64, one past what a Duration holds: a wait that
-    // long, or longer, is for ever.
-    if secs.is_finite() && secs >= Duration::MAX.as_secs_f64() {
-        return Ok(Duration::MAX);
-    }
-    Duration::try_from_secs_f64(secs).map_err(|_| {
+    wait_of_seconds(secs).ok_or_else(|| {
         PyValueError::new_err(format!(
             "{name} must be a finite number of seconds >= 0{forever}, not {secs}"
         ))

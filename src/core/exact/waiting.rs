@@ -91,6 +91,18 @@ impl Reserved {
     }
 }
 
+/// A wait of `seconds`, as a timeout gives it: one too long for a `Duration` (2**64 seconds or
+/// more) is for ever, `Duration::MAX`; `None` for a negative wait, an infinite one or a NaN,
+/// which no call can be given.
+#[must_use]
+pub fn wait_of_seconds(seconds: f64) -> Option<Duration> {
+    // Duration::MAX in seconds rounds up to 2**64, one past what a Duration holds.
+    if seconds.is_finite() && seconds >= Duration::MAX.as_secs_f64() {
+        return Some(Duration::MAX);
+    }
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
 /// A timeout as the longest wait, in nanoseconds, it accepts (`None`: for ever).
 #[must_use]
 pub fn max_wait_ns(timeout: Option<Duration>) -> u128 {
@@ -221,6 +233,17 @@ mod tests {
 
     fn at(reserved_ns: i64, at_ns: i64) -> Reserved {
         Reserved::At { reserved_ns, at_ns }
+    }
+
+    #[test]
+    fn a_wait_in_seconds_is_a_duration_or_for_ever_and_never_negative() {
+        assert_eq!(wait_of_seconds(1.5), Some(Duration::from_millis(1_500)));
+        assert_eq!(wait_of_seconds(0.0), Some(Duration::ZERO));
+        assert_eq!(wait_of_seconds(1e30), Some(Duration::MAX));
+        assert_eq!(wait_of_seconds(2_f64.powi(64)), Some(Duration::MAX));
+        assert_eq!(wait_of_seconds(-0.5), None);
+        assert_eq!(wait_of_seconds(f64::INFINITY), None);
+        assert_eq!(wait_of_seconds(f64::NAN), None);
     }
 
     #[test]
