@@ -489,3 +489,5 @@ fn saved_balances_come_back_only_for_the_bands_they_were_saved_from() {
     assert_eq!(limiter.on_the_clock(0), Ok(()));
     assert_eq!(limiter.clock(), Some(0));
 }
+
+mod settle;
