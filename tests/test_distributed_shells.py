@@ -49,6 +49,7 @@ OPERATIONS = [
     "check_levels",
     "peek",
     "refund",
+    "settle",
     "available",
     "acquire",
     "try_acquire_many",
