@@ -109,7 +109,7 @@ def test_the_keyed_limiters_settle_as_the_model(
     model = km.ModelKeyedLimiter(lm.model_from(bands=bands).band_pairs())
     now = 10 * SECOND
     try:
-        for i, ((op, first, second, step), key) in enumerate(zip(steps, keys)):
+        for i, ((op, first, second, step), key) in enumerate(zip(steps, keys, strict=False)):
             now += step
             want = ask_keyed_model(model, op, key, first, second, now)
             context = f"step {i}: {op}({key!r}, {first}, {second}, now_ns={now})"
@@ -230,4 +230,3 @@ def test_the_bound_is_reached_by_one_overage() -> None:
     limiter = RateLimiter(1, burst=5)
     assert admitted(limiter, (), [(0, 5, 8)]) == [(0, 8, 3)]
     assert not limiter.check(1, now_ns=0).allowed
-
