@@ -7,8 +7,8 @@
 //! * a [`KeyedLimiter`] one set per key, in this process's memory;
 //! * a shared [`Table`] one set per key, in memory the processes of one host map together.
 //!
-//! [`Limit`] is what they all answer: take, peek, give back, reserve a turn and hand it back,
-//! and say what a key holds. [`KeyedLimit`] adds what only the keyed tables have: keys, counts
+//! [`Limit`] is what they all answer: take, peek, give back, settle a cost once it is known,
+//! reserve a turn and hand it back, and say what a key holds. [`KeyedLimit`] adds what only the keyed tables have: keys, counts
 //! and whole traces. A caller written against these traits (the Python glue) is written once
 //! for all three.
 //!
