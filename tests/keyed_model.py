@@ -214,6 +214,28 @@ class ModelKeyedLimiter:
         limiter.refund(n, now)
         self._after_touch(key, limiter, now)
 
+    def settle(self, key: Hashable, reserved: int, actual: int, *, now_ns: int) -> None:
+        """A remembered key settles as a limiter does; a key not remembered is full, so a
+        refund leaves it so, and an overage makes it a key in debt, stored if there is room
+        (else the overage is not recorded)."""
+        hash(key)
+        now = self._advance(now_ns)
+        limiter = self._lookup(key)
+        if limiter is not None:
+            limiter.settle(reserved, actual, now)
+            self._after_touch(key, limiter, now)
+            return
+        limiter = self._fresh_limiter(now)
+        limiter.settle(reserved, actual, now)
+        if is_fresh(limiter, now) or not self._make_room(now):
+            self.maybe_remembered.discard(key)
+            return
+        self.keys[key] = limiter
+        self.max_inserts += 1
+        if key not in self.maybe_remembered:
+            self.min_inserts += 1
+        self.maybe_remembered.add(key)
+
     def available(self, key: Hashable, *, now_ns: int) -> int:
         hash(key)
         now = self._advance(now_ns)

@@ -30,6 +30,15 @@ The rules, as the model applies them:
 * ``peek`` and ``available`` take nothing and leave the balances and settlement time alone
   (beyond anchoring a limiter that was never anchored); ``refund`` settles, then gives ``n``
   back to every band, each capped at its burst.
+* ``settle(reserved, actual)`` (issue 35): less than reserved is ``refund(reserved -
+  actual)``; more settles, then takes ``actual - reserved`` from every band even below zero.
+  A balance below zero is a debt: it accrues like any balance, so a request waits until the
+  debt is repaid and its own tokens have accrued; ``remaining`` counts no band below zero. A
+  refund while some band is still in debt at the limiter's clock (the latest time any call
+  used) is forfeited: the native limiter holds a debt as a settlement point ahead of its
+  clock, as it holds a waiter's reservation, and gives nothing back while one is. A debt
+  that would not be repaid before the end of the 64-bit clock (``2**63 - 1`` ns) is repaid
+  exactly then, as the native limiter holds it there.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from fractions import Fraction
 from typing import Any
 
 NS_PER_SECOND = 10**9
+#: The clock's last nanosecond.
+I64_MAX = 2**63 - 1
 #: How far a call's time may be from the limiter's clock, either way: ten years of 365.25 days.
 MAX_CLOCK_GAP_NS = 10 * 31_557_600 * NS_PER_SECOND
 ALLOWED, DENIED, NEVER = "Allowed", "Denied", "Never"
@@ -120,8 +131,9 @@ class ModelBand:
         return self.rate / NS_PER_SECOND
 
     def wait_for(self, n: int) -> int:
-        """The smallest whole w >= 0 with balance + w * per_ns >= n (n within the burst)."""
-        if self.balance >= n:
+        """The smallest whole w >= 0 with balance + w * per_ns >= n (n within the burst); 0
+        for n = 0, which takes nothing, even from a band in debt."""
+        if n == 0 or self.balance >= n:
             return 0
         return math.ceil((n - self.balance) / self.per_ns)
 
@@ -177,7 +189,13 @@ class ModelLimiter:
         return DENIED, max(self.settled_at - now, 0) + wait
 
     def _whole(self) -> int:
-        return math.floor(min(band.balance for band in self.bands))
+        return max(0, math.floor(min(band.balance for band in self.bands)))
+
+    def _in_debt(self) -> bool:
+        """Whether some band is still below zero at the limiter's clock."""
+        assert self.settled_at is not None and self.latest is not None
+        since = max(self.latest - self.settled_at, 0)
+        return any(band.balance + since * band.per_ns < 0 for band in self.bands)
 
     def copy(self) -> ModelLimiter:
         twin = ModelLimiter.__new__(ModelLimiter)
@@ -223,8 +241,22 @@ class ModelLimiter:
     def refund(self, n: int, now: int) -> None:
         self._on_the_clock(now)
         self._settle(now)
+        if self._in_debt():
+            return
         for band in self.bands:
             band.balance = min(band.balance + n, Fraction(band.burst))
+
+    def settle(self, reserved: int, actual: int, now: int) -> None:
+        if actual < reserved:
+            self.refund(reserved - actual, now)
+            return
+        self._on_the_clock(now)
+        if actual > reserved:
+            self._settle(now)
+            assert self.settled_at is not None
+            to_the_end = I64_MAX - self.settled_at
+            for band in self.bands:
+                band.balance = max(band.balance - (actual - reserved), -to_the_end * band.per_ns)
 
     # -- inspection ---------------------------------------------------------------------------
 

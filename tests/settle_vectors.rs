@@ -59,6 +59,7 @@ const AVAILABLE: i64 = 4;
 const RESERVE: i64 = 5;
 const GIVE_BACK: i64 = 6;
 const TAKE_WITH_LEVELS: i64 = 9;
+const SETTLE: i64 = 10;
 /// The outcomes, as the script numbers them.
 const ALLOWED: i128 = 0;
 const DENIED: i128 = 1;
@@ -109,6 +110,7 @@ fn the_vectors_cover_every_op_and_several_bands() {
         RESERVE,
         GIVE_BACK,
         TAKE_WITH_LEVELS,
+        SETTLE,
     ] {
         let of_op = |case: &&Json| case.field("request").field("op").int() == i128::from(op);
         assert!(cases.iter().any(|case| of_op(&case)), "op {op}");
@@ -204,7 +206,8 @@ fn clock_for_refund(before: &Json, now: i64) -> i64 {
 /// One call, as the script receives it.
 struct Call {
     op: i64,
-    n: u64,
+    /// Tokens; for a settlement, the actual cost less the reserved one, which may be negative.
+    n: i128,
     now: i64,
     least_ms: i128,
     extra: i128,
@@ -223,7 +226,8 @@ struct Decided {
 
 /// Make the call on `balances`, through the core.
 fn decide(key: &Key, balances: &mut Balances, call: &Call, before: &Json) -> Decided {
-    let (specs, n, now) = (&key.specs[..], call.n, call.now);
+    let (specs, now) = (&key.specs[..], call.now);
+    let n = u64::try_from(call.n.unsigned_abs()).expect("a count of tokens");
     let behind = i128::from(
         balances
             .first()
@@ -280,6 +284,19 @@ fn decide(key: &Key, balances: &mut Balances, call: &Call, before: &Json) -> Dec
                 }
             }
         }
+        SETTLE if call.n < 0 => {
+            // Less than reserved: a refund of the difference, under the refund's clock.
+            balances.settle_cost(specs, n, 0, now, clock_for_refund(before, now));
+            Decided::default()
+        }
+        SETTLE => {
+            // More: the difference owed; the clock does not matter to an overage.
+            balances.settle_cost(specs, 0, n, now, now);
+            Decided {
+                booked: n > 0,
+                ..Decided::default()
+            }
+        }
         GIVE_BACK => {
             balances.give_back(specs, n, now, i64::try_from(call.extra).unwrap());
             Decided {
@@ -298,7 +315,7 @@ fn work_out(case: &Json) -> Vec<(&'static str, Json)> {
     let request = case.field("request");
     let call = Call {
         op: int(request.field("op")),
-        n: int(request.field("n")),
+        n: request.field("n").int(),
         now: int(request.field("now")),
         least_ms: request.field("least_ms").int(),
         extra: request.field("extra").int(),

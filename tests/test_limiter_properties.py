@@ -39,7 +39,7 @@ from protocol_in_code.qos.limiter import Band, LimitOutcome, RateLimiter
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 U64_MAX = 2**64 - 1
-MUTATING = ("try_acquire", "check", "refund")
+MUTATING = ("try_acquire", "check", "refund", "settle")
 OPS = (*MUTATING, "peek", "available")
 
 
@@ -212,7 +212,17 @@ def do(limiter: Any, name: str, n: int, now: int) -> Any:
         return ("ValueError", None, None)
 
 
+def costs(n: int) -> tuple[int, int]:
+    """``settle``'s reserved and actual costs for a drawn ``n``: n reserved, and an actual cost
+    that is the same (n = 0), more (n = 1, 2, 3, 4, 6) or less (n = 5, 7, 8, ...)."""
+    return n, n * 7 % 11
+
+
 def do_or_raise(limiter: Any, name: str, n: int, now: int) -> Any:
+    if name == "settle":
+        if isinstance(limiter, lm.ModelLimiter):
+            return limiter.settle(*costs(n), now)
+        return limiter.settle(*costs(n), now_ns=now)
     if isinstance(limiter, lm.ModelLimiter):
         if name == "available":
             return limiter.available(now)

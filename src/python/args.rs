@@ -85,6 +85,14 @@ typed_argument!(
     N(u64) = count("n")
 );
 typed_argument!(
+    /// `reserved`: the tokens a cost was taken as, a [`count`].
+    ReservedCost(u64) = count("reserved")
+);
+typed_argument!(
+    /// `actual`: the tokens a cost turned out to be, a [`count`].
+    ActualCost(u64) = count("actual")
+);
+typed_argument!(
     /// `now_ns`: a call's time, [`nanoseconds`].
     NowNs(i64) = nanoseconds("now_ns")
 );

@@ -31,7 +31,7 @@ use crate::core::exact::limit::{Limit, OffTheClock};
 use crate::core::exact::limiter::Decision as CoreDecision;
 use crate::core::exact::plans::{Named, Plans};
 use crate::core::exact::waiting::{max_wait_ns, NeverEnough, Reserved};
-use crate::python::args::{tokens, NowNs, Timeout, N};
+use crate::python::args::{tokens, ActualCost, NowNs, ReservedCost, Timeout, N};
 use crate::python::clock::Clock;
 use crate::python::config::{bands_tuple, plans_dict};
 use crate::python::decision::Decision;
@@ -226,6 +226,28 @@ pub fn refund<L: PyLimit>(
     call(this, py, key, plan, now_ns, false, |core, key, now| {
         core.refund(key, n, now)
     })
+}
+
+/// `settle`: a cost taken as `reserved` tokens is now known to be `actual`. Only an overage
+/// can make a key worth remembering.
+pub fn settle<L: PyLimit>(
+    this: &L,
+    py: Python<'_>,
+    key: L::Key<'_>,
+    plan: Option<&Bound<'_, PyAny>>,
+    ReservedCost(reserved): ReservedCost,
+    ActualCost(actual): ActualCost,
+    now_ns: Option<NowNs>,
+) -> PyResult<()> {
+    call(
+        this,
+        py,
+        key,
+        plan,
+        now_ns,
+        actual > reserved,
+        |core, key, now| core.settle_cost(key, reserved, actual, now),
+    )
 }
 
 /// `available`: the whole tokens held now.

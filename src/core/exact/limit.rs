@@ -7,8 +7,8 @@
 //! * a [`KeyedLimiter`] one set per key, in this process's memory;
 //! * a shared [`Table`] one set per key, in memory the processes of one host map together.
 //!
-//! [`Limit`] is what they all answer: take, peek, give back, reserve a turn and hand it back,
-//! and say what a key holds. [`KeyedLimit`] adds what only the keyed tables have: keys, counts
+//! [`Limit`] is what they all answer: take, peek, give back, settle a cost once it is known,
+//! reserve a turn and hand it back, and say what a key holds. [`KeyedLimit`] adds what only the keyed tables have: keys, counts
 //! and whole traces. A caller written against these traits (the Python glue) is written once
 //! for all three.
 //!
@@ -79,6 +79,21 @@ pub trait Limit {
     ///
     /// See [`Limit::acquire`].
     fn refund(&self, key: Self::Key<'_>, n: u64, now_ns: i64) -> Result<(), OffTheClock>;
+
+    /// Settle a cost taken as `reserved` tokens, now known to be `actual`: the difference is
+    /// refunded if less, taken even beyond the balance if more (a debt later callers wait
+    /// out), nothing if the same. See [`Balances::settle_cost`](super::limiter::Balances).
+    ///
+    /// # Errors
+    ///
+    /// See [`Limit::acquire`].
+    fn settle_cost(
+        &self,
+        key: Self::Key<'_>,
+        reserved: u64,
+        actual: u64,
+        now_ns: i64,
+    ) -> Result<(), OffTheClock>;
 
     /// Take `n` tokens at the moment they will be there, if that is within `max_wait_ns`: a
     /// waiter's turn, behind which later callers queue.
@@ -283,6 +298,17 @@ impl Limit for Mutex<Limiter> {
         Ok(())
     }
 
+    fn settle_cost(
+        &self,
+        (): (),
+        reserved: u64,
+        actual: u64,
+        now_ns: i64,
+    ) -> Result<(), OffTheClock> {
+        at(self, now_ns)?.settle_cost(reserved, actual, now_ns);
+        Ok(())
+    }
+
     fn reserve(
         &self,
         (): (),
@@ -334,6 +360,18 @@ impl Limit for KeyedLimiter<Key> {
     fn refund(&self, key: &KeyRef<'_>, n: u64, now_ns: i64) -> Result<(), OffTheClock> {
         unless_off(self.off_the_clock(now_ns), || {
             KeyedLimiter::refund(self, key, n, now_ns);
+        })
+    }
+
+    fn settle_cost(
+        &self,
+        key: &KeyRef<'_>,
+        reserved: u64,
+        actual: u64,
+        now_ns: i64,
+    ) -> Result<(), OffTheClock> {
+        unless_off(self.off_the_clock(now_ns), || {
+            KeyedLimiter::settle_cost(self, key, reserved, actual, now_ns);
         })
     }
 
@@ -434,6 +472,18 @@ impl<W: Words> Limit for Table<W> {
     fn refund(&self, key: Digest, n: u64, now_ns: i64) -> Result<(), OffTheClock> {
         unless_off(self.off_the_clock(now_ns), || {
             Table::refund(self, key, n, now_ns);
+        })
+    }
+
+    fn settle_cost(
+        &self,
+        key: Digest,
+        reserved: u64,
+        actual: u64,
+        now_ns: i64,
+    ) -> Result<(), OffTheClock> {
+        unless_off(self.off_the_clock(now_ns), || {
+            Table::settle_cost(self, key, reserved, actual, now_ns);
         })
     }
 

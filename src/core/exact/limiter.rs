@@ -134,6 +134,42 @@ impl Band {
         };
     }
 
+    /// Take `tokens` even beyond what this band holds, at the point it is settled to (`now_ns`
+    /// if it was never settled). What it lacks is a debt, and a debt is held as time: the
+    /// units cannot go below zero, so the settlement point moves ahead by the nanoseconds the
+    /// missing units take to accrue, exactly as a reservation settles a band ahead. Nothing
+    /// accrues to anyone before that point, so later callers wait until the debt is repaid,
+    /// to the nanosecond.
+    ///
+    /// The move is rounded up to whole nanoseconds, and what that rounding over-counts is
+    /// left in the band as units: at the new point it holds exactly what an account allowed
+    /// to go below zero would hold there. A debt that would carry the point beyond the
+    /// clock's range (`i64::MAX` ns, in the year 2262) is held there instead, with nothing
+    /// left in the band.
+    fn take_beyond(&mut self, tokens: u64, now_ns: i64) {
+        let need = u128::from(tokens).saturating_mul(self.spec.rate.units_per_token());
+        if let Some(left) = self.balance.units.checked_sub(need) {
+            self.balance.units = left;
+            return;
+        }
+        let debt = need - self.balance.units;
+        let per_ns = self.spec.rate.units_per_ns();
+        let repaid_in = debt.div_ceil(per_ns);
+        let settled_at = self.balance.settled_at.unwrap_or(now_ns);
+        let moved = i64::try_from(i128::from(settled_at).saturating_add_unsigned(repaid_in));
+        self.balance = match moved {
+            // Rounding up to a whole nanosecond over-counts less than one nanosecond's units.
+            Ok(at) => Balance {
+                units: repaid_in * per_ns - debt,
+                settled_at: Some(at),
+            },
+            Err(_) => Balance {
+                units: 0,
+                settled_at: Some(i64::MAX),
+            },
+        };
+    }
+
     /// Whole tokens held.
     fn whole_tokens(&self) -> u128 {
         self.balance.units / self.spec.rate.units_per_token()
@@ -378,6 +414,13 @@ impl Limiter {
     pub fn refund(&mut self, n: u64, now_ns: i64) {
         let clock = self.latest.map_or(now_ns, |latest| latest.max(now_ns));
         self.balances.refund(&self.specs, n, now_ns, clock);
+    }
+
+    /// See [`Balances::settle_cost`], with the limiter's own clock (as [`Limiter::refund`]).
+    pub fn settle_cost(&mut self, reserved: u64, actual: u64, now_ns: i64) {
+        let clock = self.latest.map_or(now_ns, |latest| latest.max(now_ns));
+        self.balances
+            .settle_cost(&self.specs, reserved, actual, now_ns, clock);
     }
 
     /// See [`Balances::available`].

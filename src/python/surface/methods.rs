@@ -359,6 +359,26 @@ macro_rules! limiter_methods {
                 $crate::python::surface::refund(self, py, $key_arg, $plan_arg, n, now_ns)
             }
 
+            /// Settle a cost taken as `reserved` tokens (by `check`, `try_acquire` or `acquire`)
+            /// now that it is known to be `actual`. Less: the difference is given back, as
+            /// `refund` gives it. More: the difference is taken from every band even beyond
+            /// what it holds; the debt is kept as time, and later calls wait until it is
+            /// repaid, exactly. The same: nothing changes.
+            #[pyo3(signature = ($($key,)? reserved, actual, now_ns = None $(, *, $plan = None)?))]
+            fn settle(
+                &self,
+                py: Python<'_>,
+                $($key: &Bound<'_, PyAny>,)?
+                reserved: $crate::python::args::ReservedCost,
+                actual: $crate::python::args::ActualCost,
+                now_ns: Option<$crate::python::args::NowNs>,
+                $($plan: Option<&Bound<'_, PyAny>>,)?
+            ) -> PyResult<()> {
+                $crate::python::surface::settle(
+                    self, py, $key_arg, $plan_arg, reserved, actual, now_ns,
+                )
+            }
+
             $(#[$available])*
             #[pyo3(signature = ($($key,)? now_ns = None $(, *, $plan = None)?))]
             fn available(

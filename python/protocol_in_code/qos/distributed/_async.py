@@ -98,6 +98,27 @@ class AsyncOperations(Limits):
         """Give ``n`` tokens back to every band, each capped at its burst."""
         await _ask(self, "refund", key, n, now_ns, plan)
 
+    async def settle(
+        self,
+        key: Key,
+        reserved: int,
+        actual: int,
+        now_ns: int | None = None,
+        *,
+        plan: str | None = None,
+    ) -> None:
+        """Settle a cost taken as ``reserved`` tokens, now known to be ``actual`` (see the
+        synchronous ``settle``): one script call, none when the two are equal. A caller
+        cancelled while it is sent may or may not have settled."""
+        core, keys = self._target(key, plan)
+        args = core.settle_args(reserved, actual, now_ns)
+        if args is None:
+            return
+        try:
+            await core.server.run_async(keys, args)
+        except self._unavailable as error:
+            self._fall_back_settle(error, key, (reserved, actual), now_ns, plan)
+
     async def available(
         self, key: Key, now_ns: int | None = None, *, plan: str | None = None
     ) -> int:
@@ -128,6 +149,7 @@ class AsyncRedisRateLimiter(OneKey):
     check_levels = its_key(AsyncOperations.check_levels)
     peek = its_key(AsyncOperations.peek)
     refund = its_key(AsyncOperations.refund)
+    settle = its_key(AsyncOperations.settle)
     available = its_key(AsyncOperations.available)
     acquire = its_key(AsyncOperations.acquire)
     acquire_async = acquire

@@ -12,7 +12,14 @@ from typing import Any
 from protocol_in_code.qos.distributed import _bands, _keys
 from protocol_in_code.qos.distributed._options import Options, Parsed
 from protocol_in_code.qos.distributed._policy import OnError, Policy
-from protocol_in_code.qos.distributed._replies import GIVE_BACK, RESERVE, TAKE, Reserved, never
+from protocol_in_code.qos.distributed._replies import (
+    GIVE_BACK,
+    RESERVE,
+    SETTLE,
+    TAKE,
+    Reserved,
+    never,
+)
 from protocol_in_code.qos.distributed._server import Server
 
 #: The moment a give-back names for a reservation that had no wait: any time no later than the
@@ -58,13 +65,39 @@ class Core:
         if type(n) is not int or not 0 <= n < 2**64:
             self.validator.peek(n, 0)  # raises the in-process error
             n = operator.index(n)
-        now_us = None
-        if now_ns is not None:
-            if type(now_ns) is not int or not -(2**63) <= now_ns < 2**63:
-                self.validator.peek(0, now_ns)  # raises the in-process error
-                now_ns = operator.index(now_ns)
-            now_us = self.now_us(now_ns)
+        now_us = self.checked_now_us(now_ns)
         return [_bands.request(op, min(n, self.largest + 1), now_us) + self.tail, self.config]
+
+    def settle_args(self, reserved: Any, actual: Any, now_ns: Any) -> list[bytes] | None:
+        """The script's arguments to settle a cost taken as ``reserved`` tokens and now known
+        to be ``actual`` (both checked as in-process), or None when they are equal: nothing to
+        settle, so nothing is sent.
+
+        The script is sent the difference, ``actual - reserved``: a refund when negative, a
+        debt when positive. Beyond ``2**53`` either way it is sent as ``2**53``, which means
+        the same: a refund that fills every band, or a debt beyond the script's exact range,
+        held to its last moment (see ``settle.lua``, Settlement).
+        """
+        for value in (reserved, actual):
+            if type(value) is not int or not 0 <= value < 2**64:
+                self.validator.settle(reserved, actual, 0)  # raises the in-process error
+        now_us = self.checked_now_us(now_ns)
+        difference = operator.index(actual) - operator.index(reserved)
+        if difference == 0:
+            return None
+        bound = _bands.EXACT_BOUND
+        sent = max(-bound, min(difference, bound))
+        return [_bands.request(SETTLE, sent, now_us) + self.tail, self.config]
+
+    def checked_now_us(self, now_ns: Any) -> int | None:
+        """An explicit time checked as in-process, in the script's grain (None: the server's
+        clock decides)."""
+        if now_ns is None:
+            return None
+        if type(now_ns) is not int or not -(2**63) <= now_ns < 2**63:
+            self.validator.peek(0, now_ns)  # raises the in-process error
+            now_ns = operator.index(now_ns)
+        return self.now_us(now_ns)
 
     def reserve_args(self, n: Any, left: float | None) -> list[bytes]:
         """The script's arguments to reserve ``n`` tokens on the server's clock, waiting at most

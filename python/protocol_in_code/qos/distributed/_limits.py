@@ -98,6 +98,16 @@ class Limits:
             error, *self._asked("check", key, n, now_ns), **_planned(plan)
         )
 
+    def _fall_back_settle(
+        self, error: BaseException, key: Any, costs: tuple[Any, Any], now_ns: Any, plan: Any
+    ) -> None:
+        """The ``on_error`` answer to ``settle`` of ``costs`` (reserved, actual): a local
+        limiter given as the policy settles them; otherwise there is nothing to do."""
+        args = (*costs, now_ns)
+        self._target(key, plan)[0].policy.answer(
+            error, "settle", *((key, *args) if self.takes_keys else args), **_planned(plan)
+        )
+
     def _asked(self, method: str, key: Any, n: Any, now_ns: Any) -> tuple[Any, ...]:
         """The arguments of ``method`` as a local limiter of this kind is asked."""
         args = (now_ns,) if method == "available" else (n, now_ns)

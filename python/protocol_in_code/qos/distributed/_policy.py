@@ -57,7 +57,7 @@ class Policy:
             return ALLOW if allow else DENY
         if method == "available":
             return self.smallest if allow else 0
-        return None  # refund: nothing to give back to
+        return None  # refund, settle: nothing to give back to or owe
 
     def answer_levels(
         self, error: BaseException, *args: Any, **kwargs: Any

@@ -13,6 +13,7 @@ from protocol_in_code._native import Decision, LimitOutcome
 
 # The script's operations.
 TAKE, MANY, PEEK, REFUND, AVAILABLE, RESERVE, GIVE_BACK = 0, 1, 2, 3, 4, 5, 6
+SETTLE = 10
 #: A take answered with each band's level too (``check_levels``; ops 7 and 8 are stacks').
 TAKE_WITH_LEVELS = 9
 

@@ -110,6 +110,28 @@ class SyncOperations(Limits):
         """Give ``n`` tokens back to every band, each capped at its burst."""
         _ask(self, "refund", key, n, now_ns, plan)
 
+    def settle(
+        self,
+        key: Key,
+        reserved: int,
+        actual: int,
+        now_ns: int | None = None,
+        *,
+        plan: str | None = None,
+    ) -> None:
+        """Settle a cost taken as ``reserved`` tokens, now known to be ``actual``: less gives
+        the difference back (as :meth:`refund`), more takes it from every band even beyond
+        its balance, a debt that later calls wait out exactly. One script call (none when the
+        two are equal)."""
+        core, keys = self._target(key, plan)
+        args = core.settle_args(reserved, actual, now_ns)
+        if args is None:
+            return
+        try:
+            core.server.run(keys, args)
+        except self._unavailable as error:
+            self._fall_back_settle(error, key, (reserved, actual), now_ns, plan)
+
     def available(self, key: Key, now_ns: int | None = None, *, plan: str | None = None) -> int:
         """Whole tokens every band holds now."""
         return _ask(self, "available", key, 0, now_ns, plan)  # type: ignore[no-any-return]
@@ -196,6 +218,7 @@ class RedisRateLimiter(OneKey):
     check_levels = its_key(SyncOperations.check_levels)
     peek = its_key(SyncOperations.peek)
     refund = its_key(SyncOperations.refund)
+    settle = its_key(SyncOperations.settle)
     available = its_key(SyncOperations.available)
     acquire = its_key(SyncOperations.acquire)
     acquire_async = its_key(SyncOperations.acquire_async)

@@ -42,9 +42,11 @@
 --   op      0 take, 1 many (take, on many keys), 2 peek, 3 refund, 4 available, 5 reserve,
 --           6 give back (reserve and give back on one key), 7 together (a stack: take on every
 --           key or on none), 8 peek together (a stack's keys peeked, taking nothing), 9 take
---           with levels (op 0 on one key, answered with each band's level too: see the reply)
+--           with levels (op 0 on one key, answered with each band's level too: see the reply),
+--           10 settle (a cost known after: see Settlement below)
 --   n       tokens; the client passes at most the largest burst + 1, which is "more than any
---           band holds" just as well
+--           band holds" just as well; for op 10, the actual cost less the reserved one, which
+--           may be negative (then the op is a refund of -n) and is at most 2^53 either way
 --   now     in microseconds (ignored when the next number is 1)
 --   server  1: use the server's TIME; 0: use now
 --   least   the least TTL in ms
@@ -80,6 +82,16 @@
 -- bands at that point keep no part of a microsecond's accrual, so nothing is taken before it.
 -- A refund while a reservation holds the settlement point ahead (field "w" equals it) is
 -- forfeited as well, as in-process: its tokens could be taken at once, on top of the turns.
+--
+-- Settlement (src/core/exact/limiter/balances.rs, settle_cost). A cost taken as reserved and
+-- now known to be actual: less is a refund of the difference (op 3, with its rules), more is
+-- taken from every band even beyond its balance. A band's units cannot go below zero: what it
+-- lacks is a debt, held as time. Its settlement point moves ahead by the microseconds the
+-- missing units take to accrue, rounded up, and it keeps what the rounding over-counts, as the
+-- core does; the key's one settlement point is then the latest band's, as after a give-back.
+-- Whoever asks next waits until the debt is repaid, exactly, and field "w" marks the point as
+-- a reservation's: a refund meanwhile is forfeited, as in-process. A debt beyond the exact
+-- range (units of 2^53 or more, or a point beyond LAST) holds the key at LAST, empty.
 --
 -- ARGV[2] is the limit's configuration in its canonical encoding (src/core/exact/config.rs):
 -- a version byte (1), the number of fields per band (5), the number of bands (2 bytes), then
@@ -154,6 +166,9 @@ local SETTLED, BOOKED = 't', 'w'
 -- The ops (see ARGV[1]).
 local TAKE, MANY, PEEK, REFUND, AVAILABLE = 0, 1, 2, 3, 4
 local RESERVE, GIVE_BACK, TOGETHER, PEEK_TOGETHER, TAKE_WITH_LEVELS = 5, 6, 7, 8, 9
+local SETTLE = 10
+-- The integers a double holds exactly: every number below stays under it (see above).
+local EXACT = 9007199254740992
 -- The outcomes, and how many an integer reply makes room for (4 * remaining + outcome).
 local ALLOWED, DENIED, NEVER = 0, 1, 2
 local OUTCOMES = 4
@@ -215,6 +230,10 @@ local levels = op == TAKE_WITH_LEVELS
 if levels then
     op = TAKE
 end
+-- Settle for less than reserved: a refund of the difference.
+if op == SETTLE and n < 0 then
+    op, n = REFUND, -n
+end
 -- reserve: the caller's max wait in microseconds (-1: none); give back: the reservation's moment.
 local extra = #ARGV[1] > REQUEST_BYTES and struct.unpack('>d', ARGV[1], REQUEST_BYTES + 1) or -1
 -- Together (a stack): its record follows its keys' configurations.
@@ -229,7 +248,7 @@ local many = op == MANY
 local waits = op == RESERVE or op == GIVE_BACK -- one key
 -- Whether this call ran before: its record's value, else false (a read has none). A batch sent
 -- again answers as it did: its record is its reply.
-local ran = (op <= MANY or op == REFUND or waits or op == TOGETHER) and recorded()
+local ran = (op <= MANY or op == REFUND or op == SETTLE or waits or op == TOGETHER) and recorded()
 if ran and many then
     return ran
 end
@@ -260,7 +279,7 @@ end
 
 local takes = many or op == TAKE
 local decides = takes or op == PEEK or stack
-local writes = takes or op == REFUND or waits
+local writes = takes or op == REFUND or op == SETTLE or waits
 -- Whether this call changed a balance: then its record is written before it answers.
 local changes = false
 local refused, seen = op == PEEK_TOGETHER, nil
@@ -336,6 +355,8 @@ for step = first, 2 * #KEYS do
     -- moment; `booked` says the key's settlement point is the one a reservation or a give-back
     -- left (field "w").
     local outcome, wait, booked, at = ALLOWED, 0, false, nil
+    -- A give-back or a settlement: each band's own settlement point, brought to one below.
+    local at_band = nil
     if ran and (not stack or takes) then
         -- Sent before and run: what it took stays taken, once (a take or a stack answers
         -- ALLOWED, a refund or a give-back gives nothing again). A reservation is answered with
@@ -394,10 +415,10 @@ for step = first, 2 * #KEYS do
         -- now; the key's settlement point is then the latest band's. A band undone to an
         -- earlier point is settled forward to it; if the bands stood at different points,
         -- those already at the latest keep no part of a microsecond's accrual, so nothing they
-        -- hold is taken before it. Settled beyond the moment: others queue behind it, and the
-        -- tokens are forfeited.
+        -- hold is taken before it (see below). Settled beyond the moment: others queue behind
+        -- it, and the tokens are forfeited.
         if settled <= max(extra, now) then
-            local at_band, latest = {}, now
+            at_band = {}
             for i = 1, count do
                 local total = min(balance[i] + n * unit[i], capacity[i])
                 local back = floor(total / rate[i])
@@ -406,23 +427,48 @@ for step = first, 2 * #KEYS do
                 else
                     at_band[i], balance[i] = now, total - behind * rate[i]
                 end
-                latest = max(latest, at_band[i])
             end
-            local spread = false
-            for i = 1, count do
-                if at_band[i] < latest then
-                    spread = true
-                    accrue(i, latest - at_band[i])
-                end
-            end
-            for i = 1, spread and count or 0 do
-                if at_band[i] == latest then
-                    balance[i] = 0
-                end
-            end
-            settled, behind = latest, latest - now
         end
         booked, changes = true, true
+    elseif op == SETTLE then
+        -- n more than reserved, taken from every band even beyond its balance: a band that
+        -- lacks units owes them as time, from the key's settlement point (see Settlement).
+        at_band = {}
+        for i = 1, count do
+            local need = n * unit[i]
+            local debt = need - balance[i]
+            local repaid = ceil(debt / rate[i])
+            if debt <= 0 then
+                at_band[i], balance[i] = settled, -debt
+            elseif need >= EXACT - rate[i] or repaid > LAST - settled then
+                at_band[i], balance[i] = LAST, 0
+            else
+                at_band[i], balance[i] = settled + repaid, repaid * rate[i] - debt
+            end
+        end
+        booked, changes = n > 0, true
+    end
+    if at_band then
+        -- The bands at their own points, brought to one, the latest: the others settled
+        -- forward to it; if the points differed, the bands already there keep no part of a
+        -- microsecond's accrual, so nothing they hold is taken before it.
+        local latest = now
+        for i = 1, count do
+            latest = max(latest, at_band[i])
+        end
+        local spread = false
+        for i = 1, count do
+            if at_band[i] < latest then
+                spread = true
+                accrue(i, latest - at_band[i])
+            end
+        end
+        for i = 1, spread and count or 0 do
+            if at_band[i] == latest then
+                balance[i] = 0
+            end
+        end
+        settled, behind = latest, latest - now
     end
     local remaining = floor(balance[1] / unit[1])
     for i = 2, count do

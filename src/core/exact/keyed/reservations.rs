@@ -24,6 +24,38 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         });
     }
 
+    /// Settle a cost `key` took as `reserved` tokens, now known to be `actual`: see
+    /// [`Balances::settle_cost`]. A key not remembered is full: what it is refunded changes
+    /// nothing, and an overage makes it a key in debt, stored as a new key is (a key in debt
+    /// is not fresh, so it is never forgotten before the debt is repaid). A table full of keys
+    /// none of which can be forgotten has no room to store it: then, and only then, the
+    /// overage is not recorded.
+    pub fn settle_cost<Q>(&self, key: &Q, reserved: u64, actual: u64, now_ns: i64)
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
+    {
+        let settle = |limiter: &mut Balances, specs: &[BandSpec], now| {
+            // The table's clock is `now`, as for a refund.
+            limiter.settle_cost(specs, reserved, actual, now, now);
+        };
+        let mut locked = self.locked(key, now_ns);
+        if self.hand_back_in(&mut locked, key, settle) {
+            return;
+        }
+        let (hash, now) = (locked.hash, locked.now);
+        let mut limiter = self.fresh.clone();
+        settle(&mut limiter, &self.specs, now);
+        if !limiter.is_fresh_at(&self.specs, now) {
+            let mut others = Others::Unlocked {
+                shards: &self.shards,
+                own: locked.index,
+            };
+            // `None` when stored; with no room, the overage is not recorded (see above).
+            let _ = self.store_new(&mut locked.shard, &mut others, hash, key, &limiter, now);
+        }
+    }
+
     /// Tokens handed back to `key` by `hand` (a refund, or a reservation given back): a key
     /// then fresh is forgotten at once, an unknown key is already full, and the shard's and
     /// the table's notes of when room appears are dropped, since the key may now be full
@@ -32,23 +64,33 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        let Locked {
-            mut shard,
-            hash,
-            now,
-            ..
-        } = self.locked(key, now_ns);
-        let Some(mut stored) = Self::find(&mut shard, hash, key) else {
-            return;
+        self.hand_back_in(&mut self.locked(key, now_ns), key, hand);
+    }
+
+    /// [`KeyedLimiter::hand_back`] in the shard the caller has locked: `false` (and nothing
+    /// done) if the key is not remembered.
+    fn hand_back_in<Q>(
+        &self,
+        locked: &mut Locked<'_, K>,
+        key: &Q,
+        hand: impl FnOnce(&mut Balances, &[BandSpec], i64),
+    ) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let (shard, hash, now) = (&mut *locked.shard, locked.hash, locked.now);
+        let Some(mut stored) = Self::find(shard, hash, key) else {
+            return false;
         };
         let mut limiter = stored.balances();
         hand(&mut limiter, &self.specs, now);
         stored.store(&limiter);
         if limiter.is_fresh_at(&self.specs, now) {
-            self.forget(&mut shard, hash, key);
+            self.forget(shard, hash, key);
         }
         shard.room_from = None;
         self.changes.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// Take `n` tokens for `key` at the first moment its every band holds them, if that is at
@@ -359,5 +401,45 @@ mod tests {
         assert_eq!(restored.peek("a", 1, 0), saved.peek("a", 1, 0));
         assert_eq!(restored.acquire("a", 1, SECOND), wait(2 * NS));
         assert_eq!(restored.acquire("a", 1, 3 * SECOND), ALLOWED);
+    }
+
+    #[test]
+    fn a_key_in_debt_is_neither_fresh_nor_forgotten_until_repaid() {
+        // Burst 2, 1 a second: 2 reserved, 4 used owes 2 s; full again at 4 s.
+        let limiter = table(1, 2);
+        assert_eq!(limiter.acquire("a", 2, 0), ALLOWED);
+        limiter.settle_cost("a", 2, 4, 0);
+        assert!(limiter.contains("a"));
+        assert_eq!(limiter.acquire("a", 1, 3 * SECOND - 1), wait(1));
+        // The table is full of a key in debt: another key waits for it to be repaid.
+        assert_eq!(
+            limiter.acquire("b", 1, SECOND),
+            KeyedDecision::Refused { retry_in: 3 * NS }
+        );
+        assert_eq!(limiter.acquire("b", 1, 4 * SECOND), ALLOWED);
+        assert!(!limiter.contains("a"), "forgotten once full again");
+    }
+
+    #[test]
+    fn a_key_not_remembered_is_stored_in_debt_and_refunds_to_it_store_nothing() {
+        let limiter = table(2, 2);
+        limiter.settle_cost("a", 5, 1, 0);
+        assert!(!limiter.contains("a"), "a full key refunded is still full");
+        limiter.settle_cost("a", 1, 1, 0);
+        assert!(!limiter.contains("a"));
+        // Forgotten once full, then settled with an overage: stored, owing 1 s.
+        limiter.settle_cost("a", 1, 4, 0);
+        assert!(limiter.contains("a"));
+        assert_eq!(limiter.acquire("a", 1, SECOND), wait(NS));
+        assert_eq!(limiter.acquire("a", 1, 2 * SECOND), ALLOWED);
+    }
+
+    #[test]
+    fn a_full_table_of_keys_in_use_cannot_record_a_new_key_s_overage() {
+        let limiter = table(1, 2);
+        assert_eq!(limiter.acquire("a", 1, 0), ALLOWED);
+        limiter.settle_cost("b", 0, 3, 0);
+        assert!(!limiter.contains("b"));
+        assert_eq!(limiter.len(), 1);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 use hashbrown::Equivalent;
 
 use super::{lock, remaining_if, KeyedDecision, KeyedLimiter, Request, Shard};
-use crate::core::exact::limiter::Decision;
+use crate::core::exact::limiter::{Balances, Decision};
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
@@ -34,19 +34,46 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             // key's state is still a fresh one, so there is nothing to remember.
             return (KeyedDecision::Decided(decision), remaining);
         }
-        if let Some(retry_in) = self.make_room(shard, others, request.now, true, &[]) {
-            return (KeyedDecision::Refused { retry_in }, 0);
+        match self.store_new(
+            shard,
+            others,
+            request.hash,
+            request.key,
+            &limiter,
+            request.now,
+        ) {
+            Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
+            None => (KeyedDecision::Decided(decision), remaining),
+        }
+    }
+
+    /// Store `key`, not in the table, with `limiter` (a state no new key has), if there is
+    /// room for it at `now` (see [`KeyedLimiter::make_room`]); else how long until there may
+    /// be, storing nothing.
+    pub(super) fn store_new<Q>(
+        &self,
+        shard: &mut Shard<K>,
+        others: &mut Others<'_, '_, K>,
+        hash: u64,
+        key: &Q,
+        limiter: &Balances,
+        now: i64,
+    ) -> Option<u128>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+        K: for<'q> From<&'q Q>,
+    {
+        if let Some(retry_in) = self.make_room(shard, others, now, true, &[]) {
+            return Some(retry_in);
         }
         // A new key may be full again before any the last sweep saw.
-        let fresh_from = limiter.fresh_from(specs);
+        let fresh_from = limiter.fresh_from(&self.specs);
         shard.room_from = shard.room_from.map(|at| at.min(fresh_from));
         shard
             .entries
-            .insert(request.hash, K::from(request.key), &limiter, |key| {
-                self.hasher.hash_one(key)
-            });
+            .insert(hash, K::from(key), limiter, |key| self.hasher.hash_one(key));
         self.changes.fetch_add(1, Ordering::Release);
-        (KeyedDecision::Decided(decision), remaining)
+        None
     }
 
     /// Room for one more key at `now`: `None` if there is, else how long until there may be.

@@ -37,11 +37,12 @@ fn table(config: &Config, max_keys: Option<u64>) -> Table<Box<[AtomicU64]>> {
 /// Every answer of one script of calls, asked through [`Limit`] of the one key `key`.
 fn script<L: Limit + ?Sized>(limit: &L, key: L::Key<'_>) -> Vec<String> {
     let mut said = Vec::new();
-    for step in 0..40_i64 {
+    for step in 0..60_i64 {
         let now = step * SECOND / 3;
         let n = u64::try_from(step % 5).unwrap();
-        let answer = match step % 8 {
+        let answer = match step % 9 {
             0 | 1 => format!("{:?}", limit.check(key, n, now)),
+            8 => format!("{:?}", limit.settle_cost(key, 2, n * 2, now)),
             2 => format!("{:?}", limit.acquire(key, n, now)),
             3 => format!("{:?}", limit.peek(key, n, now)),
             4 => format!("{:?}", limit.refund(key, 1, now)),
@@ -92,6 +93,9 @@ fn a_time_off_the_clock_is_refused_by_every_limiter_and_changes_nothing() {
     assert_eq!(Limit::refund(&one, (), 4, -far), Err(-gap));
     assert_eq!(Limit::give_back(&keyed, &key, 4, -far, 0), Err(-gap));
     assert_eq!(Limit::reserve(&shared, digest, 1, far, 0), Err(gap));
+    assert_eq!(Limit::settle_cost(&one, (), 1, 3, far), Err(gap));
+    assert_eq!(Limit::settle_cost(&keyed, &key, 1, 3, -far), Err(-gap));
+    assert_eq!(Limit::settle_cost(&shared, digest, 3, 1, far), Err(gap));
     // Nothing changed: each is still spent at the time of its last call.
     assert_eq!(Limit::available(&one, (), 0), Ok(0));
     assert_eq!(Limit::available(&keyed, &key, 0), Ok(0));

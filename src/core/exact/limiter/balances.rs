@@ -264,6 +264,38 @@ impl Balances {
         });
     }
 
+    /// Settle a cost taken as `reserved` tokens and now known to be `actual`, with `clock`
+    /// the latest time any call has used (as for [`Balances::refund`]):
+    ///
+    /// * **Less than reserved:** the difference is refunded, under [`Balances::refund`]'s
+    ///   rules (capped at each burst, forfeited while a band is settled ahead of `clock`).
+    /// * **More:** settled to `now_ns`, the difference is taken from every band even beyond its
+    ///   balance. What a band lacks becomes a debt held as time: its settlement point moves
+    ///   ahead until the missing units have accrued (see [`Band::take_beyond`]), so whoever
+    ///   asks next waits exactly until the debt is repaid, as behind a reservation.
+    /// * **The same:** nothing changes.
+    ///
+    /// Over any span of time, the tokens a band lets through are then at most its burst plus
+    /// what accrues in that span, plus the largest single overage: the one taken last may
+    /// still be unpaid when the span ends.
+    pub fn settle_cost(
+        &mut self,
+        specs: &[BandSpec],
+        reserved: u64,
+        actual: u64,
+        now_ns: i64,
+        clock: i64,
+    ) {
+        match actual.checked_sub(reserved) {
+            None => self.refund(specs, reserved - actual, now_ns, clock),
+            Some(0) => {}
+            Some(over) => {
+                self.settle(specs, now_ns);
+                self.update(specs, |band| band.take_beyond(over, now_ns));
+            }
+        }
+    }
+
     /// Whether these balances, settled at `now_ns`, are indistinguishable from new ones: every
     /// band full, and no band settled later than `now_ns` (a later settlement point would make
     /// refills start later than a new limiter's).

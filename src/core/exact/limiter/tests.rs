@@ -501,3 +501,5 @@ fn a_saved_limiter_keeps_its_clock_or_else_its_latest_settlement() {
     let moved = Balance::from((4, Some(7))).shifted(-2);
     assert_eq!(<(u128, Option<i64>)>::from(moved), (4, Some(5)));
 }
+
+mod settle;

@@ -135,6 +135,30 @@ impl<W: Words> Table<W> {
         }
     }
 
+    /// Settle a cost the key took as `reserved` tokens, now known to be `actual` (see
+    /// [`Balances::settle_cost`]). A key not stored is full: a refund changes nothing, and an
+    /// overage stores it in debt if there is room (none when every key held is in use: then
+    /// the overage is not recorded).
+    pub fn settle_cost(&self, digest: Digest, reserved: u64, actual: u64, now_ns: i64) {
+        let locked = self.locked(digest, now_ns);
+        let settle = |balances: &mut Balances| {
+            balances.settle_cost(&self.specs, reserved, actual, locked.now, locked.clock);
+        };
+        if let Some(slot) = self.find(&locked, digest) {
+            let mut balances = slot.balances();
+            settle(&mut balances);
+            self.keep(&locked, slot, &balances);
+            return;
+        }
+        let mut balances = self.fresh.clone();
+        settle(&mut balances);
+        if !balances.is_fresh_at(&self.specs, locked.now) {
+            if let Ok(slot) = self.room(&locked, &[]) {
+                slot.fill(digest, &balances);
+            }
+        }
+    }
+
     /// Reserve `n` tokens for the key at the moment they will be there, if within
     /// `max_wait_ns` of the caller's time (see [`Balances::reserve`]); counted as a take.
     pub fn reserve(

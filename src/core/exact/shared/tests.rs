@@ -80,6 +80,10 @@ fn one_process_decides_exactly_as_the_in_process_table() {
                 6 => {
                     shared.refund(digest, n, now);
                     local.refund(key, n, now);
+                    // Settled at the same time, as much over as under.
+                    let actual = random.below(2 * n + 1);
+                    shared.settle_cost(digest, n, actual, now);
+                    local.settle_cost(key, n, actual, now);
                 }
                 7 => {
                     let wait = u128::from(random.below(3_000_000_000));
@@ -296,6 +300,9 @@ fn the_one_key_form_decides_exactly_as_a_limiter_even_when_the_clock_steps_back(
                 4 => {
                     shared.refund(THE_KEY, n, now);
                     limiter.refund(n, now);
+                    let actual = random.below(2 * n + 1);
+                    shared.settle_cost(THE_KEY, n, actual, now);
+                    limiter.settle_cost(n, actual, now);
                 }
                 5 => {
                     let wait = u128::from(random.below(2_000_000_000));
