@@ -36,21 +36,19 @@ from typing import Any
 
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos._give_backs import run_to_the_end
+from protocol_in_code.qos.interfaces import holds_seats
 
-__all__ = ["SeatParts", "holds_seats", "itself_async", "release", "release_async"]
+__all__ = [
+    "SeatParts",
+    "awaits_seats",
+    "holds_seats",
+    "itself_async",
+    "release",
+    "release_async",
+]
 
 #: A part as the stack reads it: ``(limiter, key, n, plan)``.
 _Asked = tuple[Any, Any, Any, Any]
-
-
-def holds_seats(limiter: object) -> bool:
-    """Whether ``limiter`` is an in-flight limiter: it hands out seats (``try_acquire`` and a
-    ``limit``), and decides no rate (no ``check``)."""
-    return (
-        hasattr(limiter, "try_acquire")
-        and hasattr(limiter, "limit")
-        and not hasattr(limiter, "check")
-    )
 
 
 def awaits_seats(limiter: object) -> bool:
