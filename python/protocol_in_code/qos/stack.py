@@ -21,6 +21,13 @@ never allow it, else REFUSED if a keyed table had no room, else DENIED; its ``wa
 longest of the parts' waits, after which every part would allow), and ``parts`` says what
 each limit alone answered, so a refusal can name every limit that refused.
 
+In-flight limiters (how many at once, :mod:`protocol_in_code.qos.concurrency`) are parts too,
+spelled the same way (``Part(seats)``, ``Part(per_client_seats, key, n)``): an allowed request
+holds their leases in ``stacked.leases``, given back by ``stacked.release()`` or by leaving
+``with stacked:`` (``async with`` and ``release_async()`` for leases given back by awaiting).
+They are taken before the rate parts of other stores and released on any refusal
+(:mod:`protocol_in_code.qos._seat_parts` says why and how they answer).
+
 How much "together" holds depends on where the limits keep their state:
 
 * **Limiters of this host** (:class:`~protocol_in_code.qos.RateLimiter`,
