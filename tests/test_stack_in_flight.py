@@ -35,7 +35,12 @@ from protocol_in_code.qos import (
     LimitOutcome,
     RateLimiter,
 )
-from protocol_in_code.qos.interfaces import AsyncInFlightLimiter, AsyncLease
+from protocol_in_code.qos.interfaces import (
+    AsyncInFlightLimiter,
+    AsyncLease,
+    InFlightLimiter,
+    SeatLease,
+)
 from protocol_in_code.qos.stack import Part, check_together, check_together_async
 
 HOUR = 3600
@@ -87,6 +92,54 @@ class AsyncOwnRate:
         self.rate.refund(n)
 
 
+class OwnSeats:
+    """An in-flight limiter of one's own (the interfaces' ``InFlightLimiter``), one limit or
+    one per key: its leases give nothing back unless released (as a lease on a server would
+    not, dropped)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: Counter[Any] = Counter()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.held.values())
+
+    def try_acquire(self, *key_and_n: Any) -> OwnSeatLease | None:
+        key, n = key_and_n if len(key_and_n) == 2 else (None, *key_and_n)
+        if n < 1:
+            raise ValueError(f"n must be at least 1, not {n}")
+        if self.held[key] + n > self.limit:
+            return None
+        self.held[key] += n
+        return OwnSeatLease(self, key, n)
+
+    def acquire(self, *key_and_n: Any, timeout: float | None = None) -> OwnSeatLease | None:
+        return self.try_acquire(*key_and_n)
+
+    async def acquire_async(self, *key_and_n: Any, timeout: float | None = None) -> Any:
+        return self.try_acquire(*key_and_n)
+
+
+class OwnSeatLease:
+    """:class:`OwnSeats`' lease (a ``SeatLease``): released once, twice harmlessly."""
+
+    def __init__(self, seats: OwnSeats, key: Any, n: int) -> None:
+        self.seats, self.key, self.n, self.token = seats, key, n, 0
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.seats.held[self.key] -= self.n
+
+    def __enter__(self) -> OwnSeatLease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 class AsyncSeats:
     """An asyncio in-flight limiter of one's own (the interfaces' ``AsyncInFlightLimiter``):
     every call waits ``delay`` first, then seats or releases at once."""
@@ -130,6 +183,9 @@ class AsyncSeatLease:
 
 
 def test_the_test_limiters_fit_the_interfaces() -> None:
+    own = OwnSeats(1)
+    assert isinstance(own, InFlightLimiter)
+    assert isinstance(OwnSeatLease(own, None, 1), SeatLease)
     seats = AsyncSeats(1)
     assert isinstance(seats, AsyncInFlightLimiter)
     assert isinstance(AsyncSeatLease(seats, 1, 1), AsyncLease)
@@ -197,6 +253,30 @@ def test_a_seat_refusal_gives_the_rate_tokens_back() -> None:
     assert check_together([Part(native), Part(mine), Part(seats)])
 
 
+def test_seats_are_taken_before_the_rate_parts_of_other_stores() -> None:
+    """A seat comes back exactly, a token given back late only up to the burst: a refused seat
+    must find the other stores' rate parts not yet taken (only asked, with ``peek``)."""
+    calls: list[str] = []
+
+    class Recorded(OwnRate):
+        def check(self, n: int = 1, now_ns: int | None = None) -> Decision:
+            calls.append("check")
+            return super().check(n, now_ns)
+
+        def refund(self, n: int = 1, now_ns: int | None = None) -> None:
+            calls.append("refund")
+            super().refund(n, now_ns)
+
+    seats = ConcurrencyLimiter(1)
+    held = seats.try_acquire()
+    assert not check_together([Part(Recorded(5)), Part(seats)])
+    assert calls == []
+    assert held is not None
+    held.release()
+    with check_together([Part(Recorded(5)), Part(seats)]):
+        assert calls == ["check"]
+
+
 def test_a_later_rate_refusal_gives_the_seats_back() -> None:
     seats, per_client = ConcurrencyLimiter(2), KeyedConcurrencyLimiter(2)
     refused = check_together([Part(seats), Part(per_client, "k"), Part(OwnRate(0))])
@@ -230,8 +310,9 @@ def test_an_in_flight_part_takes_no_plan() -> None:
     assert seats.in_flight == 0
 
 
-def test_a_bad_seat_part_raises_with_nothing_held() -> None:
-    rate, seats = OwnRate(5), ConcurrencyLimiter(2)
+@pytest.mark.parametrize("seats", [ConcurrencyLimiter(2), OwnSeats(2)], ids=type)
+def test_a_bad_seat_part_raises_with_nothing_held(seats: Any) -> None:
+    rate = OwnRate(5)
     with pytest.raises(ValueError, match="n must be at least 1"):
         check_together([Part(rate), Part(seats), Part(seats, n=0)])
     assert (rate.left, seats.in_flight) == (5, 0)
@@ -279,7 +360,11 @@ class World:
             KeyedRateLimiter(1, burst=BURST, per=HOUR),
             OwnRate(BURST),
         ]
-        self.seats: list[Any] = [ConcurrencyLimiter(LIMIT), KeyedConcurrencyLimiter(LIMIT)]
+        self.seats: list[Any] = [
+            ConcurrencyLimiter(LIMIT),
+            KeyedConcurrencyLimiter(LIMIT),
+            OwnSeats(LIMIT),  # keyed: its leases give nothing back unless released
+        ]
         self.tokens: Counter[tuple[int, str | None]] = Counter()  # taken, by bucket
         self.held: Counter[tuple[int, str | None]] = Counter()  # seats held, by bucket
 
@@ -288,7 +373,7 @@ class World:
         limiters = self.seats if seat else self.rates
         index = which % len(limiters)
         limiter = limiters[index]
-        keyed = isinstance(limiter, (KeyedRateLimiter, KeyedConcurrencyLimiter))
+        keyed = isinstance(limiter, (KeyedRateLimiter, KeyedConcurrencyLimiter, OwnSeats))
         bucket = (index + (100 if seat else 0), key if keyed else None)
         return Part(limiter, key if keyed else None, n), bucket
 
@@ -301,7 +386,8 @@ class World:
     def modelled(self) -> tuple[list[int], list[int]]:
         left = [BURST - self.tokens[(0, None)]]
         left += [BURST - self.tokens[(1, k)] for k in KEYS] + [BURST - self.tokens[(2, None)]]
-        held = [self.held[(100, None)], sum(self.held[(101, k)] for k in KEYS)]
+        held = [self.held[(100, None)]]
+        held += [sum(self.held[(index, k)] for k in KEYS) for index in (101, 102)]
         return left, held
 
 
@@ -351,7 +437,7 @@ def test_a_stack_with_in_flight_parts_is_all_or_none_as_the_model_says(
         assert world.balances() == world.modelled()
     for stacked, _ in holding:
         stacked.release()
-    assert world.balances()[1] == [0, 0]
+    assert world.balances()[1] == [0, 0, 0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,7 +492,9 @@ def test_cancelled_asyncio_stacks_hold_nothing() -> None:
         rng = random.Random(35)
         native = RateLimiter(1, burst=burst, per=HOUR)
         mine = AsyncOwnRate(stacks // 3)  # runs out: later stacks give their seats back
-        seats, local = AsyncSeats(4), ConcurrencyLimiter(6)
+        # The asyncio seats are taken first, then the in-process ones refuse some: the asyncio
+        # lease is given back, awaited, while the cancels land.
+        seats, local = AsyncSeats(6), ConcurrencyLimiter(4)
         parts = [Part(native), Part(seats), Part(local), Part(mine)]
         allowed = cancelled = 0
 
