@@ -310,11 +310,36 @@ def test_an_in_flight_part_takes_no_plan() -> None:
     assert seats.in_flight == 0
 
 
+def test_a_bad_seat_part_raises_before_anything_is_taken() -> None:
+    rate, seats = OwnRate(5), OwnSeats(2)
+    with pytest.raises(ValueError, match=r"parts\[2\]: n must be at least 1, not 0"):
+        check_together([Part(rate), Part(seats, "k"), Part(seats, "k", 0)])
+    with pytest.raises(TypeError, match=r"parts\[1\]: n must be an int, not 1.5"):
+        check_together([Part(rate), Part(seats, "k", 1.5)])
+    assert (rate.left, seats.in_flight) == (5, 0)
+
+
+class Down:
+    """An in-flight limiter whose store is down: every take raises."""
+
+    limit = 10
+
+    def try_acquire(self, n: int = 1) -> Any:
+        raise ConnectionError("the store is down")
+
+
 @pytest.mark.parametrize("seats", [ConcurrencyLimiter(2), OwnSeats(2)], ids=type)
-def test_a_bad_seat_part_raises_with_nothing_held(seats: Any) -> None:
+def test_a_seat_part_that_raises_leaves_nothing_held(seats: Any) -> None:
     rate = OwnRate(5)
-    with pytest.raises(ValueError, match="n must be at least 1"):
-        check_together([Part(rate), Part(seats), Part(seats, n=0)])
+    with pytest.raises(ConnectionError):
+        check_together([Part(rate), Part(seats), Part(Down())])
+    assert (rate.left, seats.in_flight) == (5, 0)
+
+    async def main() -> None:
+        with pytest.raises(ConnectionError):
+            await check_together_async([Part(rate), Part(seats), Part(Down())])
+
+    asyncio.run(main())
     assert (rate.left, seats.in_flight) == (5, 0)
 
 

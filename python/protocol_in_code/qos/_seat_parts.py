@@ -155,9 +155,10 @@ class SeatParts:
 
 def _try(part: _Asked) -> Any:
     """The part's ``try_acquire`` (awaitable for an asyncio limiter), or None where its ``n``
-    is more than the limit (checked first: the limiter itself would raise)."""
+    (an int of at least 1: the stack checked it) is more than the limit (the limiter itself
+    would raise)."""
     limiter, key, n, _ = part
-    if type(n) is int and n > limiter.limit:
+    if n > limiter.limit:
         return None
     return limiter.try_acquire(n) if key is None else limiter.try_acquire(key, n)
 
@@ -165,7 +166,7 @@ def _try(part: _Asked) -> Any:
 def _refusal(part: _Asked) -> Decision:
     """A refused part's answer: NEVER for more than the limit, else REFUSED."""
     limiter, _, n, _ = part
-    if type(n) is int and n > limiter.limit:
+    if n > limiter.limit:
         return Decision(LimitOutcome.NEVER, None, _free(part))
     return Decision(LimitOutcome.REFUSED, 0, _free(part))
 
@@ -176,7 +177,7 @@ def _peeked(part: _Asked) -> Decision:
     waits, else REFUSED; for any other (a keyed limiter, an asyncio one), ALLOWED: it cannot
     say more without taking."""
     limiter, key, n, _ = part
-    if type(n) is int and n > limiter.limit:
+    if n > limiter.limit:
         return _refusal(part)
     free = _free(part)
     in_flight = _readable(limiter, "in_flight") if key is None else None

@@ -437,12 +437,12 @@ def _groups(
     seated: list[int] = []
     others: list[int] = []
     stores: dict[int, tuple[Stacking, list[int]]] = {}
-    for i, (limiter, _, _, plan) in enumerate(asked):
+    for i, (limiter, _, n, plan) in enumerate(asked):
         if _of_this_host(limiter):
             native.append(i)
             continue
         if holds_seats(limiter):
-            _check_seat_part(i, limiter, plan, awaited)
+            _check_seat_part(i, limiter, n, plan, awaited)
             seated.append(i)
             continue
         stacking = getattr(limiter, "stacking", None)
@@ -468,8 +468,13 @@ def _groups(
     return (_Native(native) if native else None), seats, remote
 
 
-def _check_seat_part(i: int, limiter: object, plan: object, awaited: bool) -> None:
-    """An in-flight part takes no plan, and an asyncio one is awaited."""
+def _check_seat_part(i: int, limiter: object, n: object, plan: object, awaited: bool) -> None:
+    """An in-flight part's seats are a count of at least 1, read before any part is taken; it
+    takes no plan, and an asyncio one is awaited."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"parts[{i}]: n must be an int, not {n!r}")
+    if n < 1:
+        raise ValueError(f"parts[{i}]: n must be at least 1, not {n}")
     if plan is not None:
         raise TypeError(f"parts[{i}]: an in-flight limiter has no plans, so its part takes none")
     if not awaited and awaits_seats(limiter):
