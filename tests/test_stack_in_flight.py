@@ -253,6 +253,27 @@ def test_a_seat_refusal_gives_the_rate_tokens_back() -> None:
     assert check_together([Part(native), Part(mine), Part(seats)])
 
 
+def test_the_seats_free_are_never_read_from_a_limiter_behind_a_server() -> None:
+    """A limiter that declares ``blocks`` (its calls are round trips) is asked once per part,
+    with ``try_acquire``: its ``in_flight`` is not read to say what remains."""
+
+    class BehindAServer(OwnSeats):
+        reads = 0
+        blocks = ("an in-flight limiter behind a server", "use its asyncio form")
+
+        @property
+        def in_flight(self) -> int:
+            BehindAServer.reads += 1
+            return super().in_flight
+
+    seats = BehindAServer(1)
+    with check_together([Part(seats)]) as stacked:
+        assert stacked.parts[0] == Decision(LimitOutcome.ALLOWED, 0, 0)
+        refused = check_together([Part(OwnRate(0)), Part(seats)])
+        assert not refused
+    assert BehindAServer.reads == 0
+
+
 def test_seats_are_taken_before_the_rate_parts_of_other_stores() -> None:
     """A seat comes back exactly, a token given back late only up to the burst: a refused seat
     must find the other stores' rate parts not yet taken (only asked, with ``peek``)."""

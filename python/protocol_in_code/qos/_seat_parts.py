@@ -22,7 +22,8 @@ does, so the request's decision is made by the same rule:
 * ``n`` more than the limit: NEVER (``wait_ns`` None), until the limit is resized;
 
 and ``remaining`` is the seats left free, where the limiter says it (one limit, with an
-``in_flight`` it can read at once); a keyed limiter, which counts over every key, says 0.
+``in_flight`` read at once, not a round trip to a server); a keyed limiter, which counts over
+every key, says 0, as one behind a server does.
 
 The leases are handed back on the :class:`~protocol_in_code.qos.stack.Stacked` answer; its
 ``release()`` and ``release_async()`` are this module's :func:`release` and
@@ -198,7 +199,12 @@ def _free(part: _Asked) -> int:
 
 
 def _readable(limiter: object, name: str) -> int | None:
-    """``limiter.<name>`` if it is an int read at once (not a coroutine), else None."""
+    """``limiter.<name>`` if it is an int read at once, else None: never read from a limiter
+    whose calls wait on the network (it declares ``blocks``,
+    :class:`~protocol_in_code.qos.capabilities.Blocking`), where each read is a round trip,
+    nor awaited from an asyncio one."""
+    if hasattr(limiter, "blocks"):
+        return None
     value = getattr(limiter, name, None)
     return value if type(value) is int else None
 
