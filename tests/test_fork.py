@@ -28,7 +28,13 @@ if qos_support.reference_mode():
 if not hasattr(os, "fork"):
     pytest.skip("no os.fork on this platform", allow_module_level=True)
 
-from protocol_in_code.qos import KeyedRateLimiter, RateLimiter, TwoRateMeter
+from protocol_in_code.qos import (
+    ConcurrencyLimiter,
+    KeyedConcurrencyLimiter,
+    KeyedRateLimiter,
+    RateLimiter,
+    TwoRateMeter,
+)
 
 #: A child that has not finished by then is taken to hang (a hang detector, not a speed target).
 HANG_SECONDS = 10
@@ -139,6 +145,49 @@ def test_an_inherited_limiter_warns_once_in_the_child() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert inherited["RateLimiter"].try_acquire(), "still no warning in the parent"
+
+
+def test_an_inherited_in_flight_limiter_warns_and_starts_with_no_seat_held() -> None:
+    """A child does not see the seats the parent's holders hold (they are not there to give
+    them back), and a lease taken before the fork gives nothing back in the child: its count
+    is only ever of its own leases. The parent's count is untouched by the child."""
+    one, keyed = ConcurrencyLimiter(2), KeyedConcurrencyLimiter(1)
+    parents, parents_key = one.try_acquire(), keyed.try_acquire("k")
+    assert parents is not None and parents_key is not None
+
+    def child() -> None:
+        for name, limiter, args in (
+            ("ConcurrencyLimiter", one, ()),
+            ("KeyedConcurrencyLimiter", keyed, ("k",)),
+        ):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert limiter.in_flight == 0, "the parent's seats are not the child's"
+                own = limiter.try_acquire(*args, limiter.limit)  # every seat: none is held here
+                assert own is not None
+                assert limiter.try_acquire(*args) is None
+            assert len(caught) == 1, [str(w.message) for w in caught]
+            message = str(caught[0].message)
+            assert caught[0].category is RuntimeWarning
+            assert f"this {name} was made before os.fork()" in message
+            assert "Seats held in the parent are not seen here" in message
+            assert "SharedConcurrencyLimiter" in message
+            (parents if name == "ConcurrencyLimiter" else parents_key).release()
+            assert limiter.in_flight == limiter.limit, "a lease of the parent gave back nothing"
+            own.release()
+            assert limiter.in_flight == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert ConcurrencyLimiter(1).try_acquire() is not None  # made in the child: its own
+
+    assert in_child(child) == 0
+    assert (one.in_flight, keyed.in_flight) == (1, 1), "the child changed nothing here"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the parent's own: no warning
+        parents.release()
+        parents_key.release()
+        assert one.try_acquire(2) is not None
+    assert (one.in_flight, keyed.in_flight) == (0, 0)
 
 
 def test_an_inherited_shared_limiter_does_not_warn_and_shares_its_limit(tmp_path) -> None:

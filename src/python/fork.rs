@@ -13,7 +13,9 @@
 //!
 //! A child also gets a *copy* of every limiter: from then on the parent and the child each
 //! enforce the limit on their own, and together they admit up to twice it. That is rarely what
-//! was meant, so the first call on an inherited limiter warns once ([`Lineage`]).
+//! was meant, so the first call on an inherited limiter warns once ([`Lineage`]). An in-flight
+//! limiter's child starts with no seat held instead (`seats::Locked`): the parent's holders are
+//! not in the child to give their seats back.
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -156,32 +158,73 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// How many forks this process descends through (0 in a process that was not forked).
+pub fn forks() -> u64 {
+    FORKS.load(SeqCst)
+}
+
 /// Which process a limiter was made in, as the number of forks behind it: a limiter used where
 /// that number has grown was inherited across a fork, and says so once.
 pub struct Lineage(AtomicU64);
 
 impl Lineage {
     pub fn new() -> Self {
-        Self(AtomicU64::new(FORKS.load(SeqCst)))
+        Self(AtomicU64::new(forks()))
     }
 
-    /// Warn (a `RuntimeWarning`) the first time `limiter` is used in a child of the process
-    /// that made it, or of the one that last warned.
+    /// Whether this is the first use in a child of the process that made the limiter, or of
+    /// the one that last said so.
+    fn first_use_in_child(&self) -> bool {
+        let forks = forks();
+        self.0.load(SeqCst) != forks && self.0.swap(forks, SeqCst) != forks
+    }
+
+    /// Warn (a `RuntimeWarning`) the first time the rate limiter `limiter` is used in a child
+    /// of the process that made it, or of the one that last warned.
     pub fn check(&self, py: Python<'_>, limiter: &str) -> PyResult<()> {
-        let forks = FORKS.load(SeqCst);
-        if self.0.load(SeqCst) == forks || self.0.swap(forks, SeqCst) == forks {
+        if !self.first_use_in_child() {
             return Ok(());
         }
-        let message = format!(
-            "this {limiter} was made before os.fork() and is used in the child process \
-             {pid}: the child has a copy of its state, no longer shared with the parent, so \
-             each process enforces the limit on its own. To share one limit between the \
-             processes of this host, use protocol_in_code.qos.shared (SharedRateLimiter, \
-             SharedKeyedRateLimiter); between hosts, a Redis server \
-             (protocol_in_code.qos.distributed)",
-            pid = std::process::id()
-        );
-        let message = CString::new(message).unwrap_or_default();
-        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)
+        warn(
+            py,
+            format!(
+                "this {limiter} was made before os.fork() and is used in the child process \
+                 {pid}: the child has a copy of its state, no longer shared with the parent, \
+                 so each process enforces the limit on its own. To share one limit between \
+                 the processes of this host, use protocol_in_code.qos.shared \
+                 (SharedRateLimiter, SharedKeyedRateLimiter); between hosts, a Redis server \
+                 (protocol_in_code.qos.distributed)",
+                pid = std::process::id()
+            ),
+        )
     }
+
+    /// [`Lineage::check`] for the in-flight limiter `limiter`, whose child starts with no seat
+    /// held: the seats of the parent's holders are not seen there, and a lease taken before
+    /// the fork gives nothing back in the child (see `seats::Locked`).
+    pub fn check_in_flight(&self, py: Python<'_>, limiter: &str) -> PyResult<()> {
+        if !self.first_use_in_child() {
+            return Ok(());
+        }
+        warn(
+            py,
+            format!(
+                "this {limiter} was made before os.fork() and is used in the child process \
+                 {pid}: the child has a limit of its own, starting with no seat held. Seats \
+                 held in the parent are not seen here (a lease taken before the fork gives \
+                 nothing back when released in the child), and each process seats up to the \
+                 limit on its own. To share one in-flight limit between the processes of \
+                 this host, use protocol_in_code.qos.shared (SharedConcurrencyLimiter, \
+                 SharedKeyedConcurrencyLimiter); between hosts, a Redis server \
+                 (protocol_in_code.qos.distributed)",
+                pid = std::process::id()
+            ),
+        )
+    }
+}
+
+/// A `RuntimeWarning` saying `message`, for the caller's line.
+fn warn(py: Python<'_>, message: String) -> PyResult<()> {
+    let message = CString::new(message).unwrap_or_default();
+    PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)
 }

@@ -13,9 +13,16 @@
 //! `max_keys` keys; a caller refused for want of room is woken when a key is forgotten, to ask
 //! again.
 //!
+//! After `os.fork()` the child has a copy of the table, holding the seats of the parent's
+//! holders, who are not in the child to give them back. So the child's first look at the table
+//! finds it fresh, with no seat held and nobody in line, and a lease taken before the fork gives
+//! nothing back in the child: the child's count is only ever of the child's own leases (the
+//! limiter warns once, `fork::Lineage`).
+//!
 //! This file holds the table under its lock; `lease.rs` the seats held, the places waited in
 //! and the blocking wait; `limiters.rs` the two limiter classes.
 
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 
@@ -24,6 +31,7 @@ use pyo3::prelude::*;
 use crate::core::exact::key::Key;
 use crate::core::seats::table::{Asked, Table, Told};
 use crate::core::seats::{Grant, SeatsError, Ticket};
+use crate::python::fork::{forks, Lineage};
 
 mod lease;
 mod limiters;
@@ -57,16 +65,46 @@ fn tell(py: Python<'_>, told: Told<Wake>) {
 
 /// A limiter's table under its lock, shared with its leases and waiters. Each change runs
 /// locked and tells its waiters once unlocked.
-struct Locked(Mutex<Table<Key, Wake>>);
+struct Locked {
+    table: Mutex<Table<Key, Wake>>,
+    /// The table's keys at most (None for a limiter of one limit), to make it afresh.
+    max_keys: Option<usize>,
+    /// The forks behind the process whose seats the table counts (`fork::forks`).
+    forks: AtomicU64,
+    /// The limiter's class name, and where it was made, for the warning of a forked child.
+    name: &'static str,
+    lineage: Lineage,
+}
 
 impl Locked {
-    fn new(limit: u64, max_keys: Option<usize>) -> Result<Self, SeatsError> {
-        Ok(Locked(Mutex::new(Table::new(limit, max_keys)?)))
+    fn new(limit: u64, max_keys: Option<usize>, name: &'static str) -> Result<Self, SeatsError> {
+        Ok(Locked {
+            table: Mutex::new(Table::new(limit, max_keys)?),
+            max_keys,
+            forks: AtomicU64::new(forks()),
+            name,
+            lineage: Lineage::new(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Table<Key, Wake>> {
+        if self.forks.load(SeqCst) != forks() {
+            drop(self.renewed()); // the parent's wakers let go of unlocked
+        }
         // Every change completes without panicking or is not started.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// In a child of the process whose seats the table counts: a fresh table, with the same
+    /// limit, in its place; the old one is returned, to be dropped once unlocked.
+    fn renewed(&self) -> Option<Table<Key, Wake>> {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let forks = forks();
+        if self.forks.swap(forks, SeqCst) == forks {
+            return None; // renewed meanwhile
+        }
+        let fresh = Table::new(table.limit(), self.max_keys).ok()?; // a limit it already had
+        Some(std::mem::replace(&mut *table, fresh))
     }
 
     /// Run `change` locked, then tell.
@@ -81,16 +119,39 @@ impl Locked {
         result
     }
 
-    /// `Table::ask`, letting go of a waker it did not keep once unlocked.
-    fn ask(&self, key: Option<&Key>, n: u64, wake: Option<Wake>) -> Result<Asked, SeatsError> {
+    /// `Table::ask`, letting go of a waker it did not keep once unlocked. Asked first in a
+    /// forked child, the limiter warns (an error if warnings are errors).
+    fn ask(
+        &self,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+        wake: Option<Wake>,
+    ) -> PyResult<Asked> {
+        self.lineage.check_in_flight(py, self.name)?;
         let mut wake = wake;
         let asked = self.lock().ask(key, n, &mut wake);
         drop(wake);
-        asked
+        Ok(asked?)
     }
 
     fn release(&self, py: Python<'_>, key: Option<&Key>, n: u64) -> Result<(), SeatsError> {
         self.change(py, |table, told| table.release(key, n, told))
+    }
+
+    /// [`Locked::release`] of seats granted with `granted_in` forks behind the process: seats
+    /// granted before a fork are not in a child's table, and give nothing back there.
+    fn release_granted(
+        &self,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+        granted_in: u64,
+    ) -> Result<(), SeatsError> {
+        if granted_in != forks() {
+            return Ok(());
+        }
+        self.release(py, key, n)
     }
 
     fn outcome(

@@ -9,7 +9,8 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyModule, PyTuple};
 use pyo3::PyTypeInfo;
 
 use std::sync::Mutex;
@@ -27,18 +28,22 @@ use crate::python::errors::{clock_error, off_the_clock, OfClock};
 use crate::python::keyed::KeyedRateLimiter;
 use crate::python::keys::{classify, Classified};
 use crate::python::limiter::RateLimiter;
-use crate::python::record::frozen_record;
+use crate::python::record::{defaults, frozen_record};
 use crate::python::shared::{key_digest, SharedKeyedRateLimiter, SharedRateLimiter};
 use crate::python::surface::PyLimit;
 use crate::shared_memory::Mapped;
 
 frozen_record! {
     /// A stacked request, decided: the request's Decision, and each part's (a tuple). True
-    /// when allowed (every part took its tokens), as a Decision is.
+    /// when allowed (every part took its tokens), as a Decision is. `leases` holds the seats
+    /// its in-flight parts took, one Lease per such part in the request's order (empty when
+    /// refused): `release()`, or leaving a `with` (`async with`) block, gives them all back.
     pub struct Stacked as "Stacked" in "protocol_in_code.qos.stack" {
         decision,
         parts,
+        leases = defaults::empty_tuple(),
     }
+    text_signature = "(decision, parts, leases=())";
     methods {
         /// Whether the request was allowed: every part took its tokens.
         #[getter]
@@ -51,7 +56,56 @@ frozen_record! {
         fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
             self.allowed(py)
         }
+
+        /// Give back the seats of every lease, the last first (twice is harmless). A lease
+        /// given back by awaiting (an asyncio limiter's) needs `await release_async()`.
+        fn release(&self, py: Python<'_>) -> PyResult<()> {
+            leases_given_back(py, "release", self.leases.bind(py))?;
+            Ok(())
+        }
+
+        /// Awaitable: give back the seats of every lease, awaiting those given back so; run to
+        /// its end even if the awaiting task is cancelled meanwhile.
+        fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            leases_given_back(py, "release_async", self.leases.bind(py))
+        }
+
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
+
+        #[pyo3(signature = (*_exc_info))]
+        fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<()> {
+            self.release(py)
+        }
+
+        fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            leases_given_back(slf.py(), "itself_async", slf.as_any())
+        }
+
+        #[pyo3(signature = (*_exc_info))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _exc_info: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            self.release_async(py)
+        }
     }
+}
+
+/// `protocol_in_code.qos._seat_parts.<name>(argument)`: how a stacked request's leases are
+/// given back (written once, in Python, for leases of every store).
+fn leases_given_back<'py>(
+    py: Python<'py>,
+    name: &str,
+    argument: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("protocol_in_code.qos._seat_parts")?.unbind())
+    })?;
+    module.bind(py).call_method1(name, (argument,))
 }
 
 /// One part, read: its limit, the time it is asked at, and its tokens.
@@ -164,6 +218,7 @@ pub fn check_together<'py>(
         py,
         Decision::of(py, request)?.into_any(),
         PyTuple::new(py, decisions)?.into_any(),
+        PyTuple::empty(py).into_any(),
     )?;
     Ok(Some(made))
 }

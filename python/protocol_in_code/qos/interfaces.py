@@ -44,6 +44,7 @@ __all__ = [
     "KeyedLimiter",
     "Limiter",
     "SeatLease",
+    "holds_seats",
     "kind_of",
 ]
 
@@ -237,6 +238,13 @@ def kind_of(limiter: object) -> tuple[bool, bool]:
         keyed = first == "key"
     awaited = inspect.iscoroutinefunction(check)
     return keyed, awaited
+
+
+def holds_seats(limiter: object) -> bool:
+    """Whether ``limiter`` is an in-flight limiter (of any of its four kinds): it hands out seats
+    (``try_acquire`` and a ``limit``) and decides no rate (it has no ``check``, which every rate
+    limiter has). Looked up without running a property's code."""
+    return _has(limiter, "try_acquire") and _has(limiter, "limit") and not _has(limiter, "check")
 
 
 def _has(limiter: object, name: str) -> bool:

@@ -23,7 +23,13 @@ and records, for every decision:
 * the occupancy of each keyed table met (a limiter with ``len()`` and ``max_keys``): keys
   remembered and the most it may, by policy and route, read when scraped. A limiter with
   plans has a table of ``max_keys`` per plan: both count every plan's (the most is
-  ``max_keys`` times the plans).
+  ``max_keys`` times the plans);
+* an in-flight gauge for each in-flight limiter met (how many at once,
+  :mod:`protocol_in_code.qos.concurrency`): the seats held now (over every key of a keyed one)
+  and the limit, by policy and route, read when scraped. Its refusals are decisions like any
+  other, counted by outcome (REFUSED, or NEVER for more seats than the limit); they promise no
+  wait (a seat comes free when a holder gives it back), so they are not in the waits
+  histogram.
 
 No label is ever the client's key: a label set per policy, plan and route, however many
 clients.
@@ -41,6 +47,7 @@ from typing import Any
 
 from protocol_in_code._native import LimitOutcome
 from protocol_in_code.qos._http.told import DecisionEvent
+from protocol_in_code.qos.interfaces import holds_seats
 
 __all__ = ["OpenTelemetryMetrics", "PrometheusMetrics"]
 
@@ -72,20 +79,26 @@ def _route(route: str | None) -> str:
 
 
 class _Tables:
-    """The keyed tables met in decisions, by (policy, route): read when metrics are collected."""
+    """The keyed tables and the in-flight limiters met in decisions, by (policy, route): read
+    when metrics are collected."""
 
     def __init__(self) -> None:
         self._tables: dict[tuple[str, str], Any] = {}
+        self._seats: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
     def meet(self, event: DecisionEvent) -> None:
         where = (event.policy, _route(event.route))
-        if where in self._tables:
+        if where in self._tables or where in self._seats:
             return
         self.watch(event.limiter, event.policy, event.route)
 
     def watch(self, limiter: Any, policy: str, route: str | None = None) -> None:
         where = (policy, _route(route))
+        if holds_seats(limiter):
+            with self._lock:
+                self._seats.setdefault(where, limiter)
+            return
         has_len = callable(getattr(limiter, "__len__", None))
         table = limiter if has_len and hasattr(limiter, "max_keys") else None
         with self._lock:
@@ -99,6 +112,17 @@ class _Tables:
         for (policy, route), table in tables:
             if table is not None:
                 yield policy, route, len(table), _most_keys(table)
+
+    def in_flight(self) -> Iterator[tuple[str, str, int, int]]:
+        """(policy, route, seats held now, the limit) for every in-flight limiter met whose
+        ``in_flight`` is read at once (an asyncio limiter's would be awaited: it has none to
+        read at a scrape)."""
+        with self._lock:
+            seats = list(self._seats.items())
+        for (policy, route), limiter in seats:
+            held = getattr(limiter, "in_flight", None)
+            if type(held) is int:
+                yield policy, route, held, int(limiter.limit)
 
 
 def _most_keys(table: Any) -> int:
@@ -122,16 +146,18 @@ class PrometheusMetrics:
     ``registry`` is where the metrics are registered (``prometheus_client.REGISTRY`` by
     default); ``prefix`` starts every name. The metrics are ``{prefix}_decisions_total``
     (outcome, policy, plan, route, enforced), ``{prefix}_wait_seconds`` (a histogram, policy,
-    plan and route), and ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and
-    route: for a limiter with plans, both count every plan's table).
+    plan and route), ``{prefix}_keys`` and ``{prefix}_keys_max`` (gauges, policy and
+    route: for a limiter with plans, both count every plan's table), and ``{prefix}_in_flight``
+    and ``{prefix}_in_flight_limit`` (gauges, policy and route: an in-flight limiter's seats
+    held and its limit).
 
     The decisions are counted in ``itertools.count`` objects, one per label set, whose
     ``next()`` is one call into C that the interpreter lock keeps whole, and are read when
     scraped: a ``prometheus_client.Counter``'s ``inc()`` takes a lock and is several times
     slower, and this runs for every request.
 
-    Keyed tables are found as decisions meet them; :meth:`watch` adds one before its first
-    request.
+    Keyed tables and in-flight limiters are found as decisions meet them; :meth:`watch` adds
+    one before its first request.
     """
 
     def __init__(
@@ -156,6 +182,8 @@ class PrometheusMetrics:
         self.tables = _Tables()
         self._counts: dict[_Where, itertools.count[int]] = {}
         self._labels: dict[_Where, tuple[str, str, str, str, str]] = {}
+        # Where an in-flight limiter decided: its refusals promise no wait to observe.
+        self._no_waits: set[_Where] = set()
         self._seen: dict[int, tuple[DecisionEvent, itertools.count[int]]] = {}
         self._new = threading.Lock()
         # The histogram's labelled children, by what labels them: labels() is a lock and a
@@ -164,8 +192,9 @@ class PrometheusMetrics:
         registry.register(_PrometheusCollector(self))
 
     def watch(self, limiter: Any, policy: str = "default", route: str | None = None) -> None:
-        """Report ``limiter``'s occupancy (if it is a keyed table) under ``policy`` and
-        ``route`` from now on, before any decision meets it."""
+        """Report ``limiter``'s occupancy (if it is a keyed table) or its seats held (if it is
+        an in-flight limiter) under ``policy`` and ``route`` from now on, before any decision
+        meets it."""
         self.tables.watch(limiter, policy, route)
 
     def __call__(self, event: DecisionEvent) -> None:
@@ -191,13 +220,15 @@ class PrometheusMetrics:
                     _route(route),
                     "true" if enforced else "false",
                 )
+                if holds_seats(event.limiter):
+                    self._no_waits.add(where)
             self.tables.meet(event)
         next(counts)
         if outcome is _ALLOWED and event.key is None:
             if len(self._seen) >= EVENTS_KEPT:
                 self._seen.clear()
             self._seen[id(event)] = (event, counts)
-        elif wait_ns is not None:
+        elif wait_ns is not None and where not in self._no_waits:
             place = (policy, plan, route)
             histogram = self._histograms.get(place)
             if histogram is None:
@@ -249,6 +280,21 @@ class _PrometheusCollector:
             most.add_metric([policy, route], max_keys)
         yield keys
         yield most
+        held = GaugeMetricFamily(
+            f"{prefix}_in_flight",
+            "Seats an in-flight limiter has held now (over every key of a keyed one).",
+            labels=["policy", "route"],
+        )
+        limit = GaugeMetricFamily(
+            f"{prefix}_in_flight_limit",
+            "The seats an in-flight limiter has (for each key, in a keyed one).",
+            labels=["policy", "route"],
+        )
+        for policy, route, count, most_seats in self.metrics.tables.in_flight():
+            held.add_metric([policy, route], count)
+            limit.add_metric([policy, route], most_seats)
+        yield held
+        yield limit
 
 
 class OpenTelemetryMetrics:
@@ -257,8 +303,9 @@ class OpenTelemetryMetrics:
     ``meter`` is the meter to record with (``opentelemetry.metrics.get_meter(...)`` of the
     global meter provider by default). The instruments are ``{prefix}.decisions`` (a counter;
     attributes outcome, policy, plan, route, enforced), ``{prefix}.wait`` (a histogram, in
-    seconds; policy, plan, route), and ``{prefix}.keys`` and ``{prefix}.keys.max``
-    (observable gauges; policy, route). Whatever reader the meter provider has exports them
+    seconds; policy, plan, route), ``{prefix}.keys`` and ``{prefix}.keys.max``, and
+    ``{prefix}.in_flight`` and ``{prefix}.in_flight.limit`` (observable gauges; policy, route).
+    Whatever reader the meter provider has exports them
     (the Prometheus one serves them as ``{prefix}_decisions_total``,
     ``{prefix}_wait_seconds``...).
     """
@@ -291,8 +338,22 @@ class OpenTelemetryMetrics:
             unit="{key}",
             description="The most keys a keyed limiter may remember (max_keys).",
         )
+        meter.create_observable_gauge(
+            f"{prefix}.in_flight",
+            callbacks=[self._in_flight],
+            unit="{seat}",
+            description="Seats an in-flight limiter has held now (over every key of a keyed one).",
+        )
+        meter.create_observable_gauge(
+            f"{prefix}.in_flight.limit",
+            callbacks=[self._in_flight_limit],
+            unit="{seat}",
+            description="The seats an in-flight limiter has (for each key, in a keyed one).",
+        )
+        # The attributes of each place decisions are counted at, and whether its refusals
+        # promise a wait to record (an in-flight limiter's do not).
         self._attributes: dict[
-            tuple[LimitOutcome, str, str | None, str | None, bool], dict[str, str]
+            tuple[LimitOutcome, str, str | None, str | None, bool], tuple[dict[str, str], bool]
         ] = {}
 
     def watch(self, limiter: Any, policy: str = "default", route: str | None = None) -> None:
@@ -301,8 +362,8 @@ class OpenTelemetryMetrics:
 
     def __call__(self, event: DecisionEvent) -> None:
         where = (event.outcome, event.policy, event.plan, event.route, event.enforced)
-        attributes = self._attributes.get(where)
-        if attributes is None:
+        known = self._attributes.get(where)
+        if known is None:
             attributes = {
                 "outcome": _OUTCOMES[event.outcome],
                 "policy": event.policy,
@@ -310,10 +371,11 @@ class OpenTelemetryMetrics:
                 "route": _route(event.route),
                 "enforced": "true" if event.enforced else "false",
             }
-            self._attributes[where] = attributes
+            known = self._attributes[where] = (attributes, not holds_seats(event.limiter))
             self.tables.meet(event)
+        attributes, waits = known
         self.decisions.add(1, attributes)
-        if event.outcome is not LimitOutcome.ALLOWED and event.wait_ns is not None:
+        if event.outcome is not LimitOutcome.ALLOWED and event.wait_ns is not None and waits:
             place = {
                 "policy": event.policy,
                 "plan": _plan(event.plan),
@@ -332,3 +394,15 @@ class OpenTelemetryMetrics:
 
         for policy, route, _, max_keys in self.tables.occupancy():
             yield Observation(max_keys, {"policy": policy, "route": route})
+
+    def _in_flight(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        for policy, route, held, _ in self.tables.in_flight():
+            yield Observation(held, {"policy": policy, "route": route})
+
+    def _in_flight_limit(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        for policy, route, _, limit in self.tables.in_flight():
+            yield Observation(limit, {"policy": policy, "route": route})

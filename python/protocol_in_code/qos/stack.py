@@ -21,6 +21,13 @@ never allow it, else REFUSED if a keyed table had no room, else DENIED; its ``wa
 longest of the parts' waits, after which every part would allow), and ``parts`` says what
 each limit alone answered, so a refusal can name every limit that refused.
 
+In-flight limiters (how many at once, :mod:`protocol_in_code.qos.concurrency`) are parts too,
+spelled the same way (``Part(seats)``, ``Part(per_client_seats, key, n)``): an allowed request
+holds their leases in ``stacked.leases``, given back by ``stacked.release()`` or by leaving
+``with stacked:`` (``async with`` and ``release_async()`` for leases given back by awaiting).
+They are taken before the rate parts of other stores and released on any refusal
+(:mod:`protocol_in_code.qos._seat_parts` says why and how they answer).
+
 How much "together" holds depends on where the limits keep their state:
 
 * **Limiters of this host** (:class:`~protocol_in_code.qos.RateLimiter`,
@@ -67,6 +74,7 @@ from protocol_in_code._native import (
 )
 from protocol_in_code._native import _check_together as _native_together
 from protocol_in_code.qos._give_backs import run_to_the_end
+from protocol_in_code.qos._seat_parts import SeatParts, awaits_seats, holds_seats
 from protocol_in_code.qos.capabilities import Stacking
 
 __all__ = ["Part", "Stacked", "check_together", "check_together_async"]
@@ -100,7 +108,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
     stacked = _native_together(asked, now_ns)
     if stacked is not None:
         return stacked
-    local, remote = _groups(asked, awaited=False)
+    local, seats, remote = _groups(asked, awaited=False)
     decisions: list[Decision | None] = [None] * len(asked)
     if local is not None:
         # This host's parts are asked first, and taken last: they are never given back after
@@ -111,8 +119,8 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
             for group in remote:
                 group.peek(asked, decisions, now_ns)
             local.count_refusal(asked, now_ns)
-            return _stacked(decisions)
-    taken: list[_Group] = []
+            return _stacked(decisions, seats)
+    taken: list[_Group | SeatParts] = []
     try:
         for place, group in enumerate(remote):
             if not group.take(asked, decisions, now_ns):
@@ -121,7 +129,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
                     rest.peek(asked, decisions, now_ns)
                 if local is not None:
                     local.count_refusal(asked, now_ns)
-                return _stacked(decisions)
+                return _stacked(decisions, seats)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
             # Someone took this host's tokens since they were asked: the others give back.
@@ -130,7 +138,7 @@ def check_together(parts: Iterable[Part | tuple[Any, ...]], now_ns: int | None =
         # A part that raised (a server down, a bad argument) takes nothing: nor do the others.
         _give_back(taken, asked, decisions, now_ns)
         raise
-    return _stacked(decisions)
+    return _stacked(decisions, seats)
 
 
 async def check_together_async(
@@ -144,7 +152,7 @@ async def check_together_async(
     stacked = _native_together(asked, now_ns)
     if stacked is not None:  # every limit of this host: nothing to await
         return stacked
-    local, remote = _groups(asked, awaited=True)
+    local, seats, remote = _groups(asked, awaited=True)
     decisions: list[Decision | None] = [None] * len(asked)
     if local is not None:
         local.peek(asked, decisions, now_ns)
@@ -152,8 +160,8 @@ async def check_together_async(
             for group in remote:
                 await group.peek_async(asked, decisions, now_ns)
             local.count_refusal(asked, now_ns)
-            return _stacked(decisions)
-    taken: list[_Group] = []
+            return _stacked(decisions, seats)
+    taken: list[_Group | SeatParts] = []
     try:
         for place, group in enumerate(remote):
             if not await group.take_async(asked, decisions, now_ns):
@@ -162,14 +170,14 @@ async def check_together_async(
                     await rest.peek_async(asked, decisions, now_ns)
                 if local is not None:
                     local.count_refusal(asked, now_ns)
-                return _stacked(decisions)
+                return _stacked(decisions, seats)
             taken.append(group)
         if local is not None and not local.take(asked, decisions, now_ns):
             await _give_back_async(taken, asked, decisions, now_ns)
     except BaseException:
         await _give_back_async(taken, asked, decisions, now_ns)
         raise
-    return _stacked(decisions)
+    return _stacked(decisions, seats)
 
 
 def _refused(decisions: list[Decision | None]) -> bool:
@@ -178,7 +186,10 @@ def _refused(decisions: list[Decision | None]) -> bool:
 
 
 def _give_back(
-    taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    taken: list[_Group | SeatParts],
+    asked: list[_Asked],
+    decisions: list[Decision | None],
+    now_ns: int | None,
 ) -> None:
     """Give back what the groups in ``taken`` took, the last first; ``taken`` is emptied."""
     while taken:
@@ -186,7 +197,10 @@ def _give_back(
 
 
 async def _give_back_async(
-    taken: list[_Group], asked: list[_Asked], decisions: list[Decision | None], now_ns: int | None
+    taken: list[_Group | SeatParts],
+    asked: list[_Asked],
+    decisions: list[Decision | None],
+    now_ns: int | None,
 ) -> None:
     """:func:`_give_back`, awaited, and run to its end even if the caller is cancelled
     meanwhile (the cancel is raised at once; the give-back goes on without it)."""
@@ -220,12 +234,14 @@ def _part(i: int, part: object) -> _Asked:
     raise TypeError(f"parts[{i}] must be a Part(limiter, key=None, n=1, plan=None), not {part!r}")
 
 
-def _stacked(decisions: list[Decision | None]) -> Stacked:
+def _stacked(decisions: list[Decision | None], seats: SeatParts | None) -> Stacked:
     """The request's decision from its parts' (every one decided by now), by the core's rule
-    (``core::exact::stack::combined``)."""
+    (``core::exact::stack::combined``), with the leases its in-flight parts hold (none unless
+    it was allowed: a refusal gave them back)."""
     parts = tuple(decision for decision in decisions if decision is not None)
     assert len(parts) == len(decisions)  # every group answers for each of its parts
-    return Stacked(_combined(list(parts)), parts)
+    leases = () if seats is None else seats.in_order()
+    return Stacked(_combined(list(parts)), parts, leases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,16 +425,25 @@ class _OneByOne(_Group):
         await self.peek_async(asked, decisions, now_ns)
 
 
-def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list[_Group]]:
-    """The parts by where they are decided: this host's, and the others': each store that
-    decides its parts together (its limiters declare its ``stacking``), in the order the
-    request first names them, then the rest, one by one."""
+def _groups(
+    asked: list[_Asked], *, awaited: bool
+) -> tuple[_Native | None, SeatParts | None, list[_Group | SeatParts]]:
+    """The parts by where they are decided: this host's rate parts; the in-flight parts
+    (:mod:`~protocol_in_code.qos._seat_parts`); and, in the order they are taken, the in-flight
+    parts first (their seats come back exactly), then each store that decides its parts
+    together (its limiters declare its ``stacking``), in the order the request first names them,
+    then the rest, one by one."""
     native: list[int] = []
+    seated: list[int] = []
     others: list[int] = []
     stores: dict[int, tuple[Stacking, list[int]]] = {}
-    for i, (limiter, *_) in enumerate(asked):
+    for i, (limiter, _, n, plan) in enumerate(asked):
         if _of_this_host(limiter):
             native.append(i)
+            continue
+        if holds_seats(limiter):
+            _check_seat_part(i, limiter, n, plan, awaited)
+            seated.append(i)
             continue
         stacking = getattr(limiter, "stacking", None)
         if stacking is not None and (awaited or not _asyncio_class(type(limiter))):
@@ -435,10 +460,27 @@ def _groups(asked: list[_Asked], *, awaited: bool) -> tuple[_Native | None, list
                 "check_together_async"
             )
         others.append(i)
-    remote: list[_Group] = [_Store(indices, stacking) for stacking, indices in stores.values()]
+    seats = SeatParts(seated) if seated else None
+    remote: list[_Group | SeatParts] = [] if seats is None else [seats]
+    remote += [_Store(indices, stacking) for stacking, indices in stores.values()]
     if others:
         remote.append(_OneByOne(others))
-    return (_Native(native) if native else None), remote
+    return (_Native(native) if native else None), seats, remote
+
+
+def _check_seat_part(i: int, limiter: object, n: object, plan: object, awaited: bool) -> None:
+    """An in-flight part's seats are a count of at least 1, read before any part is taken; it
+    takes no plan, and an asyncio one is awaited."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"parts[{i}]: n must be an int, not {n!r}")
+    if n < 1:
+        raise ValueError(f"parts[{i}]: n must be at least 1, not {n}")
+    if plan is not None:
+        raise TypeError(f"parts[{i}]: an in-flight limiter has no plans, so its part takes none")
+    if not awaited and awaits_seats(limiter):
+        raise TypeError(
+            f"parts[{i}]: an asyncio limiter's seats must be awaited: use check_together_async"
+        )
 
 
 #: Whether each class of the limiters that declare a stacking is an asyncio one.

@@ -333,7 +333,7 @@ pub fn frozen_instance_error(py: Python<'_>, verb: &str, name: &str) -> PyErr {
 /// `field(default_factory=...)` would (a shared `{}` default would be a classic bug).
 pub mod defaults {
     use pyo3::prelude::*;
-    use pyo3::types::{PyDict, PyList};
+    use pyo3::types::{PyDict, PyList, PyTuple};
 
     /// The int `0`.
     pub fn zero() -> Py<PyAny> {
@@ -353,6 +353,11 @@ pub mod defaults {
     /// A new, empty `dict`.
     pub fn dict() -> Py<PyAny> {
         Python::attach(|py| PyDict::new(py).into_any().unbind())
+    }
+
+    /// The empty `tuple` (immutable, so one is shared as a dataclass would share it).
+    pub fn empty_tuple() -> Py<PyAny> {
+        Python::attach(|py| PyTuple::empty(py).into_any().unbind())
     }
 
     /// A new, empty `list`.

@@ -13,6 +13,7 @@ use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::table::Asked;
 use crate::core::seats::{Grant, SeatsError, Ticket};
 use crate::python::args::Timeout;
+use crate::python::fork::forks;
 use crate::python::waiting::refuse_in_event_loop;
 
 /// Seats held: `n` of them, and the fencing token of this holder, strictly greater than every
@@ -27,6 +28,8 @@ pub struct Lease {
     key: Option<Key>,
     grant: Grant,
     held: AtomicBool,
+    /// The forks behind the process the seats were granted in (`fork::forks`).
+    granted_in: u64,
 }
 
 impl Lease {
@@ -36,13 +39,15 @@ impl Lease {
             key: key.cloned(),
             grant,
             held: AtomicBool::new(true),
+            granted_in: forks(),
         }
     }
 
     fn give_back(&self, py: Python<'_>) {
         if self.held.swap(false, Ordering::AcqRel) {
             // A lease's seats are held until this one swap: the release cannot find fewer.
-            let _ = self.table.release(py, self.key.as_ref(), self.grant.n);
+            let (key, n) = (self.key.as_ref(), self.grant.n);
+            let _ = self.table.release_granted(py, key, n, self.granted_in);
         }
     }
 }
@@ -180,11 +185,12 @@ fn park(py: Python<'_>, left: u128) -> PyResult<()> {
 
 /// `n` seats now, if they are free and nobody waits (and, for a new key, the table has room).
 pub(super) fn try_acquire(
+    py: Python<'_>,
     table: &Arc<Locked>,
     key: Option<&Key>,
     n: u64,
 ) -> PyResult<Option<Lease>> {
-    Ok(match table.ask(key, n, None)? {
+    Ok(match table.ask(py, key, n, None)? {
         Asked::Seated(grant) => Some(Lease::new(table, key, grant)),
         Asked::InLine(_) | Asked::Busy | Asked::NoRoom(_) => None,
     })
@@ -208,7 +214,7 @@ pub(super) fn acquire(
     let left = || max_wait.saturating_sub(started.elapsed().as_nanos());
     loop {
         let wake = (max_wait != 0).then(|| Wake::Thread(std::thread::current()));
-        match table.ask(key, n, wake)? {
+        match table.ask(py, key, n, wake)? {
             Asked::Seated(grant) => return Ok(Some(Lease::new(table, key, grant))),
             Asked::Busy => return Ok(None),
             Asked::InLine(ticket) => {
@@ -245,7 +251,7 @@ pub(super) fn ask_for_task(
     n: u64,
     wake: Py<PyAny>,
 ) -> PyResult<Option<Py<PyAny>>> {
-    Ok(match table.ask(key, n, Some(Wake::Task(wake)))? {
+    Ok(match table.ask(py, key, n, Some(Wake::Task(wake)))? {
         Asked::Seated(grant) => Some(Py::new(py, Lease::new(table, key, grant))?.into_any()),
         Asked::InLine(ticket) => Some(Py::new(py, Waiter::new(table, key, ticket))?.into_any()),
         Asked::Busy | Asked::NoRoom(_) => None,

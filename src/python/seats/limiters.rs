@@ -90,7 +90,7 @@ pub struct ConcurrencyLimiter {
 seats_methods! { ConcurrencyLimiter {
     #[new]
     fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let table = Locked::new(seats_limit(limit)?, None)?;
+        let table = Locked::new(seats_limit(limit)?, None, "ConcurrencyLimiter")?;
         Ok(ConcurrencyLimiter {
             table: Arc::new(table),
         })
@@ -117,8 +117,8 @@ seats_methods! { ConcurrencyLimiter {
 
     /// n seats now, if they are free and nobody waits: a Lease, or None.
     #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
-    fn try_acquire(&self, n: Option<N>) -> PyResult<Option<Lease>> {
-        try_acquire(&self.table, None, tokens(n))
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<Lease>> {
+        try_acquire(py, &self.table, None, tokens(n))
     }
 
     /// The asyncio form of acquire(): awaits a Lease, or None once `timeout` has passed. A
@@ -221,7 +221,8 @@ seats_methods! { KeyedConcurrencyLimiter {
         if max_keys == 0 {
             return Err(PyValueError::new_err("max_keys must be at least 1, not 0"));
         }
-        let table = Locked::new(limit, Some(usize::try_from(max_keys).unwrap_or(usize::MAX)))?;
+        let max_keys_kept = Some(usize::try_from(max_keys).unwrap_or(usize::MAX));
+        let table = Locked::new(limit, max_keys_kept, "KeyedConcurrencyLimiter")?;
         Ok(KeyedConcurrencyLimiter {
             table: Arc::new(table),
             max_keys,
@@ -252,9 +253,14 @@ seats_methods! { KeyedConcurrencyLimiter {
 
     /// n seats of `key` now, if free, nobody waits, and the key has room: a Lease, or None.
     #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
-    fn try_acquire(&self, key: &Bound<'_, PyAny>, n: Option<N>) -> PyResult<Option<Lease>> {
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+    ) -> PyResult<Option<Lease>> {
         let key = self.key(key)?;
-        try_acquire(&self.table, Some(&key), tokens(n))
+        try_acquire(py, &self.table, Some(&key), tokens(n))
     }
 
     /// The asyncio form of acquire(key): awaits a Lease, or None once `timeout` has passed.
