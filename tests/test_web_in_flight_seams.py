@@ -205,10 +205,9 @@ def test_a_request_the_rate_refuses_takes_no_seat_and_one_without_a_seat_keeps_i
         assert _status(refused) == 429
         fields = _headers(refused)
         assert "retry-after" not in fields
-        assert fields["ratelimit"].startswith(
-            '"default";r=1;'
-        )  # the rate's word: its token was taken
-        assert rate.available("192.0.2.1") == 1  # and kept
+        # The rate limit's fields: its token was taken, and is kept.
+        assert fields["ratelimit"].startswith('"default";r=1;')
+        assert rate.available("192.0.2.1") == 1
         _, third = await _held(app)
         assert _status(third) == 429 and rate.available("192.0.2.1") == 0
         _, by_rate = await _held(app)
