@@ -30,6 +30,7 @@ from protocol_in_code.qos.concurrency import (
     ConcurrencyLimiter,
     KeyedConcurrencyLimiter,
 )
+from protocol_in_code.qos.limiter import RateLimiter
 from protocol_in_code.qos.wsgi import RateLimitMiddleware as WSGIMiddleware
 from web_servers import Uvicorn, Waitress
 
@@ -267,6 +268,120 @@ def test_the_seat_is_given_back_once_the_body_is_sent_though_the_application_goe
         eventually(lambda: views.now("127.0.0.1") == 1, "the work after the body running")
         eventually(lambda: seats.in_flight == 0, "the seat given back")
         assert client.get(server.url + "/fast").status_code == 200
+    finally:
+        views.gate.set()
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# The framework forms: each holds the seat until its response's body has been sent
+# ---------------------------------------------------------------------------------------------
+
+
+def streamed(views: Views) -> Iterator[bytes]:
+    """A body whose last part waits at the gate."""
+    yield b"first"
+    views.gate.wait(PATIENCE)
+    yield b"last"
+
+
+def fastapi_form(views: Views, seats: Any) -> Any:
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import PlainTextResponse, StreamingResponse
+    from protocol_in_code.qos.for_fastapi import RateLimit, rate_limit_exceeded_handler
+    from protocol_in_code.qos.for_fastapi import RateLimitExceeded as Exceeded
+
+    app = FastAPI()
+    app.add_exception_handler(Exceeded, rate_limit_exceeded_handler)
+    limited = [Depends(RateLimit(RateLimiter(1000), max_in_flight=seats))]
+
+    @app.get("/stream", dependencies=limited)
+    def stream() -> StreamingResponse:
+        return StreamingResponse(streamed(views))
+
+    @app.get("/fast", dependencies=limited)
+    async def fast() -> PlainTextResponse:
+        return PlainTextResponse("fast")
+
+    return app
+
+
+def flask_form(views: Views, seats: Any) -> Any:
+    from flask import Flask
+    from protocol_in_code.qos.for_flask import limit
+
+    app = Flask(__name__)
+    limited = limit(RateLimiter(1000), max_in_flight=seats)
+
+    @app.get("/stream")
+    @limited
+    def stream() -> Any:
+        return app.response_class(streamed(views))
+
+    @app.get("/fast")
+    @limited
+    def fast() -> str:
+        return "fast"
+
+    return app
+
+
+def django_form(views: Views, seats: Any, form: str) -> Any:
+    import web_django_app
+    from django.conf import settings
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.http import HttpResponse, StreamingHttpResponse
+    from django.urls import clear_url_caches, path
+    from protocol_in_code.qos.for_django import limit
+
+    web_django_app.configure()
+
+    def stream(request: Any) -> Any:
+        return StreamingHttpResponse(streamed(views))
+
+    def fast(request: Any) -> Any:
+        return HttpResponse(b"fast")
+
+    if form == "decorator":
+        limited = limit(RateLimiter(1000), max_in_flight=seats)
+        stream, fast = limited(stream), limited(fast)
+        settings.MIDDLEWARE = []
+    else:
+        options = {"limiter": RateLimiter(1000), "max_in_flight": seats}
+        web_django_app.Limited.options = options
+        settings.MIDDLEWARE = ["web_django_app.Limited"]
+    web_django_app.urlpatterns[:] = [path("stream", stream), path("fast", fast)]
+    clear_url_caches()
+    return WSGIHandler()
+
+
+@pytest.mark.parametrize(
+    "form", ["fastapi+uvicorn", "flask+waitress", "django-decorator+waitress", "django-mw+waitress"]
+)
+def test_each_framework_form_holds_the_seat_until_its_stream_ends(form: str) -> None:
+    pytest.importorskip(form.split("+")[0].split("-")[0])
+    views = Views()
+    seats = KeyedConcurrencyLimiter(1)
+    if form.startswith("fastapi"):
+        server: Any = Uvicorn(fastapi_form(views, seats))
+    elif form.startswith("flask"):
+        server = Waitress(flask_form(views, seats))
+    else:
+        server = Waitress(django_form(views, seats, form[len("django-") :].split("+")[0]))
+    server.start()
+    try:
+        client, probe = client_at("127.0.0.1"), client_at("127.0.0.1")
+        with client.stream("GET", server.url + "/stream") as stream:
+            parts = stream.iter_raw()
+            assert next(parts) == b"first"
+            refused = probe.get(server.url + "/fast")
+            assert refused.status_code == 429, "a second request while the stream is open"
+            assert "retry-after" not in refused.headers
+            views.gate.set()
+            assert b"".join(parts) == b"last"
+        eventually(lambda: seats.in_flight == 0, "the stream's seat given back")
+        assert probe.get(server.url + "/fast").text == "fast"
+        eventually(lambda: seats.in_flight == 0, "the second request's seat given back")
     finally:
         views.gate.set()
         server.stop()
