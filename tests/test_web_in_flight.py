@@ -385,3 +385,50 @@ def test_each_framework_form_holds_the_seat_until_its_stream_ends(form: str) -> 
     finally:
         views.gate.set()
         server.stop()
+
+
+@pytest.mark.parametrize("form", ["decorator", "middleware"])
+def test_django_under_asgi_seats_an_async_view(form: str) -> None:
+    """Django's asynchronous paths: the ``async def`` view's decorator, and the middleware in
+    an asynchronous chain, both served by uvicorn."""
+    pytest.importorskip("django")
+    import web_django_app
+    from django.conf import settings
+    from django.core.handlers.asgi import ASGIHandler
+    from django.http import HttpResponse
+    from django.urls import clear_url_caches, path
+    from protocol_in_code.qos.for_django import limit
+
+    web_django_app.configure()
+    views, seats = Views(), KeyedConcurrencyLimiter(1)
+
+    async def slow(request: Any) -> Any:
+        views.enter("django")
+        deadline = time.monotonic() + PATIENCE
+        while not views.gate.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        views.leave("django")
+        return HttpResponse(b"slow")
+
+    if form == "decorator":
+        slow = limit(RateLimiter(1000), max_in_flight=seats)(slow)
+        settings.MIDDLEWARE = []
+    else:
+        web_django_app.Limited.options = {"limiter": RateLimiter(1000), "max_in_flight": seats}
+        settings.MIDDLEWARE = ["web_django_app.Limited"]
+    web_django_app.urlpatterns[:] = [path("slow", slow)]
+    clear_url_caches()
+    server = Uvicorn(ASGIHandler()).start()
+    try:
+        client = client_at("127.0.0.1")
+        answered, threads = in_threads([lambda: client.get(server.url + "/slow")])
+        eventually(lambda: views.now("django") == 1, "the first view running")
+        assert client_at("127.0.0.1").get(server.url + "/slow").status_code == 429
+        views.gate.set()
+        for thread in threads:
+            thread.join(PATIENCE)
+        assert [r.status_code for r in answered] == [200]
+        eventually(lambda: seats.in_flight == 0, "the seat given back")
+    finally:
+        views.gate.set()
+        server.stop()
