@@ -44,6 +44,7 @@ VIEW = {
     "on_decision": None,
     "on_decision_key": False,
     "plan": None,
+    "max_in_flight": None,
 }
 MIDDLEWARE = {**VIEW, "routes": (), "exempt": None, "stack": False}
 
@@ -120,6 +121,7 @@ CHECKED = """
 from typing import Any
 
 from protocol_in_code.qos import asgi, for_django, for_fastapi, for_flask, wsgi
+from protocol_in_code.qos.concurrency import KeyedConcurrencyLimiter
 from protocol_in_code.qos.keyed import KeyedRateLimiter
 
 
@@ -147,6 +149,9 @@ for_flask.limit(limiter, enforced=False)  # type: ignore[call-arg]
 for_flask.limit(limiter, partition_secret="text")  # type: ignore[arg-type]
 for_django.limit(limiter, problem_json=True)
 for_django.limit(limiter, problem_jsn=True)  # type: ignore[call-arg]
+wsgi.RateLimitMiddleware(wsgi_app, limiter, max_in_flight=2)
+for_flask.limit(limiter, max_in_flight=KeyedConcurrencyLimiter(2))
+for_fastapi.RateLimit(limiter, max_in_flight="2")  # type: ignore[arg-type]
 """
 
 

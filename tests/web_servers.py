@@ -106,16 +106,16 @@ class Uvicorn(_Server):
 
 
 class Waitress(_Server):
-    """waitress serving a WSGI application."""
+    """waitress serving a WSGI application, with ``threads`` to run it in."""
 
-    def __init__(self, app: Any, sock: socket.socket | None = None) -> None:
+    def __init__(self, app: Any, sock: socket.socket | None = None, threads: int = 4) -> None:
         from waitress.server import create_server
 
         super().__init__(sock)
         # waitress removes X-Forwarded-For and Forwarded from every request unless told
         # otherwise; here the middleware's trusted_proxies decides whom to believe.
         self.server = create_server(
-            app, sockets=[self.sock], threads=4, clear_untrusted_proxy_headers=False
+            app, sockets=[self.sock], threads=threads, clear_untrusted_proxy_headers=False
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -43,15 +43,16 @@ where the server sends the headers of ``websocket.accept`` (ASGI spec 2.1 on).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from protocol_in_code.qos._http.addresses import client_address
-from protocol_in_code.qos._http.decide import decide, decide_async
+from protocol_in_code.qos._http.decide import admit_async, decide, decide_async
 from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
-from protocol_in_code.qos._http.rules import Rules
+from protocol_in_code.qos._http.rules import Rule, Rules
 from protocol_in_code.qos._http.told import DecisionEvent
 
 if TYPE_CHECKING:
@@ -153,6 +154,13 @@ class RateLimitMiddleware:
       decided together; the fields list every policy, and a refusal names every violated
       one. Policy names must then differ (``Route(name=...)``). A matching route whose
       limiter is ``None`` exempts the request from all of them.
+    * ``max_in_flight``: how many requests may be running at once: an int, that many per
+      client (keyed as the rate limits key clients), or an in-flight limiter (a keyed one is
+      per client, a one-key one global; an asyncio one is awaited). Every HTTP request the
+      middleware does not exempt takes a seat once its rate limits allow it, and holds it until
+      its response's last body part is sent or the client has gone; one that finds none is
+      refused (``429`` per client, ``503`` global, without ``Retry-After``). ``limiter`` may
+      then be ``None``. See :mod:`protocol_in_code.qos._http.seats`.
     """
 
     @spelled_out(MiddlewareKeywords)
@@ -180,6 +188,9 @@ class RateLimitMiddleware:
         method = scope.get("method", "GET")
         path = _path(scope)
         matched = rules.matching(method, path)
+        if rules.seats is not None and kind == "http" and matched is not None:
+            await self._seated(scope, receive, send, matched, _info(rules, scope, method, path))
+            return
         if not matched:
             await self.app(scope, receive, send)
             return
@@ -193,6 +204,33 @@ class RateLimitMiddleware:
             await _refuse(scope, receive, send, status, fields, content_type, body)
             return
         await self._with_fields(scope, receive, send, fields)
+
+    async def _seated(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        matched: tuple[Rule, ...],
+        info: RequestInfo,
+    ) -> None:
+        """An HTTP request under an in-flight limit: decided, seated (see
+        :func:`~protocol_in_code.qos._http.decide.admit`), and passed on holding its lease until
+        the response has been sent or the client has gone (see :class:`_Seat`)."""
+        verdict, lease = await admit_async(self.rules, matched, info)
+        status, fields, content_type, body = verdict
+        if status:
+            await _refuse(scope, receive, send, status, fields, content_type, body)
+            return
+        if lease is None:
+            await self._with_fields(scope, receive, send, fields)
+            return
+        seat = _Seat(lease)
+        try:
+            await self._with_fields(
+                scope, seat.watching(receive), seat.watching_sends(send), fields
+            )
+        finally:
+            await seat.release()
 
     async def _with_fields(
         self, scope: Scope, receive: Receive, send: Send, fields: Sequence[tuple[str, str]]
@@ -218,6 +256,51 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_fields)
+
+
+class _Seat:
+    """A request's lease, given back (once) when the response has been sent: its last
+    ``http.response.body`` (``more_body`` false) handed to the server; or when the client has
+    gone (``http.disconnect`` received); or when the application returns, raises or is
+    cancelled, whichever comes first. Work the application does after the body is sent
+    (Starlette's background tasks) holds no seat.
+
+    A lease whose ``release`` is a coroutine (an :class:`~protocol_in_code.qos.interfaces.
+    AsyncLease`) is awaited; a cancelled request still awaits it, in its ``finally``.
+    """
+
+    __slots__ = ("lease",)
+
+    def __init__(self, lease: Any) -> None:
+        self.lease: Any = lease
+
+    async def release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            released = lease.release()
+            if inspect.isawaitable(released):
+                await released
+
+    def watching(self, receive: Receive) -> Receive:
+        """``receive``, giving the lease back when the client is told to have gone."""
+
+        async def receive_watched() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                await self.release()
+            return message
+
+        return receive_watched
+
+    def watching_sends(self, send: Send) -> Send:
+        """``send``, giving the lease back once the response's last body part is sent."""
+
+        async def send_watched(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await self.release()
+
+        return send_watched
 
 
 def _info(rules: Rules, scope: Scope, method: str, path: str) -> RequestInfo:

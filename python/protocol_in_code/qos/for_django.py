@@ -31,7 +31,7 @@ from asgiref.sync import markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured  # type: ignore[import-untyped, unused-ignore]
 from django.http import HttpRequest, HttpResponse, HttpResponseBase  # type: ignore[import-untyped, unused-ignore]
 
-from protocol_in_code.qos._http.decide import decide, decide_async
+from protocol_in_code.qos._http.decide import admit, admit_async, decide, decide_async
 from protocol_in_code.qos._http.fields import Verdict
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import (
@@ -76,6 +76,41 @@ def _with_fields(response: HttpResponseBase, verdict: Verdict) -> HttpResponseBa
     return response
 
 
+def _holding(response: HttpResponseBase, lease: Any) -> HttpResponseBase:
+    """``response``, holding ``lease`` (a seat of an in-flight limit; ``None`` for none) until
+    it is closed. Django's handlers close a response once it has been sent, streamed or not,
+    under WSGI (the server calls ``close()``) and ASGI alike; the lease is given back after the
+    response's own ``close()`` (which sends ``request_finished``)."""
+    if lease is None:
+        return response
+    close = response.close
+
+    def close_then_release() -> None:
+        try:
+            close()
+        finally:
+            lease.release()
+
+    response.close = close_then_release
+    return response
+
+
+def _released(lease: Any) -> None:
+    """Give back ``lease`` where the view raised, and so made no response to hold it."""
+    if lease is not None:
+        lease.release()
+
+
+def _no_awaited_seats(rules: Rules) -> None:
+    """Refuse an asyncio in-flight limiter: Django closes a response in a synchronous call,
+    where a lease whose release is awaited cannot be given back."""
+    if rules.seats is not None and rules.seats.awaited:
+        raise TypeError(
+            "max_in_flight: an asyncio in-flight limiter cannot be given back when Django "
+            "closes a response (a synchronous call); give a synchronous one"
+        )
+
+
 @spelled_out(ViewKeywords)
 def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], View]:
     """A decorator limiting the view (a function of the request) it decorates.
@@ -94,6 +129,10 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
     ``cost``, is the ``HttpRequest`` (``info.request.user.pk``: ``None``, the limit not
     applying, for an anonymous user). One decorator is one limit: made once and put on
     several views, it limits them together.
+
+    ``max_in_flight`` is how many requests of the view may be running at once (an int, per
+    client, or a synchronous in-flight limiter), as for the middleware; a request's seat is
+    held until Django closes its response, once sent (a streamed one at its end).
     """
     one = ViewLimit(Options.given("limit", ViewKeywords, limiter, options), allow_async=True)
 
@@ -113,15 +152,25 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
                 f"limiter: {blocks.what} would block the event loop at every request of "
                 f"{view.__name__}, an async view; {blocks.instead}"
             )
+        _no_awaited_seats(rules)
         if inspect.iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                verdict = await decide_async(rules, rules.rules, _info(rules, request))
+                lease = None
+                if rules.seats is None:
+                    verdict = await decide_async(rules, rules.rules, _info(rules, request))
+                else:
+                    verdict, lease = await admit_async(rules, rules.rules, _info(rules, request))
                 refused = _refusal(verdict)
                 if refused is not None:
                     return refused
-                return _with_fields(await view(request, *args, **kwargs), verdict)
+                try:
+                    response = await view(request, *args, **kwargs)
+                except BaseException:
+                    _released(lease)
+                    raise
+                return _holding(_with_fields(response, verdict), lease)
 
             limited_async.limiter = rule.limiter  # type: ignore[attr-defined]
             return limited_async  # type: ignore[return-value]
@@ -133,11 +182,20 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            verdict = decide(rules, rules.rules, _info(rules, request))
+            lease = None
+            if rules.seats is None:
+                verdict = decide(rules, rules.rules, _info(rules, request))
+            else:
+                verdict, lease = admit(rules, rules.rules, _info(rules, request))
             refused = _refusal(verdict)
             if refused is not None:
                 return refused
-            return _with_fields(view(request, *args, **kwargs), verdict)
+            try:
+                response = view(request, *args, **kwargs)
+            except BaseException:
+                _released(lease)
+                raise
+            return _holding(_with_fields(response, verdict), lease)
 
         limited.limiter = rule.limiter  # type: ignore[attr-defined]
         return limited  # type: ignore[return-value]
@@ -186,27 +244,48 @@ class RateLimitMiddleware:
         caller = "QOS_RATE_LIMIT" if self.options is None else f"{type(self).__name__}.options"
         given = Options.given(caller, MiddlewareKeywords, limiter, keywords)
         self.rules = Rules(given, allow_async=self.awaited, on_event_loop=self.awaited)
+        _no_awaited_seats(self.rules)
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.awaited:
             return self._acall(request)
-        matched = self.rules.matching(request.method or "GET", request.path_info)
-        if not matched:
+        rules = self.rules
+        matched = rules.matching(request.method or "GET", request.path_info)
+        lease = None
+        if rules.seats is not None and matched is not None:
+            verdict, lease = admit(rules, matched, _info(rules, request))
+        elif not matched:
             return self.get_response(request)
-        verdict = decide(self.rules, matched, _info(self.rules, request))
+        else:
+            verdict = decide(rules, matched, _info(rules, request))
         refused = _refusal(verdict)
         if refused is not None:
             return refused
-        return _with_fields(self.get_response(request), verdict)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            _released(lease)
+            raise
+        return _holding(_with_fields(response, verdict), lease)
 
     async def _acall(self, request: HttpRequest) -> Any:
         """:meth:`__call__` in an asynchronous chain (a site served by ASGI)."""
-        matched = self.rules.matching(request.method or "GET", request.path_info)
-        if not matched:
+        rules = self.rules
+        matched = rules.matching(request.method or "GET", request.path_info)
+        lease = None
+        if rules.seats is not None and matched is not None:
+            verdict, lease = await admit_async(rules, matched, _info(rules, request))
+        elif not matched:
             return await self.get_response(request)
-        verdict = await decide_async(self.rules, matched, _info(self.rules, request))
+        else:
+            verdict = await decide_async(rules, matched, _info(rules, request))
         refused = _refusal(verdict)
         if refused is not None:
             return refused
-        return _with_fields(await self.get_response(request), verdict)
+        try:
+            response = await self.get_response(request)
+        except BaseException:
+            _released(lease)
+            raise
+        return _holding(_with_fields(response, verdict), lease)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from protocol_in_code.qos._http.addresses import client_address
-from protocol_in_code.qos._http.decide import decide_async
+from protocol_in_code.qos._http.decide import admit_async, decide_async
 from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo, function_name
 from protocol_in_code.qos._http.options import CommonKeywords, Options, spelled_out
 from protocol_in_code.qos._http.rules import view_rules
@@ -131,6 +131,11 @@ class RateLimit:
     once per request), and one that fails (no credentials) answers before anything is
     spent. A key of ``None`` means that the limit does not apply to the request.
 
+    ``max_in_flight`` is how many requests may be running at once (an int, per client, or an
+    in-flight limiter), as for the middleware; the dependency is then one with yield, and
+    FastAPI gives the seat back once the response has been sent (streamed or not), after the
+    route's background tasks.
+
     One instance is one limit: given to several routes, they share it. The fields of an allowed
     request are added to the ``Response`` FastAPI hands the dependency, which it merges into
     the route's response unless the route returns a ``Response`` of its own.
@@ -166,10 +171,20 @@ class RateLimit:
             on_event_loop=True,
         )
         self.limiter = self.rule.limiter
+        if self.rules.seats is not None:
+            # FastAPI reads the class's __call__ to know a dependency with yield, which holds
+            # the seat until the response has been sent: the instance becomes one.
+            self.__class__ = _SeatedRateLimit
 
     async def __call__(self, request: Request, response: Response, **depended: Any) -> None:
         """Decide ``request``; ``depended`` are the results of the dependencies given as
         ``key``, ``plan`` or ``cost``, by their names."""
+        await self._admit(request, response, depended)
+
+    async def _admit(self, request: Request, response: Response, depended: Any) -> Any:
+        """Decide ``request`` (and seat it, under an in-flight limit): raise the refusal, or
+        add the fields to ``response`` and answer with the lease to give back (``None`` for
+        none)."""
         rules = self.rules
         headers: dict[str, str] = {}
         for name, value in request.headers.items():
@@ -184,11 +199,35 @@ class RateLimit:
             info: RequestInfo = _Depended(method, path, address, headers, request, depended)
         else:
             info = RequestInfo(method, path, address, headers, request)
-        status, fields, content_type, body = await decide_async(rules, rules.rules, info)
+        lease = None
+        if rules.seats is None:
+            verdict = await decide_async(rules, rules.rules, info)
+        else:
+            verdict, lease = await admit_async(rules, rules.rules, info)
+        status, fields, content_type, body = verdict
         if status:
             raise RateLimitExceeded(status, dict(fields), content_type, body)
         for name, value in fields:
             response.headers.append(name, value)
+        return lease
+
+
+class _SeatedRateLimit(RateLimit):
+    """A :class:`RateLimit` with ``max_in_flight``: a dependency with yield, so that FastAPI
+    gives the seat back after the response has been sent (a streamed one at its end, and after
+    Starlette's background tasks, which run before it), or when the endpoint raises."""
+
+    async def __call__(  # type: ignore[override]
+        self, request: Request, response: Response, **depended: Any
+    ) -> AsyncIterator[None]:
+        lease = await self._admit(request, response, depended)
+        try:
+            yield
+        finally:
+            if lease is not None:
+                released = lease.release()
+                if inspect.isawaitable(released):
+                    await released
 
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD

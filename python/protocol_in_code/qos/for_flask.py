@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Flask, Response, current_app, request, request_started
 
-from protocol_in_code.qos._http.decide import decide
+from protocol_in_code.qos._http.decide import admit, decide
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import Options, ViewKeywords, spelled_out
 from protocol_in_code.qos._http.rules import Rules, ViewLimit
@@ -64,6 +64,11 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
     The functions given as ``key``, ``cost`` and ``plan`` are called in the request's context
     (``flask.g``, Flask-Login's ``current_user``), and ``info.request`` is the
     ``flask.Request``.
+
+    ``max_in_flight`` is how many requests of the view may be running at once (an int, per
+    client, or an in-flight limiter), as for the middleware; a request's seat is held until
+    the server closes its response (``Response.call_on_close``), so a streamed body holds it
+    to its end.
 
     One decorator is one limit: a decorator made once and put on several views limits them
     together; ``limit(...)`` written on each limits each on its own. It is written under
@@ -150,11 +155,25 @@ def _limited(rules: Rules, view: Callable[..., Any], args: Any, kwargs: Any) -> 
     environ = request.environ
     method, path = environ.get("REQUEST_METHOD", "GET"), _path(environ)
     info = _info(rules, environ, method, path, request._get_current_object())  # type: ignore[attr-defined]
-    status, fields, content_type, body = decide(rules, rules.rules, info)
+    lease = None
+    if rules.seats is None:
+        verdict = decide(rules, rules.rules, info)
+    else:
+        verdict, lease = admit(rules, rules.rules, info)
+    status, fields, content_type, body = verdict
     if status:
         return Response(body, status, fields, content_type=content_type)
-    # An async def view is run as Flask runs it (ensure_sync), so its response is awaited.
-    response: Response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
+    try:
+        # An async def view is run as Flask runs it (ensure_sync), so its response is awaited.
+        made = current_app.ensure_sync(view)(*args, **kwargs)
+        response: Response = current_app.make_response(made)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    if lease is not None:
+        # Called when the server closes the response: once its body, streamed or not, is sent.
+        response.call_on_close(lease.release)
     for field, value in fields:
         response.headers.add(field, value)
     return response

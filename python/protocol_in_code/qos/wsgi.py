@@ -15,15 +15,18 @@ allowed responses carry the RateLimit fields, refusals are answered here::
 A WSGI server gives each request a thread of its own, and every limiter here is safe to share
 between threads; a synchronous Redis limiter makes one round trip per request. An asyncio Redis
 limiter cannot be used here (``TypeError`` at construction).
+
+With ``max_in_flight=``, a request's seat is held until the server closes its response
+(:class:`Seated`): streamed or not, the whole body has been sent, or the client has gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from protocol_in_code.qos._http.addresses import client_address
-from protocol_in_code.qos._http.decide import decide
+from protocol_in_code.qos._http.decide import admit, decide
 from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
@@ -123,13 +126,25 @@ class RateLimitMiddleware:
         method = environ.get("REQUEST_METHOD", "GET")
         path = _path(environ)
         matched = rules.matching(method, path)
-        if not matched:
+        if rules.seats is not None and matched is not None:
+            info = _info(rules, environ, method, path)
+            verdict, lease = admit(rules, matched, info)
+        elif not matched:
             return self.app(environ, start_response)
-        verdict = decide(rules, matched, _info(rules, environ, method, path))
+        else:
+            verdict = decide(rules, matched, _info(rules, environ, method, path))
+            lease = None
         status, fields, content_type, body = verdict
         if status:
             return _refuse(start_response, status, fields, content_type, body)
-        return self._with_fields(environ, start_response, fields)
+        if lease is None:
+            return self._with_fields(environ, start_response, fields)
+        try:
+            response = self._with_fields(environ, start_response, fields)
+        except BaseException:
+            lease.release()
+            raise
+        return Seated(response, lease)
 
     def _with_fields(
         self, environ: Environ, start_response: StartResponse, fields: Sequence[tuple[str, str]]
@@ -144,6 +159,32 @@ class RateLimitMiddleware:
             return start_response(status_line, [*response_headers, *fields], exc_info)
 
         return self.app(environ, start_with_fields)
+
+
+class Seated:
+    """A response that holds its request's lease of an in-flight limit until the server closes
+    it: PEP 3333 has a server call ``close()`` once the response is sent, or has failed, or
+    the client has gone, and it is then that the lease is given back (after the response's own
+    ``close()``, which may still be running the application's code, such as a generator's
+    ``finally``). Iterating gives the response's parts unchanged. A response a server drops
+    without closing gives the lease back when the lease itself is dropped, as every lease of
+    :mod:`protocol_in_code.qos.concurrency` does."""
+
+    __slots__ = ("lease", "response")
+
+    def __init__(self, response: Iterable[bytes], lease: Any) -> None:
+        self.response, self.lease = response, lease
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.response)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.response, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.lease.release()
 
 
 def _refuse(

@@ -35,10 +35,15 @@ shells differ only in how they read a request and write a response. One module a
 * :mod:`.told`: **who is told?** ``on_decision`` is called once per decision with a
   :class:`~.told.DecisionEvent` (policy, route, outcome, wait; the key only if asked for);
   ``enforce=False`` decides and tells, and lets every request through.
+* :mod:`.seats`: **how many at once?** ``max_in_flight``: a seat per request, taken once the
+  rate limits allow it and never waited for, held until the response has been sent; ``429``
+  (per client) or ``503`` (global), without ``Retry-After``, when there is none.
 * :mod:`.decide`: **one decision,** plain, levelled or stacked: :func:`~.decide.decide` and
   its asyncio twin :func:`~.decide.decide_async`, which every shell and form calls, and the
-  :data:`~.fields.Verdict` it answers with.
+  :data:`~.fields.Verdict` it answers with (with an in-flight limit, :func:`~.decide.admit`
+  and :func:`~.decide.admit_async`, which answer with the lease too).
 
 Imports go one way: ``options`` reads ``keys``, ``addresses``, ``stores`` and ``told``;
-``fields`` reads ``options``; ``rules`` reads them all; ``decide`` reads ``rules``.
+``fields`` reads ``options``; ``seats`` reads ``fields`` and ``kinds``; ``rules`` reads them
+all; ``decide`` reads ``rules``.
 """

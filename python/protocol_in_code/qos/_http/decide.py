@@ -17,6 +17,9 @@ Every kind of decision goes through it:
 Whatever can fail (the exemption, the key, the plan, the cost: each a function of the
 request) is read before any limiter is asked (:func:`prepared`), so that a request that spent
 a token is always answered.
+
+A form with an in-flight limit (``max_in_flight=``) calls :func:`admit` (or
+:func:`admit_async`) instead: decided as above, then seated (:mod:`.seats`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, NamedTuple
 from protocol_in_code.qos._http.fields import Verdict, answer, answer_together
 from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, cost_of, key_of
 from protocol_in_code.qos._http.rules import PlanView, Rule, Rules
+from protocol_in_code.qos._http.seats import UNSEATED, Seats
 from protocol_in_code.qos.stack import Stacked, check_together, check_together_async
 
 #: The verdict on a request no limit applies to: go on, with no fields.
@@ -108,13 +112,11 @@ def _questions(
     rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
 ) -> Asked | _Together | None:
     """What the request asks of the limits it is under: an :class:`Asked` for one limit, a
-    :class:`_Together` for limits stacked, or ``None`` when none applies (the exemption
-    function says so, or every key function says that its limit does not apply).
+    :class:`_Together` for limits stacked, or ``None`` when none applies (every key function
+    says that its limit does not apply).
 
     Every key, plan and cost is read (each of which may raise) before any limit is asked.
     """
-    if rules.exempt is not None and rules.exempt(info):
-        return None
     if not rules.options.stack:
         return prepared(rules, matched[0], info)
     asked, parts = [], []
@@ -146,8 +148,26 @@ def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdic
     limiters: the one entry of every shell and form that can wait for a limiter.
 
     An asyncio limiter's decision must be awaited (:func:`decide_async`): the forms that run
-    here refuse one when they are made, and here it raises ``TypeError``.
+    here refuse one when they are made, and here it raises ``TypeError``. A form with an
+    in-flight limit calls :func:`admit` instead.
     """
+    if rules.exempt is not None and rules.exempt(info):
+        return PASSED
+    return decided(rules, matched, info)
+
+
+async def decide_async(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
+    """:func:`decide` on the event loop: an asyncio limiter's ``check`` is awaited; an
+    in-process limiter's never sleeps, so it is called directly. (A shell whose rules have no
+    asyncio limiter, :attr:`~.rules.Rules.awaited` false, may call :func:`decide` itself, and
+    save making a coroutine for each request.)"""
+    if rules.exempt is not None and rules.exempt(info):
+        return PASSED
+    return await decided_async(rules, matched, info)
+
+
+def decided(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
+    """:func:`decide` once the exemption function has let ``info`` through."""
     questions = _questions(rules, matched, info)
     if questions is None:
         return PASSED
@@ -158,11 +178,8 @@ def decide(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdic
     return _decided_together(rules, questions, check_together(questions.parts))
 
 
-async def decide_async(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
-    """:func:`decide` on the event loop: an asyncio limiter's ``check`` is awaited; an
-    in-process limiter's never sleeps, so it is called directly. (A shell whose rules have no
-    asyncio limiter, :attr:`~.rules.Rules.awaited` false, may call :func:`decide` itself, and
-    save making a coroutine for each request.)"""
+async def decided_async(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> Verdict:
+    """:func:`decide_async` once the exemption function has let ``info`` through."""
     questions = _questions(rules, matched, info)
     if questions is None:
         return PASSED
@@ -176,3 +193,64 @@ async def decide_async(rules: Rules, matched: tuple[Rule, ...], info: RequestInf
     else:
         stacked = check_together(questions.parts)
     return _decided_together(rules, questions, stacked)
+
+
+# ---------------------------------------------------------------------------------------------
+# With an in-flight limit: decided, then seated (see .seats for the order and the refusal)
+# ---------------------------------------------------------------------------------------------
+
+#: A request the exemption function exempts: it is neither decided nor seated.
+_EXEMPT = object()
+
+
+def _seat_key(rules: Rules, seats: Seats, info: RequestInfo) -> object:
+    """What :func:`admit` reads before anything is spent: :data:`_EXEMPT` for a request the
+    exemption function exempts, else the request's seat key (see :meth:`~.seats.Seats.key`)."""
+    if rules.exempt is not None and rules.exempt(info):
+        return _EXEMPT
+    return seats.key(rules.options, info)
+
+
+def admit(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> tuple[Verdict, Any]:
+    """Decide ``info`` under ``matched`` (the rate limits it is under, maybe none) and, if they
+    allow it, take it a seat of the form's in-flight limit: the verdict, and the lease to give
+    back once the response has been sent (``None`` where no seat was taken: the request is
+    refused, exempt, or under a key function that says no limit applies to it).
+
+    The synchronous form, for seats that are not awaited (the forms that call it refuse
+    asyncio ones when they are made).
+    """
+    seats = rules.seats
+    assert seats is not None and not seats.awaited  # admit is called by a form with seats
+    key = _seat_key(rules, seats, info)
+    if key is _EXEMPT:
+        return PASSED, None
+    verdict = decided(rules, matched, info) if matched else PASSED
+    if verdict[0] or key is UNSEATED:
+        return verdict, None
+    lease = seats.limiter.try_acquire(key) if seats.keyed else seats.limiter.try_acquire()
+    if lease is None:
+        return seats.refusal(rules.options, verdict), None
+    return verdict, lease
+
+
+async def admit_async(
+    rules: Rules, matched: tuple[Rule, ...], info: RequestInfo
+) -> tuple[Verdict, Any]:
+    """:func:`admit` on the event loop: an asyncio limiter (of rates or of seats) is awaited,
+    and the lease is then an :class:`~protocol_in_code.qos.interfaces.AsyncLease`, whose
+    ``release`` is awaited."""
+    seats = rules.seats
+    assert seats is not None
+    key = _seat_key(rules, seats, info)
+    if key is _EXEMPT:
+        return PASSED, None
+    verdict = await decided_async(rules, matched, info) if matched else PASSED
+    if verdict[0] or key is UNSEATED:
+        return verdict, None
+    lease = seats.limiter.try_acquire(key) if seats.keyed else seats.limiter.try_acquire()
+    if seats.awaited:
+        lease = await lease
+    if lease is None:
+        return seats.refusal(rules.options, verdict), None
+    return verdict, lease

@@ -1,7 +1,8 @@
 """What a form reads of a limiter, once, when it is made: its interface and what it declares.
 
 A form never asks a limiter's class. It asks the limiter which of the four interfaces it is
-(keyed? awaited? :func:`~protocol_in_code.qos.interfaces.kind_of`) and what it declares
+(keyed? awaited? :func:`~protocol_in_code.qos.interfaces.kind_of` for a rate limiter,
+:func:`in_flight_kind_of` for an in-flight one) and what it declares
 (:mod:`protocol_in_code.qos.capabilities`): the keys it takes, and whether its calls block.
 A limiter whose form does not fit is refused here, in its own words: an asyncio limiter by the
 synchronous forms, which cannot await it, and one whose calls block by the forms on the event
@@ -10,6 +11,7 @@ loop, which it would stall.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -51,6 +53,61 @@ def limiter_kind(limiter: Any, parameter: str, *, allow_async: bool, on_event_lo
             f"limiters, or any object of protocol_in_code.qos.interfaces), not "
             f"{type(limiter).__name__}: {error}"
         ) from None
+    return _fitting(limiter, parameter, keyed, awaited, allow_async, on_event_loop)
+
+
+def in_flight_kind(limiter: Any, parameter: str, *, allow_async: bool, on_event_loop: bool) -> Kind:
+    """The :class:`Kind` of an in-flight limiter (``InFlightLimiter`` and the three other
+    kinds of :mod:`protocol_in_code.qos.interfaces`), refused as :func:`limiter_kind` refuses
+    a rate limiter that does not fit the form."""
+    try:
+        keyed, awaited = in_flight_kind_of(limiter)
+    except TypeError as error:
+        raise TypeError(
+            f"{parameter} must be an int (seats per client) or an in-flight limiter "
+            f"(ConcurrencyLimiter, KeyedConcurrencyLimiter, or any object of the in-flight "
+            f"interfaces of protocol_in_code.qos.interfaces), not {limiter!r}: {error}"
+        ) from None
+    return _fitting(limiter, parameter, keyed, awaited, allow_async, on_event_loop)
+
+
+def in_flight_kind_of(limiter: object) -> tuple[bool, bool]:
+    """``(keyed, awaited)`` for an in-flight limiter; ``TypeError`` for any other object.
+
+    An in-flight limiter hands out leases: it has ``limit``, ``try_acquire`` and ``acquire``,
+    and no ``check`` (which would make it a rate limiter). As for the rate limiters, the first
+    parameter of ``try_acquire`` tells keyed (``key``) from one limit (``n``), and a coroutine
+    function tells an asyncio limiter.
+    """
+    if callable(getattr(limiter, "check", None)):
+        raise TypeError("it is a rate limiter (it has check); give it as the limiter")
+    missing = [n for n in ("limit", "try_acquire", "acquire") if not _has(limiter, n)]
+    if missing:
+        raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
+    try_acquire = limiter.try_acquire  # type: ignore[attr-defined]  # found above
+    try:
+        parameters = list(inspect.signature(try_acquire).parameters)
+    except (TypeError, ValueError):
+        raise TypeError(f"{type(limiter).__name__}.try_acquire has no signature") from None
+    first = parameters[0] if parameters else None
+    if first not in ("n", "key"):
+        raise TypeError(
+            f"{type(limiter).__name__}.try_acquire must take n first (one limit) or key first "
+            f"(one limit per key), not {first}"
+        )
+    return first == "key", inspect.iscoroutinefunction(try_acquire)
+
+
+def _fitting(
+    limiter: Any,
+    parameter: str,
+    keyed: bool,
+    awaited: bool,
+    allow_async: bool,
+    on_event_loop: bool,
+) -> Kind:
+    """The :class:`Kind` of a limiter that is ``keyed`` and ``awaited`` or not; ``TypeError``
+    naming ``parameter`` where the form cannot take it (see :func:`limiter_kind`)."""
     if awaited and not allow_async:
         awaits = limiter.awaits if isinstance(limiter, Awaiting) else AWAITED
         raise TypeError(
@@ -65,3 +122,13 @@ def limiter_kind(limiter: Any, parameter: str, *, allow_async: bool, on_event_lo
         )
     checked = keyed and isinstance(limiter, KeyChecked)
     return Kind(keyed, awaited, limiter.key_refusal if checked else None, blocks)
+
+
+def _has(limiter: object, name: str) -> bool:
+    """Whether ``limiter`` has the attribute ``name``, looked up without running a property (a
+    store's ``limit`` may ask its server)."""
+    try:
+        inspect.getattr_static(limiter, name)
+    except AttributeError:
+        return False
+    return True

@@ -15,12 +15,26 @@ import dataclasses
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo
 from protocol_in_code.qos._http.stores import Store, has_rate, is_rate
 from protocol_in_code.qos._http.told import DecisionHook
 from protocol_in_code.qos._keywords import spell_out
+from protocol_in_code.qos.interfaces import (
+    AsyncInFlightLimiter,
+    AsyncKeyedInFlightLimiter,
+    InFlightLimiter,
+    KeyedInFlightLimiter,
+)
+
+#: An in-flight limiter of any of the four kinds (see :mod:`.seats`).
+InFlight: TypeAlias = (
+    InFlightLimiter
+    | KeyedInFlightLimiter[Any]
+    | AsyncInFlightLimiter
+    | AsyncKeyedInFlightLimiter[Any]
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,7 @@ class CommonKeywords(TypedDict, total=False):
     enforce: bool
     on_decision: DecisionHook | None
     on_decision_key: bool
+    max_in_flight: int | InFlight | None
 
 
 class ViewKeywords(CommonKeywords, total=False):
@@ -114,6 +129,7 @@ class Options:
     on_decision_key: bool = False
     plan: Callable[[RequestInfo], str] | None = None
     stack: bool = False
+    max_in_flight: int | InFlight | None = None
     #: Where a rate's limits are kept: the store given, checked.
     where: Store = field(init=False, repr=False)
 

@@ -23,6 +23,7 @@ from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
 from protocol_in_code.qos._http.kinds import Kind, limiter_kind
 from protocol_in_code.qos._http.options import Options, Route
+from protocol_in_code.qos._http.seats import Seats
 from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
 from protocol_in_code.qos._workers import warn_if_several_workers
@@ -286,6 +287,10 @@ class Rules:
         limiter, where = options.limiter, options.where
         if is_rate(limiter):
             sf_string(options.name, "name")
+        #: The in-flight limit, ``None`` where none was given (see :mod:`.seats`).
+        self.seats = Seats.of(
+            options.max_in_flight, allow_async=allow_async, on_event_loop=on_event_loop
+        )
         rules = [
             _route_rule(i, route, options, table, allow_async, on_event_loop)
             for i, route in enumerate(options.routes)
@@ -304,8 +309,11 @@ class Rules:
                     on_event_loop=on_event_loop,
                 )
             )
-        elif not rules:
-            raise ValueError("limiter: give a limiter, or routes with limiters, or both")
+        elif not rules and self.seats is None:
+            raise ValueError(
+                "limiter: give a limiter, or routes with limiters, or both, or an in-flight "
+                "limit alone (max_in_flight=)"
+            )
         elif options.burst is not None:
             raise TypeError("burst is for a rate given as limiter ('100/minute'), not for routes")
         in_process = [rule.limiter for rule in rules if isinstance(rule.limiter, IN_PROCESS)]
@@ -359,26 +367,27 @@ class Rules:
                 one.tell = tell
                 one.decider = Hooked(hooked(limiter.check, tell, **kind), levels)
 
-    def matching(self, method: str, path: str) -> tuple[Rule, ...]:
+    def matching(self, method: str, path: str) -> tuple[Rule, ...] | None:
         """The rules this request is under: the first that matches, or under ``stack=True``
-        every one (each matching route's and the form's own limiter); ``()`` if the request is
-        exempt (an exempt prefix, or a matching route without a limiter) or nothing matches.
-        The method and path are matched as routers read them (see :func:`routed`)."""
+        every one (each matching route's and the form's own limiter); ``()`` if nothing
+        matches, and ``None`` if the request is exempt (an exempt prefix, or a matching route
+        without a limiter), which takes no seat of an in-flight limit either. The method and
+        path are matched as routers read them (see :func:`routed`)."""
         method, path = routed(method, path)
         for prefix in self.exempt_prefixes:
             if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
-                return ()
+                return None
         if self.options.stack:
             matched = []
             for rule in self.rules:
                 if rule.matches(method, path):
                     if rule.limiter is None:
-                        return ()
+                        return None
                     matched.append(rule)
             return tuple(matched)
         for rule in self.rules:
             if rule.matches(method, path):
-                return rule.alone if rule.limiter is not None else ()
+                return rule.alone if rule.limiter is not None else None
         return ()
 
     def planned(self, rule: Rule, info: RequestInfo) -> Rule:

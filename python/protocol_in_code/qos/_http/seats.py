@@ -1,0 +1,123 @@
+"""How many at once: a form's in-flight limit (``max_in_flight=``), its seats taken and refused.
+
+A rate limit says how often a client may start a request; an in-flight limit says how many of
+its requests may be running at once. ``max_in_flight`` is an int (that many seats per client:
+a :class:`~protocol_in_code.qos.concurrency.KeyedConcurrencyLimiter`, keyed as the rate limits
+key clients) or any in-flight limiter of :mod:`protocol_in_code.qos.interfaces`: a keyed one
+is per client, a one-key one is one limit for every client together. It applies to the whole
+form (every request the middleware does not exempt, every request of a decorated view), not
+route by route: a route that needs seats of its own is a view with its own ``limit``.
+
+The order, for one request (:func:`~.decide.admit`):
+
+1. the exemption function, then the seat's key (the key function, which may raise), read
+   before anything is spent;
+2. the rate limits decide. A request they refuse takes no seat;
+3. a seat is taken, never waited for (``try_acquire``). A request that finds none is refused
+   (:meth:`Seats.refusal`), and the tokens the rate limits took for it are **not** given back:
+   the client sent the request, and a client that opens more requests than its seats should
+   still find its rate limit paced by them (retrying at once, for free, would be the flood the
+   limits are there to stop); giving back would also be one more call to the store, not
+   atomic with the first.
+
+The refusal: ``429 Too Many Requests`` for a seat per client (this client has too many
+requests running), ``503 Service Unavailable`` for one limit for everyone (the server, not
+this client, is full). Neither carries ``Retry-After``: a seat comes back when some request
+ends, and nothing here knows when that is. The RateLimit fields are those of the rate limits
+that allowed the request (their quota is what it is); no policy of them describes seats.
+
+The shells hold the lease until the response has been sent or the client has gone, and give it
+back then (see :mod:`protocol_in_code.qos.asgi` and :mod:`protocol_in_code.qos.wsgi`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from protocol_in_code.qos._http.fields import (
+    DENIED_STATUS,
+    PROBLEM_JSON,
+    REASONS,
+    REFUSED_STATUS,
+    TEXT_PLAIN,
+    Verdict,
+    refusal_body,
+)
+from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, key_of
+from protocol_in_code.qos._http.kinds import in_flight_kind
+from protocol_in_code.qos._http.options import Options
+from protocol_in_code.qos.concurrency import KeyedConcurrencyLimiter
+
+#: The key of a request to which the key function says no limit applies: it takes no seat.
+UNSEATED = object()
+
+
+@dataclass(frozen=True)
+class Seats:
+    """A form's in-flight limit, checked once: the limiter, what kind it is, and the status its
+    refusal is sent with."""
+
+    limiter: Any
+    keyed: bool
+    awaited: bool
+    #: The limiter's own key check, where it takes only some keys (see :mod:`.kinds`).
+    key_refusal: Any
+    status: int
+
+    @classmethod
+    def of(cls, given: Any, *, allow_async: bool, on_event_loop: bool) -> Seats | None:
+        """The seats of ``max_in_flight=given`` (``None`` where not given), checked:
+        ``TypeError`` or ``ValueError`` naming the parameter and the value."""
+        if given is None:
+            return None
+        if isinstance(given, bool) or isinstance(given, (float, str)):
+            raise TypeError(
+                f"max_in_flight must be an int (seats per client) or an in-flight limiter, "
+                f"not {given!r}"
+            )
+        if isinstance(given, int):
+            if given < 1:
+                raise ValueError(f"max_in_flight must be at least 1, not {given}")
+            return cls(KeyedConcurrencyLimiter(given), True, False, None, DENIED_STATUS)
+        kind = in_flight_kind(
+            given, "max_in_flight", allow_async=allow_async, on_event_loop=on_event_loop
+        )
+        status = DENIED_STATUS if kind.keyed else REFUSED_STATUS
+        return cls(given, kind.keyed, kind.awaited, kind.key_refusal, status)
+
+    def key(self, options: Options, info: RequestInfo) -> Key | object | None:
+        """The request's seat key: the rate limits' key (the key function's, else the client's
+        address), ``None`` for a limiter of one limit, :data:`UNSEATED` where the key function
+        says no limit applies to the request."""
+        if not self.keyed:
+            return None
+        function = options.key
+        if function is None:
+            return info.client if info.client is not None else UNKNOWN_CLIENT
+        key = key_of(function, self.key_refusal, info)
+        return UNSEATED if key is None else key
+
+    def refusal(self, options: Options, verdict: Verdict) -> Verdict:
+        """The answer to a request the rate limits allowed (with ``verdict``'s fields) that
+        found no seat: :attr:`status`, no ``Retry-After``, and a line of text or, with
+        ``problem_json``, a problem document of no more meaning than its status
+        (``about:blank``, RFC 9457), since no policy of the RateLimit fields is at fault.
+        Under ``enforce=False`` the request goes on, with no seat."""
+        fields = verdict[1]
+        if not options.enforce:
+            return verdict
+        if not options.problem_json:
+            return self.status, fields, TEXT_PLAIN, refusal_body(self.status)
+        problem = {
+            "type": "about:blank",
+            "title": REASONS[self.status],
+            "status": self.status,
+            "detail": (
+                "too many requests of this client in flight at once"
+                if self.keyed
+                else "too many requests in flight at once"
+            ),
+        }
+        return self.status, fields, PROBLEM_JSON, json.dumps(problem).encode("utf-8")
