@@ -93,7 +93,7 @@ class AsyncRedisLease:
             return
         self.released = True
         self._stop_beating()
-        reply = await run_to_the_end(self._owner.call(self._limit, Ask(b"release", self.lease_id)))
+        reply = await _to_the_end(self._owner.call(self._limit, Ask(b"release", self.lease_id)))
         if reply.status == 0:
             raise LeaseExpired(f"lease {self.token} had lapsed before it was released")
 
@@ -125,6 +125,17 @@ class AsyncRedisLease:
 
     def __repr__(self) -> str:
         return f"AsyncRedisLease(n={self.n}, token={self.token}, released={self.released})"
+
+
+async def _to_the_end(call: Awaitable[Reply]) -> Reply:
+    """``call``'s reply; a cancel of the caller lets it go on in the background to its end."""
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            in_background(task)
+        raise
 
 
 class _AsyncSeats:
