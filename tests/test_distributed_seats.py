@@ -51,9 +51,13 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(limit=st.integers(1, 4), ops=OPS)
-def test_the_script_decides_as_the_model(shared_redis_client: Any, limit: int, ops: list[Any]) -> None:
+def test_the_script_decides_as_the_model(
+    shared_redis_client: Any, limit: int, ops: list[Any]
+) -> None:
     client = shared_redis_client
     limiter = fresh(client, limit, lease_ttl=600)
     where = limiter._where
@@ -324,7 +328,9 @@ def test_acquire_async_of_the_sync_form_is_cancel_safe(redis_client: Any) -> Non
         ({"name": ""}, ValueError, "name must not be empty"),
     ],
 )
-def test_bad_options_are_named(redis_client: Any, options: dict[str, Any], error: type, words: str) -> None:
+def test_bad_options_are_named(
+    redis_client: Any, options: dict[str, Any], error: type, words: str
+) -> None:
     arguments: dict[str, Any] = {"limit": 1, "name": "bad"} | options
     with pytest.raises(error, match=words):
         RedisConcurrencyLimiter(redis_client, **arguments)
@@ -344,3 +350,41 @@ def test_bad_calls_are_named(redis_client: Any) -> None:
         RedisConcurrencyLimiter(object(), 1, name="x")
     with pytest.raises(ValueError, match="limit must be between 1"):
         limiter.resize(0)
+
+
+CHECKED = """
+import redis
+import redis.asyncio
+
+from protocol_in_code.qos.distributed import (
+    AsyncRedisConcurrencyLimiter,
+    AsyncRedisKeyedConcurrencyLimiter,
+    RedisConcurrencyLimiter,
+    RedisKeyedConcurrencyLimiter,
+)
+from protocol_in_code.qos.interfaces import (
+    AsyncInFlightLimiter,
+    AsyncKeyedInFlightLimiter,
+    InFlightLimiter,
+    KeyedInFlightLimiter,
+)
+
+client = redis.Redis()
+aclient = redis.asyncio.Redis()
+one: InFlightLimiter = RedisConcurrencyLimiter(client, 1, name="a")
+keyed: KeyedInFlightLimiter[str] = RedisKeyedConcurrencyLimiter(client, 1, name="b")
+awaited: AsyncInFlightLimiter = AsyncRedisConcurrencyLimiter(aclient, 1, name="c")
+awaited_keyed: AsyncKeyedInFlightLimiter[bytes] = AsyncRedisKeyedConcurrencyLimiter(
+    aclient, 1, name="d"
+)
+a_one = AsyncRedisConcurrencyLimiter(aclient, 1, name="c")
+wrong_1: InFlightLimiter = a_one  # type: ignore[assignment]
+s_one = RedisConcurrencyLimiter(client, 1, name="a")
+wrong_2: AsyncInFlightLimiter = s_one  # type: ignore[assignment]
+s_keyed = RedisKeyedConcurrencyLimiter(client, 1, name="b")
+wrong_3: InFlightLimiter = s_keyed  # type: ignore[assignment]
+"""
+
+
+def test_mypy_finds_each_redis_in_flight_limiter_of_its_interface(tmp_path: Any) -> None:
+    qos_support.mypy_strict(CHECKED, tmp_path)

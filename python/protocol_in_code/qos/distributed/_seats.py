@@ -142,11 +142,13 @@ class RedisLease:
     def __enter__(self) -> RedisLease:
         return self
 
-    def __exit__(self, kind: object, *rest: object) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         try:
             self.release()
         except LeaseExpired:
-            if kind is None:  # the block's own error, if any, is the one to see
+            if (
+                not exc_info or exc_info[0] is None
+            ):  # the block's own error, if any, is the one to see
                 raise
 
     def __del__(self) -> None:
@@ -399,8 +401,8 @@ class RedisConcurrencyLimiter(_Seats):
         self._held_push(_sure(self.acquire()))
         return self
 
-    def __exit__(self, kind: object, *rest: object) -> None:
-        self._held_pop().__exit__(kind, *rest)
+    def __exit__(self, *exc_info: object) -> None:
+        self._held_pop().__exit__(*exc_info)
 
     def __call__(self, function: _F) -> _F:
         """A decorator: one seat while each call of ``function`` runs."""

@@ -113,11 +113,11 @@ class AsyncRedisLease:
     async def __aenter__(self) -> AsyncRedisLease:
         return self
 
-    async def __aexit__(self, kind: object, *rest: object) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         try:
             await self.release()
         except LeaseExpired:
-            if kind is None:
+            if not exc_info or exc_info[0] is None:
                 raise
 
     def __del__(self) -> None:
@@ -134,7 +134,7 @@ async def _to_the_end(call: Awaitable[Reply]) -> Reply:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         if not task.done():
-            in_background(task)
+            in_background(cast("Awaitable[None]", task))  # its reply is nobody's now
         raise
 
 
@@ -291,8 +291,8 @@ class AsyncRedisConcurrencyLimiter(_AsyncSeats):
         self._held_push(lease)
         return self
 
-    async def __aexit__(self, kind: object, *rest: object) -> None:
-        await self._held_pop().__aexit__(kind, *rest)
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._held_pop().__aexit__(*exc_info)
 
     def __call__(self, function: _F) -> _F:
         """A decorator of an ``async def``: one seat while each call runs."""
