@@ -388,3 +388,18 @@ wrong_3: InFlightLimiter = s_keyed  # type: ignore[assignment]
 
 def test_mypy_finds_each_redis_in_flight_limiter_of_its_interface(tmp_path: Any) -> None:
     qos_support.mypy_strict(CHECKED, tmp_path)
+
+
+def test_a_blocking_acquire_is_refused_on_a_thread_running_an_event_loop(redis_client: Any) -> None:
+    import asyncio
+
+    limiter = fresh(redis_client, 1)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="would stall this thread's running event loop"):
+            limiter.acquire(timeout=1)
+        lease = limiter.try_acquire()  # never waits: allowed
+        assert lease is not None
+        lease.release()
+
+    asyncio.run(main())

@@ -212,6 +212,13 @@ class _Seats:
     def _acquire(self, limit: Limit, n: int, timeout: float | None) -> RedisLease | None:
         check_n(n)
         check_timeout(timeout)
+        if timeout != 0 and _loop_running():
+            raise RuntimeError(
+                f"a blocking {type(self).__name__}.acquire() (also `with limiter:` and a "
+                "decorated def) would stall this thread's running event loop for as long as it "
+                "waits: in async code, use `await limiter.acquire_async()` (try_acquire() "
+                "never waits)"
+            )
         return self._take(limit, n, timeout, None)
 
     def _take(
@@ -328,6 +335,15 @@ class _Seats:
         held = self._held.get()
         self._held.set(held[:-1])
         return held[-1]
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop now."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _settle(done: asyncio.Future[Any], result: Any) -> None:
