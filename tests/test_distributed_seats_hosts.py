@@ -187,3 +187,34 @@ def test_a_server_restarted_without_its_data_forgets_holders_not_token_order(
     with pytest.raises(LeaseExpired):
         before.release()
     after.release()
+
+
+def test_a_promoted_replica_keeps_the_leases_it_received(tmp_path: Any) -> None:
+    """A replica promoted after it received a lease keeps it (the limit holds), answers the
+    script it never saw (``NOSCRIPT``, then the source), and gives later tokens."""
+    master = Server(tmp_path / "master").start()
+    replica = Server(tmp_path / "replica", options=("--replicaof", HOST, str(master.port)))
+    try:
+        replica.start()
+        wait_until(
+            lambda: "master_link_status:up" in replica.cli("INFO", "replication"),
+            20,
+            "the replica to follow its master",
+        )
+        client = master.client()
+        limiter = RedisConcurrencyLimiter(client, 1, name="failover")
+        held = limiter.acquire()
+        assert held is not None
+        assert client.execute_command("WAIT", 1, 5000) == 1  # the replica has the lease
+        replica.cli("REPLICAOF", "NO", "ONE")
+        master.stop()
+        # The client's connections now go to the promoted server, as a Sentinel client's do.
+        client.connection_pool = replica.client().connection_pool
+        assert limiter.in_flight == 1 and limiter.try_acquire() is None
+        held.release()
+        after = limiter.try_acquire()
+        assert after is not None and after.token > held.token
+        after.release()
+    finally:
+        replica.stop()
+        master.stop()
