@@ -22,6 +22,7 @@ if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.distributed")
 
 from protocol_in_code.qos.distributed import (
+    AsyncRedisKeyedConcurrencyLimiter,
     LeaseExpired,
     RedisConcurrencyLimiter,
     RedisKeyedConcurrencyLimiter,
@@ -350,6 +351,12 @@ def test_bad_calls_are_named(redis_client: Any) -> None:
         RedisConcurrencyLimiter(object(), 1, name="x")
     with pytest.raises(ValueError, match="limit must be between 1"):
         limiter.resize(0)
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match="use AsyncRedisConcurrencyLimiter"):
+        RedisConcurrencyLimiter(redis.asyncio.Redis(), 1, name="x")
+    with pytest.raises(TypeError, match="use RedisKeyedConcurrencyLimiter"):
+        AsyncRedisKeyedConcurrencyLimiter(redis_client, 1, name="x")
 
 
 CHECKED = """

@@ -12,15 +12,21 @@ pool gives connections (redis-py's default pool opens one per waiting thread; a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
+import inspect
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from protocol_in_code.qos.distributed._client import ClientErrors, LimiterUnavailable
+from protocol_in_code.qos.distributed._client import (
+    ClientErrors,
+    LimiterUnavailable,
+    asyncio_module,
+)
 from protocol_in_code.qos.distributed._client import socket_timeout as socket_timeout_of
 from protocol_in_code.qos.distributed._seats_core import (
     DEFAULT_LEASE_TTL,
@@ -52,11 +58,23 @@ CANCELLED = b"cancelled"
 class SeatScript:
     """The caller's client and the seats' script: one call, and one blocking read."""
 
-    def __init__(self, client: Any) -> None:
-        if not callable(getattr(client, "evalsha", None)):
+    #: Whether the client's calls are awaited (the asyncio forms' script).
+    awaited = False
+
+    def __init__(self, client: Any, limiter: str) -> None:
+        evalsha = getattr(client, "evalsha", None)
+        if not callable(evalsha):
             raise TypeError(
                 "client must be a Redis client (redis.Redis, redis.cluster.RedisCluster, their "
                 f"asyncio forms, or valkey-py's), not {type(client).__name__}"
+            )
+        awaited = inspect.iscoroutinefunction(evalsha) or asyncio_module(client)
+        if awaited != self.awaited:
+            other = "Async" + limiter if awaited else limiter.removeprefix("Async")
+            kind = "an asyncio" if awaited else "a synchronous"
+            raise TypeError(
+                f"{limiter} takes a client of the other kind: for {kind} "
+                f"client ({type(client).__name__}), use {other}"
             )
         self.client = client
         self.errors = ClientErrors(client)
@@ -171,7 +189,7 @@ class _Seats:
         self, client: Any, limit: int, name: str, lease_ttl: float, heartbeat: bool, prefix: Any
     ) -> None:
         self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
-        self.script = SeatScript(client)
+        self.script = SeatScript(client, type(self).__name__)
         self._limit = limit
         self._mine: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         self._held: contextvars.ContextVar[tuple[RedisLease, ...]] = contextvars.ContextVar(
@@ -305,7 +323,7 @@ class _Seats:
             except BaseException as error:  # carried to the awaiting task
                 result = error
             if cancelled.is_set() and isinstance(result, RedisLease):
-                result.release()
+                _give_back(result)
                 return
             loop.call_soon_threadsafe(_settle, done, result)
 
@@ -337,6 +355,12 @@ class _Seats:
         return held[-1]
 
 
+def _give_back(lease: RedisLease) -> None:
+    """Release a lease nobody will use: one that lapsed or a server gone changes nothing."""
+    with contextlib.suppress(LeaseExpired, LimiterUnavailable):
+        lease.release()
+
+
 def _loop_running() -> bool:
     """Whether this thread runs an event loop now."""
     try:
@@ -347,9 +371,11 @@ def _loop_running() -> bool:
 
 
 def _settle(done: asyncio.Future[Any], result: Any) -> None:
+    """Hand ``result`` to the awaiting task; if it was cancelled meanwhile, a lease is given
+    back on a thread (this runs on the event loop, which a synchronous call would block)."""
     if done.cancelled():
         if isinstance(result, RedisLease):
-            result.release()
+            threading.Thread(target=_give_back, args=(result,), daemon=True).start()
         return
     if isinstance(result, BaseException):
         done.set_exception(result)

@@ -45,6 +45,8 @@ _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
 class AsyncSeatScript(SeatScript):
     """:class:`SeatScript` on an asyncio client."""
 
+    awaited = True
+
     async def call_async(self, limit: Limit, ask: Ask, asked_limit: int, keyed: bool) -> Reply:
         """The script's reply to ``ask`` on ``limit``."""
         args = ask.args(limit, asked_limit, keyed)
@@ -147,7 +149,7 @@ class _AsyncSeats:
         self, client: Any, limit: int, name: str, lease_ttl: float, heartbeat: bool, prefix: Any
     ) -> None:
         self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
-        self.script = AsyncSeatScript(client)
+        self.script = AsyncSeatScript(client, type(self).__name__)
         self._limit = limit
         self._mine: weakref.WeakSet[AsyncRedisLease] = weakref.WeakSet()
         self._held: contextvars.ContextVar[tuple[AsyncRedisLease, ...]] = contextvars.ContextVar(
