@@ -218,3 +218,40 @@ def test_a_promoted_replica_keeps_the_leases_it_received(tmp_path: Any) -> None:
     finally:
         replica.stop()
         master.stop()
+
+
+def test_the_asyncio_forms_leases_context_managers_and_heartbeat(redis_server: Server) -> None:
+    import redis.asyncio
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host=HOST, port=redis_server.port)
+        await client.flushall()
+        limiter = AsyncRedisConcurrencyLimiter(client, 2, name="async-forms", lease_ttl=0.3)
+        async with limiter:
+            assert await limiter.in_flight() == 1
+
+        @limiter
+        async def inside() -> int:
+            return await limiter.in_flight()
+
+        assert await inside() == 1 and await limiter.in_flight() == 0
+        lapsing = await limiter.acquire()
+        assert lapsing is not None
+        await asyncio.sleep(0.6)
+        with pytest.raises(LeaseExpired):
+            await lapsing.extend()
+        await limiter.resize(1)
+        assert limiter.limit == 1
+        beating = AsyncRedisConcurrencyLimiter(
+            client, 1, name="async-beat", lease_ttl=0.3, heartbeat=True
+        )
+        kept = await beating.acquire()
+        assert kept is not None
+        await asyncio.sleep(1.0)  # three lease times: only the heartbeat keeps it
+        assert await beating.try_acquire() is None
+        await kept.release()
+        await kept.release()  # the second time: nothing
+        assert await beating.in_flight() == 0
+        await client.aclose()
+
+    asyncio.run(main())
