@@ -60,9 +60,12 @@ CORE_MODULES = ["_core.py", "_replies.py", "_policy.py", "_options.py", "_batch.
 
 
 def definitions(name: str) -> list[str]:
-    """The modules of the package that define a function or method called ``name``."""
+    """The modules of the package that define a function or method called ``name``, but for
+    the in-flight limiters' (``_seats*.py``), whose calls have the same names."""
     found = []
     for path in sorted(PACKAGE.glob("*.py")):
+        if path.name.startswith("_seats"):
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
                 found.append(path.name)

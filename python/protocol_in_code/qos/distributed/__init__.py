@@ -73,6 +73,10 @@ Usage::
 Given an asyncio client (``redis.asyncio.Redis``), both classes give their asyncio forms
 (:class:`AsyncRedisRateLimiter`, :class:`AsyncRedisKeyedRateLimiter`), whose calls are awaited.
 
+How many at once, across hosts: :class:`RedisConcurrencyLimiter`, its keyed form and their
+asyncio forms hand out leases that lapse when their holder dies (``seats.lua``; see
+``docs/concurrency.md``, "Many hosts").
+
 Stacked limits (a global, a per-route and a per-client limit on one request, taken from all or
 from none): :func:`check_together` and :func:`check_together_async`, one script call per client
 and hash slot.
@@ -82,6 +86,17 @@ from __future__ import annotations
 
 from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos.distributed._bands import EXACT_BOUND
+from protocol_in_code.qos.distributed._seats import (
+    RedisConcurrencyLimiter,
+    RedisKeyedConcurrencyLimiter,
+    RedisLease,
+)
+from protocol_in_code.qos.distributed._seats_async import (
+    AsyncRedisConcurrencyLimiter,
+    AsyncRedisKeyedConcurrencyLimiter,
+    AsyncRedisLease,
+)
+from protocol_in_code.qos.distributed._seats_core import LeaseExpired
 from protocol_in_code.qos.distributed._server import LimiterUnavailable, PoolExhausted
 from protocol_in_code.qos.distributed._together import check_together, check_together_async
 from protocol_in_code.qos.distributed.limiters import (
@@ -96,14 +111,21 @@ from protocol_in_code.qos.limiter import Band
 __all__ = [
     "EXACT_BOUND",
     "UNAVAILABLE_WAIT_NS",
+    "AsyncRedisConcurrencyLimiter",
+    "AsyncRedisKeyedConcurrencyLimiter",
     "AsyncRedisKeyedRateLimiter",
+    "AsyncRedisLease",
     "AsyncRedisRateLimiter",
     "Band",
     "Decision",
+    "LeaseExpired",
     "LimitOutcome",
     "LimiterUnavailable",
     "PoolExhausted",
+    "RedisConcurrencyLimiter",
+    "RedisKeyedConcurrencyLimiter",
     "RedisKeyedRateLimiter",
+    "RedisLease",
     "RedisRateLimiter",
     "check_together",
     "check_together_async",

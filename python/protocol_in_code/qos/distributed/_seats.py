@@ -1,0 +1,523 @@
+"""In-flight limits across hosts, on a synchronous Redis client: the limiters and their leases.
+
+Each operation is one call of ``seats.lua`` (see ``_seats_core`` for what a call sends): taking
+seats, giving them back, extending a lease, leaving the line. A waiter is woken by the server:
+the script that gives seats back seats the line's head in the same step and pushes its token
+onto that waiter's own list, which the waiter reads with ``BLPOP``, a blocking read that holds
+one of the client's connections while it waits. So a process has at most as many waiters as its
+pool gives connections (redis-py's default pool opens one per waiting thread; a
+``BlockingConnectionPool`` of N connections lets N waiters block everyone else's calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from protocol_in_code.qos.distributed._client import (
+    ClientErrors,
+    LimiterUnavailable,
+    asyncio_module,
+)
+from protocol_in_code.qos.distributed._client import socket_timeout as socket_timeout_of
+from protocol_in_code.qos.distributed._seats_core import (
+    DEFAULT_LEASE_TTL,
+    SHA,
+    SOURCE,
+    Ask,
+    LeaseExpired,
+    Limit,
+    Reply,
+    SeatOptions,
+    ask_again_in,
+    blocking_read,
+    check_limit,
+    check_n,
+    check_timeout,
+    grant_token,
+    new_id,
+    too_many,
+    ttl_ms_of,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: What a waiter whose asyncio task was cancelled finds in its grant list (see
+#: :meth:`_Seats.acquire_async`).
+CANCELLED = b"cancelled"
+
+
+class SeatScript:
+    """The caller's client and the seats' script: one call, and one blocking read."""
+
+    #: Whether the client's calls are awaited (the asyncio forms' script).
+    awaited = False
+
+    def __init__(self, client: Any, limiter: str) -> None:
+        evalsha = getattr(client, "evalsha", None)
+        if not callable(evalsha):
+            raise TypeError(
+                "client must be a Redis client (redis.Redis, redis.cluster.RedisCluster, their "
+                f"asyncio forms, or valkey-py's), not {type(client).__name__}"
+            )
+        awaited = inspect.iscoroutinefunction(evalsha) or asyncio_module(client)
+        if awaited != self.awaited:
+            other = "Async" + limiter if awaited else limiter.removeprefix("Async")
+            kind = "an asyncio" if awaited else "a synchronous"
+            raise TypeError(
+                f"{limiter} takes a client of the other kind: for {kind} "
+                f"client ({type(client).__name__}), use {other}"
+            )
+        self.client = client
+        self.errors = ClientErrors(client)
+        self.socket_timeout = socket_timeout_of(client)
+
+    def unavailable(self, error: BaseException) -> LimiterUnavailable:
+        """The error a caller sees when the server could not answer."""
+        failed = LimiterUnavailable(f"the in-flight limit cannot be decided: {error}")
+        failed.__cause__ = error
+        return failed
+
+    def call(self, limit: Limit, ask: Ask, asked_limit: int, keyed: bool) -> Reply:
+        """The script's reply to ``ask`` on ``limit``."""
+        args = ask.args(limit, asked_limit, keyed)
+        try:
+            try:
+                raw = self.client.evalsha(SHA, len(limit.keys), *limit.keys, *args)
+            except self.errors.no_script:
+                raw = self.client.eval(SOURCE, len(limit.keys), *limit.keys, *args)
+        except self.errors.unavailable as error:
+            raise self.unavailable(error) from error
+        return Reply.read(raw)
+
+    def read_grant(self, key: bytes, seconds: float) -> bytes | None:
+        """What arrives in the grant list ``key`` within ``seconds``, or None."""
+        timeout = blocking_read(seconds, self.socket_timeout)
+        try:
+            got = self.client.blpop([key], timeout=timeout)
+        except self.errors.unavailable as error:
+            raise self.unavailable(error) from error
+        return None if got is None else bytes(got[1])
+
+
+class RedisLease:
+    """Seats held on the server until :meth:`release`, or until ``lease_ttl`` passes without
+    :meth:`extend` (a holder that died gives its seats back so). A context manager.
+
+    ``token`` is the fencing token, strictly increasing per limit. Releasing twice is harmless;
+    releasing or extending a lease that had lapsed raises :class:`LeaseExpired`.
+    """
+
+    __slots__ = ("__weakref__", "_limit", "_owner", "_stop", "lease_id", "n", "released", "token")
+
+    def __init__(self, owner: _Seats, limit: Limit, lease_id: bytes, n: int, token: int) -> None:
+        self._owner = owner
+        self._limit = limit
+        self.lease_id = lease_id
+        self.n = n
+        self.token = token
+        self.released = False
+        self._stop: threading.Event | None = None
+        if owner.options.heartbeat:
+            self._stop = threading.Event()
+            threading.Thread(
+                target=owner.beat, args=(limit, lease_id, self._stop), daemon=True
+            ).start()
+
+    def release(self) -> None:
+        """Give the seats back (once; a second call does nothing). Raises
+        :class:`LeaseExpired` if they had lapsed first."""
+        if self.released:
+            return
+        self.released = True
+        self._stop_beating()
+        reply = self._owner.call(self._limit, Ask(b"release", self.lease_id))
+        if reply.status == 0:
+            raise LeaseExpired(f"lease {self.token} had lapsed before it was released")
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Hold the seats ``ttl`` seconds more from now (the limiter's ``lease_ttl`` if None).
+        Raises :class:`LeaseExpired` if they had lapsed, ``ValueError`` if released."""
+        if self.released:
+            raise ValueError(f"lease {self.token} was released: there is nothing to extend")
+        ttl_ms = self._owner.options.lease_ttl_ms if ttl is None else ttl_ms_of(ttl)
+        reply = self._owner.call(self._limit, Ask(b"extend", self.lease_id, ttl_ms=ttl_ms))
+        if reply.status == 0:
+            raise LeaseExpired(f"lease {self.token} had lapsed before it was extended")
+
+    def _stop_beating(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def __enter__(self) -> RedisLease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self.release()
+        except LeaseExpired:
+            if (
+                not exc_info or exc_info[0] is None
+            ):  # the block's own error, if any, is the one to see
+                raise
+
+    def __del__(self) -> None:
+        # A lease dropped unreleased is left to lapse on the server; no call is made here,
+        # as a finalizer may run anywhere (inside the client's own locks).
+        self._stop_beating()
+
+    def __repr__(self) -> str:
+        return f"RedisLease(n={self.n}, token={self.token}, released={self.released})"
+
+
+class _Seats:
+    """What both synchronous in-flight limiters do, for a limit given by its keys."""
+
+    #: A keyed limit's state (its limit, its last token) is forgotten when nobody holds or
+    #: waits, and every call writes the limiter's own limit (see the keyed limiter).
+    keyed = False
+
+    def __init__(
+        self, client: Any, limit: int, name: str, lease_ttl: float, heartbeat: bool, prefix: Any
+    ) -> None:
+        self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
+        self.script = SeatScript(client, type(self).__name__)
+        self._limit = limit
+        self._mine: weakref.WeakSet[RedisLease] = weakref.WeakSet()
+        self._held: contextvars.ContextVar[tuple[RedisLease, ...]] = contextvars.ContextVar(
+            "held", default=()
+        )
+
+    @property
+    def limit(self) -> int:
+        """The limit, as the server last told it to this limiter."""
+        return self._limit
+
+    def call(self, limit: Limit, ask: Ask) -> Reply:
+        reply = self.script.call(limit, ask, self._limit, self.keyed)
+        if not self.keyed:
+            self._limit = reply.limit
+        return reply
+
+    def _lease(self, limit: Limit, lease_id: bytes, n: int, token: int) -> RedisLease:
+        lease = RedisLease(self, limit, lease_id, n, token)
+        self._mine.add(lease)
+        return lease
+
+    def beat(self, limit: Limit, lease_id: bytes, stop: threading.Event) -> None:
+        """Extend a lease every :attr:`SeatOptions.heartbeat_interval` until ``stop``, or until
+        it lapsed; a failed extension is tried again at the next beat."""
+        ask = Ask(b"extend", lease_id, ttl_ms=self.options.lease_ttl_ms)
+        while not stop.wait(self.options.heartbeat_interval):
+            try:
+                if self.call(limit, ask).status == 0:
+                    return
+            except LimiterUnavailable:
+                continue
+
+    def _try(self, limit: Limit, n: int) -> RedisLease | None:
+        check_n(n)
+        return self._take(limit, n, 0, None)
+
+    def _acquire(self, limit: Limit, n: int, timeout: float | None) -> RedisLease | None:
+        check_n(n)
+        check_timeout(timeout)
+        if timeout != 0 and _loop_running():
+            raise RuntimeError(
+                f"a blocking {type(self).__name__}.acquire() (also `with limiter:` and a "
+                "decorated def) would stall this thread's running event loop for as long as it "
+                "waits: in async code, use `await limiter.acquire_async()` (try_acquire() "
+                "never waits)"
+            )
+        return self._take(limit, n, timeout, None)
+
+    def _take(
+        self,
+        limit: Limit,
+        n: int,
+        timeout: float | None,
+        cancelled: threading.Event | None,
+        lease_id: bytes | None = None,
+    ) -> RedisLease | None:
+        """Seats now, or in line until granted or ``timeout``: one script call to ask, a
+        ``BLPOP`` to wait, one more to ask again only when something lapses that nobody
+        announces, and one to leave if the wait ends unseated."""
+        lease_id, ttl = lease_id or new_id(), self.options.lease_ttl_ms
+        join = timeout is None or timeout > 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ask = Ask(b"acquire", lease_id, n, ttl, join)
+        reply = self.call(limit, ask)
+        if reply.status == 1:
+            return self._lease(limit, lease_id, n, reply.value)
+        if reply.status == -1:
+            raise too_many(n, reply.limit)
+        if not join:
+            return None
+        seated = False
+        try:
+            while cancelled is None or not cancelled.is_set():
+                left = None if deadline is None else deadline - time.monotonic()
+                until = time.monotonic() + ask_again_in(left, reply.value, ttl)
+                got = self._read_until(limit, lease_id, until)
+                if got == CANCELLED:
+                    return None
+                if got is not None:
+                    token = grant_token(got)
+                    if token is None:
+                        raise too_many(n, self._limit)
+                    seated = True
+                    return self._lease(limit, lease_id, n, token)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                reply = self.call(limit, ask)
+                if reply.status == 1:
+                    seated = True
+                    return self._lease(limit, lease_id, n, reply.value)
+            return None
+        finally:
+            if not seated:
+                self._leave(limit, lease_id)
+
+    def _read_until(self, limit: Limit, lease_id: bytes, until: float) -> bytes | None:
+        """The grant, if it arrives before ``until`` (in reads the socket timeout allows)."""
+        key = limit.grant_key(lease_id)
+        while True:
+            left = until - time.monotonic()
+            got = self.script.read_grant(key, left)
+            if got is not None or time.monotonic() >= until:
+                return got
+
+    def _leave(self, limit: Limit, lease_id: bytes) -> None:
+        """Out of the line, and the seats given back if they were granted meanwhile. A server
+        that cannot be reached lets the place lapse instead, within ``lease_ttl``."""
+        try:
+            self.call(limit, Ask(b"leave", lease_id))
+        except LimiterUnavailable:
+            pass
+
+    async def _acquire_async(
+        self, limit: Limit, n: int, timeout: float | None
+    ) -> RedisLease | None:
+        """:meth:`_acquire` on a thread of its own, awaited: the event loop never blocks on the
+        synchronous client. A cancelled task pushes a word to its grant list, so the thread's
+        ``BLPOP`` returns at once, and the thread leaves the line (or gives back seats it was
+        granted as the cancel came)."""
+        check_n(n)
+        check_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[RedisLease | None] = loop.create_future()
+        cancelled = threading.Event()
+        lease_id = new_id()
+
+        def run() -> None:
+            try:
+                result: Any = self._take(limit, n, timeout, cancelled, lease_id)
+            except BaseException as error:  # carried to the awaiting task
+                result = error
+            if cancelled.is_set() and isinstance(result, RedisLease):
+                _give_back(result)
+                return
+            loop.call_soon_threadsafe(_settle, done, result)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            return await done
+        except asyncio.CancelledError:
+            cancelled.set()
+            threading.Thread(target=self._wake, args=(limit, lease_id), daemon=True).start()
+            raise
+
+    def _wake(self, limit: Limit, lease_id: bytes) -> None:
+        """Wake a waiter's ``BLPOP`` with :data:`CANCELLED` (kept no longer than its lease
+        time, if nobody reads it)."""
+        key = limit.grant_key(lease_id)
+        try:
+            self.script.client.rpush(key, CANCELLED)
+            self.script.client.pexpire(key, self.options.lease_ttl_ms)
+        except self.script.errors.unavailable:
+            pass  # the waiter's own reads end within its next ask
+
+    def _held_push(self, lease: RedisLease) -> None:
+        self._held.set((*self._held.get(), lease))
+
+    def _held_pop(self) -> RedisLease:
+        held = self._held.get()
+        self._held.set(held[:-1])
+        return held[-1]
+
+
+def _give_back(lease: RedisLease) -> None:
+    """Release a lease nobody will use: one that lapsed or a server gone changes nothing."""
+    with contextlib.suppress(LeaseExpired, LimiterUnavailable):
+        lease.release()
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop now."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _settle(done: asyncio.Future[Any], result: Any) -> None:
+    """Hand ``result`` to the awaiting task; if it was cancelled meanwhile, a lease is given
+    back on a thread (this runs on the event loop, which a synchronous call would block)."""
+    if done.cancelled():
+        if isinstance(result, RedisLease):
+            threading.Thread(target=_give_back, args=(result,), daemon=True).start()
+        return
+    if isinstance(result, BaseException):
+        done.set_exception(result)
+    else:
+        done.set_result(result)
+
+
+class RedisConcurrencyLimiter(_Seats):
+    """At most ``limit`` seats held at once, across every process and host that uses the
+    limit named ``name`` on one Redis (or Valkey) server.
+
+    ``lease_ttl`` (seconds, default 30) is how long a lease holds its seats unless extended:
+    a holder that dies gives them back then, by the server's clock. ``heartbeat=True`` extends
+    every lease this limiter gives, from a daemon thread, every third of ``lease_ttl``, until
+    it is released. The limit is stored on the server: the first limiter of a name sets it,
+    :meth:`resize` changes it for every host, and a limiter made later with another ``limit``
+    takes the stored one (its own is used only if the state is new).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        limit: int,
+        *,
+        name: str,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        heartbeat: bool = False,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
+        self._where = Limit.of(self.options)
+
+    def try_acquire(self, n: int = 1) -> RedisLease | None:
+        """A lease of ``n`` seats now, or None; one script call, never waits."""
+        return self._try(self._where, n)
+
+    def acquire(self, n: int = 1, timeout: float | None = None) -> RedisLease | None:
+        """A lease of ``n`` seats, waiting in line (first come, first seated) up to
+        ``timeout`` seconds (None: for ever); None if the timeout passed."""
+        return self._acquire(self._where, n, timeout)
+
+    async def acquire_async(self, n: int = 1, timeout: float | None = None) -> RedisLease | None:
+        """:meth:`acquire` awaited: the wait runs on a thread of its own (the client is
+        synchronous), and a cancelled task holds nothing after."""
+        return await self._acquire_async(self._where, n, timeout)
+
+    @property
+    def in_flight(self) -> int:
+        """Seats held now, by every holder of the limit (one script call)."""
+        return self.call(self._where, Ask(b"look")).held
+
+    @property
+    def waiting(self) -> int:
+        """Callers in line now, on every host (one script call)."""
+        return self.call(self._where, Ask(b"look")).status
+
+    def resize(self, limit: int) -> None:
+        """A new limit for every host, at once, evicting nobody; waiters that now fit are
+        seated, and those asking more than it are refused."""
+        check_limit(limit)
+        self._limit = limit
+        self.call(self._where, Ask(b"resize", set_limit=True))
+
+    def __enter__(self) -> RedisConcurrencyLimiter:
+        self._held_push(_sure(self.acquire()))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._held_pop().__exit__(*exc_info)
+
+    def __call__(self, function: _F) -> _F:
+        """A decorator: one seat while each call of ``function`` runs."""
+
+        @functools.wraps(function)
+        def seated(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return function(*args, **kwargs)
+
+        return seated  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"RedisConcurrencyLimiter(limit={self._limit}, name={self.options.name!r})"
+
+
+class RedisKeyedConcurrencyLimiter(_Seats):
+    """At most ``limit`` seats held at once per key (``str`` or ``bytes``), across hosts.
+
+    Each key's state is kept only while someone holds or waits for its seats. Its keys are
+    spread over a cluster's slots, so no one place can hold the limit for all of them: every
+    call sends this limiter's own ``limit``, and :meth:`resize` changes it for this limiter's
+    calls (resize the limiters of every host alike). ``in_flight`` counts the seats this
+    limiter object holds now; :meth:`in_flight_of` asks the server about one key.
+    """
+
+    keyed = True
+
+    def __init__(
+        self,
+        client: Any,
+        limit: int,
+        *,
+        name: str,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        heartbeat: bool = False,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
+
+    def try_acquire(self, key: str | bytes, n: int = 1) -> RedisLease | None:
+        """A lease of ``n`` of ``key``'s seats now, or None."""
+        return self._try(Limit.of(self.options, key), n)
+
+    def acquire(
+        self, key: str | bytes, n: int = 1, timeout: float | None = None
+    ) -> RedisLease | None:
+        """A lease of ``n`` of ``key``'s seats, waiting up to ``timeout`` seconds."""
+        return self._acquire(Limit.of(self.options, key), n, timeout)
+
+    async def acquire_async(
+        self, key: str | bytes, n: int = 1, timeout: float | None = None
+    ) -> RedisLease | None:
+        """:meth:`acquire` awaited, on a thread of its own."""
+        return await self._acquire_async(Limit.of(self.options, key), n, timeout)
+
+    @property
+    def in_flight(self) -> int:
+        """Seats held now through this limiter object, over every key."""
+        return sum(lease.n for lease in list(self._mine) if not lease.released)
+
+    def in_flight_of(self, key: str | bytes) -> int:
+        """Seats of ``key`` held now, by every holder (one script call)."""
+        return self.call(Limit.of(self.options, key), Ask(b"look")).held
+
+    def resize(self, limit: int) -> None:
+        """A new limit for this limiter's calls from now, evicting nobody."""
+        check_limit(limit)
+        self._limit = limit
+
+    def __repr__(self) -> str:
+        return f"RedisKeyedConcurrencyLimiter(limit={self._limit}, name={self.options.name!r})"
+
+
+def _sure(lease: RedisLease | None) -> RedisLease:
+    assert lease is not None  # acquire without a timeout waits until it is seated
+    return lease
