@@ -182,32 +182,23 @@ impl Lineage {
     /// Warn (a `RuntimeWarning`) the first time the rate limiter `limiter` is used in a child
     /// of the process that made it, or of the one that last warned.
     pub fn check(&self, py: Python<'_>, limiter: &str) -> PyResult<()> {
-        if !self.first_use_in_child() {
-            return Ok(());
-        }
-        warn(
-            py,
+        self.warn_in_child(py, |pid| {
             format!(
                 "this {limiter} was made before os.fork() and is used in the child process \
                  {pid}: the child has a copy of its state, no longer shared with the parent, \
                  so each process enforces the limit on its own. To share one limit between \
                  the processes of this host, use protocol_in_code.qos.shared \
                  (SharedRateLimiter, SharedKeyedRateLimiter); between hosts, a Redis server \
-                 (protocol_in_code.qos.distributed)",
-                pid = std::process::id()
-            ),
-        )
+                 (protocol_in_code.qos.distributed)"
+            )
+        })
     }
 
     /// [`Lineage::check`] for the in-flight limiter `limiter`, whose child starts with no seat
     /// held: the seats of the parent's holders are not seen there, and a lease taken before
     /// the fork gives nothing back in the child (see `seats::Locked`).
     pub fn check_in_flight(&self, py: Python<'_>, limiter: &str) -> PyResult<()> {
-        if !self.first_use_in_child() {
-            return Ok(());
-        }
-        warn(
-            py,
+        self.warn_in_child(py, |pid| {
             format!(
                 "this {limiter} was made before os.fork() and is used in the child process \
                  {pid}: the child has a limit of its own, starting with no seat held. Seats \
@@ -216,15 +207,17 @@ impl Lineage {
                  limit on its own. To share one in-flight limit between the processes of \
                  this host, use protocol_in_code.qos.shared (SharedConcurrencyLimiter, \
                  SharedKeyedConcurrencyLimiter); between hosts, a Redis server \
-                 (protocol_in_code.qos.distributed)",
-                pid = std::process::id()
-            ),
-        )
+                 (protocol_in_code.qos.distributed)"
+            )
+        })
     }
-}
 
-/// A `RuntimeWarning` saying `message`, for the caller's line.
-fn warn(py: Python<'_>, message: String) -> PyResult<()> {
-    let message = CString::new(message).unwrap_or_default();
-    PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)
+    /// Warn with the message `say` writes for this process's id, on the first use in a child.
+    fn warn_in_child(&self, py: Python<'_>, say: impl FnOnce(u32) -> String) -> PyResult<()> {
+        if !self.first_use_in_child() {
+            return Ok(());
+        }
+        let message = CString::new(say(std::process::id())).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)
+    }
 }
