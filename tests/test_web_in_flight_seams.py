@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import json
 from collections.abc import Iterator
@@ -459,3 +460,19 @@ def test_requests_are_admitted_exactly_as_a_model_of_seats_per_client_says(
         assert seats.in_flight == 0
 
     asyncio.run(scenario())
+
+
+def test_fastapi_before_0_118_is_refused_max_in_flight_and_the_dependency_is_one_with_yield(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before 0.118, FastAPI ended a dependency with yield before a streamed body was sent, so
+    a seat given back there would come back too early: refused, by name. A rate limit alone
+    needs no yield and is taken on any version."""
+    limiter = KeyedRateLimiter("10/second")
+    seated = for_fastapi.RateLimit(limiter, max_in_flight=2)
+    assert inspect.isasyncgenfunction(type(seated).__call__)
+    assert not inspect.isasyncgenfunction(type(for_fastapi.RateLimit(limiter)).__call__)
+    monkeypatch.setattr(for_fastapi, "_FASTAPI_VERSION", (0, 117))
+    with pytest.raises(RuntimeError, match=r"max_in_flight: FastAPI .* 0\.118 or later"):
+        for_fastapi.RateLimit(limiter, max_in_flight=2)
+    assert type(for_fastapi.RateLimit(limiter)) is for_fastapi.RateLimit

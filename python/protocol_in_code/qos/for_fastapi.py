@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+import fastapi
 from fastapi.params import Depends
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -146,6 +147,22 @@ class RateLimit:
     __signature__: inspect.Signature
 
     @spelled_out(DependencyKeywords)
+    def __new__(cls, limiter: Any, **options: Unpack[DependencyKeywords]) -> RateLimit:
+        """A :class:`RateLimit`, or with ``max_in_flight`` a ``_SeatedRateLimit``: FastAPI reads
+        a dependency's class to know one with yield, which holds the seat until the response
+        has been sent."""
+        if options.get("max_in_flight") is None or cls is not RateLimit:
+            return super().__new__(cls)
+        if _FASTAPI_VERSION < _YIELD_ENDS_AFTER_THE_RESPONSE:
+            raise RuntimeError(
+                f"max_in_flight: FastAPI {fastapi.__version__} ends a dependency with yield "
+                "before a streamed body is sent, so the seat would come back too early; use "
+                "FastAPI 0.118 or later, or the ASGI middleware "
+                "(protocol_in_code.qos.asgi.RateLimitMiddleware) with max_in_flight"
+            )
+        return super().__new__(_SeatedRateLimit)
+
+    @spelled_out(DependencyKeywords)
     def __init__(self, limiter: Any, **options: Unpack[DependencyKeywords]) -> None:
         depended = {
             name: given
@@ -171,10 +188,6 @@ class RateLimit:
             on_event_loop=True,
         )
         self.limiter = self.rule.limiter
-        if self.rules.seats is not None:
-            # FastAPI reads the class's __call__ to know a dependency with yield, which holds
-            # the seat until the response has been sent: the instance becomes one.
-            self.__class__ = _SeatedRateLimit
 
     async def __call__(self, request: Request, response: Response, **depended: Any) -> None:
         """Decide ``request``; ``depended`` are the results of the dependencies given as
@@ -229,6 +242,11 @@ class _SeatedRateLimit(RateLimit):
                 if inspect.isawaitable(released):
                     await released
 
+
+#: The first FastAPI that ends a dependency with yield after the response has been sent,
+#: streamed bodies included (before it, 0.106 to 0.117 ended it before the body was sent).
+_YIELD_ENDS_AFTER_THE_RESPONSE = (0, 118)
+_FASTAPI_VERSION = tuple(int(part) for part in fastapi.__version__.split(".")[:2])
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
