@@ -60,4 +60,3 @@ async def await_shared_lease(limiter: Any, args: tuple[Any, ...], timeout: Any) 
         if waiter is not None:
             _give_up(waiter)
         raise
-

@@ -34,7 +34,7 @@ use std::sync::atomic::AtomicU64;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use layout::{at, key, record};
+use layout::{at, key, record, LOG, OWNERS_AT};
 pub use layout::{Layout, LOG_ENTRIES, OWNERS, VERSION};
 use undo::{roll_back, Change};
 
@@ -44,6 +44,11 @@ use crate::core::exact::shared::layout::LayoutError;
 use crate::core::exact::shared::lock::{self, Park};
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::Words;
+
+/// The record a link names (a link is an index plus one, 0 for none).
+fn linked(link: u64) -> Option<usize> {
+    usize::try_from(link.checked_sub(1)?).ok()
+}
 
 /// The digest of the one-key form's one key.
 pub const THE_KEY: Digest = (0, 0);
@@ -172,9 +177,9 @@ impl<W: Words> SharedSeats<W> {
         let words: &[AtomicU64] = &self.words;
         let _held = lock::lock(&words[at::LOCK..], self.park);
         if self.word(at::LOG_LEN) != 0 {
-            roll_back(words, self.layout.log());
+            roll_back(words, LOG);
         }
-        let mut writes = Change::new(words, self.layout.log());
+        let mut writes = Change::new(words, LOG);
         let result = change(&mut writes);
         writes.done();
         result
@@ -216,11 +221,11 @@ impl<W: Words> SharedSeats<W> {
         digest: Digest,
         n: u64,
     ) -> Option<usize> {
-        let free = c.get(at::FREE);
-        let index = usize::try_from(free.checked_sub(1)?).ok()?;
+        let index = linked(c.get(at::FREE))?;
         let at = self.layout.record(index);
         c.set(at::FREE, c.get(at + record::NEXT));
         c.set(at + record::NEXT, 0);
+        c.add(at::IN_USE, 1);
         c.set(at + record::OWNER, owner as u64 + 1);
         c.set(at + record::D0, digest.0);
         c.set(at + record::D1, digest.1);
@@ -235,6 +240,7 @@ impl<W: Words> SharedSeats<W> {
         }
         c.set(at + record::NEXT, c.get(at::FREE));
         c.set(at::FREE, index as u64 + 1);
+        c.add(at::IN_USE, u64::MAX); // one fewer
     }
 
     /// Seats for the record `index` of the key in `slot`: it turns held, with the next token.
@@ -254,13 +260,13 @@ impl<W: Words> SharedSeats<W> {
         let at = self.layout.record(index);
         let (prev, next) = (c.get(at + record::PREV), c.get(at + record::NEXT));
         let key = self.layout.key(slot);
-        match prev.checked_sub(1) {
+        match linked(prev) {
             None => c.set(key + key::HEAD, next),
-            Some(p) => c.set(self.layout.record(p as usize) + record::NEXT, next),
+            Some(p) => c.set(self.layout.record(p) + record::NEXT, next),
         }
-        match next.checked_sub(1) {
+        match linked(next) {
             None => c.set(key + key::TAIL, prev),
-            Some(n) => c.set(self.layout.record(n as usize) + record::PREV, prev),
+            Some(n) => c.set(self.layout.record(n) + record::PREV, prev),
         }
         c.set(at + record::PREV, 0);
         c.set(at + record::NEXT, 0);
@@ -272,8 +278,7 @@ impl<W: Words> SharedSeats<W> {
     fn seat_the_line(&self, c: &mut Change<'_>, slot: usize) {
         let key = self.layout.key(slot);
         let limit = c.get(at::LIMIT);
-        while let Some(head) = c.get(key + key::HEAD).checked_sub(1) {
-            let head = head as usize;
+        while let Some(head) = linked(c.get(key + key::HEAD)) {
             let n = c.get(self.layout.record(head) + record::N);
             if c.get(key + key::HELD) + n > limit {
                 break;
@@ -299,12 +304,12 @@ impl<W: Words> SharedSeats<W> {
                 break;
             }
             #[allow(clippy::cast_possible_truncation)] // the low bits pick the slot
-            let home = c.get(at + key::D0) as usize & mask;
-            // Does `home` lie cyclically in (hole, next]? Then the key stays where it is.
+            let first = c.get(at + key::D0) as usize & mask;
+            // Does its first slot lie cyclically in (hole, next]? Then the key stays there.
             let stays = if hole <= next {
-                hole < home && home <= next
+                hole < first && first <= next
             } else {
-                hole < home || home <= next
+                hole < first || first <= next
             };
             if !stays {
                 let to = self.layout.key(hole);
@@ -373,12 +378,9 @@ impl<W: Words> SharedSeats<W> {
             c.set(at + record::STATE, record::WAITING);
             let tail = c.get(key + key::TAIL);
             c.set(at + record::PREV, tail);
-            match tail.checked_sub(1) {
+            match linked(tail) {
                 None => c.set(key + key::HEAD, index as u64 + 1),
-                Some(t) => c.set(
-                    self.layout.record(t as usize) + record::NEXT,
-                    index as u64 + 1,
-                ),
+                Some(t) => c.set(self.layout.record(t) + record::NEXT, index as u64 + 1),
             }
             c.set(key + key::TAIL, index as u64 + 1);
             c.add(at::WAITING, 1);
@@ -485,8 +487,7 @@ impl<W: Words> SharedSeats<W> {
                     continue;
                 };
                 let mut next = c.get(self.layout.key(slot) + key::HEAD);
-                while let Some(index) = next.checked_sub(1) {
-                    let index = index as usize;
+                while let Some(index) = linked(next) {
                     let at = self.layout.record(index);
                     next = c.get(at + record::NEXT);
                     if c.get(at + record::N) > limit {
@@ -505,15 +506,17 @@ impl<W: Words> SharedSeats<W> {
     #[must_use]
     pub fn owners_in_use(&self) -> Vec<usize> {
         (0..OWNERS)
-            .filter(|&owner| self.word(self.layout.owners() + owner) != 0)
+            .filter(|&owner| self.word(OWNERS_AT + owner) != 0)
             .collect()
     }
 
     /// Take owner slot `owner` for a process that has just locked its byte: what a dead
     /// process left in it is reclaimed first.
     pub fn claim(&self, owner: usize) {
-        self.reclaim(owner);
-        self.locked(|c| c.set(self.layout.owners() + owner, 1));
+        if self.word(OWNERS_AT + owner) != 0 {
+            self.reclaim(owner);
+        }
+        self.locked(|c| c.set(OWNERS_AT + owner, 1));
     }
 
     /// Give back every lease of owner slot `owner` and take its waiters out of line, as their
@@ -522,7 +525,13 @@ impl<W: Words> SharedSeats<W> {
     pub fn reclaim(&self, owner: usize) -> usize {
         let mine = owner as u64 + 1;
         let mut found = 0;
-        for index in 0..self.layout.records {
+        // No record in use, anyone's: nothing to look for.
+        let records = if self.word(at::IN_USE) == 0 {
+            0
+        } else {
+            self.layout.records
+        };
+        for index in 0..records {
             self.locked(|c| {
                 let (state, of, digest, _, _) = self.record_of(c, index);
                 if of != mine {
@@ -536,7 +545,7 @@ impl<W: Words> SharedSeats<W> {
                 }
             });
         }
-        self.locked(|c| c.set(self.layout.owners() + owner, 0));
+        self.locked(|c| c.set(OWNERS_AT + owner, 0));
         found
     }
 }

@@ -68,6 +68,11 @@ pub struct Host {
     kept: Mutex<Vec<(usize, u64)>>,
 }
 
+/// Whether something made at fork count `forks` was made in this process (not inherited).
+fn made_here(forks: u64) -> bool {
+    forks == fork::forks()
+}
+
 /// Every open host of this process, for the fork hook.
 static HOSTS: Mutex<Vec<Weak<Host>>> = Mutex::new(Vec::new());
 
@@ -154,11 +159,6 @@ impl Host {
         Ok(self.slot.load(Ordering::Acquire))
     }
 
-    /// Whether this object's owner slot is the one it has in this process.
-    fn mine(&self, forks: u64) -> bool {
-        forks == fork::forks()
-    }
-
     /// Give back what processes that are gone held, if [`SCAN_EVERY`] has passed since this
     /// process last looked: true if any was gone.
     pub fn reclaim_the_dead(&self, py: Python<'_>) -> PyResult<bool> {
@@ -180,7 +180,7 @@ impl Host {
         };
         let gone = py
             .detach(|| owner.reclaim_the_dead(&self.seats))
-            .map_err(|error| PyErr::from(std::io::Error::from(error)))?;
+            .map_err(PyErr::from)?;
         Ok(gone > 0)
     }
 
@@ -220,7 +220,7 @@ impl Drop for Host {
             .take();
         let forks = *self.forks.get_mut();
         if let Some(owner) = owner {
-            if self.mine(forks) {
+            if made_here(forks) {
                 owner.let_go(&self.seats);
             }
         }
@@ -255,7 +255,7 @@ impl SharedLease {
     }
 
     fn give_back(&self) {
-        if self.holding.swap(false, Ordering::AcqRel) && self.host.mine(self.forks) {
+        if self.holding.swap(false, Ordering::AcqRel) && made_here(self.forks) {
             self.host
                 .seats
                 .release(self.slot, self.held.record, self.held.grant.token);
@@ -376,7 +376,7 @@ impl SharedWaiter {
 impl Drop for SharedWaiter {
     fn drop(&mut self) {
         // A place inherited across a fork is the parent's, left by the parent.
-        if *self.open.get_mut() && self.host.mine(self.forks) {
+        if *self.open.get_mut() && made_here(self.forks) {
             drop(self.leave());
         }
     }

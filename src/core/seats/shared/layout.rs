@@ -53,6 +53,8 @@ pub(super) mod at {
     pub const KEYS: usize = 12;
     pub const FREE: usize = 13;
     pub const LOG_LEN: usize = 14;
+    /// Records in use: leases, waiters, and refusals not yet told.
+    pub const IN_USE: usize = 15;
     pub const LOCK: usize = 16;
 }
 
@@ -86,6 +88,15 @@ pub(super) mod record {
     pub const REFUSED: u64 = 3;
 }
 
+/// Where the undo log starts: after the lock.
+pub(super) const LOG: usize = at::LOCK + lock::WORDS.next_multiple_of(2);
+
+/// Where the owner slots start: after the log.
+pub(super) const OWNERS_AT: usize = LOG + 2 * LOG_ENTRIES;
+
+/// Where the key slots start: after the owner slots.
+pub(super) const KEYS_AT: usize = OWNERS_AT + OWNERS;
+
 /// An in-flight table's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -111,25 +122,14 @@ impl Layout {
         }
     }
 
-    pub(super) fn log(&self) -> usize {
-        at::LOCK + lock::WORDS.next_multiple_of(2)
-    }
-
-    pub(super) fn owners(&self) -> usize {
-        self.log() + 2 * LOG_ENTRIES
-    }
-
-    pub(super) fn keys(&self) -> usize {
-        self.owners() + OWNERS
-    }
-
     pub(super) fn records(&self) -> usize {
-        self.keys() + self.key_slots * key::WORDS
+        KEYS_AT + self.key_slots * key::WORDS
     }
 
     /// The index of key slot `slot`'s first word.
+    #[allow(clippy::unused_self)] // asked of the shape, beside `record`, which needs it
     pub(super) fn key(&self, slot: usize) -> usize {
-        self.keys() + slot * key::WORDS
+        KEYS_AT + slot * key::WORDS
     }
 
     /// The index of record `index`'s first word.

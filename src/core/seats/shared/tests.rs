@@ -38,6 +38,7 @@ fn seats_are_taken_given_back_and_go_to_the_head_of_the_line_first() {
     assert_eq!(t.leave(0, small), None);
     assert!(t.release(1, big.record, big.grant.token));
     assert_eq!((t.in_flight(), t.waiting(), t.keys()), (0, 0, 0));
+    assert_eq!(t.word(at::IN_USE), 0, "every record back on the free list");
 }
 
 #[test]
@@ -68,7 +69,7 @@ fn a_change_cut_short_is_undone_by_the_next_holder() {
     let before: Vec<u64> = t.words().iter().map(|w| w.load(Relaxed)).collect();
     {
         let words: &[AtomicU64] = t.words();
-        let mut change = Change::new(words, t.layout().log());
+        let mut change = Change::new(words, LOG);
         change.set(at::HELD, 7);
         change.set(at::NEXT_TOKEN, 9);
         // The holder dies here: no `done`.
