@@ -1,5 +1,5 @@
-"""In-flight limits in one process: a seat taken and given back, uncontended, against the
-standard library's semaphores.
+"""In-flight limits: a seat taken and given back, uncontended, against the standard library's
+semaphores, and the limit every process of a host shares against the in-process one.
 
 Run from the repository root after installing the package::
 
@@ -11,17 +11,28 @@ Rows, in one run (medians of interleaved rounds; read the ratios, not the times)
   ``release()`` (the goal: within 3x), with ``try_acquire()`` and ``with limiter:`` beside;
 * in a running loop, ``(await limiter.acquire_async()).release()`` against ``await
   sem.acquire()`` and ``sem.release()`` of an ``asyncio.Semaphore`` (the goal: within 2x), 1000
-  to a run so that the loop's own cost is spread.
+  to a run so that the loop's own cost is spread;
+* ``SharedConcurrencyLimiter``'s ``acquire().release()`` (and its keyed form's) against
+  ``ConcurrencyLimiter``'s (the goal: within 2x), on a table in a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import threading
 
-from protocol_in_code.qos import ConcurrencyLimiter, KeyedConcurrencyLimiter
+from protocol_in_code.qos import (
+    ConcurrencyLimiter,
+    KeyedConcurrencyLimiter,
+    SharedConcurrencyLimiter,
+    SharedKeyedConcurrencyLimiter,
+)
 from timing import median_ns
+
+#: Where the shared tables of this run live (removed at exit).
+FOLDER = tempfile.TemporaryDirectory()
 
 PER_LOOP_RUN = 1000
 
@@ -43,6 +54,16 @@ def keyed_blocking() -> tuple[str, dict[str, object]]:
         "limiter": KeyedConcurrencyLimiter(4),
         "key": "203.0.113.9",
     }
+
+
+def shared_blocking() -> tuple[str, dict[str, object]]:
+    limiter = SharedConcurrencyLimiter("bench", 4, path=FOLDER.name)
+    return "limiter.acquire().release()", {"limiter": limiter}
+
+
+def shared_keyed_blocking() -> tuple[str, dict[str, object]]:
+    limiter = SharedKeyedConcurrencyLimiter("bench-keys", 4, path=FOLDER.name)
+    return "limiter.acquire('client').release()", {"limiter": limiter}
 
 
 def threading_semaphore() -> tuple[str, dict[str, object]]:
@@ -78,6 +99,8 @@ def main() -> None:
         "ConcurrencyLimiter: try_acquire().release()": native_try,
         "ConcurrencyLimiter: with limiter": native_with,
         "KeyedConcurrencyLimiter: acquire(key).release()": keyed_blocking,
+        "SharedConcurrencyLimiter: acquire().release()": shared_blocking,
+        "SharedKeyedConcurrencyLimiter: acquire(key).release()": shared_keyed_blocking,
         "threading.Semaphore: acquire(); release()": threading_semaphore,
         "ConcurrencyLimiter: await acquire_async(), release()": native_async,
         "asyncio.Semaphore: await acquire(); release()": asyncio_semaphore,
@@ -94,7 +117,12 @@ def main() -> None:
         medians["ConcurrencyLimiter: await acquire_async(), release()"]
         / medians["asyncio.Semaphore: await acquire(); release()"]
     )
+    shared = (
+        medians["SharedConcurrencyLimiter: acquire().release()"]
+        / medians["ConcurrencyLimiter: acquire().release()"]
+    )
     print(f"acquire + release against threading.Semaphore: {threads:.2f}x (goal: within 3x)")
+    print(f"shared acquire + release against in-process: {shared:.2f}x (goal: within 2x)")
     print(f"acquire_async + release against asyncio.Semaphore: {tasks:.2f}x (goal: within 2x)")
 
 

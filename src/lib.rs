@@ -30,6 +30,12 @@ pub mod shared_memory;
 #[allow(unsafe_code)]
 pub mod process_mutex;
 
+// Which processes using an in-flight table are alive: a byte of its file locked by each, with
+// the kernel's open-file-description locks, through `fcntl`, in a third room with `unsafe`.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub mod owner_lock;
+
 // The glue's doc comments are also the Python docstrings that `help()` shows, where Markdown
 // backticks around every Python name would only be noise.
 #[cfg(feature = "python")]

@@ -58,6 +58,7 @@
 
 mod error;
 mod names;
+pub mod seats;
 mod secret;
 
 use std::fs::{File, OpenOptions};

@@ -22,11 +22,13 @@
 //!
 //! This module owns the rules and nothing else: no threads, no waking. [`table`] keeps the
 //! places of the waiters (and, for a keyed limit, a [`Seats`] per key in use); the glue keeps
-//! a table under a lock, and wakes the waiters it says were decided.
+//! a table under a lock, and wakes the waiters it says were decided. [`shared`] keeps the same
+//! rules for every process of a host, in words they all map.
 
 use std::collections::VecDeque;
 use std::fmt;
 
+pub mod shared;
 pub mod table;
 
 /// A place in the line, returned by [`Seats::ask`] when the seats are not free.

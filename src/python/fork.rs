@@ -128,11 +128,13 @@ fn after_fork_in_parent() {
     FORKING.store(false, SeqCst);
 }
 
-/// After a fork, in the child: count the fork. No section runs in the child (its only thread
-/// is this one), whatever the parent's threads had counted.
+/// After a fork, in the child: count the fork, and close the child's copies of the shared
+/// in-flight limits' owner descriptors (their byte locks are the parent's). No section runs in
+/// the child (its only thread is this one), whatever the parent's threads had counted.
 #[pyfunction]
 fn after_fork_in_child() {
     FORKS.fetch_add(1, SeqCst);
+    crate::python::seats::forget_owners_in_child();
     INSIDE.store(0, SeqCst);
     FORKING.store(false, SeqCst);
 }

@@ -151,6 +151,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<seats::KeyedConcurrencyLimiter>()?;
     module.add_class::<seats::Lease>()?;
     module.add_class::<seats::Waiter>()?;
+    module.add_class::<seats::SharedConcurrencyLimiter>()?;
+    module.add_class::<seats::SharedKeyedConcurrencyLimiter>()?;
+    module.add_class::<seats::SharedLease>()?;
+    module.add_class::<seats::SharedWaiter>()?;
     // meter: the RFC three-colour markers
     module.add("Color", meter::COLOR.class(py)?)?;
     module.add_class::<meter::SingleRateMeter>()?;

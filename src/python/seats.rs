@@ -20,7 +20,8 @@
 //! limiter warns once, `fork::Lineage`).
 //!
 //! This file holds the table under its lock; `lease.rs` the seats held, the places waited in
-//! and the blocking wait; `limiters.rs` the two limiter classes.
+//! and the blocking wait; `limiters.rs` the two limiter classes. `shared.rs` and
+//! `shared_limiters.rs` are the same for every process of a host, on `core::seats::shared`.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -35,9 +36,13 @@ use crate::python::fork::{forks, Lineage};
 
 mod lease;
 mod limiters;
+mod shared;
+mod shared_limiters;
 
 pub use lease::{Lease, Waiter};
 pub use limiters::{ConcurrencyLimiter, KeyedConcurrencyLimiter};
+pub use shared::{forget_owners_in_child, SharedLease, SharedWaiter};
+pub use shared_limiters::{SharedConcurrencyLimiter, SharedKeyedConcurrencyLimiter};
 
 /// How a waiter is told that its place was decided.
 enum Wake {

@@ -100,7 +100,10 @@ fn new_args<'py, L: PyLimit<Part = Shared>>(
 }
 
 /// The folder `path=` names (any path-like), or `None` for the default folder.
-fn given_folder(py: Python<'_>, path: Option<&Bound<'_, PyAny>>) -> PyResult<Option<PathBuf>> {
+pub(crate) fn given_folder(
+    py: Python<'_>,
+    path: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<PathBuf>> {
     match path.filter(|path| !path.is_none()) {
         None => Ok(None),
         Some(path) => Ok(Some(

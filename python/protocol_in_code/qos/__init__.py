@@ -13,7 +13,9 @@ For services, everything is importable from here:
   the worker processes of one host, with no server (:mod:`~protocol_in_code.qos.shared`).
 * :class:`ConcurrencyLimiter`, :class:`KeyedConcurrencyLimiter`: in-flight limits, how many
   at once rather than how often, for threads and asyncio tasks, first come first seated, each
-  holder given a :class:`Lease` with a fencing token (:mod:`~protocol_in_code.qos.concurrency`).
+  holder given a :class:`Lease` with a fencing token (:mod:`~protocol_in_code.qos.concurrency`);
+  :class:`SharedConcurrencyLimiter`, :class:`SharedKeyedConcurrencyLimiter`: the same for
+  every process of one host (:mod:`~protocol_in_code.qos.shared`).
 * :mod:`~protocol_in_code.qos.stack`: several limits on one request (global, route, client),
   taken from all of them or from none (``check_together``).
 * :class:`SingleRateMeter`, :class:`TwoRateMeter`, :class:`ExcessRateMeter`: the RFC 2697,
@@ -50,7 +52,13 @@ from protocol_in_code.qos.limiter import Band, Decision, LimitOutcome, RateLimit
 from protocol_in_code.qos.meter import Color, ExcessRateMeter, SingleRateMeter, TwoRateMeter
 from protocol_in_code.qos.refill import RefillResult, compute_refill
 from protocol_in_code.qos.shaper_loop import EnqueueResult, ToyShaper, run_contention
-from protocol_in_code.qos.shared import SharedKeyedRateLimiter, SharedRateLimiter
+from protocol_in_code.qos.shared import (
+    SharedConcurrencyLimiter,
+    SharedKeyedConcurrencyLimiter,
+    SharedKeyedRateLimiter,
+    SharedLease,
+    SharedRateLimiter,
+)
 from protocol_in_code.qos.stack import Part, Stacked, check_together, check_together_async
 from protocol_in_code.qos.token_bucket import ConsumeOutcome, ConsumeResult, TokenBucket
 from protocol_in_code.qos.token_bucket import try_consume as token_try_consume
@@ -77,7 +85,10 @@ __all__ = [
     "Part",
     "RateLimiter",
     "RefillResult",
+    "SharedConcurrencyLimiter",
+    "SharedKeyedConcurrencyLimiter",
     "SharedKeyedRateLimiter",
+    "SharedLease",
     "SharedRateLimiter",
     "SingleRateMeter",
     "Stacked",

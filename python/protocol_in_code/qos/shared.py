@@ -10,6 +10,10 @@ exactly what the limit allows, with no server to run:
 * :class:`SharedRateLimiter`: ``RateLimiter``'s limit, calls and answers, for one limit.
 * :class:`SharedKeyedRateLimiter`: ``KeyedRateLimiter``'s, one limit per key, in a table of a
   fixed size (``max_keys``).
+* :class:`SharedConcurrencyLimiter`, :class:`SharedKeyedConcurrencyLimiter`: in-flight limits,
+  ``ConcurrencyLimiter``'s and ``KeyedConcurrencyLimiter``'s calls and promises, for every
+  process of the host; each holder gets a :class:`SharedLease`. The seats of a process that
+  dies, or execs another program, come back to the others.
 
 Each process opens the table by its name::
 
@@ -62,6 +66,18 @@ What to know:
 
 from __future__ import annotations
 
-from protocol_in_code._native import SharedKeyedRateLimiter, SharedRateLimiter
+from protocol_in_code._native import (
+    SharedConcurrencyLimiter,
+    SharedKeyedConcurrencyLimiter,
+    SharedKeyedRateLimiter,
+    SharedLease,
+    SharedRateLimiter,
+)
 
-__all__ = ["SharedKeyedRateLimiter", "SharedRateLimiter"]
+__all__ = [
+    "SharedConcurrencyLimiter",
+    "SharedKeyedConcurrencyLimiter",
+    "SharedKeyedRateLimiter",
+    "SharedLease",
+    "SharedRateLimiter",
+]

@@ -1,0 +1,309 @@
+//! The two in-flight limiter classes shared by the processes of a host: their arguments read
+//! at the door, and each call handed to the table (`shared.rs`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+
+use super::shared::{acquire, ask_for_task, try_acquire, Host, SharedLease};
+use crate::core::seats::shared::THE_KEY;
+use crate::python::args::{count, tokens, Timeout, N};
+use crate::python::surface::conveniences;
+use crate::shared_memory;
+
+/// The default `max_keys` of a keyed shared limit.
+const DEFAULT_MAX_KEYS: u64 = 10_000;
+
+/// Write a shared in-flight limiter class's `#[pymethods]`: what both classes read from their
+/// table alike, then the class's own methods, as given (see `seats_methods!` in `limiters.rs`
+/// for why a macro).
+macro_rules! shared_seats_methods {
+    ($class:ty { $($own:tt)* }) => {
+        #[pymethods]
+        impl $class {
+            /// How many seats are held now by every process of the host, over every key of a
+            /// keyed limiter. The seats of processes that are gone are given back first.
+            #[getter]
+            fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
+                self.host.reclaim_the_dead(py)?;
+                Ok(self.host.seats.in_flight())
+            }
+
+            /// How many callers of every process wait for seats.
+            #[getter]
+            fn waiting(&self) -> u64 {
+                self.host.seats.waiting()
+            }
+
+            /// How many seats there are (for each key, in a keyed limiter): the table's, which
+            /// every process shares.
+            #[getter]
+            fn limit(&self) -> u64 {
+                self.host.seats.limit()
+            }
+
+            /// A new limit for every process, at once: holders keep their seats; waiters that
+            /// now fit are seated, and those asking for more than the new limit get ValueError.
+            fn resize(&self, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+                Ok(self.host.seats.resize(count(limit, "limit")?)?)
+            }
+
+            /// The limit's name.
+            #[getter]
+            fn name(&self) -> &str {
+                &self.host.name
+            }
+
+            /// The file the table lives in.
+            #[getter]
+            fn path(&self) -> &PathBuf {
+                &self.host.path
+            }
+
+            /// Remove the table's file (for tests and tooling): processes using it keep their
+            /// table; the next one to open the name makes a new one.
+            fn remove(&self) -> PyResult<()> {
+                shared_memory::remove(&self.host.path).map_err(PyErr::from)
+            }
+
+            /// Hold one seat while the decorated function runs (awaited for an async def).
+            fn __call__<'py>(
+                slf: &Bound<'py, Self>,
+                function: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
+            }
+
+            $($own)*
+        }
+    };
+}
+
+/// `limit`: a count of seats, at least 1.
+fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
+    count(limit, "limit")
+}
+
+/// The awaitable of `acquire_async`, for `args` (`(n,)` or `(key, n)`).
+fn await_shared<'py>(
+    slf: &Bound<'py, PyAny>,
+    args: Bound<'py, pyo3::types::PyTuple>,
+    timeout: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    slf.py()
+        .import("protocol_in_code.qos._shared_seats")?
+        .call_method1("await_shared_lease", (slf, args, timeout))
+}
+
+/// At most `limit` seats held at once by every process of this host that opens `name`.
+///
+/// SharedConcurrencyLimiter(name, limit, *, path=None)
+///
+/// ConcurrencyLimiter's calls and promises (acquire, try_acquire, acquire_async, with, async
+/// with, the decorator, resize, fencing tokens, first come first seated), on a table in a file
+/// every process maps (in the folder `path`, or this user's own in /dev/shm, as for
+/// SharedRateLimiter). The table's limit is shared: `limit` is the limit of a new table, and a
+/// process opening a table other processes use gets the table's (resize() changes it for all).
+/// The seats of a process that dies, or execs, are given back to the others.
+#[pyclass(frozen, module = "protocol_in_code.qos.shared")]
+pub struct SharedConcurrencyLimiter {
+    host: Arc<Host>,
+}
+
+shared_seats_methods! { SharedConcurrencyLimiter {
+    #[new]
+    #[pyo3(signature = (name, limit, *, path = None))]
+    fn new(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        limit: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let host = Host::open(py, name, seats_limit(limit)?, None, path)?;
+        Ok(SharedConcurrencyLimiter { host })
+    }
+
+    /// n seats, waiting (the interpreter released) until they are free or `timeout` seconds
+    /// have passed: a SharedLease, or None holding nothing. ValueError for n more than the
+    /// limit.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<SharedLease>> {
+        acquire(py, &self.host, THE_KEY, tokens(n), timeout, "SharedConcurrencyLimiter")
+    }
+
+    /// n seats now, if they are free and nobody waits: a SharedLease, or None.
+    #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
+    fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<SharedLease>> {
+        try_acquire(py, &self.host, THE_KEY, tokens(n))
+    }
+
+    /// The asyncio form of acquire(): awaits a SharedLease, or None once `timeout` has passed.
+    /// A waiter cancelled meanwhile holds nothing and passes its turn on.
+    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [n])?, timeout)
+    }
+
+    fn _ask(&self, py: Python<'_>, n: N) -> PyResult<Option<Py<PyAny>>> {
+        ask_for_task(py, &self.host, THE_KEY, n.0)
+    }
+
+    /// Give back one seat held with no lease (that of `with limiter:`).
+    fn _release(&self, py: Python<'_>, _n: N) -> PyResult<()> {
+        self.host.give_back_kept(py)
+    }
+
+    /// `with limiter:` holds one seat for the block, waiting as acquire() does.
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        if let Some(lease) = slf.get().acquire(slf.py(), None, None)? {
+            Bound::new(slf.py(), lease)?.call_method0("_keep")?;
+        }
+        Ok(slf.clone())
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        self.host.give_back_kept(py)
+    }
+
+    /// `async with limiter:` holds one seat for the block, awaiting as acquire_async() does.
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("enter_held_async", (slf,))
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __aexit__<'py>(
+        slf: &Bound<'py, Self>,
+        _exc_info: &Bound<'py, pyo3::types::PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("exit_held_async", (slf,))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedConcurrencyLimiter({:?}, limit={}, in_flight={}, waiting={})",
+            self.host.name,
+            self.host.seats.limit(),
+            self.host.seats.in_flight(),
+            self.host.seats.waiting()
+        )
+    }
+}}
+
+/// One in-flight limit per key, shared by every process of this host that opens `name`.
+///
+/// SharedKeyedConcurrencyLimiter(name, limit, *, max_keys=10000, path=None)
+///
+/// KeyedConcurrencyLimiter's calls, each taking the key first, on a table every process maps
+/// (see SharedConcurrencyLimiter). A key has seats only while someone holds or waits for them;
+/// a new key finding max_keys keys in use waits (try_acquire gives None) until one is free, and
+/// nobody is evicted. Keys are ints, floats, str, bytes and tuples of these.
+#[pyclass(frozen, module = "protocol_in_code.qos.shared")]
+pub struct SharedKeyedConcurrencyLimiter {
+    host: Arc<Host>,
+    max_keys: u64,
+}
+
+shared_seats_methods! { SharedKeyedConcurrencyLimiter {
+    #[new]
+    #[pyo3(signature = (name, limit, *, max_keys = None, path = None), text_signature = "(name, limit, *, max_keys=10000, path=None)")]
+    fn new(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        limit: &Bound<'_, PyAny>,
+        max_keys: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let limit = seats_limit(limit)?;
+        let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |m| count(m, "max_keys"))?;
+        if max_keys == 0 || max_keys > 1 << 24 {
+            return Err(PyValueError::new_err(format!(
+                "max_keys must be from 1 to {}, not {max_keys}",
+                1 << 24
+            )));
+        }
+        let host = Host::open(py, name, limit, Some(max_keys), path)?;
+        Ok(SharedKeyedConcurrencyLimiter { host, max_keys })
+    }
+
+    /// n seats of `key`, waiting as SharedConcurrencyLimiter.acquire() does (and, for a new
+    /// key in a full table, until a key is free): a SharedLease, or None once `timeout` passed.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+        timeout: Option<Timeout>,
+    ) -> PyResult<Option<SharedLease>> {
+        let digest = self.host.digest(key)?;
+        acquire(py, &self.host, digest, tokens(n), timeout, "SharedKeyedConcurrencyLimiter")
+    }
+
+    /// n seats of `key` now, if free, nobody waits, and the key has room: a SharedLease, or
+    /// None.
+    #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        n: Option<N>,
+    ) -> PyResult<Option<SharedLease>> {
+        let digest = self.host.digest(key)?;
+        try_acquire(py, &self.host, digest, tokens(n))
+    }
+
+    /// The asyncio form of acquire(key): awaits a SharedLease, or None once `timeout` passed.
+    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+    fn acquire_async<'py>(
+        slf: &Bound<'py, Self>,
+        key: Bound<'py, PyAny>,
+        n: Option<Bound<'py, PyAny>>,
+        timeout: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [key, n])?, timeout)
+    }
+
+    fn _ask(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N) -> PyResult<Option<Py<PyAny>>> {
+        let digest = self.host.digest(key)?;
+        ask_for_task(py, &self.host, digest, n.0)
+    }
+
+    /// How many keys may be in use at once.
+    #[getter]
+    fn max_keys(&self) -> u64 {
+        self.max_keys
+    }
+
+    /// How many keys are in use (held or waited for) by every process.
+    fn __len__(&self) -> usize {
+        usize::try_from(self.host.seats.keys()).unwrap_or(usize::MAX)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SharedKeyedConcurrencyLimiter({:?}, limit={}, max_keys={}, in_flight={}, waiting={})",
+            self.host.name,
+            self.host.seats.limit(),
+            self.max_keys,
+            self.host.seats.in_flight(),
+            self.host.seats.waiting()
+        )
+    }
+}}
