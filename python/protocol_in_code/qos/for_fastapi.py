@@ -146,7 +146,6 @@ class RateLimit:
     #: and the dependencies given as ``key``, ``plan`` or ``cost``.
     __signature__: inspect.Signature
 
-    @spelled_out(DependencyKeywords)
     def __new__(cls, limiter: Any, **options: Unpack[DependencyKeywords]) -> RateLimit:
         """A :class:`RateLimit`, or with ``max_in_flight`` a ``_SeatedRateLimit``: FastAPI reads
         a dependency's class to know one with yield, which holds the seat until the response
@@ -223,6 +222,10 @@ class RateLimit:
         for name, value in fields:
             response.headers.append(name, value)
         return lease
+
+
+# inspect reads a class's signature from its __new__ before its __init__: spelled out there too.
+spelled_out(DependencyKeywords)(RateLimit.__new__)
 
 
 class _SeatedRateLimit(RateLimit):
