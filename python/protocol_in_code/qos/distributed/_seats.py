@@ -30,6 +30,7 @@ from protocol_in_code.qos.distributed._seats_core import (
     SHA,
     SOURCE,
     Ask,
+    KeyedSeats,
     LeaseExpired,
     LeaseState,
     Limit,
@@ -369,7 +370,7 @@ class RedisConcurrencyLimiter(_Seats):
         return seated  # type: ignore[return-value]
 
 
-class RedisKeyedConcurrencyLimiter(_Seats):
+class RedisKeyedConcurrencyLimiter(_Seats, KeyedSeats[RedisLease]):
     """At most ``limit`` seats held at once per key (``str`` or ``bytes``), across hosts.
 
     Each key's state is kept only while someone holds or waits for its seats. Its keys are
@@ -378,8 +379,6 @@ class RedisKeyedConcurrencyLimiter(_Seats):
     calls (resize the limiters of every host alike). ``in_flight`` counts the seats this
     limiter object holds now; :meth:`in_flight_of` asks the server about one key.
     """
-
-    keyed = True
 
     def try_acquire(self, key: str | bytes, n: int = 1) -> RedisLease | None:
         """A lease of ``n`` of ``key``'s seats now, or None."""
@@ -397,18 +396,9 @@ class RedisKeyedConcurrencyLimiter(_Seats):
         """:meth:`acquire` awaited, on a thread of its own."""
         return await self._acquire_async(Limit.of(self.options, key), n, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return self._held_here()
-
     def in_flight_of(self, key: str | bytes) -> int:
         """Seats of ``key`` held now, by every holder (one script call)."""
         return self.call(Limit.of(self.options, key), Ask(b"look")).held
-
-    def resize(self, limit: int) -> None:
-        """A new limit for this limiter's calls from now, evicting nobody."""
-        self._resized(limit)
 
 
 def _sure(lease: RedisLease | None) -> RedisLease:

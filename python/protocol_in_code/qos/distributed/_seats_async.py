@@ -21,6 +21,7 @@ from protocol_in_code.qos.distributed._seats_core import (
     SHA,
     SOURCE,
     Ask,
+    KeyedSeats,
     LeaseExpired,
     LeaseState,
     Limit,
@@ -231,11 +232,9 @@ class AsyncRedisConcurrencyLimiter(_AsyncSeats):
         return cast("_F", seated)
 
 
-class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats):
+class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats, KeyedSeats[AsyncRedisLease]):
     """:class:`~protocol_in_code.qos.distributed.RedisKeyedConcurrencyLimiter` on an asyncio
     client."""
-
-    keyed = True
 
     async def try_acquire(self, key: str | bytes, n: int = 1) -> AsyncRedisLease | None:
         """A lease of ``n`` of ``key``'s seats now, or None."""
@@ -247,15 +246,6 @@ class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats):
         """A lease of ``n`` of ``key``'s seats, waiting up to ``timeout`` seconds."""
         return await self._take(Limit.of(self.options, key), n, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return self._held_here()
-
     async def in_flight_of(self, key: str | bytes) -> int:
         """Seats of ``key`` held now, by every holder (one script call)."""
         return (await self.call(Limit.of(self.options, key), Ask(b"look"))).held
-
-    def resize(self, limit: int) -> None:
-        """A new limit for this limiter's calls from now, evicting nobody."""
-        self._resized(limit)

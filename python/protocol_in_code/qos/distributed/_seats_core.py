@@ -384,10 +384,6 @@ class SeatsState(Generic[_L]):
         self._mine.add(lease)
         return lease
 
-    def _held_here(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return sum(lease.n for lease in list(self._mine) if not lease.released)
-
     def _resized(self, limit: int) -> None:
         check_limit(limit)
         self._limit = limit
@@ -402,3 +398,18 @@ class SeatsState(Generic[_L]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(limit={self._limit}, name={self.options.name!r})"
+
+
+class KeyedSeats(SeatsState[_L]):
+    """What a keyed in-flight limiter answers without the server, in either shell."""
+
+    keyed = True
+
+    @property
+    def in_flight(self) -> int:
+        """Seats held now through this limiter object, over every key."""
+        return sum(lease.n for lease in list(self._mine) if not lease.released)
+
+    def resize(self, limit: int) -> None:
+        """A new limit for this limiter's calls from now, evicting nobody."""
+        self._resized(limit)
