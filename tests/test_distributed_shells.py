@@ -6,6 +6,8 @@
   client nor awaits: a reply read there is a plain value in, a ``Decision`` out.
 * The constructors' keywords, their defaults and their checks have one owner, ``Options``.
 * No module of the package is over 600 lines.
+* The in-flight limiters' shells (``_seats.py``, ``_seats_async.py``) write each server step
+  once; what a reply means, a lease's state and an acquire's course are ``_seats_core``'s.
 """
 
 from __future__ import annotations
@@ -211,3 +213,54 @@ def test_the_asyncio_one_key_form_awaits_its_operations() -> None:
     assert inspect.iscoroutinefunction(limiter.check)
     with pytest.raises(ValueError, match="now_ns must be a whole number of microseconds"):
         asyncio.run(limiter.check(1, 1))  # checked before any round trip, as in-process
+
+
+#: The in-flight limiters' shells: each sends the script's calls and reads the grant lists.
+SEAT_SHELLS = ["_seats.py", "_seats_async.py"]
+
+#: What a seats shell does with the server: each written once per shell, for both of its
+#: limiters (``call`` is also the script's own send, so it is not counted here).
+SEAT_STEPS = ["beat", "_take", "_read_until", "_leave", "release", "extend"]
+
+#: What the seats core alone decides: a reply's meaning, a lease's state, an acquire's course.
+SEAT_DECISIONS = ["too_many", "grant_token", "ask_again_in", "LeaseExpired", "ttl_ms_of"]
+
+
+def seat_definitions(name: str) -> list[str]:
+    """The seats module of each definition of a function or method called ``name``."""
+    found = []
+    for path in sorted(PACKAGE.glob("_seats*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                found.append(path.name)
+    return found
+
+
+@pytest.mark.parametrize("step", SEAT_STEPS)
+def test_each_seats_step_is_written_once_per_shell(step: str) -> None:
+    assert seat_definitions(step) == SEAT_SHELLS
+
+
+@pytest.mark.parametrize("shell", SEAT_SHELLS)
+def test_the_seats_shells_leave_every_decision_to_the_core(shell: str) -> None:
+    tree = ast.parse((PACKAGE / shell).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in SEAT_DECISIONS, f"{shell} decides ({node.func.id})"
+        if isinstance(node, ast.ClassDef):
+            assert node.name not in ("Turn", "LeaseState", "SeatsState", "KeyedSeats")
+
+
+def test_the_seats_core_neither_awaits_nor_calls_a_client() -> None:
+    tree = ast.parse((PACKAGE / "_seats_core.py").read_text())
+    for node in ast.walk(tree):
+        assert not isinstance(node, (ast.Await, ast.AsyncFunctionDef)), "the core awaits"
+        if isinstance(node, ast.Attribute):
+            assert node.attr not in ("evalsha", "eval", "blpop", "rpush", "client")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = (
+                [node.module]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+            )
+            assert not {"asyncio", "threading", "socket"} & set(modules), modules

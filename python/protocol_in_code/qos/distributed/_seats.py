@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import inspect
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,23 +27,19 @@ from protocol_in_code.qos.distributed._client import (
 )
 from protocol_in_code.qos.distributed._client import socket_timeout as socket_timeout_of
 from protocol_in_code.qos.distributed._seats_core import (
-    DEFAULT_LEASE_TTL,
     SHA,
     SOURCE,
     Ask,
+    KeyedSeats,
     LeaseExpired,
+    LeaseState,
     Limit,
     Reply,
-    SeatOptions,
-    ask_again_in,
+    SeatsState,
+    Turn,
     blocking_read,
-    check_limit,
     check_n,
     check_timeout,
-    grant_token,
-    new_id,
-    too_many,
-    ttl_ms_of,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -108,7 +102,7 @@ class SeatScript:
         return None if got is None else bytes(got[1])
 
 
-class RedisLease:
+class RedisLease(LeaseState):
     """Seats held on the server until :meth:`release`, or until ``lease_ttl`` passes without
     :meth:`extend` (a holder that died gives its seats back so). A context manager.
 
@@ -116,15 +110,11 @@ class RedisLease:
     releasing or extending a lease that had lapsed raises :class:`LeaseExpired`.
     """
 
-    __slots__ = ("__weakref__", "_limit", "_owner", "_stop", "lease_id", "n", "released", "token")
+    __slots__ = ("_stop",)
+    _owner: _Seats
 
     def __init__(self, owner: _Seats, limit: Limit, lease_id: bytes, n: int, token: int) -> None:
-        self._owner = owner
-        self._limit = limit
-        self.lease_id = lease_id
-        self.n = n
-        self.token = token
-        self.released = False
+        super().__init__(owner, limit, lease_id, n, token)
         self._stop: threading.Event | None = None
         if owner.options.heartbeat:
             self._stop = threading.Event()
@@ -135,23 +125,14 @@ class RedisLease:
     def release(self) -> None:
         """Give the seats back (once; a second call does nothing). Raises
         :class:`LeaseExpired` if they had lapsed first."""
-        if self.released:
-            return
-        self.released = True
-        self._stop_beating()
-        reply = self._owner.call(self._limit, Ask(b"release", self.lease_id))
-        if reply.status == 0:
-            raise LeaseExpired(f"lease {self.token} had lapsed before it was released")
+        ask = self._releasing()
+        if ask is not None:
+            self._answered(self._owner.call(self._limit, ask), "released")
 
     def extend(self, ttl: float | None = None) -> None:
         """Hold the seats ``ttl`` seconds more from now (the limiter's ``lease_ttl`` if None).
         Raises :class:`LeaseExpired` if they had lapsed, ``ValueError`` if released."""
-        if self.released:
-            raise ValueError(f"lease {self.token} was released: there is nothing to extend")
-        ttl_ms = self._owner.options.lease_ttl_ms if ttl is None else ttl_ms_of(ttl)
-        reply = self._owner.call(self._limit, Ask(b"extend", self.lease_id, ttl_ms=ttl_ms))
-        if reply.status == 0:
-            raise LeaseExpired(f"lease {self.token} had lapsed before it was extended")
+        self._answered(self._owner.call(self._limit, self._extending(ttl)), "extended")
 
     def _stop_beating(self) -> None:
         if self._stop is not None:
@@ -164,53 +145,21 @@ class RedisLease:
         try:
             self.release()
         except LeaseExpired:
-            if (
-                not exc_info or exc_info[0] is None
-            ):  # the block's own error, if any, is the one to see
+            if self._raises_on_exit(exc_info):
                 raise
 
-    def __del__(self) -> None:
-        # A lease dropped unreleased is left to lapse on the server; no call is made here,
-        # as a finalizer may run anywhere (inside the client's own locks).
-        self._stop_beating()
 
-    def __repr__(self) -> str:
-        return f"RedisLease(n={self.n}, token={self.token}, released={self.released})"
-
-
-class _Seats:
+class _Seats(SeatsState[RedisLease]):
     """What both synchronous in-flight limiters do, for a limit given by its keys."""
 
-    #: A keyed limit's state (its limit, its last token) is forgotten when nobody holds or
-    #: waits, and every call writes the limiter's own limit (see the keyed limiter).
-    keyed = False
-
-    def __init__(
-        self, client: Any, limit: int, name: str, lease_ttl: float, heartbeat: bool, prefix: Any
-    ) -> None:
-        self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
-        self.script = SeatScript(client, type(self).__name__)
-        self._limit = limit
-        self._mine: weakref.WeakSet[RedisLease] = weakref.WeakSet()
-        self._held: contextvars.ContextVar[tuple[RedisLease, ...]] = contextvars.ContextVar(
-            "held", default=()
-        )
-
-    @property
-    def limit(self) -> int:
-        """The limit, as the server last told it to this limiter."""
-        return self._limit
+    script_kind = SeatScript
+    script: SeatScript
 
     def call(self, limit: Limit, ask: Ask) -> Reply:
-        reply = self.script.call(limit, ask, self._limit, self.keyed)
-        if not self.keyed:
-            self._limit = reply.limit
-        return reply
+        return self._noted(self.script.call(limit, ask, self._limit, self.keyed))
 
-    def _lease(self, limit: Limit, lease_id: bytes, n: int, token: int) -> RedisLease:
-        lease = RedisLease(self, limit, lease_id, n, token)
-        self._mine.add(lease)
-        return lease
+    def _lease(self, limit: Limit, turn: Turn, token: int) -> RedisLease:
+        return self._kept(RedisLease(self, limit, turn.lease_id, turn.n, token))
 
     def beat(self, limit: Limit, lease_id: bytes, stop: threading.Event) -> None:
         """Extend a lease every :attr:`SeatOptions.heartbeat_interval` until ``stop``, or until
@@ -225,7 +174,7 @@ class _Seats:
 
     def _try(self, limit: Limit, n: int) -> RedisLease | None:
         check_n(n)
-        return self._take(limit, n, 0, None)
+        return self._take(limit, Turn(n, 0, self.options.lease_ttl_ms), None)
 
     def _acquire(self, limit: Limit, n: int, timeout: float | None) -> RedisLease | None:
         check_n(n)
@@ -237,54 +186,40 @@ class _Seats:
                 "waits: in async code, use `await limiter.acquire_async()` (try_acquire() "
                 "never waits)"
             )
-        return self._take(limit, n, timeout, None)
+        return self._take(limit, Turn(n, timeout, self.options.lease_ttl_ms), None)
 
     def _take(
-        self,
-        limit: Limit,
-        n: int,
-        timeout: float | None,
-        cancelled: threading.Event | None,
-        lease_id: bytes | None = None,
+        self, limit: Limit, turn: Turn, cancelled: threading.Event | None
     ) -> RedisLease | None:
-        """Seats now, or in line until granted or ``timeout``: one script call to ask, a
+        """Seats now, or in line until granted or the timeout: one script call to ask, a
         ``BLPOP`` to wait, one more to ask again only when something lapses that nobody
         announces, and one to leave if the wait ends unseated."""
-        lease_id, ttl = lease_id or new_id(), self.options.lease_ttl_ms
-        join = timeout is None or timeout > 0
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ask = Ask(b"acquire", lease_id, n, ttl, join)
-        reply = self.call(limit, ask)
-        if reply.status == 1:
-            return self._lease(limit, lease_id, n, reply.value)
-        if reply.status == -1:
-            raise too_many(n, reply.limit)
-        if not join:
+        reply = self.call(limit, turn.ask)
+        token = turn.first(reply)
+        if token is not None:
+            return self._lease(limit, turn, token)
+        if not turn.join:
             return None
         seated = False
         try:
             while cancelled is None or not cancelled.is_set():
-                left = None if deadline is None else deadline - time.monotonic()
-                until = time.monotonic() + ask_again_in(left, reply.value, ttl)
-                got = self._read_until(limit, lease_id, until)
+                got = self._read_until(limit, turn.lease_id, turn.read_until(reply))
                 if got == CANCELLED:
                     return None
                 if got is not None:
-                    token = grant_token(got)
-                    if token is None:
-                        raise too_many(n, self._limit)
-                    seated = True
-                    return self._lease(limit, lease_id, n, token)
-                if deadline is not None and time.monotonic() >= deadline:
+                    token = turn.granted(got, self._limit)
+                elif turn.timed_out():
                     return None
-                reply = self.call(limit, ask)
-                if reply.status == 1:
+                else:
+                    reply = self.call(limit, turn.ask)
+                    token = turn.seated(reply)
+                if token is not None:
                     seated = True
-                    return self._lease(limit, lease_id, n, reply.value)
+                    return self._lease(limit, turn, token)
             return None
         finally:
             if not seated:
-                self._leave(limit, lease_id)
+                self._leave(limit, turn.lease_id)
 
     def _read_until(self, limit: Limit, lease_id: bytes, until: float) -> bytes | None:
         """The grant, if it arrives before ``until`` (in reads the socket timeout allows)."""
@@ -315,11 +250,11 @@ class _Seats:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[RedisLease | None] = loop.create_future()
         cancelled = threading.Event()
-        lease_id = new_id()
+        turn = Turn(n, timeout, self.options.lease_ttl_ms)
 
         def run() -> None:
             try:
-                result: Any = self._take(limit, n, timeout, cancelled, lease_id)
+                result: Any = self._take(limit, turn, cancelled)
             except BaseException as error:  # carried to the awaiting task
                 result = error
             if cancelled.is_set() and isinstance(result, RedisLease):
@@ -333,7 +268,7 @@ class _Seats:
             return await done
         except asyncio.CancelledError:
             cancelled.set()
-            threading.Thread(target=self._wake, args=(limit, lease_id), daemon=True).start()
+            threading.Thread(target=self._wake, args=(limit, turn.lease_id), daemon=True).start()
             raise
 
     def _wake(self, limit: Limit, lease_id: bytes) -> None:
@@ -345,14 +280,6 @@ class _Seats:
             self.script.client.pexpire(key, self.options.lease_ttl_ms)
         except self.script.errors.unavailable:
             pass  # the waiter's own reads end within its next ask
-
-    def _held_push(self, lease: RedisLease) -> None:
-        self._held.set((*self._held.get(), lease))
-
-    def _held_pop(self) -> RedisLease:
-        held = self._held.get()
-        self._held.set(held[:-1])
-        return held[-1]
 
 
 def _give_back(lease: RedisLease) -> None:
@@ -395,19 +322,6 @@ class RedisConcurrencyLimiter(_Seats):
     takes the stored one (its own is used only if the state is new).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        *,
-        name: str,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        heartbeat: bool = False,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
-        self._where = Limit.of(self.options)
-
     def try_acquire(self, n: int = 1) -> RedisLease | None:
         """A lease of ``n`` seats now, or None; one script call, never waits."""
         return self._try(self._where, n)
@@ -435,8 +349,7 @@ class RedisConcurrencyLimiter(_Seats):
     def resize(self, limit: int) -> None:
         """A new limit for every host, at once, evicting nobody; waiters that now fit are
         seated, and those asking more than it are refused."""
-        check_limit(limit)
-        self._limit = limit
+        self._resized(limit)
         self.call(self._where, Ask(b"resize", set_limit=True))
 
     def __enter__(self) -> RedisConcurrencyLimiter:
@@ -456,11 +369,8 @@ class RedisConcurrencyLimiter(_Seats):
 
         return seated  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
-        return f"RedisConcurrencyLimiter(limit={self._limit}, name={self.options.name!r})"
 
-
-class RedisKeyedConcurrencyLimiter(_Seats):
+class RedisKeyedConcurrencyLimiter(_Seats, KeyedSeats[RedisLease]):
     """At most ``limit`` seats held at once per key (``str`` or ``bytes``), across hosts.
 
     Each key's state is kept only while someone holds or waits for its seats. Its keys are
@@ -469,20 +379,6 @@ class RedisKeyedConcurrencyLimiter(_Seats):
     calls (resize the limiters of every host alike). ``in_flight`` counts the seats this
     limiter object holds now; :meth:`in_flight_of` asks the server about one key.
     """
-
-    keyed = True
-
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        *,
-        name: str,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        heartbeat: bool = False,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
 
     def try_acquire(self, key: str | bytes, n: int = 1) -> RedisLease | None:
         """A lease of ``n`` of ``key``'s seats now, or None."""
@@ -500,22 +396,9 @@ class RedisKeyedConcurrencyLimiter(_Seats):
         """:meth:`acquire` awaited, on a thread of its own."""
         return await self._acquire_async(Limit.of(self.options, key), n, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return sum(lease.n for lease in list(self._mine) if not lease.released)
-
     def in_flight_of(self, key: str | bytes) -> int:
         """Seats of ``key`` held now, by every holder (one script call)."""
         return self.call(Limit.of(self.options, key), Ask(b"look")).held
-
-    def resize(self, limit: int) -> None:
-        """A new limit for this limiter's calls from now, evicting nobody."""
-        check_limit(limit)
-        self._limit = limit
-
-    def __repr__(self) -> str:
-        return f"RedisKeyedConcurrencyLimiter(limit={self._limit}, name={self.options.name!r})"
 
 
 def _sure(lease: RedisLease | None) -> RedisLease:

@@ -9,10 +9,8 @@ nothing after and passes its turn on. A waiting task holds one of the client's c
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -20,23 +18,19 @@ from protocol_in_code.qos._give_backs import in_background, run_to_the_end
 from protocol_in_code.qos.distributed._client import LimiterUnavailable
 from protocol_in_code.qos.distributed._seats import SeatScript
 from protocol_in_code.qos.distributed._seats_core import (
-    DEFAULT_LEASE_TTL,
     SHA,
     SOURCE,
     Ask,
+    KeyedSeats,
     LeaseExpired,
+    LeaseState,
     Limit,
     Reply,
-    SeatOptions,
-    ask_again_in,
+    SeatsState,
+    Turn,
     blocking_read,
-    check_limit,
     check_n,
     check_timeout,
-    grant_token,
-    new_id,
-    too_many,
-    ttl_ms_of,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
@@ -69,21 +63,17 @@ class AsyncSeatScript(SeatScript):
         return None if got is None else bytes(got[1])
 
 
-class AsyncRedisLease:
+class AsyncRedisLease(LeaseState):
     """:class:`~protocol_in_code.qos.distributed.RedisLease` whose calls are awaited; an
     asynchronous context manager. With ``heartbeat=True`` a task extends it until released."""
 
-    __slots__ = ("__weakref__", "_beat", "_limit", "_owner", "lease_id", "n", "released", "token")
+    __slots__ = ("_beat",)
+    _owner: _AsyncSeats
 
     def __init__(
         self, owner: _AsyncSeats, limit: Limit, lease_id: bytes, n: int, token: int
     ) -> None:
-        self._owner = owner
-        self._limit = limit
-        self.lease_id = lease_id
-        self.n = n
-        self.token = token
-        self.released = False
+        super().__init__(owner, limit, lease_id, n, token)
         self._beat: asyncio.Task[None] | None = None
         if owner.options.heartbeat:
             self._beat = asyncio.ensure_future(owner.beat(limit, lease_id))
@@ -91,22 +81,13 @@ class AsyncRedisLease:
     async def release(self) -> None:
         """Give the seats back (once; a second call does nothing). Raises
         :class:`LeaseExpired` if they had lapsed first. A cancel does not stop it half way."""
-        if self.released:
-            return
-        self.released = True
-        self._stop_beating()
-        reply = await _to_the_end(self._owner.call(self._limit, Ask(b"release", self.lease_id)))
-        if reply.status == 0:
-            raise LeaseExpired(f"lease {self.token} had lapsed before it was released")
+        ask = self._releasing()
+        if ask is not None:
+            self._answered(await _to_the_end(self._owner.call(self._limit, ask)), "released")
 
     async def extend(self, ttl: float | None = None) -> None:
         """Hold the seats ``ttl`` seconds more from now (the limiter's ``lease_ttl`` if None)."""
-        if self.released:
-            raise ValueError(f"lease {self.token} was released: there is nothing to extend")
-        ttl_ms = self._owner.options.lease_ttl_ms if ttl is None else ttl_ms_of(ttl)
-        reply = await self._owner.call(self._limit, Ask(b"extend", self.lease_id, ttl_ms=ttl_ms))
-        if reply.status == 0:
-            raise LeaseExpired(f"lease {self.token} had lapsed before it was extended")
+        self._answered(await self._owner.call(self._limit, self._extending(ttl)), "extended")
 
     def _stop_beating(self) -> None:
         if self._beat is not None:
@@ -119,14 +100,8 @@ class AsyncRedisLease:
         try:
             await self.release()
         except LeaseExpired:
-            if not exc_info or exc_info[0] is None:
+            if self._raises_on_exit(exc_info):
                 raise
-
-    def __del__(self) -> None:
-        self._stop_beating()
-
-    def __repr__(self) -> str:
-        return f"AsyncRedisLease(n={self.n}, token={self.token}, released={self.released})"
 
 
 async def _to_the_end(call: Awaitable[Reply]) -> Reply:
@@ -140,37 +115,17 @@ async def _to_the_end(call: Awaitable[Reply]) -> Reply:
         raise
 
 
-class _AsyncSeats:
+class _AsyncSeats(SeatsState[AsyncRedisLease]):
     """What both asyncio in-flight limiters do, for a limit given by its keys."""
 
-    keyed = False
-
-    def __init__(
-        self, client: Any, limit: int, name: str, lease_ttl: float, heartbeat: bool, prefix: Any
-    ) -> None:
-        self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
-        self.script = AsyncSeatScript(client, type(self).__name__)
-        self._limit = limit
-        self._mine: weakref.WeakSet[AsyncRedisLease] = weakref.WeakSet()
-        self._held: contextvars.ContextVar[tuple[AsyncRedisLease, ...]] = contextvars.ContextVar(
-            "held", default=()
-        )
-
-    @property
-    def limit(self) -> int:
-        """The limit, as the server last told it to this limiter."""
-        return self._limit
+    script_kind = AsyncSeatScript
+    script: AsyncSeatScript
 
     async def call(self, limit: Limit, ask: Ask) -> Reply:
-        reply = await self.script.call_async(limit, ask, self._limit, self.keyed)
-        if not self.keyed:
-            self._limit = reply.limit
-        return reply
+        return self._noted(await self.script.call_async(limit, ask, self._limit, self.keyed))
 
-    def _lease(self, limit: Limit, lease_id: bytes, n: int, token: int) -> AsyncRedisLease:
-        lease = AsyncRedisLease(self, limit, lease_id, n, token)
-        self._mine.add(lease)
-        return lease
+    def _lease(self, limit: Limit, turn: Turn, token: int) -> AsyncRedisLease:
+        return self._kept(AsyncRedisLease(self, limit, turn.lease_id, turn.n, token))
 
     async def beat(self, limit: Limit, lease_id: bytes) -> None:
         """Extend a lease every :attr:`SeatOptions.heartbeat_interval` until cancelled or
@@ -188,42 +143,34 @@ class _AsyncSeats:
         """Seats now, or in line until granted or ``timeout`` (see ``_seats._Seats._take``)."""
         check_n(n)
         check_timeout(timeout)
-        lease_id, ttl = new_id(), self.options.lease_ttl_ms
-        join = timeout is None or timeout > 0
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ask = Ask(b"acquire", lease_id, n, ttl, join)
+        turn = Turn(n, timeout, self.options.lease_ttl_ms)
         try:
-            reply = await self.call(limit, ask)
+            reply = await self.call(limit, turn.ask)
         except asyncio.CancelledError:  # it may have been seated, or put in line
-            in_background(self._leave(limit, lease_id))
+            in_background(self._leave(limit, turn.lease_id))
             raise
-        if reply.status == 1:
-            return self._lease(limit, lease_id, n, reply.value)
-        if reply.status == -1:
-            raise too_many(n, reply.limit)
-        if not join:
+        token = turn.first(reply)
+        if token is not None:
+            return self._lease(limit, turn, token)
+        if not turn.join:
             return None
         seated = False
         try:
             while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                until = time.monotonic() + ask_again_in(left, reply.value, ttl)
-                got = await self._read_until(limit, lease_id, until)
+                got = await self._read_until(limit, turn.lease_id, turn.read_until(reply))
                 if got is not None:
-                    token = grant_token(got)
-                    if token is None:
-                        raise too_many(n, self._limit)
-                    seated = True
-                    return self._lease(limit, lease_id, n, token)
-                if deadline is not None and time.monotonic() >= deadline:
+                    token = turn.granted(got, self._limit)
+                elif turn.timed_out():
                     return None
-                reply = await self.call(limit, ask)
-                if reply.status == 1:
+                else:
+                    reply = await self.call(limit, turn.ask)
+                    token = turn.seated(reply)
+                if token is not None:
                     seated = True
-                    return self._lease(limit, lease_id, n, reply.value)
+                    return self._lease(limit, turn, token)
         finally:
             if not seated:
-                await run_to_the_end(self._leave(limit, lease_id))
+                await run_to_the_end(self._leave(limit, turn.lease_id))
 
     async def _read_until(self, limit: Limit, lease_id: bytes, until: float) -> bytes | None:
         key = limit.grant_key(lease_id)
@@ -239,31 +186,10 @@ class _AsyncSeats:
         except LimiterUnavailable:
             pass
 
-    def _held_push(self, lease: AsyncRedisLease) -> None:
-        self._held.set((*self._held.get(), lease))
-
-    def _held_pop(self) -> AsyncRedisLease:
-        held = self._held.get()
-        self._held.set(held[:-1])
-        return held[-1]
-
 
 class AsyncRedisConcurrencyLimiter(_AsyncSeats):
     """:class:`~protocol_in_code.qos.distributed.RedisConcurrencyLimiter` on an asyncio client
     (``redis.asyncio.Redis`` or its cluster): every call awaited, waiters cancel-safe."""
-
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        *,
-        name: str,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        heartbeat: bool = False,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
-        self._where = Limit.of(self.options)
 
     async def try_acquire(self, n: int = 1) -> AsyncRedisLease | None:
         """A lease of ``n`` seats now, or None."""
@@ -283,8 +209,7 @@ class AsyncRedisConcurrencyLimiter(_AsyncSeats):
 
     async def resize(self, limit: int) -> None:
         """A new limit for every host, at once, evicting nobody."""
-        check_limit(limit)
-        self._limit = limit
+        self._resized(limit)
         await self.call(self._where, Ask(b"resize", set_limit=True))
 
     async def __aenter__(self) -> AsyncRedisConcurrencyLimiter:
@@ -306,27 +231,10 @@ class AsyncRedisConcurrencyLimiter(_AsyncSeats):
 
         return cast("_F", seated)
 
-    def __repr__(self) -> str:
-        return f"AsyncRedisConcurrencyLimiter(limit={self._limit}, name={self.options.name!r})"
 
-
-class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats):
+class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats, KeyedSeats[AsyncRedisLease]):
     """:class:`~protocol_in_code.qos.distributed.RedisKeyedConcurrencyLimiter` on an asyncio
     client."""
-
-    keyed = True
-
-    def __init__(
-        self,
-        client: Any,
-        limit: int,
-        *,
-        name: str,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
-        heartbeat: bool = False,
-        prefix: str | bytes = "qos:",
-    ) -> None:
-        super().__init__(client, limit, name, lease_ttl, heartbeat, prefix)
 
     async def try_acquire(self, key: str | bytes, n: int = 1) -> AsyncRedisLease | None:
         """A lease of ``n`` of ``key``'s seats now, or None."""
@@ -338,20 +246,6 @@ class AsyncRedisKeyedConcurrencyLimiter(_AsyncSeats):
         """A lease of ``n`` of ``key``'s seats, waiting up to ``timeout`` seconds."""
         return await self._take(Limit.of(self.options, key), n, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return sum(lease.n for lease in list(self._mine) if not lease.released)
-
     async def in_flight_of(self, key: str | bytes) -> int:
         """Seats of ``key`` held now, by every holder (one script call)."""
         return (await self.call(Limit.of(self.options, key), Ask(b"look"))).held
-
-    def resize(self, limit: int) -> None:
-        """A new limit for this limiter's calls from now, evicting nobody."""
-        check_limit(limit)
-        self._limit = limit
-
-    def __repr__(self) -> str:
-        name = self.options.name
-        return f"AsyncRedisKeyedConcurrencyLimiter(limit={self._limit}, name={name!r})"

@@ -3,7 +3,9 @@
 The seats of one limit are decided by one Lua script, ``seats.lua`` (beside this file), in one
 call per operation. This module says what a call sends and what its reply means; the shells
 (``_seats.py`` for a synchronous client, ``_seats_async.py`` for an asyncio one) only send and
-wait. The script's own text says how it keeps the seats.
+wait. What a limiter and a lease keep between calls (:class:`SeatsState`, :class:`LeaseState`)
+and the course of one acquire (:class:`Turn`) are here too, so both shells decide alike. The
+script's own text says how it keeps the seats.
 
 Keys. With ``P`` the prefix and ``T(x)`` the hash tag of ``x`` (``_keys.tag``), a limit named
 ``name`` keeps its state in ``P{T(name)}:seats:X`` and a keyed limit's key ``k`` in
@@ -17,9 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from protocol_in_code.qos.distributed._keys import tag
 from protocol_in_code.qos.distributed._options import checked_name
@@ -224,3 +229,187 @@ def blocking_read(seconds: float, socket_timeout: float | None) -> float:
     if socket_timeout is not None:
         seconds = min(seconds, socket_timeout * 0.8)
     return max(seconds, 0.001)
+
+
+class Turn:
+    """One acquire's course, decided without I/O: the shells send :attr:`ask`, read the grant
+    list until :meth:`read_until`, and ask again until seated, refused or :meth:`timed_out`."""
+
+    def __init__(
+        self, n: int, timeout: float | None, ttl_ms: int, lease_id: bytes | None = None
+    ) -> None:
+        self.n = n
+        self.lease_id = lease_id or new_id()
+        self.ttl_ms = ttl_ms
+        #: Whether the caller stands in line when not seated at once (a timeout of 0 does not).
+        self.join = timeout is None or timeout > 0
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.ask = Ask(b"acquire", self.lease_id, n, ttl_ms, self.join)
+
+    def first(self, reply: Reply) -> int | None:
+        """The token if the first ask seated, else None; raises if ``n`` could never be."""
+        if reply.status == -1:
+            raise too_many(self.n, reply.limit)
+        return self.seated(reply)
+
+    @staticmethod
+    def seated(reply: Reply) -> int | None:
+        """The token if ``reply`` seated the caller, else None."""
+        return reply.value if reply.status == 1 else None
+
+    def granted(self, got: bytes, limit: int) -> int:
+        """The token found in the grant list; raises if it says the caller was refused (the
+        limit, now ``limit``, was made smaller than what it asked)."""
+        token = grant_token(got)
+        if token is None:
+            raise too_many(self.n, limit)
+        return token
+
+    def read_until(self, reply: Reply) -> float:
+        """When (``time.monotonic``) to stop reading the grant list and ask again, after
+        ``reply`` put the caller in line."""
+        left = None if self.deadline is None else self.deadline - time.monotonic()
+        return time.monotonic() + ask_again_in(left, reply.value, self.ttl_ms)
+
+    def timed_out(self) -> bool:
+        """Whether the caller's timeout has passed."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+class _Owner(Protocol):
+    options: SeatOptions
+
+
+class LeaseState:
+    """What a lease keeps, and what its calls mean; the shells' leases send the calls.
+
+    ``token`` is the fencing token, strictly increasing per limit. Releasing twice is harmless;
+    releasing or extending a lease that had lapsed raises :class:`LeaseExpired`."""
+
+    __slots__ = ("__weakref__", "_limit", "_owner", "lease_id", "n", "released", "token")
+
+    def __init__(self, owner: _Owner, limit: Limit, lease_id: bytes, n: int, token: int) -> None:
+        self._owner = owner
+        self._limit = limit
+        self.lease_id = lease_id
+        self.n = n
+        self.token = token
+        self.released = False
+
+    def _releasing(self) -> Ask | None:
+        """The release to send, or None if it was sent already; the heartbeat stops."""
+        if self.released:
+            return None
+        self.released = True
+        self._stop_beating()
+        return Ask(b"release", self.lease_id)
+
+    def _extending(self, ttl: float | None) -> Ask:
+        """The extension to send for ``ttl`` seconds (the limiter's ``lease_ttl`` if None)."""
+        if self.released:
+            raise ValueError(f"lease {self.token} was released: there is nothing to extend")
+        ttl_ms = self._owner.options.lease_ttl_ms if ttl is None else ttl_ms_of(ttl)
+        return Ask(b"extend", self.lease_id, ttl_ms=ttl_ms)
+
+    def _answered(self, reply: Reply, done: str) -> None:
+        """Raises :class:`LeaseExpired` if ``reply`` says the lease had lapsed before it was
+        ``done`` (released, extended)."""
+        if reply.status == 0:
+            raise LeaseExpired(f"lease {self.token} had lapsed before it was {done}")
+
+    @staticmethod
+    def _raises_on_exit(exc_info: tuple[object, ...]) -> bool:
+        """Whether a :class:`LeaseExpired` met when a ``with`` block ends is raised: not when
+        the block raised its own error, which is the one to see."""
+        return not exc_info or exc_info[0] is None
+
+    def _stop_beating(self) -> None:
+        """Stop the heartbeat, if the shell's lease has one."""
+
+    def __del__(self) -> None:
+        # A lease dropped unreleased is left to lapse on the server; no call is made here,
+        # as a finalizer may run anywhere (inside the client's own locks).
+        self._stop_beating()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, token={self.token}, released={self.released})"
+
+
+_L = TypeVar("_L", bound=LeaseState)
+
+
+class SeatsState(Generic[_L]):
+    """What every in-flight limiter keeps, in either shell: its checked options, its client's
+    script (:attr:`script_kind`, the shell's), the limit as last known, the leases it gave,
+    and the leases its ``with`` blocks hold. A one-key limiter's keys are :attr:`_where`."""
+
+    #: A keyed limit's state (its limit, its last token) is forgotten when nobody holds or
+    #: waits, and every call writes the limiter's own limit (see the keyed limiters).
+    keyed = False
+
+    #: How the shell sends the script: made with the client and the limiter's class name.
+    script_kind: ClassVar[Any]
+
+    def __init__(
+        self,
+        client: Any,
+        limit: int,
+        *,
+        name: str,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        heartbeat: bool = False,
+        prefix: str | bytes = "qos:",
+    ) -> None:
+        self.options = SeatOptions.read(limit, name, lease_ttl, heartbeat, prefix)
+        self.script = self.script_kind(client, type(self).__name__)
+        self._limit = limit
+        self._mine: weakref.WeakSet[_L] = weakref.WeakSet()
+        self._held: ContextVar[tuple[_L, ...]] = ContextVar("held", default=())
+        if not self.keyed:
+            self._where = Limit.of(self.options)
+
+    @property
+    def limit(self) -> int:
+        """The limit, as the server last told it to this limiter."""
+        return self._limit
+
+    def _noted(self, reply: Reply) -> Reply:
+        """``reply``, its limit kept as the one-key limit's (a keyed limiter keeps its own)."""
+        if not self.keyed:
+            self._limit = reply.limit
+        return reply
+
+    def _kept(self, lease: _L) -> _L:
+        """``lease``, counted among this limiter's own."""
+        self._mine.add(lease)
+        return lease
+
+    def _resized(self, limit: int) -> None:
+        check_limit(limit)
+        self._limit = limit
+
+    def _held_push(self, lease: _L) -> None:
+        self._held.set((*self._held.get(), lease))
+
+    def _held_pop(self) -> _L:
+        held = self._held.get()
+        self._held.set(held[:-1])
+        return held[-1]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(limit={self._limit}, name={self.options.name!r})"
+
+
+class KeyedSeats(SeatsState[_L]):
+    """What a keyed in-flight limiter answers without the server, in either shell."""
+
+    keyed = True
+
+    @property
+    def in_flight(self) -> int:
+        """Seats held now through this limiter object, over every key."""
+        return sum(lease.n for lease in list(self._mine) if not lease.released)
+
+    def resize(self, limit: int) -> None:
+        """A new limit for this limiter's calls from now, evicting nobody."""
+        self._resized(limit)
