@@ -160,7 +160,8 @@ class RateLimitMiddleware:
       middleware does not exempt takes a seat once its rate limits allow it, and holds it until
       its response's last body part is sent or the client has gone; one that finds none is
       refused (``429`` per client, ``503`` global, without ``Retry-After``). ``limiter`` may
-      then be ``None``. See :mod:`protocol_in_code.qos._http.seats`.
+      then be ``None``. ``on_decision`` is told of each seat asked for, under the policy
+      ``in-flight``. See :mod:`protocol_in_code.qos._http.seats`.
     """
 
     @spelled_out(MiddlewareKeywords)

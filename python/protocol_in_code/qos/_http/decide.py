@@ -229,9 +229,7 @@ def admit(rules: Rules, matched: tuple[Rule, ...], info: RequestInfo) -> tuple[V
     if verdict[0] or key is UNSEATED:
         return verdict, None
     lease = seats.limiter.try_acquire(key) if seats.keyed else seats.limiter.try_acquire()
-    if lease is None:
-        return seats.refusal(rules.options, verdict), None
-    return verdict, lease
+    return seats.seated(rules.options, verdict, key, lease)
 
 
 async def admit_async(
@@ -251,6 +249,4 @@ async def admit_async(
     lease = seats.limiter.try_acquire(key) if seats.keyed else seats.limiter.try_acquire()
     if seats.awaited:
         lease = await lease
-    if lease is None:
-        return seats.refusal(rules.options, verdict), None
-    return verdict, lease
+    return seats.seated(rules.options, verdict, key, lease)

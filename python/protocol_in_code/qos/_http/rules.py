@@ -340,6 +340,8 @@ class Rules:
             raise TypeError("plan= was given, but no limiter here has plans")
         if options.on_decision is not None:
             self._hook(options.on_decision)
+            if self.seats is not None:
+                self.seats = self.seats.told(options.on_decision, options)
         if options.stack:
             _distinct_names(self.rules)
 

@@ -28,14 +28,26 @@ that allowed the request (their quota is what it is); no policy of them describe
 
 The shells hold the lease until the response has been sent or the client has gone, and give it
 back then (see :mod:`protocol_in_code.qos.asgi` and :mod:`protocol_in_code.qos.wsgi`).
+
+Told: with ``on_decision``, each seat asked for is a decision of its own, told as a rate
+limit's are (:mod:`.told`), under the policy :func:`seat_policy` names, with no plan and no
+route (the limit is the whole form's), the in-flight limiter as ``limiter``, and the seat's key
+where ``on_decision_key=True`` asks for it. A seat taken is ALLOWED with no wait; a seat not
+found is REFUSED with a wait of 0, as in a stack (:mod:`protocol_in_code.qos._seat_parts`):
+nothing can promise when a seat comes free. Under ``enforce=False`` the refusal is told too
+(``enforced`` false) and the request goes on. A request refused by the rate limits, exempt, or
+under a key function that says no limit applies asks for no seat, and nothing is told of seats.
+Every seat taken is told, with one event made once (as every allowed rate decision is), so a
+metrics hook counts it at the cost of a call, and meets the limiter on the first request.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from protocol_in_code._native import Decision, LimitOutcome
 from protocol_in_code.qos._http.fields import (
     DENIED_STATUS,
     PROBLEM_JSON,
@@ -48,10 +60,23 @@ from protocol_in_code.qos._http.fields import (
 from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, key_of
 from protocol_in_code.qos._http.kinds import in_flight_kind
 from protocol_in_code.qos._http.options import Options
+from protocol_in_code.qos._http.told import DecisionHook, Tell, teller
 from protocol_in_code.qos.concurrency import KeyedConcurrencyLimiter
 
 #: The key of a request to which the key function says no limit applies: it takes no seat.
 UNSEATED = object()
+
+#: What the hook is told of a seat taken, and of a seat not found (see the module's doc).
+SEATED = Decision(LimitOutcome.ALLOWED, 0, 0)
+NO_SEAT = Decision(LimitOutcome.REFUSED, 0, 0)
+
+
+def seat_policy(name: str) -> str:
+    """The policy a form's in-flight limit is told to ``on_decision`` under: ``"in-flight"``,
+    or ``"<name>-in-flight"`` for a form given a ``name`` of its own (``"search-in-flight"``),
+    so that each named view's seats are counted and gauged apart from another's (metrics label
+    by policy and route, and a form's seats have no route)."""
+    return "in-flight" if name == "default" else f"{name}-in-flight"
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,9 @@ class Seats:
     #: The limiter's own key check, where it takes only some keys (see :mod:`.kinds`).
     key_refusal: Any
     status: int
+    #: With ``on_decision``, what tells it of each seat asked for (:meth:`told`); ``None``
+    #: without a hook, which then costs nothing.
+    tell: Tell | None = None
 
     @classmethod
     def of(cls, given: Any, *, allow_async: bool, on_event_loop: bool) -> Seats | None:
@@ -87,6 +115,19 @@ class Seats:
         status = DENIED_STATUS if kind.keyed else REFUSED_STATUS
         return cls(given, kind.keyed, kind.awaited, kind.key_refusal, status)
 
+    def told(self, on_decision: DecisionHook, options: Options) -> Seats:
+        """These seats, telling ``on_decision`` of each seat asked for (see the module's doc)."""
+        tell = teller(
+            on_decision,
+            policy=seat_policy(options.name),
+            plan=None,
+            route=None,
+            limiter=self.limiter,
+            enforced=bool(options.enforce),
+            with_key=bool(options.on_decision_key) and self.keyed,
+        )
+        return replace(self, tell=tell)
+
     def key(self, options: Options, info: RequestInfo) -> Key | object | None:
         """The request's seat key: the rate limits' key (the key function's, else the client's
         address), ``None`` for a limiter of one limit, :data:`UNSEATED` where the key function
@@ -98,6 +139,21 @@ class Seats:
             return info.client if info.client is not None else UNKNOWN_CLIENT
         key = key_of(function, self.key_refusal, info)
         return UNSEATED if key is None else key
+
+    def seated(
+        self, options: Options, verdict: Verdict, key: Any, lease: Any
+    ) -> tuple[Verdict, Any]:
+        """The answer to a request the rate limits allowed (``verdict``), once a seat was asked
+        for under ``key`` (:meth:`key`'s): the verdict and the ``lease``, or where ``lease`` is
+        ``None`` the :meth:`refusal` and no lease; the hook told either way."""
+        tell = self.tell
+        if lease is None:
+            if tell is not None:
+                tell(NO_SEAT, key)
+            return self.refusal(options, verdict), None
+        if tell is not None:
+            tell(SEATED, key)
+        return verdict, lease
 
     def refusal(self, options: Options, verdict: Verdict) -> Verdict:
         """The answer to a request the rate limits allowed (with ``verdict``'s fields) that

@@ -21,7 +21,8 @@ class DecisionEvent(NamedTuple):
     """One decision, as ``on_decision`` is told of it.
 
     * ``policy``: the limit's name (``name=``, or the route's), as the RateLimit fields give it
-      (a limiter of several bands is one policy here, ``name``, whose bands are ``name-1``...).
+      (a limiter of several bands is one policy here, ``name``, whose bands are ``name-1``...);
+      for a seat of ``max_in_flight=``, ``in-flight`` (see :mod:`.seats`).
     * ``plan``: the client's plan, for limiters with plans; ``None`` otherwise.
     * ``route``: the matched :class:`Route`'s prefix, ``None`` for the middleware's own
       ``limiter``.
@@ -31,7 +32,8 @@ class DecisionEvent(NamedTuple):
     * ``key``: the client's key, only with ``on_decision_key=True`` (else ``None``), so that
       what is labelled by these values has as many label sets as there are policies and
       routes, not clients.
-    * ``limiter``: the limiter that decided (to read a keyed table's ``len()``).
+    * ``limiter``: the limiter that decided (to read a keyed table's ``len()``, or an in-flight
+      limiter's seats held).
 
     A named tuple, as a frozen dataclass is four times slower to make: this is made for
     every request.
