@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
+use super::limiters::Seats;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::shared::{Asked, Held, Layout, SharedSeats};
@@ -196,13 +197,34 @@ impl Host {
         }
     }
 
-    /// Keep a lease's seats for `with limiter:`, given back by [`Host::give_back_kept`].
+    /// Keep a lease's seats for `with limiter:`, given back by [`Seats::give_back_kept`].
     pub fn keep(&self, held: Held) {
         locked(&self.kept).push((held.record, held.grant.token));
     }
+}
+
+impl Seats for Host {
+    /// The seats of processes that are gone are given back first.
+    fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
+        self.reclaim_the_dead(py)?;
+        Ok(self.seats.in_flight())
+    }
+
+    fn waiting(&self) -> u64 {
+        self.seats.waiting()
+    }
+
+    /// The table's, which every process shares.
+    fn limit(&self) -> u64 {
+        self.seats.limit()
+    }
+
+    fn set_limit(&self, _py: Python<'_>, limit: u64) -> PyResult<()> {
+        Ok(self.seats.resize(limit)?)
+    }
 
     /// Give back one lease kept by `with limiter:`.
-    pub fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
         let slot = self.owner(py)?;
         if let Some((record, token)) = locked(&self.kept).pop() {
             self.seats.release(slot, record, token);
@@ -290,7 +312,7 @@ impl SharedLease {
 
     /// Keep the seats past this lease: the limiter gives them back (`with limiter:`).
     #[pyo3(name = "_keep")]
-    fn keep(&self) {
+    pub(super) fn keep(&self) {
         if self.holding.swap(false, Ordering::AcqRel) {
             self.host.keep(self.held);
         }
