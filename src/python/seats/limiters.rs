@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 
 use super::lease::{acquire, ask_for_task, try_acquire, Lease};
 use super::Locked;
@@ -46,6 +45,9 @@ pub(super) trait Seats {
     fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()>;
     /// Give back the seat held for a `with limiter:` block.
     fn give_back_kept(&self, py: Python<'_>) -> PyResult<()>;
+    /// The Python function `acquire_async` hands its limiter, its arguments (`(n,)` or
+    /// `(key, n)`) and its timeout, which gives the awaitable of a lease.
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
 }
 
 impl Seats for Locked {
@@ -68,6 +70,10 @@ impl Seats for Locked {
     fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
         Ok(self.release(py, None, 1)?)
     }
+
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(py)?.getattr("await_lease")
+    }
 }
 
 /// Write an in-flight limiter class's `#[pymethods]`: the methods every in-flight limiter has
@@ -81,7 +87,21 @@ impl Seats for Locked {
 /// here is the Python docstring of every class's method.
 macro_rules! seats_methods {
     (unkeyed: $class:ty, $seats:ident { $($own:tt)* }) => {
-        seats_methods! { keyed: $class, $seats {
+        seats_methods! { @all $class, $seats {
+            /// The asyncio form of acquire(): awaits a lease, or None once `timeout` has passed.
+            /// A waiter cancelled meanwhile holds nothing and passes its turn on.
+            #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+            fn acquire_async<'py>(
+                slf: &Bound<'py, Self>,
+                n: Option<Bound<'py, PyAny>>,
+                timeout: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let py = slf.py();
+                let n = n.map_or_else(|| pyo3::IntoPyObjectExt::into_bound_py_any(1, py), Ok)?;
+                $crate::python::seats::limiters::Seats::awaiting(&*slf.get().$seats, py)?
+                    .call1((slf, (n,), timeout))
+            }
+
             /// Hold one seat while the decorated function runs (awaited for an async def).
             fn __call__<'py>(
                 slf: &Bound<'py, Self>,
@@ -128,6 +148,26 @@ macro_rules! seats_methods {
         }}
     };
     (keyed: $class:ty, $seats:ident { $($own:tt)* }) => {
+        seats_methods! { @all $class, $seats {
+            /// The asyncio form of acquire(key): awaits a lease, or None once `timeout` has
+            /// passed.
+            #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+            fn acquire_async<'py>(
+                slf: &Bound<'py, Self>,
+                key: Bound<'py, PyAny>,
+                n: Option<Bound<'py, PyAny>>,
+                timeout: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let py = slf.py();
+                let n = n.map_or_else(|| pyo3::IntoPyObjectExt::into_bound_py_any(1, py), Ok)?;
+                $crate::python::seats::limiters::Seats::awaiting(&*slf.get().$seats, py)?
+                    .call1((slf, (key, n), timeout))
+            }
+
+            $($own)*
+        }}
+    };
+    (@all $class:ty, $seats:ident { $($own:tt)* }) => {
         #[pymethods]
         impl $class {
             /// How many seats are held now, over every key of a keyed limiter (more than the
@@ -212,19 +252,6 @@ seats_methods! { unkeyed: ConcurrencyLimiter, table {
     #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
     fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<Lease>> {
         try_acquire(py, &self.table, None, tokens(n))
-    }
-
-    /// The asyncio form of acquire(): awaits a Lease, or None once `timeout` has passed. A
-    /// waiter cancelled meanwhile holds nothing and passes its turn on.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_lease", (slf, (n,), timeout))
     }
 
     fn _ask(&self, py: Python<'_>, n: N, wake: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
@@ -315,19 +342,6 @@ seats_methods! { keyed: KeyedConcurrencyLimiter, table {
     ) -> PyResult<Option<Lease>> {
         let key = self.key(key)?;
         try_acquire(py, &self.table, Some(&key), tokens(n))
-    }
-
-    /// The asyncio form of acquire(key): awaits a Lease, or None once `timeout` has passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        key: Bound<'py, PyAny>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_lease", (slf, (key, n), timeout))
     }
 
     fn _ask(

@@ -231,6 +231,11 @@ impl Seats for Host {
         }
         Ok(())
     }
+
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("protocol_in_code.qos._shared_seats")?
+            .getattr("await_shared_lease")
+    }
 }
 
 impl Drop for Host {

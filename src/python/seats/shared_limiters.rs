@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 
 use super::limiters::{seats_limit, seats_methods, Seats};
 use super::shared::{acquire, ask_for_task, try_acquire, Host, SharedLease};
@@ -45,17 +44,6 @@ macro_rules! shared_seats_methods {
             $($own)*
         }}
     };
-}
-
-/// The awaitable of `acquire_async`, for `args` (`(n,)` or `(key, n)`).
-fn await_shared<'py>(
-    slf: &Bound<'py, PyAny>,
-    args: Bound<'py, pyo3::types::PyTuple>,
-    timeout: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    slf.py()
-        .import("protocol_in_code.qos._shared_seats")?
-        .call_method1("await_shared_lease", (slf, args, timeout))
 }
 
 /// At most `limit` seats held at once by every process of this host that opens `name`.
@@ -103,19 +91,6 @@ shared_seats_methods! { unkeyed: SharedConcurrencyLimiter {
     #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
     fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<SharedLease>> {
         try_acquire(py, &self.host, THE_KEY, tokens(n))
-    }
-
-    /// The asyncio form of acquire(): awaits a SharedLease, or None once `timeout` has passed.
-    /// A waiter cancelled meanwhile holds nothing and passes its turn on.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [n])?, timeout)
     }
 
     fn _ask(&self, py: Python<'_>, n: N) -> PyResult<Option<Py<PyAny>>> {
@@ -199,19 +174,6 @@ shared_seats_methods! { keyed: SharedKeyedConcurrencyLimiter {
     ) -> PyResult<Option<SharedLease>> {
         let digest = self.host.digest(key)?;
         try_acquire(py, &self.host, digest, tokens(n))
-    }
-
-    /// The asyncio form of acquire(key): awaits a SharedLease, or None once `timeout` passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        key: Bound<'py, PyAny>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [key, n])?, timeout)
     }
 
     fn _ask(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N) -> PyResult<Option<Py<PyAny>>> {
