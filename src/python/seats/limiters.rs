@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use pyo3::IntoPyObjectExt;
 
 use super::lease::{acquire, ask_for_task, try_acquire, Lease};
 use super::Locked;
@@ -76,6 +78,24 @@ impl Seats for Locked {
     }
 }
 
+/// The awaitable `acquire_async` gives for `n` seats (1 if not given) of `key` (none for a
+/// limiter of one limit), from the Python function its `seats` name.
+pub(super) fn await_lease<'py>(
+    limiter: &Bound<'py, PyAny>,
+    seats: &impl Seats,
+    key: Option<Bound<'py, PyAny>>,
+    n: Option<Bound<'py, PyAny>>,
+    timeout: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = limiter.py();
+    let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+    let args = match key {
+        Some(key) => PyTuple::new(py, [key, n])?,
+        None => PyTuple::new(py, [n])?,
+    };
+    seats.awaiting(py)?.call1((limiter, args, timeout))
+}
+
 /// Write an in-flight limiter class's `#[pymethods]`: the methods every in-flight limiter has
 /// alike, through the [`Seats`] in its field `$seats`; for a limiter of one limit (`unkeyed:`)
 /// those holding one seat for a `with` or `async with` block or a decorated function's run
@@ -96,10 +116,8 @@ macro_rules! seats_methods {
                 n: Option<Bound<'py, PyAny>>,
                 timeout: Option<Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let py = slf.py();
-                let n = n.map_or_else(|| pyo3::IntoPyObjectExt::into_bound_py_any(1, py), Ok)?;
-                $crate::python::seats::limiters::Seats::awaiting(&*slf.get().$seats, py)?
-                    .call1((slf, (n,), timeout))
+                let seats = &*slf.get().$seats;
+                $crate::python::seats::limiters::await_lease(slf.as_any(), seats, None, n, timeout)
             }
 
             /// Hold one seat while the decorated function runs (awaited for an async def).
@@ -158,10 +176,8 @@ macro_rules! seats_methods {
                 n: Option<Bound<'py, PyAny>>,
                 timeout: Option<Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let py = slf.py();
-                let n = n.map_or_else(|| pyo3::IntoPyObjectExt::into_bound_py_any(1, py), Ok)?;
-                $crate::python::seats::limiters::Seats::awaiting(&*slf.get().$seats, py)?
-                    .call1((slf, (key, n), timeout))
+                let seats = &*slf.get().$seats;
+                $crate::python::seats::limiters::await_lease(slf.as_any(), seats, Some(key), n, timeout)
             }
 
             $($own)*
