@@ -100,14 +100,7 @@ impl Host {
         max_keys: Option<u64>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Arc<Self>> {
-        let name: String = name.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "name must be a str naming the limit, not {}",
-                name.get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            ))
-        })?;
+        let name = crate::python::shared::limit_name(name)?;
         if limit == 0 {
             return Err(SeatsError::Limit(0).into());
         }
