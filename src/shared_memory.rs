@@ -170,22 +170,7 @@ fn open_one(
     let path = table_path(folder, name, config, max_keys)?;
     let mut tries_to_move = 0;
     loop {
-        let file = match open_existing(&path)? {
-            Some(file) => file,
-            None => match make(folder, &path, config, max_keys, seed)? {
-                Some(file) => file,
-                None => continue, // another process linked its table first: open that
-            },
-        };
-        // Checked before its lock is waited for: another user's file is refused, not waited on.
-        let meta = file.metadata().map_err(io_at(&path))?;
-        if let Some(why) = not_ours(&meta) {
-            return Err(OpenError::NotOurs { path, why });
-        }
-        if !meta.is_file() {
-            let why = "it is not a regular file".into();
-            return Err(OpenError::NotOurs { path, why });
-        }
+        let file = found_or_made(&path, || make(folder, &path, config, max_keys, seed))?;
         flock(&file, FlockOperation::LockShared).map_err(errno_at(&path))?;
         if !still_named(&path, &file)? {
             continue; // removed or replaced while we were opening it
@@ -210,6 +195,34 @@ fn no_follow() -> i32 {
 #[allow(clippy::cast_possible_wrap)] // the flag's bits, as `open` takes them
 fn non_blocking() -> i32 {
     rustix::fs::OFlags::NONBLOCK.bits() as i32
+}
+
+/// The table file at `path`, opened if it is there, else made by `make` (which gives `None`
+/// when another process linked its table there first: that one is opened). A file that is not
+/// a regular file of this user's is refused, checked before its lock is waited for: another
+/// user's file is refused, not waited on.
+fn found_or_made(
+    path: &Path,
+    mut make: impl FnMut() -> Result<Option<File>, OpenError>,
+) -> Result<File, OpenError> {
+    let file = loop {
+        if let Some(file) = open_existing(path)? {
+            break file;
+        }
+        if let Some(file) = make()? {
+            break file;
+        }
+    };
+    let meta = file.metadata().map_err(io_at(path))?;
+    let path = path.to_owned();
+    if let Some(why) = not_ours(&meta) {
+        return Err(OpenError::NotOurs { path, why });
+    }
+    if !meta.is_file() {
+        let why = "it is not a regular file".into();
+        return Err(OpenError::NotOurs { path, why });
+    }
+    Ok(file)
 }
 
 fn open_existing(path: &Path) -> Result<Option<File>, OpenError> {

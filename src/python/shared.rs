@@ -46,14 +46,7 @@ impl Shared {
         max_keys: Option<u64>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Self>> {
-        let name: String = name.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "name must be a str naming the table, not {}",
-                name.get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            ))
-        })?;
+        let name = limit_name(name)?;
         let folder = given_folder(py, path)?;
         let tables: Vec<(&Config, Option<u64>)> =
             configs.iter().map(|config| (config, max_keys)).collect();
@@ -97,6 +90,19 @@ fn new_args<'py, L: PyLimit<Part = Shared>>(
     }
     kwargs.set_item("path", first.path.parent())?;
     Ok((PyTuple::new(py, [first.name.as_str()])?, kwargs))
+}
+
+/// The `name=` of a limit shared by the processes of a host (of its rate tables or in-flight
+/// table): a str, which names its files.
+pub(crate) fn limit_name(name: &Bound<'_, PyAny>) -> PyResult<String> {
+    name.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "name must be a str naming the limit, not {}",
+            name.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })
 }
 
 /// The folder `path=` names (any path-like), or `None` for the default folder.

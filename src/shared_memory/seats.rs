@@ -14,8 +14,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::error::{io_at, OpenError};
-use super::names::{checked_name, not_ours, PREFIX};
-use super::{mapped, new_file, no_follow, open_existing, still_named, Mapped};
+use super::names::{checked_name, PREFIX};
+use super::{found_or_made, mapped, new_file, no_follow, still_named, Mapped};
 use crate::core::exact::shared::layout::LayoutError;
 use crate::core::seats::shared::{Layout, SharedSeats, OWNERS, VERSION};
 use crate::owner_lock;
@@ -53,21 +53,7 @@ pub fn open_seats(
 ) -> Result<Opened, OpenError> {
     let path = seats_path(folder, name, max_keys)?;
     loop {
-        let file = match open_existing(&path)? {
-            Some(file) => file,
-            None => match make(folder, &path, layout, limit, &seed)? {
-                Some(file) => file,
-                None => continue, // another process linked its table first: open that
-            },
-        };
-        let meta = file.metadata().map_err(io_at(&path))?;
-        if let Some(why) = not_ours(&meta) {
-            return Err(OpenError::NotOurs { path, why });
-        }
-        if !meta.is_file() {
-            let why = "it is not a regular file".into();
-            return Err(OpenError::NotOurs { path, why });
-        }
+        let file = found_or_made(&path, || make(folder, &path, layout, limit, &seed))?;
         if !still_named(&path, &file)? {
             continue;
         }

@@ -1,10 +1,13 @@
 //! The two in-flight limiter classes: their arguments read at the door, and each call handed
-//! to the table (`super`) or to the lease and the wait (`lease.rs`).
+//! to the table (`super`) or to the lease and the wait (`lease.rs`). The methods all four
+//! in-flight classes (these and the shared ones) have alike are written here once, by
+//! `seats_methods!`, over the [`Seats`] each class keeps.
 
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use pyo3::IntoPyObjectExt;
 
 use super::lease::{acquire, ask_for_task, try_acquire, Lease};
@@ -27,50 +30,196 @@ fn table_key(key: &Bound<'_, PyAny>, seed: (u64, u64)) -> PyResult<Key> {
 }
 
 /// `limit`: a count of seats, at least 1.
-fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
+pub(super) fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
     count(limit, "limit")
 }
 
-/// Write an in-flight limiter class's `#[pymethods]`: the counts and `resize`, which both
-/// classes read from their table alike, then the class's own methods, as given.
+/// What an in-flight limiter class reads from its seats and asks of them, alike whether they
+/// are kept in this process ([`Locked`]) or shared by the processes of a host (`shared::Host`).
+pub(super) trait Seats {
+    /// How many seats are held now, over every key.
+    fn in_flight(&self, py: Python<'_>) -> PyResult<u64>;
+    /// How many callers wait for seats, over every key.
+    fn waiting(&self) -> u64;
+    /// How many seats there are (for each key).
+    fn limit(&self) -> u64;
+    /// A new limit (for every key), at once.
+    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()>;
+    /// Give back the seat held for a `with limiter:` block.
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()>;
+    /// The Python function `acquire_async` hands its limiter, its arguments (`(n,)` or
+    /// `(key, n)`) and its timeout, which gives the awaitable of a lease.
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+}
+
+impl Seats for Locked {
+    fn in_flight(&self, _py: Python<'_>) -> PyResult<u64> {
+        Ok(self.lock().counts().0)
+    }
+
+    fn waiting(&self) -> u64 {
+        u64::try_from(self.lock().counts().1).unwrap_or(u64::MAX)
+    }
+
+    fn limit(&self) -> u64 {
+        self.lock().limit()
+    }
+
+    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()> {
+        Ok(self.resize(py, limit)?)
+    }
+
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(self.release(py, None, 1)?)
+    }
+
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(py)?.getattr("await_lease")
+    }
+}
+
+/// The awaitable `acquire_async` gives for `n` seats (1 if not given) of `key` (none for a
+/// limiter of one limit), from the Python function its `seats` name.
+pub(super) fn await_lease<'py>(
+    limiter: &Bound<'py, PyAny>,
+    seats: &impl Seats,
+    key: Option<Bound<'py, PyAny>>,
+    n: Option<Bound<'py, PyAny>>,
+    timeout: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = limiter.py();
+    let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
+    let args = match key {
+        Some(key) => PyTuple::new(py, [key, n])?,
+        None => PyTuple::new(py, [n])?,
+    };
+    seats.awaiting(py)?.call1((limiter, args, timeout))
+}
+
+/// Write an in-flight limiter class's `#[pymethods]`: the methods every in-flight limiter has
+/// alike, through the [`Seats`] in its field `$seats`; for a limiter of one limit (`unkeyed:`)
+/// those holding one seat for a `with` or `async with` block or a decorated function's run
+/// too; then the class's own methods, as given. The four classes, in one process and shared
+/// by a host, all use it.
 ///
 /// PyO3 makes a class's methods from one `#[pymethods]` block, so the shared methods cannot
 /// live in a block of their own; this macro writes them into each class's block. A doc comment
-/// here is the Python docstring of both classes' method.
+/// here is the Python docstring of every class's method.
 macro_rules! seats_methods {
-    ($class:ty { $($own:tt)* }) => {
+    (unkeyed: $class:ty, $seats:ident { $($own:tt)* }) => {
+        seats_methods! { @all $class, $seats {
+            /// The asyncio form of acquire(): awaits a lease, or None once `timeout` has passed.
+            /// A waiter cancelled meanwhile holds nothing and passes its turn on.
+            #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+            fn acquire_async<'py>(
+                slf: &Bound<'py, Self>,
+                n: Option<Bound<'py, PyAny>>,
+                timeout: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let seats = &*slf.get().$seats;
+                $crate::python::seats::limiters::await_lease(slf.as_any(), seats, None, n, timeout)
+            }
+
+            /// Hold one seat while the decorated function runs (awaited for an async def).
+            fn __call__<'py>(
+                slf: &Bound<'py, Self>,
+                function: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::surface::conveniences(slf.py())?
+                    .call_method1("hold_while_running", (slf, function))
+            }
+
+            /// `with limiter:` holds one seat for the block, waiting as acquire() does.
+            fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+                if let Some(lease) = slf.get().acquire(slf.py(), None, None)? {
+                    lease.keep();
+                }
+                Ok(slf.clone())
+            }
+
+            #[pyo3(signature = (*_exc_info))]
+            fn __exit__(
+                &self,
+                py: Python<'_>,
+                _exc_info: &Bound<'_, pyo3::types::PyTuple>,
+            ) -> PyResult<()> {
+                $crate::python::seats::limiters::Seats::give_back_kept(&*self.$seats, py)
+            }
+
+            /// `async with limiter:` holds one seat for the block, awaiting as acquire_async()
+            /// does.
+            fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::surface::conveniences(slf.py())?
+                    .call_method1("enter_held_async", (slf,))
+            }
+
+            #[pyo3(signature = (*_exc_info))]
+            fn __aexit__<'py>(
+                slf: &Bound<'py, Self>,
+                _exc_info: &Bound<'py, pyo3::types::PyTuple>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::surface::conveniences(slf.py())?
+                    .call_method1("exit_held_async", (slf,))
+            }
+
+            $($own)*
+        }}
+    };
+    (keyed: $class:ty, $seats:ident { $($own:tt)* }) => {
+        seats_methods! { @all $class, $seats {
+            /// The asyncio form of acquire(key): awaits a lease, or None once `timeout` has
+            /// passed.
+            #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+            fn acquire_async<'py>(
+                slf: &Bound<'py, Self>,
+                key: Bound<'py, PyAny>,
+                n: Option<Bound<'py, PyAny>>,
+                timeout: Option<Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                let seats = &*slf.get().$seats;
+                $crate::python::seats::limiters::await_lease(slf.as_any(), seats, Some(key), n, timeout)
+            }
+
+            $($own)*
+        }}
+    };
+    (@all $class:ty, $seats:ident { $($own:tt)* }) => {
         #[pymethods]
         impl $class {
             /// How many seats are held now, over every key of a keyed limiter (more than the
-            /// limit just after it shrank).
+            /// limit just after it shrank). A shared limiter counts those of every process of
+            /// the host, once the seats of processes that are gone are given back.
             #[getter]
-            fn in_flight(&self) -> u64 {
-                self.table.lock().counts().0
+            fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
+                $crate::python::seats::limiters::Seats::in_flight(&*self.$seats, py)
             }
 
-            /// How many callers wait for seats, over every key of a keyed limiter.
+            /// How many callers wait for seats, over every key of a keyed limiter (and every
+            /// process, for a shared limiter).
             #[getter]
-            fn waiting(&self) -> usize {
-                self.table.lock().counts().1
+            fn waiting(&self) -> u64 {
+                $crate::python::seats::limiters::Seats::waiting(&*self.$seats)
             }
 
             /// How many seats there are (for each key, in a keyed limiter).
             #[getter]
             fn limit(&self) -> u64 {
-                self.table.lock().limit()
+                $crate::python::seats::limiters::Seats::limit(&*self.$seats)
             }
 
-            /// A new limit (for every key, in a keyed limiter), at once: holders keep their
-            /// seats; waiters that now fit are seated, and those asking for more than the new
-            /// limit get ValueError.
+            /// A new limit (for every key, in a keyed limiter, and every process, for a
+            /// shared limiter), at once: holders keep their seats; waiters that now fit are
+            /// seated, and those asking for more than the new limit get ValueError.
             fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
-                Ok(self.table.resize(py, seats_limit(limit)?)?)
+                let limit = $crate::python::seats::limiters::seats_limit(limit)?;
+                $crate::python::seats::limiters::Seats::set_limit(&*self.$seats, py, limit)
             }
 
             $($own)*
         }
     };
 }
+pub(super) use seats_methods;
 
 /// At most `limit` seats held at once, by threads and asyncio tasks alike, in one process.
 ///
@@ -87,7 +236,7 @@ pub struct ConcurrencyLimiter {
     table: Arc<Locked>,
 }
 
-seats_methods! { ConcurrencyLimiter {
+seats_methods! { unkeyed: ConcurrencyLimiter, table {
     #[new]
     fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
         let table = Locked::new(seats_limit(limit)?, None, "ConcurrencyLimiter")?;
@@ -121,19 +270,6 @@ seats_methods! { ConcurrencyLimiter {
         try_acquire(py, &self.table, None, tokens(n))
     }
 
-    /// The asyncio form of acquire(): awaits a Lease, or None once `timeout` has passed. A
-    /// waiter cancelled meanwhile holds nothing and passes its turn on.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_lease", (slf, (n,), timeout))
-    }
-
     fn _ask(&self, py: Python<'_>, n: N, wake: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
         ask_for_task(py, &self.table, None, n.0, wake)
     }
@@ -141,45 +277,6 @@ seats_methods! { ConcurrencyLimiter {
     /// Give back `n` seats held with no Lease (those of `with limiter:`).
     fn _release(&self, py: Python<'_>, n: N) -> PyResult<()> {
         Ok(self.table.release(py, None, n.0)?)
-    }
-
-    /// Hold one seat while the decorated function runs (awaited for an async def).
-    fn __call__<'py>(
-        slf: &Bound<'py, Self>,
-        function: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
-    }
-
-    /// `with limiter:` holds one seat for the block, waiting as acquire() does.
-    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        let lease = slf.get().acquire(slf.py(), None, None)?;
-        if let Some(lease) = lease {
-            lease.keep();
-        }
-        Ok(slf.clone())
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_info: &Bound<'_, pyo3::types::PyTuple>,
-    ) -> PyResult<()> {
-        Ok(self.table.release(py, None, 1)?)
-    }
-
-    /// `async with limiter:` holds one seat for the block, awaiting as acquire_async() does.
-    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("enter_held_async", (slf,))
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        slf: &Bound<'py, Self>,
-        _exc_info: &Bound<'py, pyo3::types::PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("exit_held_async", (slf,))
     }
 
     fn __repr__(&self) -> String {
@@ -212,7 +309,7 @@ impl KeyedConcurrencyLimiter {
     }
 }
 
-seats_methods! { KeyedConcurrencyLimiter {
+seats_methods! { keyed: KeyedConcurrencyLimiter, table {
     #[new]
     #[pyo3(signature = (limit, *, max_keys = None), text_signature = "(limit, *, max_keys=100000)")]
     fn new(limit: &Bound<'_, PyAny>, max_keys: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -261,19 +358,6 @@ seats_methods! { KeyedConcurrencyLimiter {
     ) -> PyResult<Option<Lease>> {
         let key = self.key(key)?;
         try_acquire(py, &self.table, Some(&key), tokens(n))
-    }
-
-    /// The asyncio form of acquire(key): awaits a Lease, or None once `timeout` has passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        key: Bound<'py, PyAny>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        conveniences(py)?.call_method1("await_lease", (slf, (key, n), timeout))
     }
 
     fn _ask(

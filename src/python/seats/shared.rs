@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
+use super::limiters::Seats;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::shared::{Asked, Held, Layout, SharedSeats};
@@ -99,14 +100,7 @@ impl Host {
         max_keys: Option<u64>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Arc<Self>> {
-        let name: String = name.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "name must be a str naming the limit, not {}",
-                name.get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            ))
-        })?;
+        let name = crate::python::shared::limit_name(name)?;
         if limit == 0 {
             return Err(SeatsError::Limit(0).into());
         }
@@ -196,18 +190,44 @@ impl Host {
         }
     }
 
-    /// Keep a lease's seats for `with limiter:`, given back by [`Host::give_back_kept`].
+    /// Keep a lease's seats for `with limiter:`, given back by [`Seats::give_back_kept`].
     pub fn keep(&self, held: Held) {
         locked(&self.kept).push((held.record, held.grant.token));
     }
+}
+
+impl Seats for Host {
+    /// The seats of processes that are gone are given back first.
+    fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
+        self.reclaim_the_dead(py)?;
+        Ok(self.seats.in_flight())
+    }
+
+    fn waiting(&self) -> u64 {
+        self.seats.waiting()
+    }
+
+    /// The table's, which every process shares.
+    fn limit(&self) -> u64 {
+        self.seats.limit()
+    }
+
+    fn set_limit(&self, _py: Python<'_>, limit: u64) -> PyResult<()> {
+        Ok(self.seats.resize(limit)?)
+    }
 
     /// Give back one lease kept by `with limiter:`.
-    pub fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
         let slot = self.owner(py)?;
         if let Some((record, token)) = locked(&self.kept).pop() {
             self.seats.release(slot, record, token);
         }
         Ok(())
+    }
+
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import("protocol_in_code.qos._shared_seats")?
+            .getattr("await_shared_lease")
     }
 }
 
@@ -290,7 +310,7 @@ impl SharedLease {
 
     /// Keep the seats past this lease: the limiter gives them back (`with limiter:`).
     #[pyo3(name = "_keep")]
-    fn keep(&self) {
+    pub(super) fn keep(&self) {
         if self.holding.swap(false, Ordering::AcqRel) {
             self.host.keep(self.held);
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 
+use super::limiters::{seats_limit, seats_methods, Seats};
 use super::shared::{acquire, ask_for_task, try_acquire, Host, SharedLease};
 use crate::core::seats::shared::THE_KEY;
 use crate::python::args::{count, tokens, Timeout, N};
@@ -17,40 +17,12 @@ use crate::shared_memory;
 /// The default `max_keys` of a keyed shared limit.
 const DEFAULT_MAX_KEYS: u64 = 10_000;
 
-/// Write a shared in-flight limiter class's `#[pymethods]`: what both classes read from their
-/// table alike, then the class's own methods, as given (see `seats_methods!` in `limiters.rs`
-/// for why a macro).
+/// Write a shared in-flight limiter class's `#[pymethods]` with `seats_methods!` (`limiters.rs`),
+/// adding what both shared classes say of their table (its name and file), then the class's own
+/// methods, as given.
 macro_rules! shared_seats_methods {
-    ($class:ty { $($own:tt)* }) => {
-        #[pymethods]
-        impl $class {
-            /// How many seats are held now by every process of the host, over every key of a
-            /// keyed limiter. The seats of processes that are gone are given back first.
-            #[getter]
-            fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
-                self.host.reclaim_the_dead(py)?;
-                Ok(self.host.seats.in_flight())
-            }
-
-            /// How many callers of every process wait for seats.
-            #[getter]
-            fn waiting(&self) -> u64 {
-                self.host.seats.waiting()
-            }
-
-            /// How many seats there are (for each key, in a keyed limiter): the table's, which
-            /// every process shares.
-            #[getter]
-            fn limit(&self) -> u64 {
-                self.host.seats.limit()
-            }
-
-            /// A new limit for every process, at once: holders keep their seats; waiters that
-            /// now fit are seated, and those asking for more than the new limit get ValueError.
-            fn resize(&self, limit: &Bound<'_, PyAny>) -> PyResult<()> {
-                Ok(self.host.seats.resize(count(limit, "limit")?)?)
-            }
-
+    ($form:ident: $class:ty { $($own:tt)* }) => {
+        seats_methods! { $form: $class, host {
             /// The limit's name.
             #[getter]
             fn name(&self) -> &str {
@@ -69,33 +41,9 @@ macro_rules! shared_seats_methods {
                 shared_memory::remove(&self.host.path).map_err(PyErr::from)
             }
 
-            /// Hold one seat while the decorated function runs (awaited for an async def).
-            fn __call__<'py>(
-                slf: &Bound<'py, Self>,
-                function: &Bound<'py, PyAny>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
-            }
-
             $($own)*
-        }
+        }}
     };
-}
-
-/// `limit`: a count of seats, at least 1.
-fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
-    count(limit, "limit")
-}
-
-/// The awaitable of `acquire_async`, for `args` (`(n,)` or `(key, n)`).
-fn await_shared<'py>(
-    slf: &Bound<'py, PyAny>,
-    args: Bound<'py, pyo3::types::PyTuple>,
-    timeout: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    slf.py()
-        .import("protocol_in_code.qos._shared_seats")?
-        .call_method1("await_shared_lease", (slf, args, timeout))
 }
 
 /// At most `limit` seats held at once by every process of this host that opens `name`.
@@ -113,7 +61,7 @@ pub struct SharedConcurrencyLimiter {
     host: Arc<Host>,
 }
 
-shared_seats_methods! { SharedConcurrencyLimiter {
+shared_seats_methods! { unkeyed: SharedConcurrencyLimiter {
     #[new]
     #[pyo3(signature = (name, limit, *, path = None))]
     fn new(
@@ -145,19 +93,6 @@ shared_seats_methods! { SharedConcurrencyLimiter {
         try_acquire(py, &self.host, THE_KEY, tokens(n))
     }
 
-    /// The asyncio form of acquire(): awaits a SharedLease, or None once `timeout` has passed.
-    /// A waiter cancelled meanwhile holds nothing and passes its turn on.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [n])?, timeout)
-    }
-
     fn _ask(&self, py: Python<'_>, n: N) -> PyResult<Option<Py<PyAny>>> {
         ask_for_task(py, &self.host, THE_KEY, n.0)
     }
@@ -165,32 +100,6 @@ shared_seats_methods! { SharedConcurrencyLimiter {
     /// Give back one seat held with no lease (that of `with limiter:`).
     fn _release(&self, py: Python<'_>, _n: N) -> PyResult<()> {
         self.host.give_back_kept(py)
-    }
-
-    /// `with limiter:` holds one seat for the block, waiting as acquire() does.
-    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
-        if let Some(lease) = slf.get().acquire(slf.py(), None, None)? {
-            Bound::new(slf.py(), lease)?.call_method0("_keep")?;
-        }
-        Ok(slf.clone())
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __exit__(&self, py: Python<'_>, _exc_info: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
-        self.host.give_back_kept(py)
-    }
-
-    /// `async with limiter:` holds one seat for the block, awaiting as acquire_async() does.
-    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("enter_held_async", (slf,))
-    }
-
-    #[pyo3(signature = (*_exc_info))]
-    fn __aexit__<'py>(
-        slf: &Bound<'py, Self>,
-        _exc_info: &Bound<'py, pyo3::types::PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("exit_held_async", (slf,))
     }
 
     fn __repr__(&self) -> String {
@@ -218,7 +127,7 @@ pub struct SharedKeyedConcurrencyLimiter {
     max_keys: u64,
 }
 
-shared_seats_methods! { SharedKeyedConcurrencyLimiter {
+shared_seats_methods! { keyed: SharedKeyedConcurrencyLimiter {
     #[new]
     #[pyo3(signature = (name, limit, *, max_keys = None, path = None), text_signature = "(name, limit, *, max_keys=10000, path=None)")]
     fn new(
@@ -267,19 +176,6 @@ shared_seats_methods! { SharedKeyedConcurrencyLimiter {
         try_acquire(py, &self.host, digest, tokens(n))
     }
 
-    /// The asyncio form of acquire(key): awaits a SharedLease, or None once `timeout` passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire_async<'py>(
-        slf: &Bound<'py, Self>,
-        key: Bound<'py, PyAny>,
-        n: Option<Bound<'py, PyAny>>,
-        timeout: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let n = n.map_or_else(|| 1.into_bound_py_any(py), Ok)?;
-        await_shared(slf.as_any(), pyo3::types::PyTuple::new(py, [key, n])?, timeout)
-    }
-
     fn _ask(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N) -> PyResult<Option<Py<PyAny>>> {
         let digest = self.host.digest(key)?;
         ask_for_task(py, &self.host, digest, n.0)
@@ -289,6 +185,14 @@ shared_seats_methods! { SharedKeyedConcurrencyLimiter {
     #[getter]
     fn max_keys(&self) -> u64 {
         self.max_keys
+    }
+
+    /// Hold one seat while the decorated function runs (awaited for an async def).
+    fn __call__<'py>(
+        slf: &Bound<'py, Self>,
+        function: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
     }
 
     /// How many keys are in use (held or waited for) by every process.
