@@ -18,7 +18,11 @@ from hypothesis import strategies as st
 if qos_support.reference_mode():
     qos_support.skip_native_only("protocol_in_code.qos.shared")
 
-from protocol_in_code.qos import SharedConcurrencyLimiter, SharedKeyedConcurrencyLimiter
+from protocol_in_code.qos import (
+    KeyedConcurrencyLimiter,
+    SharedConcurrencyLimiter,
+    SharedKeyedConcurrencyLimiter,
+)
 
 NAMES = itertools.count()
 
@@ -165,7 +169,11 @@ def test_a_new_key_in_a_full_table_waits_for_room(folder: Path) -> None:
 CHECKED = """
 from collections.abc import Hashable
 
-from protocol_in_code.qos import SharedConcurrencyLimiter, SharedKeyedConcurrencyLimiter
+from protocol_in_code.qos import (
+    KeyedConcurrencyLimiter,
+    SharedConcurrencyLimiter,
+    SharedKeyedConcurrencyLimiter,
+)
 from protocol_in_code.qos.interfaces import (
     AsyncInFlightLimiter,
     InFlightLimiter,
@@ -187,3 +195,13 @@ wrong_3: AsyncInFlightLimiter = SharedConcurrencyLimiter("o", 1)  # type: ignore
 
 def test_mypy_finds_each_shared_limiter_of_its_own_interface(tmp_path: Path) -> None:
     qos_support.mypy_strict(CHECKED, tmp_path)
+
+
+def test_a_keyed_shared_limiter_is_no_decorator_as_the_in_process_keyed_one_is_not(
+    tmp_path: Path,
+) -> None:
+    """A decorator takes no key, so a keyed limiter has none to seat the call under: like
+    KeyedConcurrencyLimiter, the shared keyed form is not callable."""
+    limiter = SharedKeyedConcurrencyLimiter("no-decorator", 2, path=tmp_path)
+    assert not callable(limiter)
+    assert not callable(KeyedConcurrencyLimiter(2))

@@ -11,7 +11,6 @@ use super::limiters::{seats_limit, seats_methods, Seats};
 use super::shared::{acquire, ask_for_task, try_acquire, Host, SharedLease};
 use crate::core::seats::shared::THE_KEY;
 use crate::python::args::{count, tokens, Timeout, N};
-use crate::python::surface::conveniences;
 use crate::shared_memory;
 
 /// The default `max_keys` of a keyed shared limit.
@@ -185,14 +184,6 @@ shared_seats_methods! { keyed: SharedKeyedConcurrencyLimiter {
     #[getter]
     fn max_keys(&self) -> u64 {
         self.max_keys
-    }
-
-    /// Hold one seat while the decorated function runs (awaited for an async def).
-    fn __call__<'py>(
-        slf: &Bound<'py, Self>,
-        function: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(slf.py())?.call_method1("hold_while_running", (slf, function))
     }
 
     /// How many keys are in use (held or waited for) by every process.
