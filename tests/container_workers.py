@@ -41,7 +41,7 @@ LOAD_RATE, LOAD_BURST = 1000, 10**8
 LOAD_BATCH = 32
 
 #: The program an exec'ing worker becomes, and for how long it lives (the test kills it).
-SLEEP = [shutil.which("sleep") or "/bin/sleep", "30"]
+SLEEP = [shutil.which("sleep") or "/bin/sleep", "300"]
 
 #: Keys the batches decide on: ints, so that a batch can take them.
 BATCH_KEYS = 8

@@ -410,7 +410,7 @@ PROBE_SECONDS = 5.0
 
 def test_a_process_that_execs_mid_batch_keeps_no_bucket(tmp_path: Path, children: Children) -> None:
     """A process decides batch after batch in a second thread, and its main thread execs
-    ``sleep 30``: it can only get the interpreter lock to exec while the other thread is
+    ``sleep``: it can only get the interpreter lock to exec while the other thread is
     inside a batch. Once it runs ``sleep``, a new process decides on every key of the bucket by
     every single call, and returns within ``PROBE_SECONDS``."""
     rng = random.Random(4)
