@@ -265,7 +265,7 @@ def test_an_in_process_limiter_under_workers_is_said_once(kind: str, tmp_path: P
 
 def test_a_rate_under_four_workers_in_a_container_sized_dev_shm(tmp_path: Path) -> None:
     """As in a container: a private mount namespace whose ``/dev/shm`` is a fresh 64 MiB tmpfs
-    (Docker's default). Four gunicorn workers, ``@limit("5/minute")`` and no folder given: the
+    (Docker's default). Four gunicorn workers, ``@limit("5/hour")`` and no folder given: the
     first worker to open the view's table makes it there (6.6 MB), and the workers share it."""
     probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
     if probe.returncode != 0:
