@@ -45,6 +45,7 @@ __all__ = [
     "Limiter",
     "SeatLease",
     "holds_seats",
+    "in_flight_kind_of",
     "kind_of",
 ]
 
@@ -245,6 +246,33 @@ def holds_seats(limiter: object) -> bool:
     (``try_acquire`` and a ``limit``) and decides no rate (it has no ``check``, which every rate
     limiter has). Looked up without running a property's code."""
     return _has(limiter, "try_acquire") and _has(limiter, "limit") and not _has(limiter, "check")
+
+
+def in_flight_kind_of(limiter: object) -> tuple[bool, bool]:
+    """``(keyed, awaited)`` for an in-flight limiter; ``TypeError`` for any other object.
+
+    An in-flight limiter hands out leases: it has ``limit``, ``try_acquire`` and ``acquire``,
+    and no ``check`` (which would make it a rate limiter). As for the rate limiters, the first
+    parameter of ``try_acquire`` tells keyed (``key``) from one limit (``n``), and a coroutine
+    function tells an asyncio limiter.
+    """
+    if _has(limiter, "check"):
+        raise TypeError("it is a rate limiter (it has check); give it as the limiter")
+    missing = [n for n in ("limit", "try_acquire", "acquire") if not _has(limiter, n)]
+    if missing:
+        raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
+    try_acquire = limiter.try_acquire  # type: ignore[attr-defined]  # found above
+    try:
+        parameters = list(inspect.signature(try_acquire).parameters)
+    except (TypeError, ValueError):
+        raise TypeError(f"{type(limiter).__name__}.try_acquire has no signature") from None
+    first = parameters[0] if parameters else None
+    if first not in ("n", "key"):
+        raise TypeError(
+            f"{type(limiter).__name__}.try_acquire must take n first (one limit) or key first "
+            f"(one limit per key), not {first}"
+        )
+    return first == "key", inspect.iscoroutinefunction(try_acquire)
 
 
 def _has(limiter: object, name: str) -> bool:

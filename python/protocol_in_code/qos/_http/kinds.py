@@ -11,12 +11,11 @@ loop, which it would stall.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from protocol_in_code.qos.capabilities import Awaiting, Blocking, KeyChecked, Misfit
-from protocol_in_code.qos.interfaces import kind_of
+from protocol_in_code.qos.interfaces import in_flight_kind_of, kind_of
 
 
 class Kind(NamedTuple):
@@ -71,33 +70,6 @@ def in_flight_kind(limiter: Any, parameter: str, *, allow_async: bool, on_event_
     return _fitting(limiter, parameter, keyed, awaited, allow_async, on_event_loop)
 
 
-def in_flight_kind_of(limiter: object) -> tuple[bool, bool]:
-    """``(keyed, awaited)`` for an in-flight limiter; ``TypeError`` for any other object.
-
-    An in-flight limiter hands out leases: it has ``limit``, ``try_acquire`` and ``acquire``,
-    and no ``check`` (which would make it a rate limiter). As for the rate limiters, the first
-    parameter of ``try_acquire`` tells keyed (``key``) from one limit (``n``), and a coroutine
-    function tells an asyncio limiter.
-    """
-    if callable(getattr(limiter, "check", None)):
-        raise TypeError("it is a rate limiter (it has check); give it as the limiter")
-    missing = [n for n in ("limit", "try_acquire", "acquire") if not _has(limiter, n)]
-    if missing:
-        raise TypeError(f"{type(limiter).__name__} has no {', '.join(missing)}")
-    try_acquire = limiter.try_acquire  # type: ignore[attr-defined]  # found above
-    try:
-        parameters = list(inspect.signature(try_acquire).parameters)
-    except (TypeError, ValueError):
-        raise TypeError(f"{type(limiter).__name__}.try_acquire has no signature") from None
-    first = parameters[0] if parameters else None
-    if first not in ("n", "key"):
-        raise TypeError(
-            f"{type(limiter).__name__}.try_acquire must take n first (one limit) or key first "
-            f"(one limit per key), not {first}"
-        )
-    return first == "key", inspect.iscoroutinefunction(try_acquire)
-
-
 def _fitting(
     limiter: Any,
     parameter: str,
@@ -122,13 +94,3 @@ def _fitting(
         )
     checked = keyed and isinstance(limiter, KeyChecked)
     return Kind(keyed, awaited, limiter.key_refusal if checked else None, blocks)
-
-
-def _has(limiter: object, name: str) -> bool:
-    """Whether ``limiter`` has the attribute ``name``, looked up without running a property (a
-    store's ``limit`` may ask its server)."""
-    try:
-        inspect.getattr_static(limiter, name)
-    except AttributeError:
-        return False
-    return True
