@@ -24,7 +24,12 @@ import importlib
 import os
 from typing import Any
 
-from protocol_in_code._native import KeyedRateLimiter, SharedKeyedRateLimiter
+from protocol_in_code._native import (
+    KeyedConcurrencyLimiter,
+    KeyedRateLimiter,
+    SharedKeyedConcurrencyLimiter,
+    SharedKeyedRateLimiter,
+)
 from protocol_in_code.qos.capabilities import RateStore
 
 #: The stores given by name: ``"shared"`` (the default) is one limit for every process of the
@@ -45,6 +50,9 @@ class InProcess:
     def keyed_limiter(self, rate: Any, burst: int | None, name: str) -> Any:
         return KeyedRateLimiter(rate, burst=burst)
 
+    def keyed_in_flight(self, limit: int, name: str) -> Any:
+        return KeyedConcurrencyLimiter(limit)
+
 
 class SharedTables:
     """``store="shared"`` or a folder: a table named ``name`` that every process of the host
@@ -59,6 +67,19 @@ class SharedTables:
         if self.folder is None:
             return SharedKeyedRateLimiter(name, rate, burst=burst)
         return SharedKeyedRateLimiter(name, rate, burst=burst, path=self.folder)
+
+    def keyed_in_flight(self, limit: int, name: str) -> Any:
+        """The in-flight table ``name``, whose limit is the file's (the first process to make
+        it sets it): set to ``limit`` here, so that a limit changed by a deploy takes effect
+        as its first worker starts, for every worker (a worker still running the old
+        configuration uses the new limit; nobody is evicted)."""
+        if self.folder is None:
+            seats = SharedKeyedConcurrencyLimiter(name, limit)
+        else:
+            seats = SharedKeyedConcurrencyLimiter(name, limit, path=self.folder)
+        if seats.limit != limit:
+            seats.resize(limit)
+        return seats
 
 
 def rate_store(given: Any) -> RateStore:

@@ -116,16 +116,26 @@ def several_workers() -> bool:
     return True
 
 
-def warn_if_several_workers(what: str) -> None:
+#: What to give instead of an in-process rate limiter, or in-flight limiter.
+INSTEAD_OF_RATES = (
+    "Give a rate ('100/minute') to keep one limit for the host, or a SharedKeyedRateLimiter, "
+    "or a Redis limiter for several hosts"
+)
+INSTEAD_OF_SEATS = (
+    "Give max_in_flight an int with the default store to keep one limit for the host, or a "
+    "SharedKeyedConcurrencyLimiter, or a Redis one for several hosts"
+)
+
+
+def warn_if_several_workers(what: str, instead: str = INSTEAD_OF_RATES) -> None:
     """Warn once per server (a ``RuntimeWarning``) when ``what``, an in-process limiter in front
     of an application, is used by several workers of one server: each enforces the whole limit
-    on its own."""
+    on its own. ``instead`` says what keeps one limit."""
     if several_workers():
         warnings.warn(
             f"{what} is a limiter of this process, and this server runs several worker "
-            "processes, each with its own: together they admit the limit once per worker. "
-            "Give a rate ('100/minute') to keep one limit for the host, or a "
-            "SharedKeyedRateLimiter, or a Redis limiter for several hosts",
+            f"processes, each with its own: together they admit the limit once per worker. "
+            f"{instead}",
             RuntimeWarning,
             stacklevel=3,
         )

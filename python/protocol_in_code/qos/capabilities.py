@@ -28,7 +28,9 @@ part. A limiter that declares nothing is asked with ``check``, ``peek`` and ``re
 as the interfaces allow.
 
 A store where a rate given in place of a limiter (the web forms' ``store=``) is kept is a
-:class:`RateStore`: an object of one's own may be given as it is.
+:class:`RateStore`: an object of one's own may be given as it is. One that also keeps the
+seats of an in-flight limit given as a number (``max_in_flight=4``) is an
+:class:`InFlightStore` as well.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "KeyChecked",
     "Levelled",
     "Misfit",
+    "InFlightStore",
     "Planned",
     "RateStore",
     "Stackable",
@@ -176,3 +179,15 @@ class RateStore(Protocol):
     def named(self) -> str | None: ...
 
     def keyed_limiter(self, rate: Any, burst: int | None, name: str) -> Any: ...
+
+
+@runtime_checkable
+class InFlightStore(Protocol):
+    """A :class:`RateStore` that also keeps in-flight limits: ``keyed_in_flight`` makes one
+    limit of ``limit`` seats per key (a
+    :class:`~protocol_in_code.qos.interfaces.KeyedInFlightLimiter`, or its asyncio form), kept
+    under ``name`` (the same in every worker of an application), whose limit is ``limit`` from
+    then on, whatever an earlier limiter of that name kept. The web forms ask it for an int
+    given as ``max_in_flight``; a store that is not one refuses such an int."""
+
+    def keyed_in_flight(self, limit: int, name: str) -> Any: ...

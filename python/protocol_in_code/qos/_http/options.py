@@ -133,17 +133,33 @@ class Options:
     #: Where a rate's limits are kept: the store given, checked.
     where: Store = field(init=False, repr=False)
 
+    @property
+    def keeps_seats(self) -> bool:
+        """Whether ``max_in_flight`` is a number of seats, kept in ``store=`` as a rate's
+        limits are (rather than an in-flight limiter, which keeps its own)."""
+        seats = self.max_in_flight
+        return isinstance(seats, int) and not isinstance(seats, bool)
+
     def __post_init__(self) -> None:
         routes = self.routes
         if isinstance(routes, Route):
             raise TypeError("routes must be a list of Route, not a single Route")
         routes = tuple(routes)
         object.__setattr__(self, "routes", routes)
-        if self.store is not None and not has_rate(self.limiter):
+        seats = self.max_in_flight
+        if isinstance(seats, (bool, float, str)):
+            raise TypeError(
+                f"max_in_flight must be an int (seats per client) or an in-flight limiter, "
+                f"not {seats!r}"
+            )
+        if isinstance(seats, int) and seats < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {seats}")
+        if self.store is not None and not has_rate(self.limiter) and not self.keeps_seats:
             if not any(is_rate(route.limiter) for route in routes if isinstance(route, Route)):
                 raise TypeError(
-                    "store= says where a rate's limits are kept ('100/minute'): with limiters "
-                    "given, leave it out (each limiter keeps its own state)"
+                    "store= says where a rate's limits ('100/minute') and the seats of an int "
+                    "max_in_flight are kept: with limiters given, leave it out (each limiter "
+                    "keeps its own state)"
                 )
         object.__setattr__(self, "where", Store.of(self.store))
         for parameter in ("key", "cost", "plan"):

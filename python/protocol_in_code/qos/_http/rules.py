@@ -17,7 +17,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol_in_code._native import Decision, KeyedRateLimiter, RateLimiter
+from protocol_in_code._native import (
+    ConcurrencyLimiter,
+    Decision,
+    KeyedConcurrencyLimiter,
+    KeyedRateLimiter,
+    RateLimiter,
+)
 from protocol_in_code.qos._http.addresses import TrustedProxies, forwarded_header_name
 from protocol_in_code.qos._http.fields import PartitionKeys, Policy, host_secret, sf_string
 from protocol_in_code.qos._http.keys import CostFunction, RequestInfo
@@ -26,11 +32,13 @@ from protocol_in_code.qos._http.options import Options, Route
 from protocol_in_code.qos._http.seats import Seats
 from protocol_in_code.qos._http.stores import has_rate, is_rate, view_table
 from protocol_in_code.qos._http.told import DecisionHook, Hooked, hooked, hooked_levels, teller
-from protocol_in_code.qos._workers import warn_if_several_workers
+from protocol_in_code.qos._workers import INSTEAD_OF_SEATS, warn_if_several_workers
 from protocol_in_code.qos.capabilities import Misfit
 
 #: The limiters that keep their limits in this process: several workers each have their own.
 IN_PROCESS = (RateLimiter, KeyedRateLimiter)
+#: The in-flight limiters of one process, which the same warning is about.
+IN_PROCESS_SEATS = (ConcurrencyLimiter, KeyedConcurrencyLimiter)
 
 
 @dataclass
@@ -288,9 +296,7 @@ class Rules:
         if is_rate(limiter):
             sf_string(options.name, "name")
         #: The in-flight limit, ``None`` where none was given (see :mod:`.seats`).
-        self.seats = Seats.of(
-            options.max_in_flight, allow_async=allow_async, on_event_loop=on_event_loop
-        )
+        self.seats = Seats.of(options, table, allow_async=allow_async, on_event_loop=on_event_loop)
         rules = [
             _route_rule(i, route, options, table, allow_async, on_event_loop)
             for i, route in enumerate(options.routes)
@@ -319,6 +325,8 @@ class Rules:
         in_process = [rule.limiter for rule in rules if isinstance(rule.limiter, IN_PROCESS)]
         if in_process:
             warn_if_several_workers(type(in_process[0]).__name__)
+        elif self.seats is not None and isinstance(self.seats.limiter, IN_PROCESS_SEATS):
+            warn_if_several_workers(type(self.seats.limiter).__name__, INSTEAD_OF_SEATS)
         self.rules = tuple(rules)
         #: Whether a rule's limiter is an asyncio one, whose decision must be awaited.
         self.awaited = any(rule.awaited for rule in self.rules)
@@ -547,9 +555,9 @@ def view_rules(
 class ViewLimit:
     """The rules of one view decorator's limit, built once.
 
-    A limit of limiters is built when the decorator is made. A rate's limit is named after the
-    view (:func:`~.stores.view_table`), so it is built when the decorator is given its first
-    view: one decorator put on several views is one limit for all of them. Django's
+    A limit of limiters is built when the decorator is made. A rate's limit, and the seats of
+    an int ``max_in_flight``, are named after the view (:func:`~.stores.view_table`), so they
+    are built when the decorator is given its first view: one decorator put on several views is one limit for all of them. Django's
     ``method_decorator`` first decorates a stand-in of its own, which names nothing: the
     method, decorated at each request (in many threads), names the limit then.
     """
@@ -557,7 +565,7 @@ class ViewLimit:
     def __init__(self, options: Options, *, allow_async: bool) -> None:
         self.options, self.allow_async = options, allow_async
         self.built: tuple[Rules, Rule] | None = None
-        if not has_rate(options.limiter):
+        if not has_rate(options.limiter) and not options.keeps_seats:
             self.built = view_rules(options, allow_async=allow_async, table="view")
         self._building = threading.Lock()
 

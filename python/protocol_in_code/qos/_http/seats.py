@@ -61,7 +61,6 @@ from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, ke
 from protocol_in_code.qos._http.kinds import in_flight_kind
 from protocol_in_code.qos._http.options import Options
 from protocol_in_code.qos._http.told import DecisionHook, Tell, teller
-from protocol_in_code.qos.concurrency import KeyedConcurrencyLimiter
 
 #: The key of a request to which the key function says no limit applies: it takes no seat.
 UNSEATED = object()
@@ -95,22 +94,23 @@ class Seats:
     tell: Tell | None = None
 
     @classmethod
-    def of(cls, given: Any, *, allow_async: bool, on_event_loop: bool) -> Seats | None:
-        """The seats of ``max_in_flight=given`` (``None`` where not given), checked:
-        ``TypeError`` or ``ValueError`` naming the parameter and the value."""
+    def of(
+        cls, options: Options, table: str, *, allow_async: bool, on_event_loop: bool
+    ) -> Seats | None:
+        """The seats of ``options.max_in_flight`` (``None`` where not given; an int checked by
+        :class:`~.options.Options`), checked: ``TypeError`` naming the parameter and the value.
+        An int is made in the form's store (:meth:`~.stores.Store.in_flight`), named after
+        ``table`` and the form's name."""
+        given = options.max_in_flight
         if given is None:
             return None
-        if isinstance(given, bool) or isinstance(given, (float, str)):
-            raise TypeError(
-                f"max_in_flight must be an int (seats per client) or an in-flight limiter, "
-                f"not {given!r}"
-            )
         if isinstance(given, int):
-            if given < 1:
-                raise ValueError(f"max_in_flight must be at least 1, not {given}")
-            return cls(KeyedConcurrencyLimiter(given), True, False, None, DENIED_STATUS)
+            parameter = options.where.parameter(given, "max_in_flight")
+            given = options.where.in_flight(given, table, seat_policy(options.name))
+        else:
+            parameter = "max_in_flight"
         kind = in_flight_kind(
-            given, "max_in_flight", allow_async=allow_async, on_event_loop=on_event_loop
+            given, parameter, allow_async=allow_async, on_event_loop=on_event_loop
         )
         status = DENIED_STATUS if kind.keyed else REFUSED_STATUS
         return cls(given, kind.keyed, kind.awaited, kind.key_refusal, status)

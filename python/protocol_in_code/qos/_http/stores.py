@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from protocol_in_code.qos._stores import rate_store
-from protocol_in_code.qos.capabilities import RateStore
+from protocol_in_code.qos.capabilities import InFlightStore, RateStore
 
 #: The longest name of a shared table (``shared_memory::LONGEST_NAME`` in the core).
 LONGEST_TABLE_NAME = 100
@@ -85,6 +85,21 @@ class Store:
                 )
             return limiter
         return self.kept.keyed_limiter(limiter, burst, claimed_name(table_name(table, name)))
+
+    def in_flight(self, limit: int, table: str, name: str) -> Any:
+        """The in-flight limit of ``max_in_flight=limit``: ``limit`` seats per client, kept in
+        the store as a rate's limits are, under ``<table>.<name>`` (the seats' policy name,
+        ``web.in-flight``), so that every worker of the host (or every host, on Redis) counts
+        a client's requests together. ``TypeError`` for a store of one's own that keeps no
+        seats (not an :class:`~protocol_in_code.qos.capabilities.InFlightStore`)."""
+        kept = self.kept
+        if not isinstance(kept, InFlightStore):
+            raise TypeError(
+                f"max_in_flight={limit} keeps its seats in store=, and "
+                f"{type(kept).__name__} keeps no in-flight limits (it has no keyed_in_flight): "
+                "give max_in_flight an in-flight limiter instead"
+            )
+        return kept.keyed_in_flight(limit, claimed_name(table_name(table, name)))
 
 
 def table_name(*parts: str) -> str:

@@ -12,7 +12,8 @@ the four classes of :mod:`.limiters` declare theirs with what is here:
   fit them, and which client to give instead.
 
 And :func:`rate_store`, the store a Redis client given as ``store=`` is: each rate's limit is
-a Redis keyed limiter of that name.
+a Redis keyed limiter of that name, and an int given as ``max_in_flight`` a Redis keyed
+in-flight limiter.
 
 Nothing here imports the limiters at import time (they import this module to declare
 themselves); what needs them imports them when it is first used.
@@ -78,6 +79,21 @@ class RedisStore:
         from protocol_in_code.qos.distributed.limiters import RedisKeyedRateLimiter
 
         return RedisKeyedRateLimiter(self.client, rate, burst=burst, name=name)
+
+    def keyed_in_flight(self, limit: int, name: str) -> Any:
+        """Seats per key of that name, kept on the server: each call sends ``limit``. A
+        request may run longer than a lease lives (a long stream), so every lease is kept
+        alive by the heartbeat until the response ends; a worker that dies gives its seats
+        back within ``lease_ttl``."""
+        from protocol_in_code.qos.distributed._seats import RedisKeyedConcurrencyLimiter
+        from protocol_in_code.qos.distributed._seats_async import (
+            AsyncRedisKeyedConcurrencyLimiter,
+        )
+        from protocol_in_code.qos.distributed._server import Server
+
+        if Server(self.client).is_async:
+            return AsyncRedisKeyedConcurrencyLimiter(self.client, limit, name=name, heartbeat=True)
+        return RedisKeyedConcurrencyLimiter(self.client, limit, name=name, heartbeat=True)
 
 
 def rate_store(given: Any) -> RedisStore | None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from protocol_in_code.qos.distributed import _plugin
 from protocol_in_code.qos.distributed._client import (
     ClientErrors,
     LimiterUnavailable,
@@ -154,6 +155,8 @@ class _Seats(SeatsState[RedisLease]):
 
     script_kind = SeatScript
     script: SeatScript
+    # Declared to the layers that take any limiter (see _plugin.py): its calls block.
+    blocks = _plugin.BLOCKS
 
     def call(self, limit: Limit, ask: Ask) -> Reply:
         return self._noted(self.script.call(limit, ask, self._limit, self.keyed))

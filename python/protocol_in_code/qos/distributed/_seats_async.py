@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 from protocol_in_code.qos._give_backs import in_background, run_to_the_end
+from protocol_in_code.qos.distributed import _plugin
 from protocol_in_code.qos.distributed._client import LimiterUnavailable
 from protocol_in_code.qos.distributed._seats import SeatScript
 from protocol_in_code.qos.distributed._seats_core import (
@@ -120,6 +121,8 @@ class _AsyncSeats(SeatsState[AsyncRedisLease]):
 
     script_kind = AsyncSeatScript
     script: AsyncSeatScript
+    # Declared to the layers that take any limiter (see _plugin.py): its calls are awaited.
+    awaits = _plugin.AWAITS
 
     async def call(self, limit: Limit, ask: Ask) -> Reply:
         return self._noted(await self.script.call_async(limit, ask, self._limit, self.keyed))

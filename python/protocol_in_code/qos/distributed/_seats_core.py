@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from protocol_in_code.qos.distributed import _plugin
 from protocol_in_code.qos.distributed._keys import tag
 from protocol_in_code.qos.distributed._options import checked_name
 
@@ -404,6 +405,11 @@ class KeyedSeats(SeatsState[_L]):
     """What a keyed in-flight limiter answers without the server, in either shell."""
 
     keyed = True
+
+    def key_refusal(self, key: object) -> str | None:
+        """Declared to the layers that take any limiter (see ``_plugin.py``): a key is
+        ``str`` or ``bytes``, so the web forms refuse another before anything is taken."""
+        return _plugin.key_refusal(key)
 
     @property
     def in_flight(self) -> int:
