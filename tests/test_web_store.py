@@ -83,7 +83,7 @@ def test_a_store_folder_that_does_not_exist_is_an_error_naming_store(tmp_path: P
 def test_store_with_limiters_only_is_refused_and_a_sync_redis_store_is_named() -> None:
     from protocol_in_code.qos.keyed import KeyedRateLimiter
 
-    with pytest.raises(TypeError, match="store= says where a rate.s limits"):
+    with pytest.raises(TypeError, match="store= says where a rate's limits"):
         RateLimitMiddleware(_app, KeyedRateLimiter(5), store="process")
     redis = pytest.importorskip("redis")
     client = redis.Redis(port=1)  # never asked: the refusal comes first

@@ -1,0 +1,147 @@
+"""``max_in_flight=2`` under four worker processes is two requests at once per client, in all
+(issue 35): the seats are kept where the rates are, in a table every worker opens.
+
+Each application of ``web_in_flight_workers_app`` is served with four workers, none preloaded:
+gunicorn's sync workers (the WSGI middleware and Flask's decorator) and ``uvicorn --workers 4``
+(the ASGI middleware). One client sends eight requests to a slow view at once, each on a
+connection of its own so that every worker gets some. The views count themselves running, in a
+file the workers share, and wait for a gate the test opens once six requests have been
+refused: never more than two ran at once, whichever workers took them. With the seats kept in
+each process (``store="process"``) the server's log says once that every worker has its own.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import qos_support
+
+if qos_support.reference_mode():
+    qos_support.skip_native_only("protocol_in_code.qos.for_* and the middleware")
+if not sys.platform.startswith("linux"):
+    pytest.skip(
+        "worker processes of uvicorn and gunicorn: tested on Linux", allow_module_level=True
+    )
+pytest.importorskip("uvicorn")
+pytest.importorskip("flask")
+pytest.importorskip("fastapi")
+pytest.importorskip("gunicorn")
+
+from redis_servers import free_port
+from test_web_default_store import STARTUP_SECONDS, TESTS, WARNING, WORKERS, request, served
+from web_in_flight_workers_app import SEATS
+
+REQUESTS = 8
+
+
+def gunicorn(factory: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "-w",
+        str(WORKERS),
+        "-b",
+        f"127.0.0.1:{port}",
+        "--chdir",
+        TESTS,
+        f"web_in_flight_workers_app:{factory}()",
+    ]
+
+
+def uvicorn(factory: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        f"web_in_flight_workers_app:{factory}",
+        "--workers",
+        str(WORKERS),
+        "--port",
+        str(port),
+        "--app-dir",
+        TESTS,
+        "--no-access-log",
+    ]
+
+
+CASES = {
+    "wsgi middleware, gunicorn sync": (gunicorn, "flask_middleware"),
+    "flask @limit, gunicorn sync": (gunicorn, "flask_decorator"),
+    "asgi middleware, uvicorn --workers": (uvicorn, "fastapi_middleware"),
+}
+
+
+def _count(folder: Path) -> tuple[int, int]:
+    """``(running, most)``: the views running now, and the most ever running at once."""
+    try:
+        running, most = (int(x) for x in (folder / "count").read_text().split())
+    except (FileNotFoundError, ValueError):
+        return 0, 0
+    return running, most
+
+
+def _slow_burst(port: int, folder: Path) -> tuple[list[int], int]:
+    """``REQUESTS`` requests to ``/slow`` at once, from one client; the views' gate opened
+    once every request is either running its view or answered (bounded in time): the
+    statuses, and the most views ever running at once."""
+    with ThreadPoolExecutor(REQUESTS) as pool:
+        sent = [pool.submit(request, port, "GET", "/slow") for _ in range(REQUESTS)]
+        try:
+            deadline = time.monotonic() + STARTUP_SECONDS
+            while time.monotonic() < deadline:
+                answered = sum(future.done() for future in sent)
+                if answered + _count(folder)[0] >= REQUESTS:
+                    break
+                time.sleep(0.02)
+        finally:
+            (folder / "gate").touch()
+        statuses = [future.result()[0] for future in sent]
+    return statuses, _count(folder)[1]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_seats_per_client_are_two_across_four_workers(case: str, tmp_path: Path) -> None:
+    command, factory = CASES[case]
+    port = free_port()
+    server = served(
+        command(factory, port), port, tmp_path / "server.log", QOS_GATE_FOLDER=str(tmp_path)
+    )
+    try:
+        statuses, most = _slow_burst(port, tmp_path)
+    finally:
+        server.stop()
+    assert most == SEATS, (most, statuses, server.text())
+    assert sorted(statuses) == [200] * SEATS + [429] * (REQUESTS - SEATS), statuses
+    assert WARNING not in server.text()
+
+
+@pytest.mark.parametrize(
+    "case", ["wsgi middleware, gunicorn sync", "asgi middleware, uvicorn --workers"]
+)
+def test_seats_kept_in_each_process_are_said_once(case: str, tmp_path: Path) -> None:
+    command, factory = CASES[case]
+    port = free_port()
+    server = served(
+        command(factory, port),
+        port,
+        tmp_path / "server.log",
+        QOS_GATE_FOLDER=str(tmp_path),
+        QOS_SEATS_STORE="process",
+    )
+    try:
+        # Every worker has answered /pid, so has built its middleware (Starlette builds it at
+        # the first request a worker serves); the warning is written as it is built.
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while WARNING not in server.text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    log = server.text()
+    assert log.count(WARNING) == 1 and "KeyedConcurrencyLimiter" in log, log
+    assert "max_in_flight an int with the default store" in log, log
