@@ -7,9 +7,12 @@ one, each seen in line before the next comes.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import os
 import threading
 import time
+import traceback
 from typing import Any
 
 import pytest
@@ -171,6 +174,59 @@ def test_extend_and_the_heartbeat_keep_a_lease(redis_client: Any) -> None:
     assert beating.in_flight == 1
     kept.release()
     assert beating.in_flight == 0
+
+
+def _hearts() -> int:
+    return sum(thread.name == "qos-seats-heartbeat" for thread in threading.enumerate())
+
+
+def test_one_heartbeat_thread_keeps_every_lease_of_a_limiter_and_ends_with_them(
+    redis_client: Any,
+) -> None:
+    """A lease costs no thread of its own: one thread beats for all of a limiter's leases, a
+    lease dropped unreleased is no longer kept (it lapses, as every dropped lease does), and the
+    thread ends once none is held."""
+    before = _hearts()
+    limiter = fresh(redis_client, 10, lease_ttl=0.3, heartbeat=True)
+    leases = [limiter.try_acquire() for _ in range(5)]
+    assert all(leases) and _hearts() == before + 1
+    dropped = leases.pop()
+    assert dropped is not None
+    dropped_token = dropped.token
+    del dropped
+    gc.collect()
+    time.sleep(1.0)  # three lease times: only the heartbeat keeps the four
+    assert limiter.in_flight == 4, f"the dropped lease {dropped_token} should have lapsed"
+    for lease in leases:
+        assert lease is not None
+        lease.release()  # none had lapsed: no LeaseExpired
+    wait_until(lambda: _hearts() == before, 5, "the heartbeat thread to end")
+    again = limiter.try_acquire()  # a lease kept after the thread ended starts one again
+    assert again is not None
+    time.sleep(1.0)
+    again.release()
+
+
+def test_a_forked_child_s_own_lease_has_a_heartbeat_of_its_own(redis_client: Any) -> None:
+    limiter = fresh(redis_client, 2, lease_ttl=0.3, heartbeat=True)
+    parent = limiter.try_acquire()  # the parent's thread runs before the fork
+    assert parent is not None
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's limiter (redis-py opens the child's connections)
+        code = 1
+        try:
+            lease = limiter.try_acquire()
+            time.sleep(1.0)  # three lease times
+            if lease is not None:
+                lease.release()  # raises LeaseExpired had no heartbeat kept it
+                code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent.release()
 
 
 def test_resize_is_stored_for_every_limiter_of_the_name(redis_client: Any) -> None:

@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -111,17 +113,13 @@ class RedisLease(LeaseState):
     releasing or extending a lease that had lapsed raises :class:`LeaseExpired`.
     """
 
-    __slots__ = ("_stop",)
+    __slots__ = ()
     _owner: _Seats
 
     def __init__(self, owner: _Seats, limit: Limit, lease_id: bytes, n: int, token: int) -> None:
         super().__init__(owner, limit, lease_id, n, token)
-        self._stop: threading.Event | None = None
         if owner.options.heartbeat:
-            self._stop = threading.Event()
-            threading.Thread(
-                target=owner.beat, args=(limit, lease_id, self._stop), daemon=True
-            ).start()
+            owner.heart().keep(self)
 
     def release(self) -> None:
         """Give the seats back (once; a second call does nothing). Raises
@@ -135,10 +133,6 @@ class RedisLease(LeaseState):
         Raises :class:`LeaseExpired` if they had lapsed, ``ValueError`` if released."""
         self._answered(self._owner.call(self._limit, self._extending(ttl)), "extended")
 
-    def _stop_beating(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-
     def __enter__(self) -> RedisLease:
         return self
 
@@ -148,6 +142,60 @@ class RedisLease(LeaseState):
         except LeaseExpired:
             if self._raises_on_exit(exc_info):
                 raise
+
+
+class Heart:
+    """The heartbeat of one limiter's leases: a daemon thread that extends each lease still
+    held every :attr:`~._seats_core.SeatOptions.heartbeat_interval` (a third of
+    ``lease_ttl``, so two beats may fail in a row before a lease lapses), one script call per
+    lease. One thread for all of a limiter's leases: started when a lease is kept and none
+    runs, ending when it finds none left, so a lease costs no thread of its own.
+
+    It holds its leases weakly: a lease dropped unreleased stops being extended, and lapses
+    on the server as every dropped lease does. A forked child keeps none of its parent's (the
+    parent's thread is not in the child): its own leases start a thread of its own.
+    """
+
+    def __init__(self, owner: _Seats) -> None:
+        self.owner = owner
+        self._start_here()
+
+    def _start_here(self) -> None:
+        """No lease kept yet, and no thread, in this process."""
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
+        self.beating = False
+
+    def keep(self, lease: RedisLease) -> None:
+        """Extend ``lease`` at every beat from now until it is released (or dropped)."""
+        if self.pid != os.getpid():  # a forked child: its parent's lock and leases are not its
+            self._start_here()
+        with self.lock:
+            self.leases.add(lease)
+            if self.beating:
+                return
+            self.beating = True
+        threading.Thread(target=self._beat, name="qos-seats-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        options = self.owner.options
+        while True:
+            time.sleep(options.heartbeat_interval)
+            with self.lock:
+                held = [lease for lease in self.leases if not lease.released]
+                if not held:
+                    self.beating = False
+                    return
+            for lease in held:
+                ask = Ask(b"extend", lease.lease_id, ttl_ms=options.lease_ttl_ms)
+                try:
+                    lapsed = self.owner.call(lease._limit, ask).status == 0
+                except LimiterUnavailable:
+                    continue  # tried again at the next beat
+                if lapsed:  # its holder's release or extend says so
+                    with self.lock:
+                        self.leases.discard(lease)
 
 
 class _Seats(SeatsState[RedisLease]):
@@ -164,16 +212,12 @@ class _Seats(SeatsState[RedisLease]):
     def _lease(self, limit: Limit, turn: Turn, token: int) -> RedisLease:
         return self._kept(RedisLease(self, limit, turn.lease_id, turn.n, token))
 
-    def beat(self, limit: Limit, lease_id: bytes, stop: threading.Event) -> None:
-        """Extend a lease every :attr:`SeatOptions.heartbeat_interval` until ``stop``, or until
-        it lapsed; a failed extension is tried again at the next beat."""
-        ask = Ask(b"extend", lease_id, ttl_ms=self.options.lease_ttl_ms)
-        while not stop.wait(self.options.heartbeat_interval):
-            try:
-                if self.call(limit, ask).status == 0:
-                    return
-            except LimiterUnavailable:
-                continue
+    def heart(self) -> Heart:
+        """The one thread's work that keeps this limiter's leases alive (``heartbeat=True``)."""
+        heart: Heart | None = self.__dict__.get("_heart")
+        if heart is None:
+            heart = self.__dict__.setdefault("_heart", Heart(self))
+        return heart
 
     def _try(self, limit: Limit, n: int) -> RedisLease | None:
         check_n(n)
