@@ -176,9 +176,10 @@ class Heart:
             if self.beating:
                 return
             self.beating = True
-        threading.Thread(target=self._beat, name="qos-seats-heartbeat", daemon=True).start()
+        threading.Thread(target=self.beat, name="qos-seats-heartbeat", daemon=True).start()
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
+        """Extend every lease still held, each beat, until none is left."""
         options = self.owner.options
         while True:
             time.sleep(options.heartbeat_interval)
