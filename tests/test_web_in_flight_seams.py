@@ -476,3 +476,29 @@ def test_fastapi_before_0_118_is_refused_max_in_flight_and_the_dependency_is_one
     with pytest.raises(RuntimeError, match=r"max_in_flight: FastAPI .* 0\.118 or later"):
         for_fastapi.RateLimit(limiter, max_in_flight=2)
     assert type(for_fastapi.RateLimit(limiter)) is for_fastapi.RateLimit
+
+
+# ---------------------------------------------------------------------------------------------
+# Behind a proxy: the seat is the forwarded client's, as its rate limit is
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("middleware", [ASGIMiddleware, WSGIMiddleware], ids=["asgi", "wsgi"])
+def test_behind_a_trusted_proxy_the_seat_is_the_forwarded_client_s(middleware: Any) -> None:
+    seats = KeyedConcurrencyLimiter(1)
+    app = middleware(
+        _ok_asgi if middleware is ASGIMiddleware else _ok_wsgi,
+        None,
+        max_in_flight=seats,
+        trusted_proxies=["10.0.0.0/8"],
+    )
+    held = seats.try_acquire("203.0.113.7")
+    assert held is not None
+    forwarded = {"x-forwarded-for": "203.0.113.7"}
+    assert _request(app, client="10.0.0.1", headers=forwarded)[0] == 429
+    other = {"x-forwarded-for": "203.0.113.8"}
+    assert _request(app, client="10.0.0.1", headers=other)[0] == 200
+    # A peer that is not a trusted proxy cannot name another client: its own address is its key.
+    assert _request(app, client="198.51.100.1", headers=forwarded)[0] == 200
+    held.release()
+    assert _request(app, client="10.0.0.1", headers=forwarded)[0] == 200
