@@ -25,7 +25,7 @@ use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::limiter::only_the_rate_by_position;
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::{limits, limits_repr, PyLimit};
+use crate::python::surface::{limits_repr, pickled_kwargs, PyLimit};
 use crate::shared_memory::{self, Mapped, OpenError};
 
 /// A table, where it lives, and the clock its calls read.
@@ -75,9 +75,7 @@ fn new_args<'py, L: PyLimit<Part = Shared>>(
     max_keys: Option<u64>,
 ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
     let first = &this.parts()[0];
-    let kwargs = PyDict::new(py);
-    let (keyword, limits) = limits(this, py)?;
-    kwargs.set_item(keyword, limits)?;
+    let kwargs = pickled_kwargs(this, py)?;
     if let Some(max_keys) = max_keys {
         kwargs.set_item("max_keys", max_keys)?;
     }
