@@ -186,7 +186,7 @@ limiter_methods! { keyed: KeyedRateLimiter {
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let KeyCount(max_keys) = max_keys;
         let shards = shards.map(|shards| count(shards, "shards")).transpose()?;

@@ -134,7 +134,7 @@ limiter_methods! { one key: RateLimiter {
         start_ns: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("RateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let config = read_config(py, rate, burst, per, bands)?;
         let initial = initial
             .map(|n| Ok::<_, PyErr>(config.check_initial(count(n, "initial")?)?))

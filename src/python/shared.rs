@@ -234,7 +234,7 @@ limiter_methods! { one key: SharedRateLimiter {
         bands: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("SharedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let config = read_config(py, rate, burst, per, bands)?;
         let mut opened = Shared::open(py, name, &[config], None, path)?;
         Ok(Self {
@@ -363,7 +363,7 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
         max_keys: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
         let max_keys = table_size::shared(max_keys)?;
