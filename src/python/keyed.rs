@@ -26,7 +26,7 @@ use crate::python::limiter::{
     only_the_rate_by_position, rebuilder, restore_attributes, with_attributes,
 };
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::{limits, limits_repr, PyLimit};
+use crate::python::surface::{limits_repr, pickled_kwargs, PyLimit};
 
 /// A `max_keys` argument, checked as a count (so None, a bool or a float is refused).
 #[derive(Clone, Copy)]
@@ -186,7 +186,7 @@ limiter_methods! { keyed: KeyedRateLimiter {
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("KeyedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let KeyCount(max_keys) = max_keys;
         let shards = shards.map(|shards| count(shards, "shards")).transpose()?;
@@ -254,10 +254,8 @@ limiter_methods! { keyed: KeyedRateLimiter {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
         let py = slf.py();
         let this = slf.get();
-        let kwargs = PyDict::new(py);
         let first = &this.tables[0].table;
-        let (keyword, limits) = limits(this, py)?;
-        kwargs.set_item(keyword, limits)?;
+        let kwargs = pickled_kwargs(this, py)?;
         kwargs.set_item("max_keys", first.max_keys())?;
         kwargs.set_item("shards", first.shard_count())?;
         kwargs.set_item("clock", this.clock.callable(py))?;

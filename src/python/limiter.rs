@@ -23,7 +23,7 @@ use crate::python::config::read_config;
 use crate::python::errors::{shown, OfClock};
 use crate::python::fork::Lineage;
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::{limits, limits_repr, PyLimit};
+use crate::python::surface::{limits_repr, pickled_kwargs, PyLimit};
 
 /// An exact rate limiter of one or more bands.
 ///
@@ -134,7 +134,7 @@ limiter_methods! { one key: RateLimiter {
         start_ns: Option<&Bound<'_, PyAny>>,
         clock: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("RateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let config = read_config(py, rate, burst, per, bands)?;
         let initial = initial
             .map(|n| Ok::<_, PyErr>(config.check_initial(count(n, "initial")?)?))
@@ -172,9 +172,7 @@ limiter_methods! { one key: RateLimiter {
         };
         let balances: Vec<(u128, Option<i64>)> =
             bands.iter().map(|band| band.balance.into()).collect();
-        let kwargs = pyo3::types::PyDict::new(py);
-        let (keyword, bands) = limits(this, py)?;
-        kwargs.set_item(keyword, bands)?;
+        let kwargs = pickled_kwargs(this, py)?;
         kwargs.set_item("clock", this.clock.callable(py))?;
         let rebuild = rebuilder(slf.as_any(), &kwargs)?;
         // The balances, the attributes, where the times come from (see `Clock::shift`), and

@@ -6,7 +6,7 @@
 //! table of one key. Arguments are checked as the in-process classes check them, and answers are
 //! the same `Decision`s.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -25,8 +25,8 @@ use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::limiter::only_the_rate_by_position;
 use crate::python::surface::methods::limiter_methods;
-use crate::python::surface::{limits, limits_repr, PyLimit};
-use crate::shared_memory::{self, Mapped};
+use crate::python::surface::{limits_repr, pickled_kwargs, PyLimit};
+use crate::shared_memory::{self, Mapped, OpenError};
 
 /// A table, where it lives, and the clock its calls read.
 pub struct Shared {
@@ -47,18 +47,11 @@ impl Shared {
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Self>> {
         let name = limit_name(name)?;
-        let folder = given_folder(py, path)?;
         let tables: Vec<(&Config, Option<u64>)> =
             configs.iter().map(|config| (config, max_keys)).collect();
-        let opened = py
-            .detach(|| {
-                let folder = match folder {
-                    Some(folder) => folder,
-                    None => shared_memory::default_folder()?,
-                };
-                shared_memory::open(&folder, &name, &tables, fresh_seed)
-            })
-            .map_err(PyErr::from)?;
+        let opened = in_folder(py, path, |folder| {
+            shared_memory::open(folder, &name, &tables, fresh_seed)
+        })?;
         opened
             .into_iter()
             .map(|(table, path)| {
@@ -82,9 +75,7 @@ fn new_args<'py, L: PyLimit<Part = Shared>>(
     max_keys: Option<u64>,
 ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
     let first = &this.parts()[0];
-    let kwargs = PyDict::new(py);
-    let (keyword, limits) = limits(this, py)?;
-    kwargs.set_item(keyword, limits)?;
+    let kwargs = pickled_kwargs(this, py)?;
     if let Some(max_keys) = max_keys {
         kwargs.set_item("max_keys", max_keys)?;
     }
@@ -105,19 +96,32 @@ pub(crate) fn limit_name(name: &Bound<'_, PyAny>) -> PyResult<String> {
     })
 }
 
-/// The folder `path=` names (any path-like), or `None` for the default folder.
-pub(crate) fn given_folder(
+/// Run `open` on the folder of a host's shared files: the one `path=` names (any path-like), or
+/// by default this user's own (`shared_memory::default_folder`, made and checked first). The
+/// path is read holding the interpreter; the folder is made and `open` runs with it released,
+/// since the file system, or a lock another process holds, may keep them waiting. Every shared
+/// file is found here: the rate tables, the in-flight tables and the host's secret.
+pub(crate) fn in_folder<T: Send>(
     py: Python<'_>,
     path: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<PathBuf>> {
-    match path.filter(|path| !path.is_none()) {
-        None => Ok(None),
-        Some(path) => Ok(Some(
+    open: impl FnOnce(&Path) -> Result<T, OpenError> + Send,
+) -> PyResult<T> {
+    let given = match path.filter(|path| !path.is_none()) {
+        None => None,
+        Some(path) => Some(
             py.import("os")?
                 .call_method1("fspath", (path,))?
                 .extract::<PathBuf>()?,
-        )),
-    }
+        ),
+    };
+    py.detach(|| {
+        let folder = match given {
+            Some(folder) => folder,
+            None => shared_memory::default_folder()?,
+        };
+        open(&folder)
+    })
+    .map_err(PyErr::from)
 }
 
 /// `_host_secret(path=None)`: the secret every process of this user on this host reads alike
@@ -130,16 +134,7 @@ pub fn host_secret_py<'py>(
     py: Python<'py>,
     path: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let folder = given_folder(py, path)?;
-    let secret = py
-        .detach(|| {
-            let folder = match folder {
-                Some(folder) => folder,
-                None => shared_memory::default_folder()?,
-            };
-            shared_memory::host_secret(&folder)
-        })
-        .map_err(PyErr::from)?;
+    let secret = in_folder(py, path, shared_memory::host_secret)?;
     Ok(PyBytes::new(py, &secret))
 }
 
@@ -239,7 +234,7 @@ limiter_methods! { one key: SharedRateLimiter {
         bands: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("SharedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let config = read_config(py, rate, burst, per, bands)?;
         let mut opened = Shared::open(py, name, &[config], None, path)?;
         Ok(Self {
@@ -368,7 +363,7 @@ limiter_methods! { keyed: SharedKeyedRateLimiter {
         max_keys: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        only_the_rate_by_position("SharedKeyedRateLimiter", rate, more)?;
+        only_the_rate_by_position(Self::NAME, rate, more)?;
         let (names, configs) = read_limits(py, rate, burst, per, bands, plans)?;
         let max_keys = max_keys.map_or(Ok(DEFAULT_MAX_KEYS), |keys| count(keys, "max_keys"))?;
         let max_keys = table_size::shared(max_keys)?;

@@ -22,7 +22,7 @@ pub mod tables;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyModule, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyModule, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
 use crate::core::exact::config::Config;
@@ -407,9 +407,18 @@ pub fn bands<'py, L: PyLimit>(this: &L, py: Python<'py>) -> PyResult<Bound<'py, 
     }
 }
 
+/// The keywords a pickle rebuilds `this` from, beginning with its limits (see [`limits`]); each
+/// class adds its own (its clock, its table's size, its file's folder).
+pub fn pickled_kwargs<'py, L: PyLimit>(this: &L, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    let kwargs = PyDict::new(py);
+    let (keyword, limits) = limits(this, py)?;
+    kwargs.set_item(keyword, limits)?;
+    Ok(kwargs)
+}
+
 /// The keyword, and its value, that a pickle rebuilds the limits of `this` from: `bands`, a
 /// tuple of `Band`, or with plans `plans`, a dict of plan name to one.
-pub fn limits<'py, L: PyLimit>(
+fn limits<'py, L: PyLimit>(
     this: &L,
     py: Python<'py>,
 ) -> PyResult<(&'static str, Bound<'py, PyAny>)> {

@@ -38,7 +38,7 @@ use crate::python::fork;
 use crate::python::keys::classify;
 use crate::python::waiting::refuse_in_event_loop;
 use crate::shared_memory::seats::{open_seats, Owner};
-use crate::shared_memory::{self, Mapped};
+use crate::shared_memory::Mapped;
 
 /// A waiter's first sleep between looks at its record; each sleep after doubles it.
 pub const FIRST_PAUSE: Duration = Duration::from_micros(50);
@@ -104,20 +104,13 @@ impl Host {
         if limit == 0 {
             return Err(SeatsError::Limit(0).into());
         }
-        let folder = crate::python::shared::given_folder(py, path)?;
         let records = MOST_RECORDS.max(max_keys.unwrap_or(1).saturating_mul(2));
         let layout = Layout::new(max_keys.unwrap_or(1), records);
-        let (opened, owner) = py
-            .detach(|| {
-                let folder = match folder {
-                    Some(folder) => folder,
-                    None => shared_memory::default_folder()?,
-                };
-                let opened = open_seats(&folder, &name, layout, max_keys, limit, host::fresh_seed)?;
-                let owner = Owner::claim(&opened.seats, &opened.path)?;
-                Ok::<_, shared_memory::OpenError>((opened, owner))
-            })
-            .map_err(PyErr::from)?;
+        let (opened, owner) = crate::python::shared::in_folder(py, path, |folder| {
+            let opened = open_seats(folder, &name, layout, max_keys, limit, host::fresh_seed)?;
+            let owner = Owner::claim(&opened.seats, &opened.path)?;
+            Ok((opened, owner))
+        })?;
         let host = Arc::new(Host {
             seats: opened.seats.with_park(fork::park),
             path: opened.path,
