@@ -197,6 +197,24 @@ def test_redis_settles_in_one_script_call(redis_client: Any) -> None:
     assert limiter.check(1, now_ns=0).wait_ns == 4 * SECOND
 
 
+def test_a_cluster_settles_each_key_in_its_own_slot_as_in_process(redis_cluster: Any) -> None:
+    """Keys spread over the cluster's slots (each settled by one script call on its node) owe
+    and repay their debts exactly as the in-process table's keys do."""
+    client = redis_cluster.client()
+    name = f"cluster-settle-{next(_names)}"
+    redis = RedisKeyedRateLimiter(client, 1, burst=5, name=name, min_ttl_ms=KEEP_MS)
+    model = KeyedRateLimiter(1, burst=5)
+    keys = [f"client-{i}" for i in range(12)]
+    for i, key in enumerate(keys):
+        for limiter in (redis, model):
+            assert limiter.check(key, 4, now_ns=0).allowed
+            limiter.settle(key, 4, i % 9, now_ns=0)  # less, the same, and more than reserved
+    for now in (0, SECOND, 3 * SECOND):
+        assert [redis.check(key, 1, now_ns=now) for key in keys] == [
+            model.check(key, 1, now_ns=now) for key in keys
+        ]
+
+
 def unreachable_client() -> Any:
     """A client of a port nobody listens on, which reports at once (no retries)."""
     import redis
