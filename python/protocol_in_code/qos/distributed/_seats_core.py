@@ -10,9 +10,11 @@ script's own text says how it keeps the seats.
 Keys. With ``P`` the prefix and ``T(x)`` the hash tag of ``x`` (``_keys.tag``), a limit named
 ``name`` keeps its state in ``P{T(name)}:seats:X`` and a keyed limit's key ``k`` in
 ``P{T(k)}:seats:X:name``, for six suffixes ``X`` (``m l h s w a``: see the script); a waiter's
-grant list is ``P{T}:seats:g:ID`` (``...:g:ID:name`` for a keyed limit). They share one hash
-tag, so a limit's keys are in one cluster slot, and ``:seats:`` keeps them apart from the rate
-limiters' keys, whose tag is followed by ``:`` and 16 hex digits.
+grant list is ``P{T}:seats:g:ID`` (``...:g:ID:name`` for a keyed limit), and a lease released
+is remembered a minute as ``P{T}:seats:r:ID`` (``...:r:ID:name``), so that a release the client
+sends twice is told the second time that it was released, not that it lapsed. They share one
+hash tag, so a limit's keys are in one cluster slot, and ``:seats:`` keeps them apart from the
+rate limiters' keys, whose tag is followed by ``:`` and 16 hex digits.
 """
 
 from __future__ import annotations
@@ -122,12 +124,12 @@ def too_many(n: int, limit: int) -> ValueError:
 
 @dataclass(frozen=True)
 class Limit:
-    """Where one limit lives: its six keys, and what comes before and after a waiter's id in
-    its grant list's key."""
+    """Where one limit lives: its six keys, and what comes before and after a caller's id in
+    the keys named after it (before: then ``g:`` for its grant list, ``r:`` for its release)."""
 
     keys: tuple[bytes, ...]
-    grant_before: bytes
-    grant_after: bytes
+    id_before: bytes
+    id_after: bytes
 
     @classmethod
     def of(cls, options: SeatOptions, key: Any = None) -> Limit:
@@ -140,11 +142,15 @@ class Limit:
             elif not isinstance(key, bytes):
                 raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
             head, tail = b"%s{%s}:seats:" % (options.prefix, tag(key)), b":" + options.name
-        return cls(tuple(head + x + tail for x in SUFFIXES), head + b"g:", tail)
+        return cls(tuple(head + x + tail for x in SUFFIXES), head, tail)
 
     def grant_key(self, lease_id: bytes) -> bytes:
         """The list where a waiter finds its grant."""
-        return self.grant_before + lease_id + self.grant_after
+        return self.id_before + b"g:" + lease_id + self.id_after
+
+    def released_key(self, lease_id: bytes) -> bytes:
+        """The key where the script remembers, a minute, that a lease was released."""
+        return self.id_before + b"r:" + lease_id + self.id_after
 
 
 def new_id() -> bytes:
@@ -176,8 +182,8 @@ class Ask:
             int(keyed),
             self.ttl_ms,
             int(self.join),
-            limit.grant_before,
-            limit.grant_after,
+            limit.id_before,
+            limit.id_after,
         ]
 
 
