@@ -264,11 +264,15 @@ fn refused(path: &Path, error: io::Error) -> OpenError {
 /// A new file of ours for a table of `bytes` bytes at `path` (a draft's name, never a table's):
 /// made with `O_EXCL | O_NOFOLLOW` and mode 0600, locked shared (another process opening the
 /// name removes the drafts nobody holds, never one being written), its whole size reserved.
+/// If the folder has no room, the error names `what` is made, the `table` it is for, and
+/// whether a smaller `max_keys` would make it smaller.
 fn new_file(
     folder: &Path,
     path: &Path,
+    table: &Path,
     bytes: u64,
     what: &'static str,
+    max_keys: bool,
 ) -> Result<Mapped, OpenError> {
     let file = OpenOptions::new()
         .read(true)
@@ -293,9 +297,11 @@ fn new_file(
             .map(|fs| fs.f_bavail.saturating_mul(fs.f_frsize));
         OpenError::Space {
             what,
+            table: table.to_path_buf(),
             folder: folder.to_path_buf(),
             bytes,
             free,
+            max_keys,
             error,
         }
     })?;
@@ -340,7 +346,7 @@ fn make(
     let layout = Table::<Mapped>::layout(config, max_keys);
     let bytes = u64::try_from(layout.words() * 8).expect("a table's size fits 64 bits");
     let draft = draft_path(path, seed().0);
-    let words = new_file(folder, &draft, bytes, "a table")?;
+    let words = new_file(folder, &draft, path, bytes, "a table", max_keys.is_some())?;
     let made = (|| {
         let file = words.file.try_clone().map_err(io_at(&draft))?;
         Table::create(words, config, max_keys, seed(), host::boot_number())
@@ -433,7 +439,7 @@ fn of_this_boot(
             let bytes = table.words().map.len() as u64;
             let draft = draft_path(path, host::fresh_seed().0);
             let what = "a copy of the table, its times moved to this boot's clock,";
-            let words = new_file(folder, &draft, bytes, what)?;
+            let words = new_file(folder, &draft, path, bytes, what, false)?;
             let copy = table
                 .moved_into(words, by, boot)
                 .map_err(|error| OpenError::Layout(draft.clone(), error))

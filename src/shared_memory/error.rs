@@ -25,9 +25,15 @@ pub enum OpenError {
     Space {
         /// What was being written: a new table, or a copy of one moved to this boot's clock.
         what: &'static str,
+        /// The table's file, as it would have been named: the user finds the limiter's name
+        /// in it, and so which limiter did not fit.
+        table: PathBuf,
         folder: PathBuf,
         bytes: u64,
         free: Option<u64>,
+        /// Whether a smaller `max_keys` makes the table smaller (a keyed table's), so the
+        /// error may say so.
+        max_keys: bool,
         error: io::Error,
     },
     /// A table of another boot that processes keep open, so it cannot be moved to this
@@ -60,14 +66,17 @@ impl std::fmt::Display for OpenError {
             ),
             Self::Space {
                 what,
+                table,
                 folder,
                 bytes,
                 free,
+                max_keys,
                 error,
             } => {
                 write!(
                     f,
-                    "{}: {what} of {bytes} bytes does not fit ({error}",
+                    "{}: {what} of {bytes} bytes does not fit in {} ({error}",
+                    table.display(),
                     folder.display()
                 )?;
                 if let Some(free) = free {
@@ -78,7 +87,7 @@ impl std::fmt::Display for OpenError {
                     "). A container's /dev/shm is 64 MiB unless given more (docker run \
                      --shm-size); give path= a folder with room"
                 )?;
-                if *what == "a table" {
+                if *max_keys {
                     f.write_str(", or a smaller max_keys")?;
                 }
                 Ok(())

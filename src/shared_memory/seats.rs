@@ -53,7 +53,8 @@ pub fn open_seats(
 ) -> Result<Opened, OpenError> {
     let path = seats_path(folder, name, max_keys)?;
     loop {
-        let file = found_or_made(&path, || make(folder, &path, layout, limit, &seed))?;
+        let keyed = max_keys.is_some();
+        let file = found_or_made(&path, || make(folder, &path, layout, keyed, limit, &seed))?;
         if !still_named(&path, &file)? {
             continue;
         }
@@ -64,17 +65,19 @@ pub fn open_seats(
 }
 
 /// Make a new table of `limit` seats under a draft's name and link it at `path`; `None` if
-/// another process linked one there first.
+/// another process linked one there first. (`keyed`: a table of a keyed limit, which a
+/// smaller `max_keys` makes smaller.)
 fn make(
     folder: &Path,
     path: &Path,
     layout: Layout,
+    keyed: bool,
     limit: u64,
     seed: &impl Fn() -> (u64, u64),
 ) -> Result<Option<File>, OpenError> {
     let bytes = u64::try_from(layout.words() * 8).expect("a table's size fits 64 bits");
     let draft = path.with_extension(format!("{}.{:x}.draft", std::process::id(), seed().0));
-    let words = new_file(folder, &draft, bytes, "an in-flight table")?;
+    let words = new_file(folder, &draft, path, bytes, "an in-flight table", keyed)?;
     let made = (|| {
         let file = words.file.try_clone().map_err(io_at(&draft))?;
         SharedSeats::create(words, layout, limit, seed())

@@ -10,9 +10,11 @@ script's own text says how it keeps the seats.
 Keys. With ``P`` the prefix and ``T(x)`` the hash tag of ``x`` (``_keys.tag``), a limit named
 ``name`` keeps its state in ``P{T(name)}:seats:X`` and a keyed limit's key ``k`` in
 ``P{T(k)}:seats:X:name``, for six suffixes ``X`` (``m l h s w a``: see the script); a waiter's
-grant list is ``P{T}:seats:g:ID`` (``...:g:ID:name`` for a keyed limit). They share one hash
-tag, so a limit's keys are in one cluster slot, and ``:seats:`` keeps them apart from the rate
-limiters' keys, whose tag is followed by ``:`` and 16 hex digits.
+grant list is ``P{T}:seats:g:ID`` (``...:g:ID:name`` for a keyed limit), and a lease released
+is remembered a minute as ``P{T}:seats:r:ID`` (``...:r:ID:name``), so that a release the client
+sends twice is told the second time that it was released, not that it lapsed. They share one
+hash tag, so a limit's keys are in one cluster slot, and ``:seats:`` keeps them apart from the
+rate limiters' keys, whose tag is followed by ``:`` and 16 hex digits.
 """
 
 from __future__ import annotations
@@ -123,12 +125,12 @@ def too_many(n: int, limit: int) -> ValueError:
 
 @dataclass(frozen=True)
 class Limit:
-    """Where one limit lives: its six keys, and what comes before and after a waiter's id in
-    its grant list's key."""
+    """Where one limit lives: its six keys, and what comes before and after a caller's id in
+    the keys named after it (before: then ``g:`` for its grant list, ``r:`` for its release)."""
 
     keys: tuple[bytes, ...]
-    grant_before: bytes
-    grant_after: bytes
+    id_before: bytes
+    id_after: bytes
 
     @classmethod
     def of(cls, options: SeatOptions, key: Any = None) -> Limit:
@@ -141,11 +143,15 @@ class Limit:
             elif not isinstance(key, bytes):
                 raise TypeError(f"key must be str or bytes, not {type(key).__name__} ({key!r})")
             head, tail = b"%s{%s}:seats:" % (options.prefix, tag(key)), b":" + options.name
-        return cls(tuple(head + x + tail for x in SUFFIXES), head + b"g:", tail)
+        return cls(tuple(head + x + tail for x in SUFFIXES), head, tail)
 
     def grant_key(self, lease_id: bytes) -> bytes:
         """The list where a waiter finds its grant."""
-        return self.grant_before + lease_id + self.grant_after
+        return self.id_before + b"g:" + lease_id + self.id_after
+
+    def released_key(self, lease_id: bytes) -> bytes:
+        """The key where the script remembers, a minute, that a lease was released."""
+        return self.id_before + b"r:" + lease_id + self.id_after
 
 
 def new_id() -> bytes:
@@ -177,8 +183,8 @@ class Ask:
             int(keyed),
             self.ttl_ms,
             int(self.join),
-            limit.grant_before,
-            limit.grant_after,
+            limit.id_before,
+            limit.id_after,
         ]
 
 
@@ -285,28 +291,50 @@ class LeaseState:
     """What a lease keeps, and what its calls mean; the shells' leases send the calls.
 
     ``token`` is the fencing token, strictly increasing per limit. Releasing twice is harmless;
-    releasing or extending a lease that had lapsed raises :class:`LeaseExpired`."""
+    releasing or extending a lease that had lapsed raises :class:`LeaseExpired`.
 
-    __slots__ = ("__weakref__", "_limit", "_owner", "lease_id", "n", "released", "token")
+    A lease belongs to the process that took it (``_pid``). A child made by ``os.fork()`` gets
+    a copy of it, but not its holder: the parent goes on working under it, and its heartbeat
+    (a thread or a task of the parent) is not in the child. So in the child the copy gives
+    nothing back: releasing it (also by leaving a ``with`` block) only marks the copy released,
+    as a shared lease inherited across a fork does, and extending it is refused. Were the
+    child's release sent, a child ending inside its parent's ``with`` block would give the
+    seats back while the parent still works under them."""
+
+    __slots__ = ("__weakref__", "_limit", "_owner", "_pid", "lease_id", "n", "released", "token")
 
     def __init__(self, owner: _Owner, limit: Limit, lease_id: bytes, n: int, token: int) -> None:
         self._owner = owner
         self._limit = limit
+        self._pid = os.getpid()
         self.lease_id = lease_id
         self.n = n
         self.token = token
         self.released = False
 
+    def _inherited(self) -> bool:
+        """Whether this is a copy of a lease that a parent process took before ``os.fork()``."""
+        return self._pid != os.getpid()
+
     def _releasing(self) -> Ask | None:
-        """The release to send, or None if it was sent already; the heartbeat stops."""
+        """The release to send, or None if it was sent already or is not this process's to
+        send (see the class); the heartbeat stops."""
         if self.released:
             return None
         self.released = True
+        if self._inherited():
+            return None  # the parent's seats, and the parent's heartbeat: neither is here
         self._stop_beating()
         return Ask(b"release", self.lease_id)
 
     def _extending(self, ttl: float | None) -> Ask:
         """The extension to send for ``ttl`` seconds (the limiter's ``lease_ttl`` if None)."""
+        if self._inherited():
+            raise RuntimeError(
+                f"lease {self.token} was taken by process {self._pid} before os.fork(): it is "
+                "that process's to extend or release, not this child's (a lease taken in the "
+                "child is the child's own)"
+            )
         if self.released:
             raise ValueError(f"lease {self.token} was released: there is nothing to extend")
         ttl_ms = self._owner.options.lease_ttl_ms if ttl is None else ttl_ms_of(ttl)
@@ -329,8 +357,10 @@ class LeaseState:
 
     def __del__(self) -> None:
         # A lease dropped unreleased is left to lapse on the server; no call is made here,
-        # as a finalizer may run anywhere (inside the client's own locks).
-        self._stop_beating()
+        # as a finalizer may run anywhere (inside the client's own locks). A copy in a forked
+        # child has no heartbeat of its own to stop.
+        if not self._inherited():
+            self._stop_beating()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, token={self.token}, released={self.released})"
@@ -413,8 +443,11 @@ class KeyedSeats(SeatsState[_L]):
 
     @property
     def in_flight(self) -> int:
-        """Seats held now through this limiter object, over every key."""
-        return sum(lease.n for lease in list(self._mine) if not lease.released)
+        """Seats held now through this limiter object, over every key (in a forked child, the
+        child's own leases: its parent's are not the child's)."""
+        return sum(
+            lease.n for lease in list(self._mine) if not (lease.released or lease._inherited())
+        )
 
     def resize(self, limit: int) -> None:
         """A new limit for this limiter's calls from now, evicting nobody."""

@@ -7,18 +7,24 @@
 --   KEYS[4] line     list:  waiting ids, first come first
 --   KEYS[5] waiters  hash:  waiting id -> "n ttl_ms" (seats asked, lease time once seated)
 --   KEYS[6] alive    zset:  waiting id -> when its place lapses unless it asks again (ms)
--- A waiter's grant list is ARGV[9] .. id .. ARGV[10], in the same slot: a seated waiter finds its
--- token there ("refused" if a smaller limit can never seat it), read with BLPOP by the waiter.
+-- Two keys more are named after a caller's id, in the same slot (ARGV[9] .. "g:" .. id ..
+-- ARGV[10], and "r:" in place of "g:"):
+--   grant     list:   a seated waiter finds its token there ("refused" if a smaller limit can
+--                     never seat it), read with BLPOP by the waiter
+--   released  string: a lease released, remembered RELEASED_MS, so that a release the client
+--                     sends again (its reply lost, the call retried) is told it was released,
+--                     not that it lapsed
 --
 -- ARGV: op, id, n, limit, set_limit (1: write limit; 0: only if none is stored), forget
 -- (1: the state hash goes too when nobody holds or waits), ttl_ms, join (1: wait in line),
--- grant key before and after the id.
+-- what comes before "g:" or "r:" in an id's keys, and what after the id.
 --
 -- Every call first forgets what lapsed by the server's clock (a holder past its expiry, a
 -- waiter that stopped asking), seats the line, then does its op. Replies (integers):
 --   acquire  {1, token, held, limit} seated; {0, wake_ms, held, limit} not (in line if join);
 --            {-1, 0, held, limit} n is more than the limit
---   release  {1 or 0 (it was not held: lapsed, or released before), held, limit}
+--   release  {1 (released now, or by this call's earlier sending), or 0 (not held: lapsed, or
+--            released over RELEASED_MS ago), 0, held, limit}
 --   leave    {0, 0, held, limit}: out of the line, and its seats given back if it was seated
 --   extend   {1 or 0 (not held), held, limit}
 --   look     {waiting, 0, held, limit}; resize: the same, after the new limit
@@ -29,7 +35,19 @@ local op, id = ARGV[1], ARGV[2]
 local n, asked_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local set_limit, forget = ARGV[5] == "1", ARGV[6] == "1"
 local ttl, join = tonumber(ARGV[7]), ARGV[8] == "1"
-local grant_before, grant_after = ARGV[9], ARGV[10]
+local id_before, id_after = ARGV[9], ARGV[10]
+
+-- How long a released lease is remembered, in milliseconds: a minute, longer than a client
+-- takes to send a call again (as the rate limiters keep a call's record).
+local RELEASED_MS = 60000
+
+local function grant_key(who)
+  return id_before .. "g:" .. who .. id_after
+end
+
+local function released_key(who)
+  return id_before .. "r:" .. who .. id_after
+end
 
 local clock = redis.call("TIME")
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -80,7 +98,7 @@ local function out_of_line(who)
 end
 
 local function tell(who, what, keep_ms)
-  local key = grant_before .. who .. grant_after
+  local key = grant_key(who)
   redis.call("RPUSH", key, what)
   redis.call("PEXPIRE", key, keep_ms)
 end
@@ -167,12 +185,17 @@ if op == "acquire" then
   end
 elseif op == "release" then
   local was = unseat(id)
+  if was then
+    redis.call("SET", released_key(id), "1", "PX", RELEASED_MS)
+  else -- a sending of a release that ran already finds it remembered
+    was = redis.call("EXISTS", released_key(id)) == 1
+  end
   seat_the_line()
   reply = {was and 1 or 0, 0, held, limit}
 elseif op == "leave" then
   out_of_line(id)
   unseat(id)
-  redis.call("DEL", grant_before .. id .. grant_after)
+  redis.call("DEL", grant_key(id))
   seat_the_line()
   reply = {0, 0, held, limit}
 elseif op == "extend" then
