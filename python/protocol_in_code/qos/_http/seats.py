@@ -1,10 +1,11 @@
 """How many at once: a form's in-flight limit (``max_in_flight=``), its seats taken and refused.
 
 A rate limit says how often a client may start a request; an in-flight limit says how many of
-its requests may be running at once. ``max_in_flight`` is an int (that many seats per client:
-a :class:`~protocol_in_code.qos.concurrency.KeyedConcurrencyLimiter`, keyed as the rate limits
-key clients) or any in-flight limiter of :mod:`protocol_in_code.qos.interfaces`: a keyed one
-is per client, a one-key one is one limit for every client together. It applies to the whole
+its requests may be running at once. ``max_in_flight`` is an int (that many seats per client,
+keyed as the rate limits key clients, kept where ``store=`` keeps the rates: a keyed in-flight
+limiter the store makes, :meth:`~.stores.Store.in_flight`) or any in-flight limiter of
+:mod:`protocol_in_code.qos.interfaces`: a keyed one is per client, a one-key one is one limit
+for every client together. It applies to the whole
 form (every request the middleware does not exempt, every request of a decorated view), not
 route by route: a route that needs seats of its own is a view with its own ``limit``.
 
