@@ -502,3 +502,132 @@ def test_behind_a_trusted_proxy_the_seat_is_the_forwarded_client_s(middleware: A
     assert _request(app, client="198.51.100.1", headers=forwarded)[0] == 200
     held.release()
     assert _request(app, client="10.0.0.1", headers=forwarded)[0] == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# A seat that cannot be given back: logged, never raised into the application or the server
+# ---------------------------------------------------------------------------------------------
+
+
+class Unreleasable:
+    """A lease whose release fails, as a Redis lease that had lapsed (``LeaseExpired``) or
+    whose server cannot be reached does; awaited, if ``awaited``."""
+
+    def __init__(self, awaited: bool) -> None:
+        self.awaited = awaited
+
+    def release(self) -> Any:
+        if self.awaited:
+            return self._release_async()
+        raise RuntimeError("the lease had lapsed")
+
+    async def _release_async(self) -> None:
+        await asyncio.sleep(0)
+        raise RuntimeError("the lease had lapsed")
+
+
+class UnreleasableSeats:
+    """A toy in-flight limiter of one limit whose every lease is :class:`Unreleasable`."""
+
+    limit = 1
+
+    def __init__(self, awaited: bool = False) -> None:
+        self.awaited = awaited
+
+    def try_acquire(self, n: int = 1) -> Unreleasable:
+        return Unreleasable(self.awaited)
+
+    def acquire(self, n: int = 1, timeout: float | None = None) -> Unreleasable:
+        return Unreleasable(self.awaited)
+
+
+class AsyncUnreleasableSeats(UnreleasableSeats):
+    async def try_acquire(self, n: int = 1) -> Unreleasable:  # type: ignore[override]
+        return Unreleasable(True)
+
+    async def acquire(  # type: ignore[override]
+        self, n: int = 1, timeout: float | None = None
+    ) -> Unreleasable:
+        return Unreleasable(True)
+
+
+def _flask_app(seats: Any) -> Any:
+    flask = pytest.importorskip("flask")
+    app = flask.Flask(__name__)
+
+    @app.get("/")
+    @for_flask.limit(RateLimiter(5), max_in_flight=seats)
+    def view() -> str:
+        return "ok"
+
+    return app
+
+
+def _fastapi_app(seats: Any) -> Any:
+    fastapi = pytest.importorskip("fastapi")
+    app = fastapi.FastAPI()
+    limit = for_fastapi.RateLimit(RateLimiter(5), max_in_flight=seats)
+
+    @app.get("/", dependencies=[fastapi.Depends(limit)])
+    async def view() -> str:
+        return "ok"
+
+    return app
+
+
+UNRELEASABLE = {
+    "asgi": lambda: _request(ASGIMiddleware(_ok_asgi, max_in_flight=UnreleasableSeats()))[0],
+    "asgi, awaited": lambda: _request(
+        ASGIMiddleware(_ok_asgi, max_in_flight=AsyncUnreleasableSeats())
+    )[0],
+    "wsgi": lambda: _closed_wsgi(WSGIMiddleware(_ok_wsgi, max_in_flight=UnreleasableSeats())),
+    "wsgi, the view raising": lambda: _closed_wsgi(
+        WSGIMiddleware(_raising_wsgi, max_in_flight=UnreleasableSeats())
+    ),
+    "flask": lambda: _flask_status(_flask_app(UnreleasableSeats())),
+    "fastapi": lambda: _fastapi_test_client(_fastapi_app(AsyncUnreleasableSeats())),
+}
+
+
+def _closed_wsgi(app: Any) -> int:
+    got: list[int] = []
+    response = app(
+        {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "REMOTE_ADDR": "192.0.2.1"},
+        lambda status, fields, exc_info=None: got.append(int(status.split()[0])),
+    )
+    b"".join(response)
+    response.close()
+    return got[0]
+
+
+def _flask_status(app: Any) -> int:
+    response = app.test_client().get("/")
+    response.close()  # as the server closes it, once sent
+    return int(response.status_code)
+
+
+def _raising_wsgi(environ: Any, start_response: Any) -> Any:
+    raise LookupError("the view's own error")
+
+
+def _fastapi_test_client(app: Any) -> int:
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as client:
+        return int(client.get("/").status_code)
+
+
+@pytest.mark.parametrize("form", UNRELEASABLE)
+def test_a_seat_that_cannot_be_given_back_is_logged_and_the_answer_stands(
+    form: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("ERROR", logger="protocol_in_code.qos")
+    if form == "wsgi, the view raising":
+        with pytest.raises(LookupError, match="the view's own error"):  # not the release's
+            UNRELEASABLE[form]()
+    else:
+        assert UNRELEASABLE[form]() == 200
+    logged = [record for record in caplog.records if record.name == "protocol_in_code.qos"]
+    assert len(logged) == 1, caplog.text
+    assert "could not be given back" in logged[0].getMessage()
+    assert logged[0].exc_info is not None and "had lapsed" in str(logged[0].exc_info[1])

@@ -43,7 +43,6 @@ where the server sends the headers of ``websocket.accept`` (ASGI spec 2.1 on).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -53,6 +52,7 @@ from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
 from protocol_in_code.qos._http.rules import Rule, Rules
+from protocol_in_code.qos._http.seats import give_back_async
 from protocol_in_code.qos._http.told import DecisionEvent
 
 if TYPE_CHECKING:
@@ -278,9 +278,7 @@ class _Seat:
     async def release(self) -> None:
         lease, self.lease = self.lease, None
         if lease is not None:
-            released = lease.release()
-            if inspect.isawaitable(released):
-                await released
+            await give_back_async(lease)
 
     def watching(self, receive: Receive) -> Receive:
         """``receive``, giving the lease back when the client is told to have gone."""

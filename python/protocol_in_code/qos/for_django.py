@@ -42,6 +42,7 @@ from protocol_in_code.qos._http.options import (
     spelled_out,
 )
 from protocol_in_code.qos._http.rules import Rules, ViewLimit
+from protocol_in_code.qos._http.seats import give_back
 from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info as _wsgi_info
 
@@ -89,7 +90,7 @@ def _holding(response: HttpResponseBase, lease: Any) -> HttpResponseBase:
         try:
             close()
         finally:
-            lease.release()
+            give_back(lease)
 
     response.close = close_then_release
     return response
@@ -98,7 +99,7 @@ def _holding(response: HttpResponseBase, lease: Any) -> HttpResponseBase:
 def _released(lease: Any) -> None:
     """Give back ``lease`` where the view raised, and so made no response to hold it."""
     if lease is not None:
-        lease.release()
+        give_back(lease)
 
 
 def _no_awaited_seats(rules: Rules) -> None:

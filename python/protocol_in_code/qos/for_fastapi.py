@@ -39,6 +39,7 @@ from protocol_in_code.qos._http.decide import admit_async, decide_async
 from protocol_in_code.qos._http.keys import CostFunction, KeyFunction, RequestInfo, function_name
 from protocol_in_code.qos._http.options import CommonKeywords, Options, spelled_out
 from protocol_in_code.qos._http.rules import view_rules
+from protocol_in_code.qos._http.seats import give_back_async
 from protocol_in_code.qos._http.stores import table_name
 from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.asgi import _path
@@ -241,9 +242,7 @@ class _SeatedRateLimit(RateLimit):
             yield
         finally:
             if lease is not None:
-                released = lease.release()
-                if inspect.isawaitable(released):
-                    await released
+                await give_back_async(lease)
 
 
 #: The first FastAPI that ends a dependency with yield after the response has been sent,

@@ -36,6 +36,7 @@ from protocol_in_code.qos._http.decide import admit, decide
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import Options, ViewKeywords, spelled_out
 from protocol_in_code.qos._http.rules import Rules, ViewLimit
+from protocol_in_code.qos._http.seats import give_back
 from protocol_in_code.qos._http.told import DecisionEvent
 from protocol_in_code.qos.wsgi import _info, _path
 
@@ -169,11 +170,11 @@ def _limited(rules: Rules, view: Callable[..., Any], args: Any, kwargs: Any) -> 
         response: Response = current_app.make_response(made)
     except BaseException:
         if lease is not None:
-            lease.release()
+            give_back(lease)
         raise
     if lease is not None:
         # Called when the server closes the response: once its body, streamed or not, is sent.
-        response.call_on_close(lease.release)
+        response.call_on_close(functools.partial(give_back, lease))
     for field, value in fields:
         response.headers.add(field, value)
     return response

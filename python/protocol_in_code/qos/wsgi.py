@@ -31,6 +31,7 @@ from protocol_in_code.qos._http.fields import REASONS
 from protocol_in_code.qos._http.keys import RequestInfo
 from protocol_in_code.qos._http.options import MiddlewareKeywords, Options, Route, spelled_out
 from protocol_in_code.qos._http.rules import Rules
+from protocol_in_code.qos._http.seats import give_back
 from protocol_in_code.qos._http.told import DecisionEvent
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class RateLimitMiddleware:
         try:
             response = self._with_fields(environ, start_response, fields)
         except BaseException:
-            lease.release()
+            give_back(lease)
             raise
         return Seated(response, lease)
 
@@ -184,7 +185,7 @@ class Seated:
             if close is not None:
                 close()
         finally:
-            self.lease.release()
+            give_back(self.lease)
 
 
 def _refuse(

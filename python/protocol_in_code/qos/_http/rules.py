@@ -557,9 +557,10 @@ class ViewLimit:
 
     A limit of limiters is built when the decorator is made. A rate's limit, and the seats of
     an int ``max_in_flight``, are named after the view (:func:`~.stores.view_table`), so they
-    are built when the decorator is given its first view: one decorator put on several views is one limit for all of them. Django's
-    ``method_decorator`` first decorates a stand-in of its own, which names nothing: the
-    method, decorated at each request (in many threads), names the limit then.
+    are built when the decorator is given its first view: one decorator put on several views
+    is one limit for all of them. Django's ``method_decorator`` first decorates a stand-in of
+    its own, which names nothing: the method, decorated at each request (in many threads),
+    names the limit then.
     """
 
     def __init__(self, options: Options, *, allow_async: bool) -> None:

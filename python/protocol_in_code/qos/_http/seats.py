@@ -28,7 +28,10 @@ ends, and nothing here knows when that is. The RateLimit fields are those of the
 that allowed the request (their quota is what it is); no policy of them describes seats.
 
 The shells hold the lease until the response has been sent or the client has gone, and give it
-back then (see :mod:`protocol_in_code.qos.asgi` and :mod:`protocol_in_code.qos.wsgi`).
+back then (see :mod:`protocol_in_code.qos.asgi` and :mod:`protocol_in_code.qos.wsgi`), with
+:func:`give_back` or :func:`give_back_async`: a lease that cannot be given back (a Redis lease
+that had lapsed, a store that cannot be reached) is logged, never raised into the application
+or the server, since its response has been sent or its own error is the one to see.
 
 Told: with ``on_decision``, each seat asked for is a decision of its own, told as a rate
 limit's are (:mod:`.told`), under the policy :func:`seat_policy` names, with no plan and no
@@ -44,7 +47,9 @@ metrics hook counts it at the cost of a call, and meets the limiter on the first
 
 from __future__ import annotations
 
+import inspect
 import json
+import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,6 +67,8 @@ from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, ke
 from protocol_in_code.qos._http.kinds import in_flight_kind
 from protocol_in_code.qos._http.options import Options
 from protocol_in_code.qos._http.told import DecisionHook, Tell, teller
+
+_log = logging.getLogger("protocol_in_code.qos")
 
 #: The key of a request to which the key function says no limit applies: it takes no seat.
 UNSEATED = object()
@@ -178,3 +185,30 @@ class Seats:
             ),
         }
         return self.status, fields, PROBLEM_JSON, json.dumps(problem).encode("utf-8")
+
+
+def give_back(lease: Any) -> None:
+    """Release a request's ``lease`` (a synchronous one) once its response is done with; an
+    error is logged (``protocol_in_code.qos``), not raised."""
+    try:
+        lease.release()
+    except Exception:
+        _log_failed_release()
+
+
+async def give_back_async(lease: Any) -> None:
+    """:func:`give_back` for the asyncio shells: a release that returns an awaitable (an
+    :class:`~protocol_in_code.qos.interfaces.AsyncLease`'s) is awaited."""
+    try:
+        released = lease.release()
+        if inspect.isawaitable(released):
+            await released
+    except Exception:
+        _log_failed_release()
+
+
+def _log_failed_release() -> None:
+    _log.exception(
+        "a request's in-flight seat could not be given back (a lease that had lapsed, or a "
+        "store that could not be reached): the response was answered all the same"
+    )
