@@ -2,12 +2,13 @@
 (issue 35): the seats are kept where the rates are, in a table every worker opens.
 
 Each application of ``web_in_flight_workers_app`` is served with four workers, none preloaded:
-gunicorn's sync workers (the WSGI middleware and Flask's decorator) and ``uvicorn --workers 4``
-(the ASGI middleware). One client sends eight requests to a slow view at once, each on a
-connection of its own so that every worker gets some. The views count themselves running, in a
-file the workers share, and wait for a gate the test opens once six requests have been
-refused: never more than two ran at once, whichever workers took them. With the seats kept in
-each process (``store="process"``) the server's log says once that every worker has its own.
+gunicorn's sync workers (the WSGI middleware, Flask's and Django's decorators) and
+``uvicorn --workers 4`` (the ASGI middleware, FastAPI's dependency). One client sends eight
+requests to a slow view at once, each on a connection of its own so that every worker gets
+some. The views count themselves running, in a file the workers share, and wait for a gate the
+test opens once every request is running or answered: never more than two ran at once,
+whichever workers took them. With the seats kept in each process (``store="process"``) the
+server's log says once that every worker has its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("flask")
 pytest.importorskip("fastapi")
 pytest.importorskip("gunicorn")
+pytest.importorskip("django")
 
 from redis_servers import free_port
 from test_web_default_store import STARTUP_SECONDS, TESTS, WARNING, WORKERS, request, served
@@ -73,7 +75,9 @@ def uvicorn(factory: str, port: int) -> list[str]:
 CASES = {
     "wsgi middleware, gunicorn sync": (gunicorn, "flask_middleware"),
     "flask @limit, gunicorn sync": (gunicorn, "flask_decorator"),
+    "django @limit, gunicorn sync": (gunicorn, "django_decorator"),
     "asgi middleware, uvicorn --workers": (uvicorn, "fastapi_middleware"),
+    "fastapi RateLimit, uvicorn --workers": (uvicorn, "fastapi_dependency"),
 }
 
 

@@ -136,3 +136,40 @@ def fastapi_middleware() -> Any:
         store=_store(),
     )
     return app
+
+
+def fastapi_dependency() -> Any:
+    """FastAPI, ``Depends(RateLimit(..., max_in_flight=2))`` on the route."""
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import PlainTextResponse
+    from protocol_in_code.qos.for_fastapi import RateLimit
+
+    app = FastAPI()
+    app.get("/pid", response_class=PlainTextResponse)(lambda: str(os.getpid()))
+    seated = RateLimit("1000/minute", max_in_flight=SEATS, name="slow", store=_store())
+    app.get("/slow", response_class=PlainTextResponse, dependencies=[Depends(seated)])(
+        slow_view_async
+    )
+    return app
+
+
+def django_decorator() -> Any:
+    """Django, ``@limit(..., max_in_flight=2)`` on a view, as a WSGI application."""
+    import web_django_app
+
+    web_django_app.configure()
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.http import HttpResponse
+    from django.urls import clear_url_caches, path
+    from protocol_in_code.qos.for_django import limit
+
+    def pid(request: Any) -> HttpResponse:
+        return HttpResponse(str(os.getpid()))
+
+    @limit("1000/minute", max_in_flight=SEATS, store=_store())
+    def slow(request: Any) -> HttpResponse:
+        return HttpResponse(slow_view())
+
+    web_django_app.urlpatterns[:] = [path("pid", pid), path("slow", slow)]
+    clear_url_caches()
+    return WSGIHandler()
