@@ -54,7 +54,9 @@ TESTS = str(qos_support.REPO_ROOT / "tests")
 WARNING = "is a limiter of this process, and this server runs several worker processes"
 
 
-def gunicorn(factory: str, port: int, worker_class: str = "sync") -> list[str]:
+def gunicorn(
+    factory: str, port: int, worker_class: str = "sync", module: str = "web_default_store_app"
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -67,17 +69,17 @@ def gunicorn(factory: str, port: int, worker_class: str = "sync") -> list[str]:
         f"127.0.0.1:{port}",
         "--chdir",
         TESTS,
-        f"web_default_store_app:{factory}()",
+        f"{module}:{factory}()",
     ]
 
 
-def uvicorn(factory: str, port: int) -> list[str]:
+def uvicorn(factory: str, port: int, module: str = "web_default_store_app") -> list[str]:
     return [
         sys.executable,
         "-m",
         "uvicorn",
         "--factory",
-        f"web_default_store_app:{factory}",
+        f"{module}:{factory}",
         "--workers",
         str(WORKERS),
         "--port",

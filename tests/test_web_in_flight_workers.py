@@ -33,43 +33,21 @@ pytest.importorskip("fastapi")
 pytest.importorskip("gunicorn")
 pytest.importorskip("django")
 
+import test_web_default_store as default_store
 from redis_servers import free_port
-from test_web_default_store import STARTUP_SECONDS, TESTS, WARNING, WORKERS, request, served
+from test_web_default_store import STARTUP_SECONDS, WARNING, request, served
 from web_in_flight_workers_app import SEATS
 
 REQUESTS = 8
+APPS = "web_in_flight_workers_app"
 
 
 def gunicorn(factory: str, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "-w",
-        str(WORKERS),
-        "-b",
-        f"127.0.0.1:{port}",
-        "--chdir",
-        TESTS,
-        f"web_in_flight_workers_app:{factory}()",
-    ]
+    return default_store.gunicorn(factory, port, module=APPS)
 
 
 def uvicorn(factory: str, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        f"web_in_flight_workers_app:{factory}",
-        "--workers",
-        str(WORKERS),
-        "--port",
-        str(port),
-        "--app-dir",
-        TESTS,
-        "--no-access-log",
-    ]
+    return default_store.uvicorn(factory, port, module=APPS)
 
 
 CASES = {
