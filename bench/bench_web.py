@@ -13,6 +13,9 @@ address, with in-memory storage. Ours adds the RateLimit fields to every respons
 default); the peers add no headers (theirs). Interleaved rounds in one run; medians and
 ratios, not absolute times.
 
+With ``max_in_flight=4``: a seat taken and given back per request, kept in the process and in
+the host's shared table (the default store), each against the same middleware without one.
+
 With ``on_decision`` (the metrics hook): a no-op hook, and the Prometheus adapter of
 :mod:`protocol_in_code.qos.metrics` (under both servers), each against the same middleware
 without one. And the decision step alone, as the middleware makes it, with no hook: without a
@@ -34,9 +37,11 @@ import argparse
 import asyncio
 import io
 import statistics
+import tempfile
 import time
 import timeit
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from protocol_in_code.qos.asgi import RateLimitMiddleware as ASGIMiddleware
@@ -116,6 +121,23 @@ def starlette_ours_prometheus() -> tuple[str, dict[str, object], int]:
     return asgi_case(ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), on_decision=metrics))
 
 
+def _seats_folder() -> Path:
+    """A folder of this run's own for the shared in-flight tables (the default store's)."""
+    return Path(tempfile.mkdtemp(prefix="bench-web-seats-"))
+
+
+def starlette_seats_process() -> tuple[str, dict[str, object], int]:
+    app = ASGIMiddleware(starlette_app(), KeyedRateLimiter(HUGE), max_in_flight=4, store="process")
+    return asgi_case(app)
+
+
+def starlette_seats_shared() -> tuple[str, dict[str, object], int]:
+    app = ASGIMiddleware(
+        starlette_app(), KeyedRateLimiter(HUGE), max_in_flight=4, store=_seats_folder()
+    )
+    return asgi_case(app)
+
+
 def starlette_slowapi() -> tuple[str, dict[str, object], int]:
     from slowapi import Limiter, _rate_limit_exceeded_handler
     from slowapi.errors import RateLimitExceeded
@@ -184,6 +206,20 @@ def flask_bare() -> tuple[str, dict[str, object], int]:
 def flask_ours() -> tuple[str, dict[str, object], int]:
     app = flask_app()
     return wsgi_case(WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE)))
+
+
+def flask_seats_process() -> tuple[str, dict[str, object], int]:
+    app = flask_app()
+    seated = WSGIMiddleware(app.wsgi_app, KeyedRateLimiter(HUGE), max_in_flight=4, store="process")
+    return wsgi_case(seated)
+
+
+def flask_seats_shared() -> tuple[str, dict[str, object], int]:
+    app = flask_app()
+    seated = WSGIMiddleware(
+        app.wsgi_app, KeyedRateLimiter(HUGE), max_in_flight=4, store=_seats_folder()
+    )
+    return wsgi_case(seated)
 
 
 def flask_ours_prometheus() -> tuple[str, dict[str, object], int]:
@@ -372,6 +408,28 @@ def main() -> None:
     ):
         for name, ratio in paired(cases, args.rounds, number).items():
             print(f"  {label} {name:<22} {(ratio - 1) * 100:+5.1f}% a request")
+
+    print("\na seat per request (max_in_flight=4), against the same middleware without one:")
+    for label, cases in (
+        (
+            "ASGI",
+            {
+                "Starlette + ours (ASGI)": starlette_ours,
+                "a seat in the process": starlette_seats_process,
+                "a seat in the host's table": starlette_seats_shared,
+            },
+        ),
+        (
+            "WSGI",
+            {
+                "Flask + ours (WSGI)": flask_ours,
+                "a seat in the process": flask_seats_process,
+                "a seat in the host's table": flask_seats_shared,
+            },
+        ),
+    ):
+        for name, ratio in paired(cases, args.rounds, number).items():
+            print(f"  {label} {name:<26} {(ratio - 1) * 100:+5.1f}% a request")
 
     decisions = median_ns(
         {
