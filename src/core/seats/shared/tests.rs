@@ -125,23 +125,6 @@ fn a_smaller_limit_refuses_waiters_it_could_never_seat() {
     );
 }
 
-/// A small generator, so that the test needs no crate: xorshift64.
-struct Draw(u64);
-
-impl Draw {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    /// An index into a list of `len` items.
-    fn index(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).expect("below len, which is a usize")
-    }
-}
-
 /// The two homes of the rules, given the same calls, give the same answers: the same callers
 /// seated at once or put in line, the same waiters seated (in line order, with the same
 /// tokens) or refused, and the same counts. The heap's [`Seats`](crate::core::seats::Seats) is
@@ -149,6 +132,7 @@ impl Draw {
 /// decided is still waiting in the table.
 #[test]
 fn the_shared_table_seats_as_the_heap_does() {
+    use crate::core::seats::tests::Draw;
     use crate::core::seats::{Asked as HeapAsked, Seats, Ticket, Woken};
 
     for seed in 1..100u64 {
