@@ -96,7 +96,7 @@ impl fmt::Display for SeatsError {
 impl std::error::Error for SeatsError {}
 
 /// One in-flight limit in this process's heap: its seats, who holds how many, and who waits.
-/// The rules are [`rules`]'; this is one home they run on ([`SeatStore`]).
+/// The rules are [`rules`]'; each change runs them on this, as a [`SeatStore`] (`Heap`).
 #[derive(Debug)]
 pub struct Seats {
     limit: u64,
@@ -108,8 +108,6 @@ pub struct Seats {
     /// order and only ever join at the back, so the line is sorted by ticket: a place is found
     /// by binary search.
     line: VecDeque<(Ticket, u64)>,
-    /// What the change under way decided for the waiters, handed back when it ends.
-    woken: Woken,
 }
 
 impl Seats {
@@ -137,7 +135,6 @@ impl Seats {
             next_token: token.max(1),
             next_ticket: 0,
             line: VecDeque::new(),
-            woken: Woken::default(),
         })
     }
 
@@ -183,7 +180,7 @@ impl Seats {
     /// [`SeatsError::NoSeats`] for `n` = 0, [`SeatsError::MoreThanLimit`] for more seats than
     /// the limit has.
     pub fn try_take(&mut self, n: u64) -> Result<Option<Grant>, SeatsError> {
-        rules::try_take(self, n)
+        rules::try_take(&mut Heap::new(self), n)
     }
 
     /// `n` seats now (as [`Seats::try_take`]), or a place at the end of the line.
@@ -205,8 +202,9 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::NotHeld`] for more seats than are held.
     pub fn release(&mut self, n: u64) -> Result<Woken, SeatsError> {
-        rules::release(self, n)?;
-        Ok(std::mem::take(&mut self.woken))
+        let mut heap = Heap::new(self);
+        rules::release(&mut heap, n)?;
+        Ok(heap.woken)
     }
 
     /// The waiter with `ticket` gives up: `None` if it is no longer in line (it was seated,
@@ -215,8 +213,9 @@ impl Seats {
     /// seated.
     pub fn leave(&mut self, ticket: Ticket) -> Option<Woken> {
         self.position(ticket)?;
-        rules::leave(self, ticket);
-        Some(std::mem::take(&mut self.woken))
+        let mut heap = Heap::new(self);
+        rules::leave(&mut heap, ticket);
+        Some(heap.woken)
     }
 
     /// A new limit, with no holder evicted: waiters that now fit are seated, and waiters
@@ -225,59 +224,75 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::Limit`] for a limit of 0.
     pub fn resize(&mut self, limit: u64) -> Result<Woken, SeatsError> {
-        rules::resize(self, limit)?;
-        Ok(std::mem::take(&mut self.woken))
+        let mut heap = Heap::new(self);
+        rules::resize(&mut heap, limit)?;
+        Ok(heap.woken)
     }
 }
 
-/// The heap as a home for the rules: the counts are fields, the line a `VecDeque`, and a waiter
-/// leaving the line seated or refused is noted in [`Seats::woken`] for the caller to tell.
-impl SeatStore for Seats {
+/// The heap as a home for the rules, for one change: the [`Seats`] it changes, and what it
+/// decided for the waiters that left the line seated or refused, for the caller to tell.
+struct Heap<'s> {
+    seats: &'s mut Seats,
+    woken: Woken,
+}
+
+impl<'s> Heap<'s> {
+    fn new(seats: &'s mut Seats) -> Self {
+        Heap {
+            seats,
+            woken: Woken::default(),
+        }
+    }
+}
+
+impl SeatStore for Heap<'_> {
     type Place = Ticket;
 
     fn limit(&self) -> u64 {
-        self.limit
+        self.seats.limit
     }
 
     fn set_limit(&mut self, limit: u64) {
-        self.limit = limit;
+        self.seats.limit = limit;
     }
 
     fn held(&self) -> u64 {
-        self.held
+        self.seats.held
     }
 
     fn set_held(&mut self, held: u64) {
-        self.held = held;
+        self.seats.held = held;
     }
 
     fn take_token(&mut self) -> u64 {
-        let token = self.next_token;
-        self.next_token += 1;
+        let token = self.seats.next_token;
+        self.seats.next_token += 1;
         token
     }
 
     fn head(&self) -> Option<(Ticket, u64)> {
-        self.line.front().copied()
+        self.seats.line.front().copied()
     }
 
     fn behind(&self, ticket: Ticket) -> Option<(Ticket, u64)> {
-        let after = self.line.partition_point(|&(t, _)| t <= ticket);
-        self.line.get(after).copied()
+        let line = &self.seats.line;
+        line.get(line.partition_point(|&(t, _)| t <= ticket))
+            .copied()
     }
 
     fn seated(&mut self, ticket: Ticket, grant: Grant) {
-        self.unlink(ticket);
+        self.seats.unlink(ticket);
         self.woken.seated.push((ticket, grant));
     }
 
     fn refused(&mut self, ticket: Ticket) {
-        self.unlink(ticket);
+        self.seats.unlink(ticket);
         self.woken.refused.push(ticket);
     }
 
     fn gave_up(&mut self, ticket: Ticket) {
-        self.unlink(ticket);
+        self.seats.unlink(ticket);
     }
 }
 
