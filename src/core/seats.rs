@@ -180,7 +180,7 @@ impl Seats {
     /// [`SeatsError::NoSeats`] for `n` = 0, [`SeatsError::MoreThanLimit`] for more seats than
     /// the limit has.
     pub fn try_take(&mut self, n: u64) -> Result<Option<Grant>, SeatsError> {
-        rules::try_take(&mut Heap::new(self), n)
+        rules::try_take(&mut Heap::new(self, &mut Woken::default()), n)
     }
 
     /// `n` seats now (as [`Seats::try_take`]), or a place at the end of the line.
@@ -201,10 +201,11 @@ impl Seats {
     ///
     /// # Errors
     /// [`SeatsError::NotHeld`] for more seats than are held.
+    #[inline]
     pub fn release(&mut self, n: u64) -> Result<Woken, SeatsError> {
-        let mut heap = Heap::new(self);
-        rules::release(&mut heap, n)?;
-        Ok(heap.woken)
+        let mut woken = Woken::default();
+        rules::release(&mut Heap::new(self, &mut woken), n)?;
+        Ok(woken)
     }
 
     /// The waiter with `ticket` gives up: `None` if it is no longer in line (it was seated,
@@ -213,9 +214,9 @@ impl Seats {
     /// seated.
     pub fn leave(&mut self, ticket: Ticket) -> Option<Woken> {
         self.position(ticket)?;
-        let mut heap = Heap::new(self);
-        rules::leave(&mut heap, ticket);
-        Some(heap.woken)
+        let mut woken = Woken::default();
+        rules::leave(&mut Heap::new(self, &mut woken), ticket);
+        Some(woken)
     }
 
     /// A new limit, with no holder evicted: waiters that now fit are seated, and waiters
@@ -224,9 +225,9 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::Limit`] for a limit of 0.
     pub fn resize(&mut self, limit: u64) -> Result<Woken, SeatsError> {
-        let mut heap = Heap::new(self);
-        rules::resize(&mut heap, limit)?;
-        Ok(heap.woken)
+        let mut woken = Woken::default();
+        rules::resize(&mut Heap::new(self, &mut woken), limit)?;
+        Ok(woken)
     }
 }
 
@@ -234,15 +235,12 @@ impl Seats {
 /// decided for the waiters that left the line seated or refused, for the caller to tell.
 struct Heap<'s> {
     seats: &'s mut Seats,
-    woken: Woken,
+    woken: &'s mut Woken,
 }
 
 impl<'s> Heap<'s> {
-    fn new(seats: &'s mut Seats) -> Self {
-        Heap {
-            seats,
-            woken: Woken::default(),
-        }
+    fn new(seats: &'s mut Seats, woken: &'s mut Woken) -> Self {
+        Heap { seats, woken }
     }
 }
 

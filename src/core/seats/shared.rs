@@ -395,13 +395,14 @@ impl<W: Words> SharedSeats<W> {
         })
     }
 
-    /// The lease in record `index` gives its seats back to the key of `digest`, its record
-    /// freed first (so that no consistent point has the seats both held and given back).
+    /// The lease in record `index` gives its seats back to the key of `digest`. Its record is
+    /// freed first: the first waiter seated makes a consistent point, and the lease must be
+    /// gone by then, with its seats.
     fn give_back(&self, c: &mut Change<'_>, index: usize, digest: Digest) {
         let n = c.get(self.layout.record(index) + record::N);
         if let Ok(slot) = self.find(c, digest) {
             free_record(c, &self.layout, index);
-            // The record held `n` of the key's seats: they are held, and the release holds.
+            // A lease's seats are counted among its key's: giving them back is never refused.
             let released = rules::release(&mut self.line(c, slot), n);
             debug_assert!(released.is_ok(), "a lease's seats are held");
             self.forget_if_idle(c, slot);
