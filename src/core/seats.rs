@@ -5,7 +5,7 @@
 //! gets, and the callers waiting, in the order they came. There is no clock here: a seat comes
 //! free when its holder gives it back, not when time passes.
 //!
-//! The rules, each a line of code below:
+//! The rules, each a function of [`rules`], written once for both homes of a limit:
 //!
 //! * **Weighted.** A caller asks for `n` seats at once and gets all `n` or none.
 //! * **First come, first seated.** A caller is seated at once only if nobody is waiting and its
@@ -20,19 +20,24 @@
 //!   holders finish, and seats no one until `held` is under it. A waiter asking for more seats
 //!   than the new limit could ever give is refused rather than left waiting for ever.
 //!
-//! This module owns the rules and nothing else: no threads, no waking. [`table`] keeps the
-//! places of the waiters (and, for a keyed limit, a [`Seats`] per key in use); the glue keeps
-//! a table under a lock, and wakes the waiters it says were decided. [`shared`] keeps the same
-//! rules for every process of a host, in words they all map.
+//! This module owns the rules and nothing else: no threads, no waking. [`rules`] says them once,
+//! over a [`SeatStore`](rules::SeatStore): what a home of the seats stores, and nothing more.
+//! [`Seats`] (below) is the home in this process's heap; [`table`] keeps the places of its
+//! waiters (and, for a keyed limit, a [`Seats`] per key in use); the glue keeps a table under a
+//! lock, and wakes the waiters it says were decided. [`shared`] is the other home: one table
+//! for every process of a host, in words they all map, seated by the same [`rules`].
 
 use std::collections::VecDeque;
 use std::fmt;
 
+pub mod rules;
 pub mod shared;
 pub mod table;
 
+use rules::SeatStore;
+
 /// A place in the line, returned by [`Seats::ask`] when the seats are not free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Ticket(u64);
 
 /// Seats taken: how many, and the fencing token of this holder.
@@ -90,7 +95,8 @@ impl fmt::Display for SeatsError {
 
 impl std::error::Error for SeatsError {}
 
-/// One in-flight limit: its seats, who holds how many, and who waits.
+/// One in-flight limit in this process's heap: its seats, who holds how many, and who waits.
+/// The rules are [`rules`]'; each change runs them on this, as a [`SeatStore`] (`Heap`).
 #[derive(Debug)]
 pub struct Seats {
     limit: u64,
@@ -98,6 +104,9 @@ pub struct Seats {
     /// The token the next grant gets: tokens start at 1 and only grow.
     next_token: u64,
     next_ticket: u64,
+    /// The waiters, first come first, with the seats each asks for. Tickets are handed out in
+    /// order and only ever join at the back, so the line is sorted by ticket: a place is found
+    /// by binary search.
     line: VecDeque<(Ticket, u64)>,
 }
 
@@ -153,28 +162,16 @@ impl Seats {
         self.line.len()
     }
 
-    /// Whether `n` seats may be asked for at all.
-    fn check(&self, n: u64) -> Result<(), SeatsError> {
-        match n {
-            0 => Err(SeatsError::NoSeats),
-            n if n > self.limit => Err(SeatsError::MoreThanLimit {
-                n,
-                limit: self.limit,
-            }),
-            _ => Ok(()),
+    /// Where `ticket` stands in line, if it is still there.
+    fn position(&self, ticket: Ticket) -> Option<usize> {
+        self.line.binary_search_by_key(&ticket, |&(t, _)| t).ok()
+    }
+
+    /// Take `ticket`'s place out of the line (most often the head's).
+    fn unlink(&mut self, ticket: Ticket) {
+        if let Some(place) = self.position(ticket) {
+            self.line.remove(place);
         }
-    }
-
-    /// Whether `n` more seats fit now, line or no line.
-    fn fits(&self, n: u64) -> bool {
-        self.held + n <= self.limit
-    }
-
-    fn grant(&mut self, n: u64) -> Grant {
-        self.held += n;
-        let token = self.next_token;
-        self.next_token += 1;
-        Grant { n, token }
     }
 
     /// `n` seats now, if nobody is waiting and they are free; never joins the line.
@@ -183,8 +180,7 @@ impl Seats {
     /// [`SeatsError::NoSeats`] for `n` = 0, [`SeatsError::MoreThanLimit`] for more seats than
     /// the limit has.
     pub fn try_take(&mut self, n: u64) -> Result<Option<Grant>, SeatsError> {
-        self.check(n)?;
-        Ok((self.line.is_empty() && self.fits(n)).then(|| self.grant(n)))
+        rules::try_take(&mut Heap::new(self, &mut Woken::default()), n)
     }
 
     /// `n` seats now (as [`Seats::try_take`]), or a place at the end of the line.
@@ -201,29 +197,15 @@ impl Seats {
         Ok(Asked::InLine(ticket))
     }
 
-    /// Seat the waiters at the head of the line, in order, while their seats are free.
-    fn seat_the_line(&mut self) -> Woken {
-        let mut woken = Woken::default();
-        while let Some(&(ticket, n)) = self.line.front() {
-            if !self.fits(n) {
-                break;
-            }
-            self.line.pop_front();
-            woken.seated.push((ticket, self.grant(n)));
-        }
-        woken
-    }
-
     /// `n` seats given back by a holder: the head of the line takes them first.
     ///
     /// # Errors
     /// [`SeatsError::NotHeld`] for more seats than are held.
+    #[inline]
     pub fn release(&mut self, n: u64) -> Result<Woken, SeatsError> {
-        if n > self.held {
-            return Err(SeatsError::NotHeld { n, held: self.held });
-        }
-        self.held -= n;
-        Ok(self.seat_the_line())
+        let mut woken = Woken::default();
+        rules::release(&mut Heap::new(self, &mut woken), n)?;
+        Ok(woken)
     }
 
     /// The waiter with `ticket` gives up: `None` if it is no longer in line (it was seated,
@@ -231,9 +213,10 @@ impl Seats {
     /// give that back). Otherwise its place is gone, and those behind it who now fit are
     /// seated.
     pub fn leave(&mut self, ticket: Ticket) -> Option<Woken> {
-        let place = self.line.iter().position(|&(t, _)| t == ticket)?;
-        self.line.remove(place);
-        Some(self.seat_the_line())
+        self.position(ticket)?;
+        let mut woken = Woken::default();
+        rules::leave(&mut Heap::new(self, &mut woken), ticket);
+        Some(woken)
     }
 
     /// A new limit, with no holder evicted: waiters that now fit are seated, and waiters
@@ -242,21 +225,72 @@ impl Seats {
     /// # Errors
     /// [`SeatsError::Limit`] for a limit of 0.
     pub fn resize(&mut self, limit: u64) -> Result<Woken, SeatsError> {
-        if limit == 0 {
-            return Err(SeatsError::Limit(limit));
-        }
-        self.limit = limit;
-        let mut refused = Vec::new();
-        self.line.retain(|&(ticket, n)| {
-            let keep = n <= limit;
-            if !keep {
-                refused.push(ticket);
-            }
-            keep
-        });
-        let mut woken = self.seat_the_line();
-        woken.refused = refused;
+        let mut woken = Woken::default();
+        rules::resize(&mut Heap::new(self, &mut woken), limit)?;
         Ok(woken)
+    }
+}
+
+/// The heap as a home for the rules, for one change: the [`Seats`] it changes, and what it
+/// decided for the waiters that left the line seated or refused, for the caller to tell.
+struct Heap<'s> {
+    seats: &'s mut Seats,
+    woken: &'s mut Woken,
+}
+
+impl<'s> Heap<'s> {
+    fn new(seats: &'s mut Seats, woken: &'s mut Woken) -> Self {
+        Heap { seats, woken }
+    }
+}
+
+impl SeatStore for Heap<'_> {
+    type Place = Ticket;
+
+    fn limit(&self) -> u64 {
+        self.seats.limit
+    }
+
+    fn set_limit(&mut self, limit: u64) {
+        self.seats.limit = limit;
+    }
+
+    fn held(&self) -> u64 {
+        self.seats.held
+    }
+
+    fn set_held(&mut self, held: u64) {
+        self.seats.held = held;
+    }
+
+    fn take_token(&mut self) -> u64 {
+        let token = self.seats.next_token;
+        self.seats.next_token += 1;
+        token
+    }
+
+    fn head(&self) -> Option<(Ticket, u64)> {
+        self.seats.line.front().copied()
+    }
+
+    fn behind(&self, ticket: Ticket) -> Option<(Ticket, u64)> {
+        let line = &self.seats.line;
+        line.get(line.partition_point(|&(t, _)| t <= ticket))
+            .copied()
+    }
+
+    fn seated(&mut self, ticket: Ticket, grant: Grant) {
+        self.seats.unlink(ticket);
+        self.woken.seated.push((ticket, grant));
+    }
+
+    fn refused(&mut self, ticket: Ticket) {
+        self.seats.unlink(ticket);
+        self.woken.refused.push(ticket);
+    }
+
+    fn gave_up(&mut self, ticket: Ticket) {
+        self.seats.unlink(ticket);
     }
 }
 

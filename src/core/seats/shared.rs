@@ -1,9 +1,11 @@
 //! One in-flight limit for every process of a host: the seats, the leases and the line, in
 //! words that every process maps from one file.
 //!
-//! The rules are [`Seats`](super::Seats)' (weighted, first come first seated, a waiter that
-//! gives up passes its turn on, fencing tokens, resizing evicts nobody); what sharing adds is
-//! that every lease and every waiter is a *record* in the table, owned by a process:
+//! The rules are [`rules`](super::rules)', the same functions that seat the waiters of
+//! [`Seats`](super::Seats) (weighted, first come first seated, a waiter that gives up passes
+//! its turn on, fencing tokens, resizing evicts nobody), run here on a key's words
+//! (`line.rs`: how a key keeps its seats, its line and its waiters' news). What sharing adds
+//! is that every lease and every waiter is a *record* in the table, owned by a process:
 //!
 //! * **Records.** A caller seated at once gets a record in state held; a caller that waits gets
 //!   one in state waiting, linked at the end of its key's line. Seats given back seat the head
@@ -27,6 +29,7 @@
 //!   [`Asked::NoRoom`], as one whose new key finds `max_keys` keys in use, and asks again later.
 
 mod layout;
+mod line;
 mod undo;
 
 use std::hash::Hasher;
@@ -36,19 +39,16 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use layout::{at, key, record, LOG, OWNERS_AT};
 pub use layout::{Layout, LOG_ENTRIES, OWNERS, VERSION};
+use line::{free_record, linked, KeyLine};
 use undo::{roll_back, Change};
 
+use super::rules;
 use super::{Grant, SeatsError};
 use crate::core::exact::key::{encode_item, KeyRef};
 use crate::core::exact::shared::layout::LayoutError;
 use crate::core::exact::shared::lock::{self, Park};
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::shared::Words;
-
-/// The record a link names (a link is an index plus one, 0 for none).
-fn linked(link: u64) -> Option<usize> {
-    usize::try_from(link.checked_sub(1)?).ok()
-}
 
 /// The digest of the one-key form's one key.
 pub const THE_KEY: Digest = (0, 0);
@@ -233,61 +233,15 @@ impl<W: Words> SharedSeats<W> {
         Some(index)
     }
 
-    fn free_record(&self, c: &mut Change<'_>, index: usize) {
-        let at = self.layout.record(index);
-        for word in 0..record::WORDS {
-            c.set(at + word, 0);
-        }
-        c.set(at + record::NEXT, c.get(at::FREE));
-        c.set(at::FREE, index as u64 + 1);
-        c.add(at::IN_USE, u64::MAX); // one fewer
+    /// The seats and line of the key in `slot`, as the rules see them.
+    fn line<'c, 'w>(&self, c: &'c mut Change<'w>, slot: usize) -> KeyLine<'c, 'w> {
+        KeyLine::new(c, self.layout, slot)
     }
 
-    /// Seats for the record `index` of the key in `slot`: it turns held, with the next token.
-    fn grant(&self, c: &mut Change<'_>, slot: usize, index: usize, n: u64) -> Grant {
-        let token = c.get(at::NEXT_TOKEN);
-        c.set(at::NEXT_TOKEN, token + 1);
-        let at = self.layout.record(index);
-        c.set(at + record::STATE, record::HELD);
-        c.set(at + record::TOKEN, token);
-        c.add(self.layout.key(slot) + key::HELD, n);
-        c.add(at::HELD, n);
-        Grant { n, token }
-    }
-
-    /// Take the record `index` out of its key's line.
-    fn unlink(&self, c: &mut Change<'_>, slot: usize, index: usize) {
-        let at = self.layout.record(index);
-        let (prev, next) = (c.get(at + record::PREV), c.get(at + record::NEXT));
-        let key = self.layout.key(slot);
-        match linked(prev) {
-            None => c.set(key + key::HEAD, next),
-            Some(p) => c.set(self.layout.record(p) + record::NEXT, next),
-        }
-        match linked(next) {
-            None => c.set(key + key::TAIL, prev),
-            Some(n) => c.set(self.layout.record(n) + record::PREV, prev),
-        }
-        c.set(at + record::PREV, 0);
-        c.set(at + record::NEXT, 0);
-        c.add(at::WAITING, u64::MAX); // one fewer
-    }
-
-    /// Seat the head of the key's line, in order, while its seats are free; then forget the
-    /// key if nobody holds or waits for it.
-    fn seat_the_line(&self, c: &mut Change<'_>, slot: usize) {
-        let key = self.layout.key(slot);
-        let limit = c.get(at::LIMIT);
-        while let Some(head) = linked(c.get(key + key::HEAD)) {
-            let n = c.get(self.layout.record(head) + record::N);
-            if c.get(key + key::HELD) + n > limit {
-                break;
-            }
-            self.unlink(c, slot, head);
-            self.grant(c, slot, head, n);
-            c.done();
-        }
-        if c.get(key + key::HELD) == 0 && c.get(key + key::HEAD) == 0 {
+    /// Forget the key in `slot` if nobody holds or waits for it (after a change that may have
+    /// left it so).
+    fn forget_if_idle(&self, c: &mut Change<'_>, slot: usize) {
+        if self.line(c, slot).idle() {
             self.forget(c, slot);
         }
     }
@@ -342,48 +296,37 @@ impl<W: Words> SharedSeats<W> {
         wait: bool,
     ) -> Result<Asked, SeatsError> {
         self.locked(|c| {
-            let limit = c.get(at::LIMIT);
-            match n {
-                0 => return Err(SeatsError::NoSeats),
-                n if n > limit => return Err(SeatsError::MoreThanLimit { n, limit }),
-                _ => {}
-            }
+            rules::check(c.get(at::LIMIT), n)?;
             let slot = match self.find(c, digest) {
                 Ok(slot) => slot,
                 Err(_) if c.get(at::KEYS) >= self.layout.max_keys => return Ok(Asked::NoRoom),
                 Err(empty) => empty,
             };
-            let key = self.layout.key(slot);
-            let free = c.get(key + key::HEAD) == 0 && c.get(key + key::HELD) + n <= limit;
+            // An unused slot reads as a key with no seat held and nobody in line.
+            let free = rules::free_now(&self.line(c, slot), n);
             if !free && !wait {
                 return Ok(Asked::Busy);
             }
             let Some(index) = self.take_record(c, owner, digest, n) else {
                 return Ok(Asked::NoRoom);
             };
+            let key = self.layout.key(slot);
             if c.get(key + key::USED) == 0 {
                 c.set(key + key::USED, 1);
                 c.set(key + key::D0, digest.0);
                 c.set(key + key::D1, digest.1);
                 c.add(at::KEYS, 1);
             }
+            let mut line = self.line(c, slot);
             if free {
-                let grant = self.grant(c, slot, index, n);
+                let grant = rules::grant(&mut line, n);
+                line.hold(index, grant);
                 return Ok(Asked::Seated(Held {
                     record: index,
                     grant,
                 }));
             }
-            let at = self.layout.record(index);
-            c.set(at + record::STATE, record::WAITING);
-            let tail = c.get(key + key::TAIL);
-            c.set(at + record::PREV, tail);
-            match linked(tail) {
-                None => c.set(key + key::HEAD, index as u64 + 1),
-                Some(t) => c.set(self.layout.record(t) + record::NEXT, index as u64 + 1),
-            }
-            c.set(key + key::TAIL, index as u64 + 1);
-            c.add(at::WAITING, 1);
+            line.join(index);
             Ok(Asked::InLine(index))
         })
     }
@@ -410,7 +353,7 @@ impl<W: Words> SharedSeats<W> {
                 grant: Grant { n, token },
             })),
             record::REFUSED => {
-                self.free_record(c, index);
+                free_record(c, &self.layout, index);
                 let limit = c.get(at::LIMIT);
                 Some(Err(SeatsError::MoreThanLimit { n, limit }))
             }
@@ -431,12 +374,11 @@ impl<W: Words> SharedSeats<W> {
         })
     }
 
+    /// The waiter in record `index` leaves the line of the key of `digest`, its record freed.
     fn drop_waiter(&self, c: &mut Change<'_>, index: usize, digest: Digest) {
         if let Ok(slot) = self.find(c, digest) {
-            self.unlink(c, slot, index);
-            self.free_record(c, index);
-            c.done();
-            self.seat_the_line(c, slot);
+            rules::leave(&mut self.line(c, slot), index);
+            self.forget_if_idle(c, slot);
         }
     }
 
@@ -453,14 +395,17 @@ impl<W: Words> SharedSeats<W> {
         })
     }
 
+    /// The lease in record `index` gives its seats back to the key of `digest`. Its record is
+    /// freed first: the first waiter seated makes a consistent point, and the lease must be
+    /// gone by then, with its seats.
     fn give_back(&self, c: &mut Change<'_>, index: usize, digest: Digest) {
         let n = c.get(self.layout.record(index) + record::N);
         if let Ok(slot) = self.find(c, digest) {
-            c.add(self.layout.key(slot) + key::HELD, n.wrapping_neg());
-            c.add(at::HELD, n.wrapping_neg());
-            self.free_record(c, index);
-            c.done();
-            self.seat_the_line(c, slot);
+            free_record(c, &self.layout, index);
+            // A lease's seats are counted among its key's: giving them back is never refused.
+            let released = rules::release(&mut self.line(c, slot), n);
+            debug_assert!(released.is_ok(), "a lease's seats are held");
+            self.forget_if_idle(c, slot);
         }
     }
 
@@ -475,6 +420,7 @@ impl<W: Words> SharedSeats<W> {
             return Err(SeatsError::Limit(limit));
         }
         self.locked(|c| {
+            // Every key's limit is this one word: set here once, for a table with no key too.
             c.set(at::LIMIT, limit);
             c.done();
             let digests: Vec<Digest> = (0..self.layout.key_slots)
@@ -483,20 +429,12 @@ impl<W: Words> SharedSeats<W> {
                 .map(|at| (c.get(at + key::D0), c.get(at + key::D1)))
                 .collect();
             for digest in digests {
+                // Forgetting a key may move another back a slot: each is found again.
                 let Ok(slot) = self.find(c, digest) else {
                     continue;
                 };
-                let mut next = c.get(self.layout.key(slot) + key::HEAD);
-                while let Some(index) = linked(next) {
-                    let at = self.layout.record(index);
-                    next = c.get(at + record::NEXT);
-                    if c.get(at + record::N) > limit {
-                        self.unlink(c, slot, index);
-                        c.set(at + record::STATE, record::REFUSED);
-                        c.done();
-                    }
-                }
-                self.seat_the_line(c, slot);
+                rules::resize(&mut self.line(c, slot), limit)?;
+                self.forget_if_idle(c, slot);
             }
             Ok(())
         })
@@ -541,7 +479,7 @@ impl<W: Words> SharedSeats<W> {
                 match state {
                     record::HELD => self.give_back(c, index, digest),
                     record::WAITING => self.drop_waiter(c, index, digest),
-                    _ => self.free_record(c, index),
+                    _ => free_record(c, &self.layout, index),
                 }
             });
         }

@@ -102,11 +102,12 @@ fn resizing_evicts_nobody_and_refuses_what_can_never_fit() {
     assert_eq!(seats.try_take(8), Ok(Some(Grant { n: 8, token: 3 })));
 }
 
-/// A small generator, so that the test needs no crate: xorshift64.
-struct Draw(u64);
+/// A small generator, so that the test needs no crate: xorshift64. (The shared table's tests
+/// draw from it too.)
+pub(super) struct Draw(pub(super) u64);
 
 impl Draw {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -114,7 +115,7 @@ impl Draw {
     }
 
     /// An index into a list of `len` items.
-    fn index(&mut self, len: usize) -> usize {
+    pub(super) fn index(&mut self, len: usize) -> usize {
         usize::try_from(self.below(len as u64)).expect("below len, which is a usize")
     }
 }

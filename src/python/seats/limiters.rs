@@ -14,7 +14,7 @@ use super::lease::{acquire, ask_for_task, try_acquire, Lease};
 use super::Locked;
 use crate::core::exact::key::Key;
 use crate::core::exact::keyed::random_seed;
-use crate::python::args::{count, tokens, Timeout, N};
+use crate::python::args::{count, Timeout, N};
 use crate::python::keys::classify;
 use crate::python::surface::conveniences;
 
@@ -37,6 +37,28 @@ pub(super) fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
 /// What an in-flight limiter class reads from its seats and asks of them, alike whether they
 /// are kept in this process ([`Locked`]) or shared by the processes of a host (`shared::Host`).
 pub(super) trait Seats {
+    /// How a call names a key's seats: a [`Key`], or a shared table's digest of it.
+    type Key;
+    /// What a caller seated gets: a [`Lease`], or a `SharedLease`.
+    type Lease;
+    /// `n` seats of `key` (None: the one limit's) now, if free and nobody waits (and, for a
+    /// new key, there is room).
+    fn try_acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Self::Key>,
+        n: u64,
+    ) -> PyResult<Option<Self::Lease>>;
+    /// `n` seats of `key` (None: the one limit's), waiting until seated or `timeout` passes
+    /// (None then, holding nothing); `limiter` is the class's name, for errors.
+    fn acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Self::Key>,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<Option<Self::Lease>>;
     /// How many seats are held now, over every key.
     fn in_flight(&self, py: Python<'_>) -> PyResult<u64>;
     /// How many callers wait for seats, over every key.
@@ -53,6 +75,29 @@ pub(super) trait Seats {
 }
 
 impl Seats for Locked {
+    type Key = Key;
+    type Lease = Lease;
+
+    fn try_acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+    ) -> PyResult<Option<Lease>> {
+        try_acquire(py, self, key, n)
+    }
+
+    fn acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<Option<Lease>> {
+        acquire(py, self, key, n, timeout, limiter)
+    }
+
     fn in_flight(&self, _py: Python<'_>) -> PyResult<u64> {
         Ok(self.lock().counts().0)
     }
@@ -97,17 +142,47 @@ pub(super) fn await_lease<'py>(
 }
 
 /// Write an in-flight limiter class's `#[pymethods]`: the methods every in-flight limiter has
-/// alike, through the [`Seats`] in its field `$seats`; for a limiter of one limit (`unkeyed:`)
-/// those holding one seat for a `with` or `async with` block or a decorated function's run
-/// too; then the class's own methods, as given. The four classes, in one process and shared
-/// by a host, all use it.
+/// alike, through the [`Seats`] in its field `$seats`, whose leases are `$lease`s; for a
+/// limiter of one limit (`unkeyed:`) those holding one seat for a `with` or `async with` block
+/// or a decorated function's run too; then the class's own methods, as given. A keyed class
+/// reads a key with its own `key` method. The four classes, in one process and shared by a
+/// host, all use it. `_ask` (what `acquire_async` asks) stays with each class: the in-process
+/// form takes the callable that wakes its task, the shared form none (its task looks at its
+/// place now and then).
 ///
 /// PyO3 makes a class's methods from one `#[pymethods]` block, so the shared methods cannot
 /// live in a block of their own; this macro writes them into each class's block. A doc comment
 /// here is the Python docstring of every class's method.
 macro_rules! seats_methods {
-    (unkeyed: $class:ty, $seats:ident { $($own:tt)* }) => {
+    (unkeyed: $class:ty, $seats:ident, $lease:ty { $($own:tt)* }) => {
         seats_methods! { @all $class, $seats {
+            /// n seats, waiting (the interpreter released) until they are free or `timeout`
+            /// seconds have passed: a lease, or None holding nothing. ValueError for n more
+            /// than the limit.
+            #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
+            fn acquire(
+                &self,
+                py: Python<'_>,
+                n: Option<$crate::python::args::N>,
+                timeout: Option<$crate::python::args::Timeout>,
+            ) -> PyResult<Option<$lease>> {
+                use $crate::python::seats::limiters::Seats;
+                let n = $crate::python::args::tokens(n);
+                Seats::acquire(&self.$seats, py, None, n, timeout, stringify!($class))
+            }
+
+            /// n seats now, if they are free and nobody waits: a lease, or None.
+            #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
+            fn try_acquire(
+                &self,
+                py: Python<'_>,
+                n: Option<$crate::python::args::N>,
+            ) -> PyResult<Option<$lease>> {
+                use $crate::python::seats::limiters::Seats;
+                let n = $crate::python::args::tokens(n);
+                Seats::try_acquire(&self.$seats, py, None, n)
+            }
+
             /// The asyncio form of acquire(): awaits a lease, or None once `timeout` has passed.
             /// A waiter cancelled meanwhile holds nothing and passes its turn on.
             #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
@@ -165,8 +240,40 @@ macro_rules! seats_methods {
             $($own)*
         }}
     };
-    (keyed: $class:ty, $seats:ident { $($own:tt)* }) => {
+    (keyed: $class:ty, $seats:ident, $lease:ty { $($own:tt)* }) => {
         seats_methods! { @all $class, $seats {
+            /// n seats of `key`, waiting as the unkeyed limiter's acquire() does (and, for a
+            /// new key in a full table, until a key is forgotten): a lease, or None once
+            /// `timeout` has passed.
+            #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
+            fn acquire(
+                &self,
+                py: Python<'_>,
+                key: &Bound<'_, PyAny>,
+                n: Option<$crate::python::args::N>,
+                timeout: Option<$crate::python::args::Timeout>,
+            ) -> PyResult<Option<$lease>> {
+                use $crate::python::seats::limiters::Seats;
+                let key = self.key(key)?;
+                let n = $crate::python::args::tokens(n);
+                Seats::acquire(&self.$seats, py, Some(&key), n, timeout, stringify!($class))
+            }
+
+            /// n seats of `key` now, if free, nobody waits, and the key has room: a lease, or
+            /// None.
+            #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
+            fn try_acquire(
+                &self,
+                py: Python<'_>,
+                key: &Bound<'_, PyAny>,
+                n: Option<$crate::python::args::N>,
+            ) -> PyResult<Option<$lease>> {
+                use $crate::python::seats::limiters::Seats;
+                let key = self.key(key)?;
+                let n = $crate::python::args::tokens(n);
+                Seats::try_acquire(&self.$seats, py, Some(&key), n)
+            }
+
             /// The asyncio form of acquire(key): awaits a lease, or None once `timeout` has
             /// passed.
             #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
@@ -236,38 +343,13 @@ pub struct ConcurrencyLimiter {
     table: Arc<Locked>,
 }
 
-seats_methods! { unkeyed: ConcurrencyLimiter, table {
+seats_methods! { unkeyed: ConcurrencyLimiter, table, Lease {
     #[new]
     fn new(limit: &Bound<'_, PyAny>) -> PyResult<Self> {
         let table = Locked::new(seats_limit(limit)?, None, "ConcurrencyLimiter")?;
         Ok(ConcurrencyLimiter {
             table: Arc::new(table),
         })
-    }
-
-    /// n seats, waiting (the interpreter released) until they are free or `timeout` seconds
-    /// have passed: a Lease, or None holding nothing. ValueError for n more than the limit.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-    ) -> PyResult<Option<Lease>> {
-        acquire(
-            py,
-            &self.table,
-            None,
-            tokens(n),
-            timeout,
-            "ConcurrencyLimiter",
-        )
-    }
-
-    /// n seats now, if they are free and nobody waits: a Lease, or None.
-    #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
-    fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<Lease>> {
-        try_acquire(py, &self.table, None, tokens(n))
     }
 
     fn _ask(&self, py: Python<'_>, n: N, wake: Py<PyAny>) -> PyResult<Option<Py<PyAny>>> {
@@ -309,7 +391,7 @@ impl KeyedConcurrencyLimiter {
     }
 }
 
-seats_methods! { keyed: KeyedConcurrencyLimiter, table {
+seats_methods! { keyed: KeyedConcurrencyLimiter, table, Lease {
     #[new]
     #[pyo3(signature = (limit, *, max_keys = None), text_signature = "(limit, *, max_keys=100000)")]
     fn new(limit: &Bound<'_, PyAny>, max_keys: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -325,39 +407,6 @@ seats_methods! { keyed: KeyedConcurrencyLimiter, table {
             max_keys,
             seed: random_seed(),
         })
-    }
-
-    /// n seats of `key`, waiting as ConcurrencyLimiter.acquire() does (and, for a new key in
-    /// a full table, until a key is forgotten): a Lease, or None once `timeout` has passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-    ) -> PyResult<Option<Lease>> {
-        let key = self.key(key)?;
-        acquire(
-            py,
-            &self.table,
-            Some(&key),
-            tokens(n),
-            timeout,
-            "KeyedConcurrencyLimiter",
-        )
-    }
-
-    /// n seats of `key` now, if free, nobody waits, and the key has room: a Lease, or None.
-    #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-    ) -> PyResult<Option<Lease>> {
-        let key = self.key(key)?;
-        try_acquire(py, &self.table, Some(&key), tokens(n))
     }
 
     fn _ask(

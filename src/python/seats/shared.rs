@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use super::limiters::Seats;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::waiting::max_wait_ns;
-use crate::core::seats::shared::{Asked, Held, Layout, SharedSeats};
+use crate::core::seats::shared::{Asked, Held, Layout, SharedSeats, THE_KEY};
 use crate::core::seats::SeatsError;
 use crate::host;
 use crate::python::args::Timeout;
@@ -190,6 +190,36 @@ impl Host {
 }
 
 impl Seats for Host {
+    type Key = Digest;
+    type Lease = SharedLease;
+
+    fn try_acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Digest>,
+        n: u64,
+    ) -> PyResult<Option<SharedLease>> {
+        try_acquire(py, self, key.copied().unwrap_or(THE_KEY), n)
+    }
+
+    fn acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Digest>,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<Option<SharedLease>> {
+        acquire(
+            py,
+            self,
+            key.copied().unwrap_or(THE_KEY),
+            n,
+            timeout,
+            limiter,
+        )
+    }
+
     /// The seats of processes that are gone are given back first.
     fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
         self.reclaim_the_dead(py)?;

@@ -8,9 +8,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::limiters::{seats_limit, seats_methods, Seats};
-use super::shared::{acquire, ask_for_task, try_acquire, Host, SharedLease};
+use super::shared::{ask_for_task, Host, SharedLease};
+use crate::core::exact::shared::slot::Digest;
 use crate::core::seats::shared::THE_KEY;
-use crate::python::args::{count, tokens, Timeout, N};
+use crate::python::args::{count, N};
 use crate::shared_memory;
 
 /// The default `max_keys` of a keyed shared limit.
@@ -21,7 +22,7 @@ const DEFAULT_MAX_KEYS: u64 = 10_000;
 /// methods, as given.
 macro_rules! shared_seats_methods {
     ($form:ident: $class:ty { $($own:tt)* }) => {
-        seats_methods! { $form: $class, host {
+        seats_methods! { $form: $class, host, SharedLease {
             /// The limit's name.
             #[getter]
             fn name(&self) -> &str {
@@ -73,25 +74,6 @@ shared_seats_methods! { unkeyed: SharedConcurrencyLimiter {
         Ok(SharedConcurrencyLimiter { host })
     }
 
-    /// n seats, waiting (the interpreter released) until they are free or `timeout` seconds
-    /// have passed: a SharedLease, or None holding nothing. ValueError for n more than the
-    /// limit.
-    #[pyo3(signature = (n = None, timeout = None), text_signature = "($self, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-    ) -> PyResult<Option<SharedLease>> {
-        acquire(py, &self.host, THE_KEY, tokens(n), timeout, "SharedConcurrencyLimiter")
-    }
-
-    /// n seats now, if they are free and nobody waits: a SharedLease, or None.
-    #[pyo3(signature = (n = None), text_signature = "($self, n=1)")]
-    fn try_acquire(&self, py: Python<'_>, n: Option<N>) -> PyResult<Option<SharedLease>> {
-        try_acquire(py, &self.host, THE_KEY, tokens(n))
-    }
-
     fn _ask(&self, py: Python<'_>, n: N) -> PyResult<Option<Py<PyAny>>> {
         ask_for_task(py, &self.host, THE_KEY, n.0)
     }
@@ -126,6 +108,13 @@ pub struct SharedKeyedConcurrencyLimiter {
     max_keys: u64,
 }
 
+impl SharedKeyedConcurrencyLimiter {
+    /// The digest of `key`, by which the table finds it.
+    fn key(&self, key: &Bound<'_, PyAny>) -> PyResult<Digest> {
+        self.host.digest(key)
+    }
+}
+
 shared_seats_methods! { keyed: SharedKeyedConcurrencyLimiter {
     #[new]
     #[pyo3(signature = (name, limit, *, max_keys = None, path = None), text_signature = "(name, limit, *, max_keys=10000, path=None)")]
@@ -148,36 +137,8 @@ shared_seats_methods! { keyed: SharedKeyedConcurrencyLimiter {
         Ok(SharedKeyedConcurrencyLimiter { host, max_keys })
     }
 
-    /// n seats of `key`, waiting as SharedConcurrencyLimiter.acquire() does (and, for a new
-    /// key in a full table, until a key is free): a SharedLease, or None once `timeout` passed.
-    #[pyo3(signature = (key, n = None, timeout = None), text_signature = "($self, key, n=1, timeout=None)")]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-        timeout: Option<Timeout>,
-    ) -> PyResult<Option<SharedLease>> {
-        let digest = self.host.digest(key)?;
-        acquire(py, &self.host, digest, tokens(n), timeout, "SharedKeyedConcurrencyLimiter")
-    }
-
-    /// n seats of `key` now, if free, nobody waits, and the key has room: a SharedLease, or
-    /// None.
-    #[pyo3(signature = (key, n = None), text_signature = "($self, key, n=1)")]
-    fn try_acquire(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        n: Option<N>,
-    ) -> PyResult<Option<SharedLease>> {
-        let digest = self.host.digest(key)?;
-        try_acquire(py, &self.host, digest, tokens(n))
-    }
-
     fn _ask(&self, py: Python<'_>, key: &Bound<'_, PyAny>, n: N) -> PyResult<Option<Py<PyAny>>> {
-        let digest = self.host.digest(key)?;
-        ask_for_task(py, &self.host, digest, n.0)
+        ask_for_task(py, &self.host, self.key(key)?, n.0)
     }
 
     /// How many keys may be in use at once.

@@ -124,3 +124,88 @@ fn a_smaller_limit_refuses_waiters_it_could_never_seat() {
         Err(SeatsError::MoreThanLimit { n: 3, limit: 2 })
     );
 }
+
+/// The two homes of the rules, given the same calls, give the same answers: the same callers
+/// seated at once or put in line, the same waiters seated (in line order, with the same
+/// tokens) or refused, and the same counts. The heap's [`Seats`](crate::core::seats::Seats) is
+/// the reference: each grant of the table is the heap's, and each waiter the heap has not
+/// decided is still waiting in the table.
+#[test]
+fn the_shared_table_seats_as_the_heap_does() {
+    use crate::core::seats::tests::Draw;
+    use crate::core::seats::{Asked as HeapAsked, Seats, Ticket, Woken};
+
+    for seed in 1..100u64 {
+        let mut draw = Draw(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let limit = 1 + draw.below(5);
+        let mut heap = Seats::new(limit).unwrap();
+        let t = table(limit, 1, 256);
+        let mut holders: Vec<Held> = Vec::new();
+        // The heap's ticket and the table's record of each waiter, in line order.
+        let mut line: Vec<(Ticket, usize, u64)> = Vec::new();
+        for _ in 0..200 {
+            let woken = match draw.below(4) {
+                0 => {
+                    let n = 1 + draw.below(heap.limit());
+                    match (heap.ask(n).unwrap(), t.ask(0, THE_KEY, n, true).unwrap()) {
+                        (HeapAsked::Seated(grant), Asked::Seated(held)) => {
+                            assert_eq!(held.grant, grant);
+                            holders.push(held);
+                        }
+                        (HeapAsked::InLine(ticket), Asked::InLine(index)) => {
+                            line.push((ticket, index, n));
+                        }
+                        other => panic!("the homes disagree: {other:?}"),
+                    }
+                    Woken::default()
+                }
+                1 if !holders.is_empty() => {
+                    let held = holders.swap_remove(draw.index(holders.len()));
+                    assert!(t.release(0, held.record, held.grant.token));
+                    heap.release(held.grant.n).unwrap()
+                }
+                2 if !line.is_empty() => {
+                    let (ticket, index, _) = line.remove(draw.index(line.len()));
+                    assert_eq!(t.leave(0, index), None);
+                    heap.leave(ticket)
+                        .expect("a waiter still in line can leave")
+                }
+                3 => {
+                    let limit = 1 + draw.below(6);
+                    t.resize(limit).unwrap();
+                    heap.resize(limit).unwrap()
+                }
+                _ => Woken::default(),
+            };
+            let place = |line: &[(Ticket, usize, u64)], ticket: Ticket| {
+                line.iter().position(|&(t, _, _)| t == ticket).unwrap()
+            };
+            for &(ticket, grant) in &woken.seated {
+                let (_, index, _) = line.remove(place(&line, ticket));
+                let held = t
+                    .outcome(0, index)
+                    .expect("seated in the table too")
+                    .unwrap();
+                assert_eq!(held.grant, grant);
+                holders.push(held);
+            }
+            for &ticket in &woken.refused {
+                let (_, index, n) = line.remove(place(&line, ticket));
+                assert_eq!(
+                    t.outcome(0, index),
+                    Some(Err(SeatsError::MoreThanLimit {
+                        n,
+                        limit: heap.limit()
+                    }))
+                );
+            }
+            for &(_, index, _) in &line {
+                assert_eq!(t.outcome(0, index), None, "still waiting in the table");
+            }
+            assert_eq!(
+                (t.limit(), t.in_flight(), t.waiting()),
+                (heap.limit(), heap.in_flight(), heap.waiting() as u64)
+            );
+        }
+    }
+}
