@@ -102,3 +102,33 @@ def test_two_single_process_servers_of_one_parent_are_not_told_of_several_worker
     logs = {log.name: log.read_text() for _, log in started}
     told = [name for name, text in logs.items() if WARNING in text]
     assert told == [], logs
+
+
+def _register(barrier: Any, answers: Any) -> None:
+    from protocol_in_code.qos import _workers
+
+    barrier.wait()
+    answers.put(_workers.several_workers())
+    barrier.wait()  # a worker lives on while its siblings look
+
+
+def test_workers_that_register_at_once_warn_exactly_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """Eight workers of one parent register at the same moment, as a server's workers start,
+    and stay alive: exactly one of them is the one to warn, round after round. (A worker that
+    looked before the others registered once removed the warned file a sibling had just made,
+    and a third warned again.)"""
+    import multiprocessing
+
+    fork = multiprocessing.get_context("fork")
+    for round_ in range(60):
+        folder = tmp_path / str(round_)
+        folder.mkdir(mode=0o700)  # as the shared tables' folder must be
+        monkeypatch.setenv("PROTOCOL_IN_CODE_QOS_FOLDER", str(folder))
+        barrier, answers = fork.Barrier(8), fork.Queue()
+        workers = [fork.Process(target=_register, args=(barrier, answers)) for _ in range(8)]
+        for worker in workers:
+            worker.start()
+        told = [answers.get(timeout=STARTUP_SECONDS) for _ in workers]
+        for worker in workers:
+            worker.join(STARTUP_SECONDS)
+        assert sum(told) == 1, f"round {round_}: {sum(told)} workers warned"

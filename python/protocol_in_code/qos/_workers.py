@@ -93,6 +93,7 @@ def several_workers() -> bool:
         os.close(fd)
         return False
     _registered[pid] = fd
+    os.utime(fd)  # registered now (the file may be a dead process's of the same pid)
     siblings, live_parents = 0, {parent}
     for path in folder.glob(f"{_PREFIX}*.*"):
         of, _, other = path.name[len(_PREFIX) :].partition(".")
@@ -107,13 +108,25 @@ def several_workers() -> bool:
             path.unlink(missing_ok=True)  # a server that has gone: its pid may come again
     warned = folder / f"{_PREFIX}{parent}.warned"
     if not siblings:
-        warned.unlink(missing_ok=True)
+        # A warned file older than this registration is an earlier server's, of the same parent
+        # pid and command line, all of whose workers are gone: this server is told anew. One
+        # made since is a sibling's that registered after the look above: it stays.
+        _remove_if_older(warned, than=os.fstat(fd).st_mtime_ns)
         return False
     try:
         os.close(os.open(warned, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     except OSError:
         return False  # another worker of this server warned already
     return True
+
+
+def _remove_if_older(path: Path, than: int) -> None:
+    """Remove ``path`` if it was last changed before ``than`` (nanoseconds since the epoch)."""
+    try:
+        if os.stat(path, follow_symlinks=False).st_mtime_ns < than:
+            path.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
 
 
 #: What to give instead of an in-process rate limiter, or in-flight limiter.
