@@ -36,6 +36,11 @@ from redis_servers import wait_until
 _names = itertools.count()
 
 
+#: The lease time of the heartbeat tests: a beat every second, so that a loaded machine that
+#: delays one beat (or two) does not let a lease lapse, which a third of it would take.
+BEAT_TTL = 3.0
+
+
 def fresh(client: Any, limit: int, **options: Any) -> RedisConcurrencyLimiter:
     return RedisConcurrencyLimiter(client, limit, name=f"seats-{next(_names)}", **options)
 
@@ -167,17 +172,19 @@ def test_extend_and_the_heartbeat_keep_a_lease(redis_client: Any) -> None:
     time.sleep(0.5)
     assert limiter.in_flight == 1
     lease.release()
-    beating = fresh(redis_client, 1, lease_ttl=0.3, heartbeat=True)
+    beating = fresh(redis_client, 1, lease_ttl=BEAT_TTL, heartbeat=True)
     kept = beating.acquire()
     assert kept is not None
-    time.sleep(1.0)  # three lease times: only the heartbeat keeps it
+    time.sleep(BEAT_TTL * 1.5)  # longer than a lease lives: only the heartbeat keeps it
     assert beating.in_flight == 1
     kept.release()
     assert beating.in_flight == 0
 
 
-def _hearts() -> int:
-    return sum(thread.name == "qos-seats-heartbeat" for thread in threading.enumerate())
+def _hearts(limiter: RedisConcurrencyLimiter) -> int:
+    """The heartbeat threads of ``limiter`` (named after it) running now."""
+    name = f"qos-seats-heartbeat {limiter.options.name.decode()}"
+    return sum(thread.name == name for thread in threading.enumerate())
 
 
 def test_one_heartbeat_thread_keeps_every_lease_of_a_limiter_and_ends_with_them(
@@ -186,29 +193,28 @@ def test_one_heartbeat_thread_keeps_every_lease_of_a_limiter_and_ends_with_them(
     """A lease costs no thread of its own: one thread beats for all of a limiter's leases, a
     lease dropped unreleased is no longer kept (it lapses, as every dropped lease does), and the
     thread ends once none is held."""
-    before = _hearts()
-    limiter = fresh(redis_client, 10, lease_ttl=0.3, heartbeat=True)
+    limiter = fresh(redis_client, 10, lease_ttl=BEAT_TTL, heartbeat=True)
     leases = [limiter.try_acquire() for _ in range(5)]
-    assert all(leases) and _hearts() == before + 1
+    assert all(leases) and _hearts(limiter) == 1
     dropped = leases.pop()
     assert dropped is not None
     dropped_token = dropped.token
     del dropped
     gc.collect()
-    time.sleep(1.0)  # three lease times: only the heartbeat keeps the four
+    time.sleep(BEAT_TTL * 1.5)  # the heartbeat alone keeps the four
     assert limiter.in_flight == 4, f"the dropped lease {dropped_token} should have lapsed"
     for lease in leases:
         assert lease is not None
         lease.release()  # none had lapsed: no LeaseExpired
-    wait_until(lambda: _hearts() == before, 5, "the heartbeat thread to end")
+    wait_until(lambda: _hearts(limiter) == 0, 5 * BEAT_TTL, "the heartbeat thread to end")
     again = limiter.try_acquire()  # a lease kept after the thread ended starts one again
     assert again is not None
-    time.sleep(1.0)
+    time.sleep(BEAT_TTL * 1.5)  # kept: its release raises no LeaseExpired
     again.release()
 
 
 def test_a_forked_child_s_own_lease_has_a_heartbeat_of_its_own(redis_client: Any) -> None:
-    limiter = fresh(redis_client, 2, lease_ttl=0.3, heartbeat=True)
+    limiter = fresh(redis_client, 2, lease_ttl=BEAT_TTL, heartbeat=True)
     parent = limiter.try_acquire()  # the parent's thread runs before the fork
     assert parent is not None
     pid = os.fork()
@@ -216,7 +222,7 @@ def test_a_forked_child_s_own_lease_has_a_heartbeat_of_its_own(redis_client: Any
         code = 1
         try:
             lease = limiter.try_acquire()
-            time.sleep(1.0)  # three lease times
+            time.sleep(BEAT_TTL * 1.5)  # longer than a lease lives
             if lease is not None:
                 lease.release()  # raises LeaseExpired had no heartbeat kept it
                 code = 0

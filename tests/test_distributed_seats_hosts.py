@@ -243,11 +243,11 @@ def test_the_asyncio_forms_leases_context_managers_and_heartbeat(redis_server: S
         await limiter.resize(1)
         assert limiter.limit == 1
         beating = AsyncRedisConcurrencyLimiter(
-            client, 1, name="async-beat", lease_ttl=0.3, heartbeat=True
+            client, 1, name="async-beat", lease_ttl=2.0, heartbeat=True
         )
         kept = await beating.acquire()
         assert kept is not None
-        await asyncio.sleep(1.0)  # three lease times: only the heartbeat keeps it
+        await asyncio.sleep(3.0)  # longer than a lease lives: only the heartbeat keeps it
         assert await beating.try_acquire() is None
         await kept.release()
         await kept.release()  # the second time: nothing

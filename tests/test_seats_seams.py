@@ -95,7 +95,7 @@ from protocol_in_code.qos.distributed import (
     LeaseExpired, RedisConcurrencyLimiter, RedisKeyedConcurrencyLimiter,
 )
 port, heartbeat = int(sys.argv[1]), sys.argv[2] == "1"
-ttl = 0.6 if heartbeat else 30.0
+ttl = 2.0 if heartbeat else 30.0
 client = redis.Redis(host="127.0.0.1", port=port)
 limiter = RedisConcurrencyLimiter(client, 3, name="forked", lease_ttl=ttl, heartbeat=heartbeat)
 keyed = RedisKeyedConcurrencyLimiter(
@@ -140,7 +140,7 @@ found["child_exit"] = os.waitstatus_to_exitcode(ended[1])
 found["after_child"] = limiter.in_flight
 found["keyed_after_child"] = [keyed.in_flight, keyed.in_flight_of("k")]
 if heartbeat:
-    time.sleep(3 * ttl)  # three lease times: only the parent's heartbeat keeps its leases
+    time.sleep(1.5 * ttl)  # longer than a lease lives: only the parent's heartbeat keeps its leases
     found["after_beats"] = limiter.in_flight
 outcome = {}
 for name, lease in (("released", released), ("keyed", keyed_lease), ("dropped", dropped)):

@@ -176,7 +176,8 @@ class Heart:
             if self.beating:
                 return
             self.beating = True
-        threading.Thread(target=self.beat, name="qos-seats-heartbeat", daemon=True).start()
+        name = self.owner.options.name.decode("utf-8", "replace")
+        threading.Thread(target=self.beat, name=f"qos-seats-heartbeat {name}", daemon=True).start()
 
     def beat(self) -> None:
         """Extend every lease still held, each beat, until none is left."""
