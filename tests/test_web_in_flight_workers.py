@@ -7,7 +7,8 @@ gunicorn's sync workers (the WSGI middleware, Flask's and Django's decorators) a
 requests to a slow view at once, each on a connection of its own so that every worker gets
 some. The views count themselves running, in a file the workers share, and wait for a gate the
 test opens once every request is running or answered: never more than two ran at once,
-whichever workers took them. With the seats kept in each process (``store="process"``) the
+whichever workers took them; the same with the seats on a Redis server (``store=`` a client,
+an asyncio one under ASGI). With the seats kept in each process (``store="process"``) the
 server's log says once that every worker has its own.
 """
 
@@ -17,6 +18,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import qos_support
@@ -89,11 +91,35 @@ def _slow_burst(port: int, folder: Path) -> tuple[list[int], int]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_two_seats_per_client_are_two_across_four_workers(case: str, tmp_path: Path) -> None:
+    _two_seats_across_workers(case, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wsgi middleware, gunicorn sync",
+        "asgi middleware, uvicorn --workers",
+        "fastapi RateLimit, uvicorn --workers",
+    ],
+)
+def test_two_seats_on_a_redis_store_are_two_across_four_workers(
+    case: str, tmp_path: Path, redis_client: Any
+) -> None:
+    """The seats on Redis (``store=`` a client, an asyncio one under ASGI), as on many hosts:
+    the workers' leases are the server's, each kept by its heartbeat."""
+    port = redis_client.connection_pool.connection_kwargs["port"]
+    _two_seats_across_workers(case, tmp_path, QOS_SEATS_STORE=f"redis://127.0.0.1:{port}/0")
+    # The two seats were the server's, and were given back: each release is remembered there
+    # a minute, and no holder is left.
+    assert len(list(redis_client.scan_iter(b"*:seats:r:*"))) == SEATS
+    assert not list(redis_client.scan_iter(b"*:seats:h*"))
+
+
+def _two_seats_across_workers(case: str, tmp_path: Path, **env: str) -> None:
     command, factory = CASES[case]
     port = free_port()
-    server = served(
-        command(factory, port), port, tmp_path / "server.log", QOS_GATE_FOLDER=str(tmp_path)
-    )
+    log = tmp_path / "server.log"
+    server = served(command(factory, port), port, log, QOS_GATE_FOLDER=str(tmp_path), **env)
     try:
         statuses, most = _slow_burst(port, tmp_path)
     finally:

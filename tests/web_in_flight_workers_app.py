@@ -5,7 +5,7 @@ Every application answers ``GET /pid`` (exempt) with the worker's pid, so the te
 until every worker serves, and ``GET /slow``, a view that counts itself running in a file every
 worker shares and then waits for the test to open its gate. The folder of the count and the
 gate is ``QOS_GATE_FOLDER``; ``QOS_SEATS_STORE=process`` keeps the seats in each worker (the
-middleware then has no rate).
+middleware then has no rate), ``QOS_SEATS_STORE=redis://...`` on that Redis server.
 """
 
 from __future__ import annotations
@@ -30,8 +30,18 @@ def _in_process() -> bool:
     return os.environ.get("QOS_SEATS_STORE") == "process"
 
 
-def _store() -> Any:
-    return "process" if _in_process() else None
+def _store(asyncio_client: bool = False) -> Any:
+    """``QOS_SEATS_STORE``: ``process``, ``redis://...`` (a client of that server, an asyncio
+    one for the ASGI forms), or the default store."""
+    given = os.environ.get("QOS_SEATS_STORE")
+    if given == "process":
+        return "process"
+    if given and given.startswith("redis://"):
+        import redis
+        import redis.asyncio
+
+        return (redis.asyncio.Redis if asyncio_client else redis.Redis).from_url(given)
+    return None
 
 
 def _rate() -> str | None:
@@ -133,7 +143,7 @@ def fastapi_middleware() -> Any:
         limiter=_rate(),
         max_in_flight=SEATS,
         exempt=["/pid"],
-        store=_store(),
+        store=_store(asyncio_client=True),
     )
     return app
 
@@ -146,7 +156,9 @@ def fastapi_dependency() -> Any:
 
     app = FastAPI()
     app.get("/pid", response_class=PlainTextResponse)(lambda: str(os.getpid()))
-    seated = RateLimit("1000/minute", max_in_flight=SEATS, name="slow", store=_store())
+    seated = RateLimit(
+        "1000/minute", max_in_flight=SEATS, name="slow", store=_store(asyncio_client=True)
+    )
     app.get("/slow", response_class=PlainTextResponse, dependencies=[Depends(seated)])(
         slow_view_async
     )
