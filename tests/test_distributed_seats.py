@@ -213,6 +213,32 @@ def test_one_heartbeat_thread_keeps_every_lease_of_a_limiter_and_ends_with_them(
     again.release()
 
 
+def test_a_heartbeat_outlives_an_unexpected_error_of_the_client(
+    redis_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An extension that fails with an error no one expected (a reply parser that lost its
+    place) is logged and tried again at the next beat: the thread goes on for every lease."""
+    limiter = fresh(redis_client, 2, lease_ttl=BEAT_TTL, heartbeat=True)
+    call = limiter.call
+    failed: list[bool] = []
+
+    def call_failing_once(limit: Any, ask: Any) -> Any:
+        if ask.op == b"extend" and not failed:
+            failed.append(True)
+            raise ValueError("the reply parser lost its place")
+        return call(limit, ask)
+
+    limiter.call = call_failing_once  # type: ignore[method-assign]
+    first = limiter.try_acquire()
+    second = limiter.try_acquire()
+    assert first is not None and second is not None
+    time.sleep(BEAT_TTL * 1.5)  # longer than a lease lives
+    assert failed and _hearts(limiter) == 1
+    first.release()  # both kept: no LeaseExpired
+    second.release()
+    assert "a heartbeat failed to extend lease" in caplog.text
+
+
 def test_a_forked_child_s_own_lease_has_a_heartbeat_of_its_own(redis_client: Any) -> None:
     limiter = fresh(redis_client, 2, lease_ttl=BEAT_TTL, heartbeat=True)
     parent = limiter.try_acquire()  # the parent's thread runs before the fork

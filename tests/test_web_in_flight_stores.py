@@ -121,12 +121,14 @@ def test_a_deploy_that_changes_the_limit_sets_the_table_s_limit(tmp_path: Path) 
     old = SharedKeyedConcurrencyLimiter(table, 2, path=tmp_path)
     held = old.try_acquire(CLIENT, 2)
     assert held is not None
-    app = WSGIMiddleware(_ok_wsgi, "100/minute", name=name, max_in_flight=3, store=tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"had a limit of 2, and has 3 .* name= of its own"):
+        app = WSGIMiddleware(_ok_wsgi, "100/minute", name=name, max_in_flight=3, store=tmp_path)
     assert _seats(app).limit == 3 and old.limit == 3
     assert old.in_flight == 2  # nobody evicted
     assert _wsgi(app, CLIENT) == 200  # the third seat
     # A worker of a later deploy, with another number: it sets the limit for everyone.
-    lower = SharedTables(tmp_path).keyed_in_flight(1, table)
+    with pytest.warns(RuntimeWarning, match="had a limit of 3"):
+        lower = SharedTables(tmp_path).keyed_in_flight(1, table)
     assert old.limit == 1 and lower.try_acquire(CLIENT) is None
     held.release()
     assert _wsgi(app, CLIENT) == 200
@@ -238,3 +240,42 @@ def test_a_key_a_redis_store_cannot_take_is_refused_before_a_token_is_spent() ->
     with pytest.raises(TypeError, match="a Redis limiter cannot take"):
         _wsgi(app, CLIENT)
     assert len(limiter) == 0
+
+
+def test_django_refuses_seats_it_cannot_serve_naming_the_store() -> None:
+    """Django's ``async def`` view runs on the event loop, where seats on a synchronous Redis
+    client would block it; and Django closes a response in a synchronous call, where an asyncio
+    client's lease cannot be given back. Each refusal names the store."""
+    pytest.importorskip("django")
+    redis = pytest.importorskip("redis")
+    asyncio_redis = pytest.importorskip("redis.asyncio")
+    import web_django_app
+
+    web_django_app.configure()
+    from django.http import HttpResponse
+    from protocol_in_code.qos import for_django
+
+    async def view(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    # Never asked: each refusal comes as the decorator is given its view.
+    blocking = for_django.limit(KeyedRateLimiter(100), max_in_flight=2, store=redis.Redis(port=1))
+    with pytest.raises(TypeError, match=r"store \(the Redis client for max_in_flight\).*async"):
+        blocking(view)
+    awaited = for_django.limit(
+        KeyedRateLimiter(100), max_in_flight=2, store=asyncio_redis.Redis(port=1)
+    )
+    with pytest.raises(TypeError, match=r"store \(the Redis client for max_in_flight\).*'shared'"):
+        awaited(_django_view)
+
+
+def _django_view(request: Any) -> Any:
+    return None
+
+
+@pytest.mark.parametrize(("store", "words"), [(None, "limit must be"), ("process", "limit")])
+def test_a_number_no_store_can_keep_is_an_error_naming_max_in_flight(
+    store: Any, words: str
+) -> None:
+    with pytest.raises(ValueError, match=f"max_in_flight: .*{words}"):
+        WSGIMiddleware(_ok_wsgi, "5/minute", max_in_flight=2**64, store=store)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import warnings
 from typing import Any
 
 from protocol_in_code._native import (
@@ -72,12 +73,21 @@ class SharedTables:
         """The in-flight table ``name``, whose limit is the file's (the first process to make
         it sets it): set to ``limit`` here, so that a limit changed by a deploy takes effect
         as its first worker starts, for every worker (a worker still running the old
-        configuration uses the new limit; nobody is evicted)."""
+        configuration uses the new limit; nobody is evicted). A table found with another
+        limit is said once, as it is set: it may also be another form's of the same name."""
         if self.folder is None:
             seats = SharedKeyedConcurrencyLimiter(name, limit)
         else:
             seats = SharedKeyedConcurrencyLimiter(name, limit, path=self.folder)
         if seats.limit != limit:
+            warnings.warn(
+                f"the in-flight table {name!r} had a limit of {seats.limit}, and has {limit} "
+                "from now on, for every process that uses it. Forms of one name share their "
+                "seats: unless this is a new deploy's number, give each form (and each "
+                "application of the host) a name= of its own",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             seats.resize(limit)
         return seats
 

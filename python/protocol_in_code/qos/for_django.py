@@ -105,10 +105,17 @@ def _released(lease: Any) -> None:
 def _no_awaited_seats(rules: Rules) -> None:
     """Refuse an asyncio in-flight limiter: Django closes a response in a synchronous call,
     where a lease whose release is awaited cannot be given back."""
-    if rules.seats is not None and rules.seats.awaited:
+    seats = rules.seats
+    if seats is not None and seats.awaited:
+        instead = "give a synchronous one"
+        if seats.parameter != "max_in_flight":  # made by the store given
+            instead = (
+                "keep the seats in store='shared' or 'process', or serve Django under WSGI "
+                "with a synchronous client"
+            )
         raise TypeError(
-            "max_in_flight: an asyncio in-flight limiter cannot be given back when Django "
-            "closes a response (a synchronous call); give a synchronous one"
+            f"{seats.parameter}: an asyncio in-flight limiter cannot be given back when Django "
+            f"closes a response (a synchronous call); {instead}"
         )
 
 
@@ -147,10 +154,13 @@ def limit(limiter: Any, **options: Unpack[ViewKeywords]) -> Callable[[View], Vie
         # An async view is awaited on the event loop, where a limiter whose calls block (a
         # synchronous Redis client) would stall it; a sync view runs in a thread of its own
         # under ASGI.
+        parameter = "limiter"
         blocks = next((one.blocks for one in rules.rules if one.blocks is not None), None)
+        if blocks is None and rules.seats is not None and rules.seats.blocks is not None:
+            parameter, blocks = rules.seats.parameter, rules.seats.blocks
         if inspect.iscoroutinefunction(view) and blocks is not None:
             raise TypeError(
-                f"limiter: {blocks.what} would block the event loop at every request of "
+                f"{parameter}: {blocks.what} would block the event loop at every request of "
                 f"{view.__name__}, an async view; {blocks.instead}"
             )
         _no_awaited_seats(rules)

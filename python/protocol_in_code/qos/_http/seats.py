@@ -67,6 +67,7 @@ from protocol_in_code.qos._http.keys import UNKNOWN_CLIENT, Key, RequestInfo, ke
 from protocol_in_code.qos._http.kinds import in_flight_kind
 from protocol_in_code.qos._http.options import Options
 from protocol_in_code.qos._http.told import DecisionHook, Tell, teller
+from protocol_in_code.qos.capabilities import Misfit
 
 _log = logging.getLogger("protocol_in_code.qos")
 
@@ -100,6 +101,12 @@ class Seats:
     #: With ``on_decision``, what tells it of each seat asked for (:meth:`told`); ``None``
     #: without a hook, which then costs nothing.
     tell: Tell | None = None
+    #: For a synchronous limiter whose calls wait on the network, how a form on the event loop
+    #: refuses it (see :mod:`.kinds`).
+    blocks: Misfit | None = None
+    #: How an error about these seats names them: ``max_in_flight``, or the store that made
+    #: them (``store (the Redis client for max_in_flight)``).
+    parameter: str = "max_in_flight"
 
     @classmethod
     def of(
@@ -114,14 +121,25 @@ class Seats:
             return None
         if isinstance(given, int):
             parameter = options.where.parameter(given, "max_in_flight")
-            given = options.where.in_flight(given, table, seat_policy(options.name))
+            try:
+                given = options.where.in_flight(given, table, seat_policy(options.name))
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{parameter}: {error}") from error
         else:
             parameter = "max_in_flight"
         kind = in_flight_kind(
             given, parameter, allow_async=allow_async, on_event_loop=on_event_loop
         )
         status = DENIED_STATUS if kind.keyed else REFUSED_STATUS
-        return cls(given, kind.keyed, kind.awaited, kind.key_refusal, status)
+        return cls(
+            given,
+            kind.keyed,
+            kind.awaited,
+            kind.key_refusal,
+            status,
+            blocks=kind.blocks,
+            parameter=parameter,
+        )
 
     def told(self, on_decision: DecisionHook, options: Options) -> Seats:
         """These seats, telling ``on_decision`` of each seat asked for (see the module's doc)."""

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import os
 import threading
 import time
@@ -46,6 +47,7 @@ from protocol_in_code.qos.distributed._seats_core import (
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_log = logging.getLogger("protocol_in_code.qos.distributed")
 
 #: What a waiter whose asyncio task was cancelled finds in its grant list (see
 #: :meth:`_Seats.acquire_async`).
@@ -180,24 +182,37 @@ class Heart:
         threading.Thread(target=self.beat, name=f"qos-seats-heartbeat {name}", daemon=True).start()
 
     def beat(self) -> None:
-        """Extend every lease still held, each beat, until none is left."""
+        """Extend every lease still held, each beat, until none is left. A lease whose
+        extension fails is tried again at the next beat; whatever its failure, the others are
+        still extended, and a thread that ends for any reason lets the next lease kept start
+        another."""
         options = self.owner.options
-        while True:
-            time.sleep(options.heartbeat_interval)
+        try:
+            while True:
+                time.sleep(options.heartbeat_interval)
+                with self.lock:
+                    held = [lease for lease in self.leases if not lease.released]
+                    if not held:
+                        self.beating = False  # under the lock that keep() takes
+                        return
+                for lease in held:
+                    self._extend(lease, options.lease_ttl_ms)
+        except BaseException:
             with self.lock:
-                held = [lease for lease in self.leases if not lease.released]
-                if not held:
-                    self.beating = False
-                    return
-            for lease in held:
-                ask = Ask(b"extend", lease.lease_id, ttl_ms=options.lease_ttl_ms)
-                try:
-                    lapsed = self.owner.call(lease._limit, ask).status == 0
-                except LimiterUnavailable:
-                    continue  # tried again at the next beat
-                if lapsed:  # its holder's release or extend says so
-                    with self.lock:
-                        self.leases.discard(lease)
+                self.beating = False
+            raise
+
+    def _extend(self, lease: RedisLease, ttl_ms: int) -> None:
+        try:
+            reply = self.owner.call(lease._limit, Ask(b"extend", lease.lease_id, ttl_ms=ttl_ms))
+        except LimiterUnavailable:
+            return  # tried again at the next beat
+        except Exception:
+            _log.exception("a heartbeat failed to extend lease %d; tried again", lease.token)
+            return
+        if reply.status == 0:  # lapsed: its holder's release or extend says so
+            with self.lock:
+                self.leases.discard(lease)
 
 
 class _Seats(SeatsState[RedisLease]):
