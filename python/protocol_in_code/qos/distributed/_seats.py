@@ -160,19 +160,19 @@ class Heart:
 
     def __init__(self, owner: _Seats) -> None:
         self.owner = owner
-        self._start_here()
+        self.start_here()
+        _HEARTS.add(self)
 
-    def _start_here(self) -> None:
-        """No lease kept yet, and no thread, in this process."""
-        self.pid = os.getpid()
+    def start_here(self) -> None:
+        """No lease kept yet, and no thread: in a new heart, and in a forked child (its
+        parent's lock, leases and thread are not the child's), before any of its threads
+        runs."""
         self.lock = threading.Lock()
         self.leases: weakref.WeakSet[RedisLease] = weakref.WeakSet()
         self.beating = False
 
     def keep(self, lease: RedisLease) -> None:
         """Extend ``lease`` at every beat from now until it is released (or dropped)."""
-        if self.pid != os.getpid():  # a forked child: its parent's lock and leases are not its
-            self._start_here()
         with self.lock:
             self.leases.add(lease)
             if self.beating:
@@ -213,6 +213,18 @@ class Heart:
         if reply.status == 0:  # lapsed: its holder's release or extend says so
             with self.lock:
                 self.leases.discard(lease)
+
+
+#: Every heart of this process, started again in a forked child.
+_HEARTS: weakref.WeakSet[Heart] = weakref.WeakSet()
+
+
+def _start_hearts_again() -> None:
+    for heart in list(_HEARTS):
+        heart.start_here()
+
+
+os.register_at_fork(after_in_child=_start_hearts_again)
 
 
 class _Seats(SeatsState[RedisLease]):
