@@ -215,6 +215,33 @@ def test_a_cluster_settles_each_key_in_its_own_slot_as_in_process(redis_cluster:
         ]
 
 
+def test_a_debt_on_a_band_faster_than_its_burst_stores_no_more_than_the_burst_on_redis(
+    redis_client: Any,
+) -> None:
+    """A hundred tokens a microsecond, a burst of 5: a debt of 3 tokens is repaid in 30 ns,
+    which the server rounds up to 1 µs. Of that microsecond's 100 tokens the band stores its
+    capacity (the script's invariant), as a refund to full does, and answers as the
+    in-process limiter (exact to the nanosecond) does."""
+    owing, full = f"fast-{next(_names)}", f"fast-{next(_names)}"
+    redis = RedisRateLimiter(redis_client, 10**8, burst=5, name=owing, min_ttl_ms=KEEP_MS)
+    model = RateLimiter(10**8, burst=5)
+    for limiter in (redis, model):
+        assert limiter.check(5, now_ns=0).allowed
+        limiter.settle(5, 8, now_ns=0)
+    refunded = RedisRateLimiter(redis_client, 10**8, burst=5, name=full, min_ttl_ms=KEEP_MS)
+    assert refunded.check(5, now_ns=0).allowed
+    refunded.refund(5, now_ns=0)
+
+    def stored(name: str) -> int:
+        (key,) = [key for key in redis_client.scan_iter(match=f"*{{{name}}}:*", _type="HASH")]
+        return int(redis_client.hget(key, "1"))
+
+    assert stored(owing) <= stored(full)
+    for n in (5, 1, 1):  # the waits differ: the server's are in whole microseconds
+        got, want = redis.check(n, now_ns=1_000), model.check(n, now_ns=1_000)
+        assert (got.outcome, got.remaining) == (want.outcome, want.remaining), n
+
+
 def unreachable_client() -> Any:
     """A client of a port nobody listens on, which reports at once (no retries)."""
     import redis

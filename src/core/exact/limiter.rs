@@ -142,8 +142,9 @@ impl Band {
     /// to the nanosecond.
     ///
     /// The move is rounded up to whole nanoseconds, and what that rounding over-counts is
-    /// left in the band as units: at the new point it holds exactly what an account allowed
-    /// to go below zero would hold there. A debt that would carry the point beyond the
+    /// left in the band as units, up to its burst: at the new point it holds exactly what an
+    /// account allowed to go below zero, and capped at the burst as every refill is, would
+    /// hold there. A debt that would carry the point beyond the
     /// clock's range (`i64::MAX` ns, in the year 2262) is held there instead, with nothing
     /// left in the band.
     fn take_beyond(&mut self, tokens: u64, now_ns: i64) {
@@ -158,9 +159,11 @@ impl Band {
         let settled_at = self.balance.settled_at.unwrap_or(now_ns);
         let moved = i64::try_from(i128::from(settled_at).saturating_add_unsigned(repaid_in));
         self.balance = match moved {
-            // Rounding up to a whole nanosecond over-counts less than one nanosecond's units.
+            // Rounding up to a whole nanosecond over-counts less than one nanosecond's units,
+            // which for a band faster than its burst per nanosecond is more than the band
+            // holds: it keeps its burst, as a refill would.
             Ok(at) => Balance {
-                units: repaid_in * per_ns - debt,
+                units: (repaid_in * per_ns - debt).min(self.spec.capacity_units()),
                 settled_at: Some(at),
             },
             Err(_) => Balance {

@@ -443,7 +443,9 @@ for step = first, 2 * #KEYS do
             elseif need >= EXACT - rate[i] or repaid > LAST - settled then
                 at_band[i], balance[i] = LAST, 0
             else
-                at_band[i], balance[i] = settled + repaid, repaid * rate[i] - debt
+                -- The microsecond's rounding over-counts less than one microsecond's units, of
+                -- which a band faster than its burst a microsecond keeps its capacity.
+                at_band[i], balance[i] = settled + repaid, min(repaid * rate[i] - debt, capacity[i])
             end
         end
         booked, changes = n > 0, true

@@ -139,3 +139,18 @@ fn a_debt_beyond_the_clock_is_held_to_its_end() {
     );
     assert!(matches!(limiter.acquire(1, 0), Decision::Wait(_)));
 }
+
+#[test]
+fn a_debt_on_a_band_faster_than_its_burst_per_nanosecond_leaves_no_more_than_the_burst() {
+    // 10**12 tokens a second is 1,000 a nanosecond, with a burst of 1: rounding the debt up to
+    // a whole nanosecond over-counts up to 999 tokens, of which the band keeps its burst. The
+    // state is one a limiter could save and be restored from (a pickle).
+    let specs = [band(1, 1), band(1_000_000_000_000, 1)];
+    let mut limiter = Limiter::new(&specs, None, Some(0));
+    limiter.settle_cost(1, 7, 0);
+    for band in limiter.bands() {
+        assert!(band.balance.units <= band.spec.capacity_units());
+    }
+    let saved = limiter.bands().iter().map(|band| band.balance).collect();
+    assert!(Limiter::saved(&specs, saved, None).is_ok());
+}
