@@ -65,8 +65,6 @@ class SharedTables:
         self.folder = folder
 
     def keyed_limiter(self, rate: Any, burst: int | None, name: str) -> Any:
-        if self.folder is None:
-            return SharedKeyedRateLimiter(name, rate, burst=burst)
         return SharedKeyedRateLimiter(name, rate, burst=burst, path=self.folder)
 
     def keyed_in_flight(self, limit: int, name: str) -> Any:
@@ -75,10 +73,7 @@ class SharedTables:
         as its first worker starts, for every worker (a worker still running the old
         configuration uses the new limit; nobody is evicted). A table found with another
         limit is said once, as it is set: it may also be another form's of the same name."""
-        if self.folder is None:
-            seats = SharedKeyedConcurrencyLimiter(name, limit)
-        else:
-            seats = SharedKeyedConcurrencyLimiter(name, limit, path=self.folder)
+        seats = SharedKeyedConcurrencyLimiter(name, limit, path=self.folder)
         if seats.limit != limit:
             warnings.warn(
                 f"the in-flight table {name!r} had a limit of {seats.limit}, and has {limit} "
