@@ -631,3 +631,48 @@ def test_a_seat_that_cannot_be_given_back_is_logged_and_the_answer_stands(
     assert len(logged) == 1, caplog.text
     assert "could not be given back" in logged[0].getMessage()
     assert logged[0].exc_info is not None and "had lapsed" in str(logged[0].exc_info[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Under a mount, with a path and a method as some servers pass them
+# ---------------------------------------------------------------------------------------------
+
+
+def test_under_a_root_path_an_exempt_route_takes_no_seat_however_spelled() -> None:
+    """A client whose one seat is held still reaches an exempt route, written relative to the
+    mount, whether the server sends ``//health`` or a lower-case method; every other route is
+    refused for want of a seat."""
+    from test_web_middleware import _call
+
+    seats = KeyedConcurrencyLimiter(1)
+    held = seats.try_acquire("192.0.2.1")
+    assert held is not None
+    app = ASGIMiddleware(_ok_asgi, None, max_in_flight=seats, exempt=["/health"])
+
+    async def asgi(path: str, method: str) -> int:
+        status, _ = await _call(app, path, "192.0.2.1", root_path="/api", method=method)
+        return int(status)
+
+    for path, method in [("/api/health", "GET"), ("/api//health", "GET"), ("/api/health", "get")]:
+        assert asyncio.run(asgi(path, method)) == 200, (path, method)
+    assert asyncio.run(asgi("/api/work", "get")) == 429
+
+    wsgi = WSGIMiddleware(_ok_wsgi, None, max_in_flight=seats, exempt=["/health"])
+    got: list[str] = []
+
+    def start_response(status: str, fields: Any, exc_info: Any = None) -> None:
+        got.append(status)
+
+    for path_info, method in [("/health", "GET"), ("//health", "GET"), ("/health", "get")]:
+        environ = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "/api",
+            "PATH_INFO": path_info,
+            "REMOTE_ADDR": "192.0.2.1",
+        }
+        b"".join(wsgi(environ, start_response))
+        assert got[-1].startswith("200"), (path_info, method)
+    work = {"REQUEST_METHOD": "get", "SCRIPT_NAME": "/api", "PATH_INFO": "/work"}
+    b"".join(wsgi({**work, "REMOTE_ADDR": "192.0.2.1"}, start_response))
+    assert got[-1].startswith("429")
+    held.release()
