@@ -14,6 +14,9 @@ server's log says once that every worker has its own.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -153,3 +156,33 @@ def test_seats_kept_in_each_process_are_said_once(case: str, tmp_path: Path) -> 
     log = server.text()
     assert log.count(WARNING) == 1 and "KeyedConcurrencyLimiter" in log, log
     assert "max_in_flight an int with the default store" in log, log
+
+
+def test_the_seats_of_a_worker_killed_mid_request_come_back(tmp_path: Path) -> None:
+    """Two requests of one client hold its two seats in two gunicorn workers; both workers are
+    killed (SIGKILL) mid-request, and gunicorn starts others. The client's seats come back:
+    its next requests run two views at once again, not none."""
+    command, factory = CASES["wsgi middleware, gunicorn sync"]
+    port = free_port()
+    log = tmp_path / "server.log"
+    server = served(command(factory, port), port, log, QOS_GATE_FOLDER=str(tmp_path))
+    try:
+        with ThreadPoolExecutor(SEATS) as pool:
+            held = [pool.submit(request, port, "GET", "/slow") for _ in range(SEATS)]
+            deadline = time.monotonic() + STARTUP_SECONDS
+            while len(list(tmp_path.glob("running-*"))) < SEATS:
+                assert time.monotonic() < deadline, server.text()
+                time.sleep(0.02)
+            for running in tmp_path.glob("running-*"):
+                os.kill(int(running.name.removeprefix("running-")), signal.SIGKILL)
+                running.unlink()
+            for future in held:
+                with contextlib.suppress(OSError, IndexError):
+                    future.result()  # the connection dies with its worker: no reply
+        (tmp_path / "count").unlink()  # the killed views never counted themselves out
+        server.wait_for_every_worker()
+        statuses, most = _slow_burst(port, tmp_path)
+    finally:
+        server.stop()
+    assert most == SEATS, (most, statuses, server.text())
+    assert sorted(statuses) == [200] * SEATS + [429] * (REQUESTS - SEATS), statuses

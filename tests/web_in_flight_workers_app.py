@@ -79,11 +79,14 @@ def gate_open() -> bool:
 
 def slow_view() -> str:
     count(+1)
+    running = _folder() / f"running-{os.getpid()}"  # which workers run a view (to kill one)
+    running.touch()
     try:
         deadline = time.monotonic() + LONGEST_WAIT
         while not gate_open() and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
+        running.unlink(missing_ok=True)
         count(-1)
     return str(os.getpid())
 
