@@ -63,17 +63,19 @@ class ModelStats:
 
 
 def is_fresh(limiter: ModelLimiter, now: int) -> bool:
-    """Every band full once settled to ``now`` (indistinguishable from a new key)."""
+    """Every band full once settled to ``now``, and none settled ahead of it (a debt's point):
+    indistinguishable from a new key."""
     twin = limiter.copy()
     twin._settle(now)
-    return all(band.balance == band.burst for band in twin.bands)
+    return all(band.balance == band.burst and band.settled_at == now for band in twin.bands)
 
 
 def time_to_full(limiter: ModelLimiter, now: int) -> int:
-    """Whole nanoseconds from ``now`` until every band is full."""
+    """Whole nanoseconds from ``now`` until every band is full (a band settled ahead of
+    ``now``, by a debt, accrues nothing before its point)."""
     twin = limiter.copy()
     twin._settle(now)
-    return max(band.wait_for(band.burst) for band in twin.bands)
+    return max(band.behind(now) + band.wait_for(band.burst) for band in twin.bands)
 
 
 def shifted(decision: ModelDecision, behind: int) -> ModelDecision:

@@ -14,9 +14,10 @@ The rules, as the model applies them:
 * A new limiter holds ``initial`` tokens in every band (default: each band's burst). It has no
   settlement time until ``start_ns`` or, without one, until its first call of any kind, which
   anchors it at that call's time without accruing anything.
-* Settlement at ``now``: if ``now`` is after the settlement time, every band becomes
-  ``min(balance + (now - settled_at) * rate_per_ns, burst)`` and the settlement time becomes
-  ``now``; if ``now`` is not after it (equal, or a clock gone backwards), nothing changes.
+* Settlement at ``now``: every band whose settlement time is before ``now`` becomes
+  ``min(balance + (now - settled_at) * rate_per_ns, burst)``, settled at ``now``; a band
+  whose settlement time is not before it (equal, a clock gone backwards, or a debt's point:
+  see ``settle``) is left as it is. Until a debt, the bands share one settlement time.
 * A request for ``n`` is NEVER if ``n`` exceeds some band's burst (``try_acquire`` raises
   ``ValueError`` then, after the settlement); else ALLOWED if every band
   holds ``n`` (then every band gives ``n``); else DENIED (nothing taken) with ``wait_ns``, the
@@ -31,14 +32,19 @@ The rules, as the model applies them:
   (beyond anchoring a limiter that was never anchored); ``refund`` settles, then gives ``n``
   back to every band, each capped at its burst.
 * ``settle(reserved, actual)`` (issue 35): less than reserved is ``refund(reserved -
-  actual)``; more settles, then takes ``actual - reserved`` from every band even below zero.
-  A balance below zero is a debt: it accrues like any balance, so a request waits until the
-  debt is repaid and its own tokens have accrued; ``remaining`` counts no band below zero. A
-  refund while some band is still in debt at the limiter's clock (the latest time any call
-  used) is forfeited: the native limiter holds a debt as a settlement point ahead of its
-  clock, as it holds a waiter's reservation, and gives nothing back while one is. A debt
-  that would not be repaid before the end of the 64-bit clock (``2**63 - 1`` ns) is repaid
-  exactly then, as the native limiter holds it there.
+  actual)``; more settles, then takes ``actual - reserved`` from every band, even beyond what it
+  holds. A band that holds less is in debt, and a debt is held as time, to the whole nanosecond (the
+  clock's grain): the band's own settlement point moves ahead to the first whole nanosecond at
+  which the debt is repaid, and there it holds what has accrued beyond the debt, at most its
+  burst. From then on the band is read from its own point, as every band is read from the
+  settlement point when the clock is behind it: what it holds there counts, and a wait counts
+  to it. So a call before that point can be answered with what only accrues within the debt's
+  last nanosecond (for a band faster than a token a nanosecond, up to its burst): the rounding
+  the clock's grain forces, taken in the caller's favour as a waiter's reservation is. A refund
+  while some band is settled beyond the limiter's clock (the latest time any call used) is
+  forfeited: the native limiter holds a debt as it holds a waiter's reservation, and gives
+  nothing back while one is. A debt that would not be repaid before the end of the 64-bit
+  clock (``2**63 - 1`` ns) holds the band there, empty.
 """
 
 from __future__ import annotations
@@ -125,17 +131,44 @@ class ModelBand:
     rate: Fraction  # tokens per second
     burst: int
     balance: Fraction  # tokens
+    settled_at: int | None = None  # the band's own settlement point (a debt moves it ahead)
 
     @property
     def per_ns(self) -> Fraction:
         return self.rate / NS_PER_SECOND
 
     def wait_for(self, n: int) -> int:
-        """The smallest whole w >= 0 with balance + w * per_ns >= n (n within the burst); 0
-        for n = 0, which takes nothing, even from a band in debt."""
+        """The smallest whole w >= 0 with balance + w * per_ns >= n (n within the burst), as
+        of the band's settlement point; 0 for n = 0, which takes nothing."""
         if n == 0 or self.balance >= n:
             return 0
         return math.ceil((n - self.balance) / self.per_ns)
+
+    def behind(self, now: int) -> int:
+        """How far ``now`` is behind the band's settlement point (0 if it is not)."""
+        return 0 if self.settled_at is None else max(self.settled_at - now, 0)
+
+    def settle(self, now: int) -> None:
+        assert self.settled_at is not None
+        if now > self.settled_at:
+            elapsed = now - self.settled_at
+            self.balance = min(self.balance + elapsed * self.per_ns, Fraction(self.burst))
+            self.settled_at = now
+
+    def take_beyond(self, n: int) -> None:
+        """Take ``n`` even beyond the balance: a debt moves the band's point ahead to the first
+        whole nanosecond at which it is repaid (or to the clock's end, empty)."""
+        assert self.settled_at is not None
+        if self.balance >= n:
+            self.balance -= n
+            return
+        debt = n - self.balance
+        repaid_in = math.ceil(debt / self.per_ns)
+        if self.settled_at + repaid_in > I64_MAX:
+            self.balance, self.settled_at = Fraction(0), I64_MAX
+            return
+        self.balance = min(repaid_in * self.per_ns - debt, Fraction(self.burst))
+        self.settled_at += repaid_in
 
 
 class ModelLimiter:
@@ -146,15 +179,23 @@ class ModelLimiter:
         start_ns: int | None = None,
     ) -> None:
         self.bands = [
-            ModelBand(Fraction(rate), burst, Fraction(burst if initial is None else initial))
+            ModelBand(
+                Fraction(rate), burst, Fraction(burst if initial is None else initial), start_ns
+            )
             for rate, burst in bands
         ]
         if not self.bands:
             raise ValueError("no bands")
         if initial is not None and any(initial > band.burst for band in self.bands):
             raise ValueError("initial above a burst")
-        self.settled_at: int | None = start_ns
         self.latest: int | None = start_ns
+
+    @property
+    def settled_at(self) -> int | None:
+        """The limiter's settlement point: the latest of its bands' (all the same until a
+        debt moves one ahead); ``None`` until it is anchored."""
+        points = [band.settled_at for band in self.bands if band.settled_at is not None]
+        return max(points) if points else None
 
     # -- the rules ----------------------------------------------------------------------------
 
@@ -165,48 +206,47 @@ class ModelLimiter:
             raise ValueError(f"now_ns={now} is more than ten years from {self.latest}")
         self.latest = now if self.latest is None else max(self.latest, now)
 
-    def _settle(self, now: int) -> None:
-        if self.settled_at is None:
-            self.settled_at = now
-            return
-        if now <= self.settled_at:
-            return
-        elapsed = now - self.settled_at
+    def _anchor(self, now: int) -> None:
+        """The first call anchors every band at its time, even one that takes nothing."""
         for band in self.bands:
-            band.balance = min(band.balance + elapsed * band.per_ns, Fraction(band.burst))
-        self.settled_at = now
+            if band.settled_at is None:
+                band.settled_at = now
+
+    def _settle(self, now: int) -> None:
+        self._anchor(now)
+        for band in self.bands:
+            band.settle(now)
 
     def _decide(self, n: int, now: int) -> tuple[str, int | None]:
-        """Decide on balances settled to ``max(now, settled_at)``. The wait counts from ``now``:
-        if the clock is behind the settlement point (it went backwards, or ``start_ns`` is
-        ahead), nothing accrues until the settlement point is reached again."""
+        """Decide on each band as of its settlement point, settled to ``now`` if that is later.
+        A wait counts from ``now``: a band settled ahead of it (a clock gone backwards,
+        ``start_ns`` ahead, or a debt) accrues nothing until its point is reached."""
         if any(n > band.burst for band in self.bands):
             return NEVER, None
-        wait = max(band.wait_for(n) for band in self.bands)
-        if wait == 0:
+        waits = [band.behind(now) + band.wait_for(n) for band in self.bands if band.wait_for(n)]
+        if not waits:
             return ALLOWED, 0
-        assert self.settled_at is not None
-        return DENIED, max(self.settled_at - now, 0) + wait
+        return DENIED, max(waits)
 
     def _whole(self) -> int:
         return max(0, math.floor(min(band.balance for band in self.bands)))
 
     def _in_debt(self) -> bool:
-        """Whether some band is still below zero at the limiter's clock."""
-        assert self.settled_at is not None and self.latest is not None
-        since = max(self.latest - self.settled_at, 0)
-        return any(band.balance + since * band.per_ns < 0 for band in self.bands)
+        """Whether some band's debt is still unpaid at the limiter's clock: its point lies
+        beyond the latest time any call used."""
+        assert self.latest is not None
+        return any(band.behind(self.latest) > 0 for band in self.bands)
 
     def copy(self) -> ModelLimiter:
         twin = ModelLimiter.__new__(ModelLimiter)
-        twin.bands = [ModelBand(band.rate, band.burst, band.balance) for band in self.bands]
-        twin.settled_at = self.settled_at
+        twin.bands = [
+            ModelBand(band.rate, band.burst, band.balance, band.settled_at) for band in self.bands
+        ]
         twin.latest = self.latest
         return twin
 
     def _settled_copy(self, now: int) -> ModelLimiter:
-        if self.settled_at is None:
-            self.settled_at = now  # the first call anchors, even one that takes nothing
+        self._anchor(now)
         twin = self.copy()
         twin._settle(now)
         return twin
@@ -253,10 +293,8 @@ class ModelLimiter:
         self._on_the_clock(now)
         if actual > reserved:
             self._settle(now)
-            assert self.settled_at is not None
-            to_the_end = I64_MAX - self.settled_at
             for band in self.bands:
-                band.balance = max(band.balance - (actual - reserved), -to_the_end * band.per_ns)
+                band.take_beyond(actual - reserved)
 
     # -- inspection ---------------------------------------------------------------------------
 

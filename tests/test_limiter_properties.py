@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 import qos_support
-from hypothesis import assume, note
+from hypothesis import assume, example, note
 from hypothesis import given as hyp_given
 from hypothesis import strategies as st
 
@@ -300,7 +300,33 @@ def answers(limiter: Any, now: int, ns: list[int]) -> list:
 # ---------------------------------------------------------------------------------------------
 
 
+#: A debt held to the whole nanosecond, read before its point: a band of 1,000 tokens a
+#: nanosecond holds its burst again 1 ns after a debt of 6 tokens, and a call at the debt's own
+#: time is answered from there.
+FAST_DEBT = (
+    {"rate": 10**12, "burst": 1},
+    0,
+    [("settle", 1, ("delta", 0)), ("check", 1, ("delta", 0))],
+)
+#: A refund behind a debt's point that a clock of the limiter's had already passed: the tokens
+#: are given at the band's point, and a call behind it is answered from there.
+REFUND_BEHIND_A_DEBT = (
+    {"bands": [Band(176, burst=176), (176, None, None)], "initial": 0},
+    0,
+    [
+        ("try_acquire", 0, ("abs", 0)),
+        ("settle", 0, ("abs", 34_090_910)),
+        ("try_acquire", 0, ("abs", 34_090_909)),
+        ("settle", 1, ("abs", 34_090_909)),
+        ("refund", 1, ("abs", 34_090_909)),
+        ("check", 1, ("abs", 34_090_909)),
+    ],
+)
+
+
 @hyp_given(scenarios(one_clock=False))
+@example(FAST_DEBT)
+@example(REFUND_BEHIND_A_DEBT)
 def test_native_limiter_matches_the_fraction_model(scenario: tuple) -> None:
     kwargs, now, ops = scenario
     limiter, model = RateLimiter(**kwargs), lm.model_from(**kwargs)

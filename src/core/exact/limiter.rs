@@ -144,9 +144,10 @@ impl Band {
     /// The move is rounded up to whole nanoseconds, and what that rounding over-counts is
     /// left in the band as units, up to its burst: at the new point it holds exactly what an
     /// account allowed to go below zero, and capped at the burst as every refill is, would
-    /// hold there. A debt that would carry the point beyond the
-    /// clock's range (`i64::MAX` ns, in the year 2262) is held there instead, with nothing
-    /// left in the band.
+    /// hold there. A call before that point is answered from it, as behind a reservation: it
+    /// may be given what accrues within the debt's last nanosecond, the clock's grain. A debt
+    /// that would carry the point beyond the clock's range (`i64::MAX` ns, in the year 2262)
+    /// is held there instead, with nothing left in the band.
     fn take_beyond(&mut self, tokens: u64, now_ns: i64) {
         let need = u128::from(tokens).saturating_mul(self.spec.rate.units_per_token());
         if let Some(left) = self.balance.units.checked_sub(need) {
