@@ -1,5 +1,6 @@
 //! Seats held and places waited in: the `Lease` a holder gets, the `_Waiter` an
-//! `acquire_async` keeps while in line, and the blocking wait of `acquire`.
+//! `acquire_async` keeps while in line, and the heap's [`Seats`]: seating at once, or the
+//! blocking wait of `acquire`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use super::limiters::Seats;
 use super::{Locked, Wake};
 use crate::core::exact::key::Key;
 use crate::core::exact::waiting::max_wait_ns;
@@ -14,6 +16,7 @@ use crate::core::seats::table::Asked;
 use crate::core::seats::{Grant, SeatsError, Ticket};
 use crate::python::args::Timeout;
 use crate::python::fork::forks;
+use crate::python::surface::conveniences;
 use crate::python::waiting::refuse_in_event_loop;
 
 /// Seats held: `n` of them, and the fencing token of this holder, strictly greater than every
@@ -183,64 +186,6 @@ fn park(py: Python<'_>, left: u128) -> PyResult<()> {
     py.check_signals()
 }
 
-/// `n` seats now, if they are free and nobody waits (and, for a new key, the table has room).
-pub(super) fn try_acquire(
-    py: Python<'_>,
-    table: &Arc<Locked>,
-    key: Option<&Key>,
-    n: u64,
-) -> PyResult<Option<Lease>> {
-    Ok(match table.ask(py, key, n, None)? {
-        Asked::Seated(grant) => Some(Lease::new(table, key, grant)),
-        Asked::InLine(_) | Asked::Busy | Asked::NoRoom(_) => None,
-    })
-}
-
-/// A blocking acquire: seated at once, or in line until seated or `timeout` passes (None then,
-/// holding nothing). A place is given up on any error (a signal's), by the waiter's drop.
-pub(super) fn acquire(
-    py: Python<'_>,
-    table: &Arc<Locked>,
-    key: Option<&Key>,
-    n: u64,
-    timeout: Option<Timeout>,
-    limiter: &str,
-) -> PyResult<Option<Lease>> {
-    let max_wait = max_wait_ns(timeout.map(|Timeout(wait)| wait));
-    if max_wait != 0 {
-        refuse_in_event_loop(py, limiter)?;
-    }
-    let started = Instant::now();
-    let left = || max_wait.saturating_sub(started.elapsed().as_nanos());
-    loop {
-        let wake = (max_wait != 0).then(|| Wake::Thread(std::thread::current()));
-        match table.ask(py, key, n, wake)? {
-            Asked::Seated(grant) => return Ok(Some(Lease::new(table, key, grant))),
-            Asked::Busy => return Ok(None),
-            Asked::InLine(ticket) => {
-                let waiter = Waiter::new(table, key, ticket);
-                loop {
-                    if let Some(lease) = waiter.take(py)? {
-                        return Ok(Some(lease));
-                    }
-                    if left() == 0 {
-                        return waiter.leave(py);
-                    }
-                    park(py, left())?;
-                }
-            }
-            Asked::NoRoom(forgotten) => {
-                while table.lock().forgotten() == forgotten {
-                    if left() == 0 {
-                        return Ok(None);
-                    }
-                    park(py, left())?;
-                }
-            }
-        }
-    }
-}
-
 /// `_ask`: what `acquire_async` asks, given a callable that wakes its task: a `Lease` if
 /// seated at once, a `_Waiter` in line (the callable is called once it is decided), or None
 /// for a new key in a full table (the callable is called when a key is forgotten).
@@ -256,4 +201,92 @@ pub(super) fn ask_for_task(
         Asked::InLine(ticket) => Some(Py::new(py, Waiter::new(table, key, ticket))?.into_any()),
         Asked::Busy | Asked::NoRoom(_) => None,
     })
+}
+
+impl Seats for Locked {
+    type Key = Key;
+    type Lease = Lease;
+
+    /// Seated now, if the seats are free and nobody waits (and, for a new key, the table has
+    /// room).
+    fn try_acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+    ) -> PyResult<Option<Lease>> {
+        Ok(match self.ask(py, key, n, None)? {
+            Asked::Seated(grant) => Some(Lease::new(self, key, grant)),
+            Asked::InLine(_) | Asked::Busy | Asked::NoRoom(_) => None,
+        })
+    }
+
+    /// Seated at once, or in line until seated or `timeout` passes (None then, holding
+    /// nothing). A place is given up on any error (a signal's), by the waiter's drop.
+    fn acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Key>,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<Option<Lease>> {
+        let max_wait = max_wait_ns(timeout.map(|Timeout(wait)| wait));
+        if max_wait != 0 {
+            refuse_in_event_loop(py, limiter)?;
+        }
+        let started = Instant::now();
+        let left = || max_wait.saturating_sub(started.elapsed().as_nanos());
+        loop {
+            let wake = (max_wait != 0).then(|| Wake::Thread(std::thread::current()));
+            match self.ask(py, key, n, wake)? {
+                Asked::Seated(grant) => return Ok(Some(Lease::new(self, key, grant))),
+                Asked::Busy => return Ok(None),
+                Asked::InLine(ticket) => {
+                    let waiter = Waiter::new(self, key, ticket);
+                    loop {
+                        if let Some(lease) = waiter.take(py)? {
+                            return Ok(Some(lease));
+                        }
+                        if left() == 0 {
+                            return waiter.leave(py);
+                        }
+                        park(py, left())?;
+                    }
+                }
+                Asked::NoRoom(forgotten) => {
+                    while self.lock().forgotten() == forgotten {
+                        if left() == 0 {
+                            return Ok(None);
+                        }
+                        park(py, left())?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn in_flight(&self, _py: Python<'_>) -> PyResult<u64> {
+        Ok(self.lock().counts().0)
+    }
+
+    fn waiting(&self) -> u64 {
+        u64::try_from(self.lock().counts().1).unwrap_or(u64::MAX)
+    }
+
+    fn limit(&self) -> u64 {
+        self.lock().limit()
+    }
+
+    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()> {
+        Ok(self.resize(py, limit)?)
+    }
+
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(self.release(py, None, 1)?)
+    }
+
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        conveniences(py)?.getattr("await_lease")
+    }
 }

@@ -10,13 +10,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use pyo3::IntoPyObjectExt;
 
-use super::lease::{acquire, ask_for_task, try_acquire, Lease};
+use super::lease::{ask_for_task, Lease};
 use super::Locked;
 use crate::core::exact::key::Key;
 use crate::core::exact::keyed::random_seed;
 use crate::python::args::{count, Timeout, N};
 use crate::python::keys::classify;
-use crate::python::surface::conveniences;
 
 /// A key as a keyed limiter stores it: a plain key (`str`, `bytes`, an int, a float, or a tuple
 /// of these), or a value equal to one, read as `keys::classify` reads a keyed rate limiter's.
@@ -35,7 +34,8 @@ pub(super) fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
 }
 
 /// What an in-flight limiter class reads from its seats and asks of them, alike whether they
-/// are kept in this process ([`Locked`]) or shared by the processes of a host (`shared::Host`).
+/// are kept in this process ([`Locked`], answering in `lease.rs`) or shared by the processes of
+/// a host (`shared::Host`, in `shared.rs`).
 pub(super) trait Seats {
     /// How a call names a key's seats: a [`Key`], or a shared table's digest of it.
     type Key;
@@ -72,55 +72,6 @@ pub(super) trait Seats {
     /// The Python function `acquire_async` hands its limiter, its arguments (`(n,)` or
     /// `(key, n)`) and its timeout, which gives the awaitable of a lease.
     fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
-}
-
-impl Seats for Locked {
-    type Key = Key;
-    type Lease = Lease;
-
-    fn try_acquire(
-        self: &Arc<Self>,
-        py: Python<'_>,
-        key: Option<&Key>,
-        n: u64,
-    ) -> PyResult<Option<Lease>> {
-        try_acquire(py, self, key, n)
-    }
-
-    fn acquire(
-        self: &Arc<Self>,
-        py: Python<'_>,
-        key: Option<&Key>,
-        n: u64,
-        timeout: Option<Timeout>,
-        limiter: &str,
-    ) -> PyResult<Option<Lease>> {
-        acquire(py, self, key, n, timeout, limiter)
-    }
-
-    fn in_flight(&self, _py: Python<'_>) -> PyResult<u64> {
-        Ok(self.lock().counts().0)
-    }
-
-    fn waiting(&self) -> u64 {
-        u64::try_from(self.lock().counts().1).unwrap_or(u64::MAX)
-    }
-
-    fn limit(&self) -> u64 {
-        self.lock().limit()
-    }
-
-    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()> {
-        Ok(self.resize(py, limit)?)
-    }
-
-    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(self.release(py, None, 1)?)
-    }
-
-    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        conveniences(py)?.getattr("await_lease")
-    }
 }
 
 /// The awaitable `acquire_async` gives for `n` seats (1 if not given) of `key` (none for a

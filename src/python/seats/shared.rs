@@ -193,15 +193,28 @@ impl Seats for Host {
     type Key = Digest;
     type Lease = SharedLease;
 
+    /// Seated now, if the seats are free and nobody waits (the dead are looked for first if
+    /// they are not).
     fn try_acquire(
         self: &Arc<Self>,
         py: Python<'_>,
         key: Option<&Digest>,
         n: u64,
     ) -> PyResult<Option<SharedLease>> {
-        try_acquire(py, self, key.copied().unwrap_or(THE_KEY), n)
+        let digest = key.copied().unwrap_or(THE_KEY);
+        let slot = self.owner(py)?;
+        let mut asked = self.seats.ask(slot, digest, n, false)?;
+        if matches!(asked, Asked::Busy | Asked::NoRoom) && self.reclaim_the_dead(py)? {
+            asked = self.seats.ask(slot, digest, n, false)?;
+        }
+        Ok(match asked {
+            Asked::Seated(held) => Some(SharedLease::new(self, slot, held)),
+            Asked::InLine(_) | Asked::Busy | Asked::NoRoom => None,
+        })
     }
 
+    /// Seated at once, or in line until seated or `timeout` passes (None then, holding
+    /// nothing). A place is given up on any error (a signal's), by the waiter's drop.
     fn acquire(
         self: &Arc<Self>,
         py: Python<'_>,
@@ -210,14 +223,40 @@ impl Seats for Host {
         timeout: Option<Timeout>,
         limiter: &str,
     ) -> PyResult<Option<SharedLease>> {
-        acquire(
-            py,
-            self,
-            key.copied().unwrap_or(THE_KEY),
-            n,
-            timeout,
-            limiter,
-        )
+        let digest = key.copied().unwrap_or(THE_KEY);
+        let max_wait = max_wait_ns(timeout.map(|Timeout(wait)| wait));
+        if max_wait == 0 {
+            return self.try_acquire(py, key, n);
+        }
+        refuse_in_event_loop(py, limiter)?;
+        let started = Instant::now();
+        let left = || max_wait.saturating_sub(started.elapsed().as_nanos());
+        let slot = self.owner(py)?;
+        let mut sleep = FIRST_PAUSE;
+        loop {
+            match self.seats.ask(slot, digest, n, true)? {
+                Asked::Seated(held) => return Ok(Some(SharedLease::new(self, slot, held))),
+                Asked::InLine(record) => {
+                    let waiter = SharedWaiter::new(self, slot, record);
+                    loop {
+                        if let Some(lease) = waiter.take(py)? {
+                            return Ok(Some(lease));
+                        }
+                        if left() == 0 {
+                            return waiter.leave();
+                        }
+                        pause(py, &mut sleep, left())?;
+                    }
+                }
+                Asked::Busy | Asked::NoRoom => {
+                    self.reclaim_the_dead(py)?;
+                    if left() == 0 {
+                        return Ok(None);
+                    }
+                    pause(py, &mut sleep, left())?;
+                }
+            }
+        }
     }
 
     /// The seats of processes that are gone are given back first.
@@ -434,70 +473,6 @@ fn pause(py: Python<'_>, pause: &mut Duration, left: u128) -> PyResult<()> {
     py.detach(|| std::thread::sleep(sleep));
     *pause = (*pause * 2).min(LONGEST_PAUSE);
     py.check_signals()
-}
-
-/// `n` seats of the key of `digest` now, if free and nobody waits (the dead looked for first
-/// if they are not).
-pub fn try_acquire(
-    py: Python<'_>,
-    host: &Arc<Host>,
-    digest: Digest,
-    n: u64,
-) -> PyResult<Option<SharedLease>> {
-    let slot = host.owner(py)?;
-    let mut asked = host.seats.ask(slot, digest, n, false)?;
-    if matches!(asked, Asked::Busy | Asked::NoRoom) && host.reclaim_the_dead(py)? {
-        asked = host.seats.ask(slot, digest, n, false)?;
-    }
-    Ok(match asked {
-        Asked::Seated(held) => Some(SharedLease::new(host, slot, held)),
-        Asked::InLine(_) | Asked::Busy | Asked::NoRoom => None,
-    })
-}
-
-/// A blocking acquire: seated at once, or in line until seated or `timeout` passes (None then,
-/// holding nothing). A place is given up on any error (a signal's), by the waiter's drop.
-pub fn acquire(
-    py: Python<'_>,
-    host: &Arc<Host>,
-    digest: Digest,
-    n: u64,
-    timeout: Option<Timeout>,
-    limiter: &str,
-) -> PyResult<Option<SharedLease>> {
-    let max_wait = max_wait_ns(timeout.map(|Timeout(wait)| wait));
-    if max_wait == 0 {
-        return try_acquire(py, host, digest, n);
-    }
-    refuse_in_event_loop(py, limiter)?;
-    let started = Instant::now();
-    let left = || max_wait.saturating_sub(started.elapsed().as_nanos());
-    let slot = host.owner(py)?;
-    let mut sleep = FIRST_PAUSE;
-    loop {
-        match host.seats.ask(slot, digest, n, true)? {
-            Asked::Seated(held) => return Ok(Some(SharedLease::new(host, slot, held))),
-            Asked::InLine(record) => {
-                let waiter = SharedWaiter::new(host, slot, record);
-                loop {
-                    if let Some(lease) = waiter.take(py)? {
-                        return Ok(Some(lease));
-                    }
-                    if left() == 0 {
-                        return waiter.leave();
-                    }
-                    pause(py, &mut sleep, left())?;
-                }
-            }
-            Asked::Busy | Asked::NoRoom => {
-                host.reclaim_the_dead(py)?;
-                if left() == 0 {
-                    return Ok(None);
-                }
-                pause(py, &mut sleep, left())?;
-            }
-        }
-    }
 }
 
 /// `_ask`: what `acquire_async` asks: a `SharedLease` if seated at once, a `_SharedWaiter` in
