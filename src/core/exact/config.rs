@@ -15,7 +15,7 @@
 use std::fmt;
 
 use super::quota::QuotaError;
-use super::rate::{BandSpec, Rate, RateError};
+use super::rate::{gcd, BandSpec, Rate, RateError};
 
 /// A positive exact number whose numerator and denominator fit 64 bits, in lowest terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -493,13 +493,6 @@ impl Config {
             (hash ^ u64::from(byte)).wrapping_mul(PRIME)
         })
     }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]

@@ -114,7 +114,9 @@ impl BandSpec {
     }
 }
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+/// The greatest common divisor of `a` and `b` (Euclid's algorithm), which puts a fraction in
+/// lowest terms: every rate here, and a meter's byte rate, is kept so.
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

@@ -6,7 +6,7 @@
 //! never fills), and a bucket may hold zero bytes (an RFC 2697 bucket that only passes its
 //! overflow on).
 
-use crate::core::exact::rate::NANOS_PER_SECOND;
+use crate::core::exact::rate::{gcd, NANOS_PER_SECOND};
 use crate::core::exact::settle::{settle, settle_with_overflow, Balance};
 use crate::core::meter::MeterError;
 
@@ -139,13 +139,6 @@ impl Bucket {
         self.balance = balance;
         true
     }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 #[cfg(test)]
