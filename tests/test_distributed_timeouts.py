@@ -227,6 +227,36 @@ def test_a_call_still_queued_when_its_caller_stops_waiting_is_never_sent() -> No
     redis_servers.wait_until(lambda: given_back == ["reply"], HANG, "the late reply given back")
 
 
+def test_ctrl_c_while_the_thread_that_runs_the_call_starts_still_gives_the_reply_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node's first call starts the thread that runs it, and ``Thread.start`` waits for that
+    thread: a Ctrl-C landing in that wait, after the call was queued and perhaps sent, still
+    has its reply given back once it comes (it was lost: a reservation kept for an hour)."""
+    from protocol_in_code.qos.distributed import _waits
+
+    started = threading.Thread.start
+
+    def start_then_ctrl_c(thread: threading.Thread) -> None:
+        started(thread)
+        raise KeyboardInterrupt  # as a signal handler raises it in the starting thread's wait
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    where = _waits.Workers("test", most=1)
+    release = threading.Event()
+    given_back: list[Any] = []
+
+    def answered_late() -> str:
+        release.wait(HANG)
+        return "reply"
+
+    with pytest.raises(KeyboardInterrupt):
+        _waits.asked(where, answered_late, None, given_back.append)
+    monkeypatch.undo()
+    release.set()
+    redis_servers.wait_until(lambda: given_back == ["reply"], HANG, "the reply given back")
+
+
 #: A process that waits on the main thread (so on the server's threads), then forks, as a
 #: pre-forking server does, and waits again in the child.
 FORKED = """

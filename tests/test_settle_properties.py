@@ -2,8 +2,9 @@
 
 * The keyed limiters (in-process and shared) and the shared one-key limiter answer a random
   mix of ``check``, ``refund``, ``settle``, ``peek`` and ``available`` exactly as the models do
-  (``tests/limiter_model.py``, ``tests/keyed_model.py``: a debt is a balance below zero). The
-  in-process one-key limiter is checked the same way by ``test_limiter_properties.py``.
+  (``tests/limiter_model.py``, ``tests/keyed_model.py``: a debt moves its band's own settlement
+  point). The in-process one-key limiter is checked the same way by
+  ``test_limiter_properties.py``.
 * Redis, on a real server, answers as the model does for one band, its waits rounded up to
   the microsecond (fewer examples: every step is a round trip).
 * The documented bound: over any span of T ns between two admissions, the actual costs of the

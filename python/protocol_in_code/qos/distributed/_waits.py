@@ -77,6 +77,14 @@ class Workers:
         """``call``'s future: run on one of these threads. RuntimeError if no thread could be
         started to run it (the interpreter is exiting): the caller runs it itself."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if not self.put(future, call):
+            raise RuntimeError("no thread could be started to run the call")
+        return future
+
+    def put(self, future: concurrent.futures.Future[Any], call: Callable[[], Any]) -> bool:
+        """Run ``call`` on one of these threads, its result set on ``future`` (made by the
+        caller, so that it holds it before the call can run). False, with nothing queued, if
+        no thread could be started to run it (the interpreter is exiting)."""
         with self._lock:
             self._queue.append((future, call))
             start = self._threads < min(self._most, self._busy + len(self._queue))
@@ -94,8 +102,8 @@ class Workers:
                     if alone:  # no thread left to run it
                         self._queue.remove((future, call))
                 if alone:
-                    raise
-        return future
+                    return False
+        return True
 
     def _run(self) -> None:
         while True:
@@ -157,17 +165,18 @@ def asked(
     A caller that stops waiting (past ``within``, or interrupted: ``KeyboardInterrupt``, any
     exception raised while it waits) withdraws the call if it is still queued; a call already
     under way has its result passed to ``give_back`` once it comes, on ``where``'s threads."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     try:
-        future = where.submit(call)
-    except RuntimeError:  # no thread could be started: the interpreter is exiting
-        return call()
-    try:
+        if not where.put(future, call):  # no thread could be started: the interpreter is exiting
+            return call()
+        # Interrupted from here on, the call may have been sent: a Ctrl-C can land while
+        # ``put`` waits for the thread it starts, which may already be running the call.
         done, _ = concurrent.futures.wait((future,), within)
-        if done:
-            return future.result()
     except BaseException:
         _given_back_when_done(where, future, give_back)
         raise
+    if done:
+        return future.result()
     _given_back_when_done(where, future, give_back)
     return NO_REPLY
 
