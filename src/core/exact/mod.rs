@@ -26,6 +26,8 @@
 //!   indistinguishable from a new one, and refusing new keys rather than evicting anyone.
 //! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
 //!   against a process killed at any instruction.
+//! * [`home`]: every operation on a key of either keyed table, written once over the place
+//!   the key is kept (the heap's shard, or the file's buckets).
 //! * [`table_size`]: how many keys a keyed table holds, and how many locks it is split into.
 //! * [`stack`]: one request under several limits at once (global, route, client), taken from
 //!   all of them or from none.
@@ -34,6 +36,7 @@
 
 pub mod clock_gap;
 pub mod config;
+pub mod home;
 pub mod key;
 pub mod keyed;
 pub mod limit;

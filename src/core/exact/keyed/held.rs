@@ -21,7 +21,8 @@ use std::sync::{Mutex, MutexGuard};
 use hashbrown::Equivalent;
 
 use super::room::Others;
-use super::{lock, Answer, KeyedDecision, KeyedLimiter, Request, Shard};
+use super::{lock, Answer, KeyInShard, KeyedDecision, KeyedLimiter, Shard};
+use crate::core::exact::home;
 use crate::core::exact::limiter::Decision;
 
 /// The shards of a table a stacked decision needs, locked: the one shard of its key, or, for
@@ -161,21 +162,19 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         K: for<'q> From<&'q Q>,
     {
         let (hash, index) = self.shard_index(key);
-        let (shard, mut others, _) = held.split(&self.shards, index);
-        let request = Request {
+        let (shard, others, _) = held.split(&self.shards, index);
+        let mut view = KeyInShard {
+            table: self,
+            shard,
+            others,
             hash,
             key,
-            n,
             now: asked.now,
             behind: asked.behind,
-            with_remaining: true,
         };
-        let (decision, remaining) = self.acquire_in(shard, &mut others, &request);
-        self.unpinned(shard, hash, key);
-        Answer {
-            decision,
-            remaining,
-        }
+        let answer = home::take(&mut view, n, true);
+        self.unpinned(view.shard, hash, key);
+        answer
     }
 
     /// Nothing is taken for `key`: the request was refused elsewhere, or only asked about

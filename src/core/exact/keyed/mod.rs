@@ -45,14 +45,16 @@
 //! for the next sweep, and a new key refused meanwhile. The table is full either way.
 
 //!
-//! The table lives in seven files: this one (the types, the shards and the seed), `entries.rs`
-//! (a shard's keys and their records), `table.rs` (deciding one request or a trace), `room.rs`
-//! (new keys, and the room they need), `reservations.rs` (waiters, and tokens handed back),
-//! `restore.rs` (a saved table) and `held.rs` (a key held while other limits decide the same
-//! request).
+//! The table lives in eight files: this one (the types, the shards and the seed), `entries.rs`
+//! (a shard's keys and their records), `home.rs` (a key's shard as the home the one decision
+//! runs on, [`home`](crate::core::exact::home), written once for this table and the shared
+//! one), `table.rs` (deciding one request or a trace), `room.rs` (new keys, and the room they
+//! need), `reservations.rs` (waiters, and tokens handed back), `restore.rs` (a saved table)
+//! and `held.rs` (a key held while other limits decide the same request).
 
 mod entries;
 pub mod held;
+mod home;
 mod reservations;
 mod restore;
 mod room;
@@ -70,10 +72,11 @@ use crate::core::exact::limiter::{Balances, Decision, Reservation};
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::record::Shape;
 use entries::{Entries, Stored};
+use home::KeyInShard;
 
 pub use crate::core::exact::clock_gap::{off_the_clock, MAX_CLOCK_GAP_NS};
 pub use restore::RestoreError;
-use room::RoomHint;
+use room::{Others, RoomHint};
 
 /// What a keyed limiter answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,33 +257,26 @@ struct Locked<'a, K> {
 }
 
 impl<K> Locked<'_, K> {
-    /// The inputs of a decision for `key`, whose shard this is: `n` tokens at the table's
-    /// time, saying what the key holds after it if `with_remaining`.
-    fn request<'q, Q: ?Sized>(&self, key: &'q Q, n: u64, with_remaining: bool) -> Request<'q, Q> {
-        Request {
+    /// `key`'s home for one call: this shard, the others (tried, not waited for) where a new
+    /// key may find room, the key's hash, and the table's time.
+    fn home<'v, Q: ?Sized>(
+        &'v mut self,
+        table: &'v KeyedLimiter<K>,
+        key: &'v Q,
+    ) -> KeyInShard<'v, 'v, K, Q> {
+        KeyInShard {
+            table,
+            shard: &mut self.shard,
+            others: Others::Unlocked {
+                shards: &table.shards,
+                own: self.index,
+            },
             hash: self.hash,
             key,
-            n,
             now: self.now,
             behind: self.behind,
-            with_remaining,
         }
     }
-}
-
-/// What one decision for a key needs besides its shard (which the caller holds): the key, its
-/// hash, the tokens asked for and the table's time.
-struct Request<'q, Q: ?Sized> {
-    hash: u64,
-    key: &'q Q,
-    /// The tokens asked for.
-    n: u64,
-    /// The table's time, at which the key decides.
-    now: i64,
-    /// How far the caller's time is behind `now`: added to every wait told.
-    behind: u128,
-    /// Whether to also say what the key holds after the decision.
-    with_remaining: bool,
 }
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
@@ -489,16 +485,6 @@ impl BuildHasher for Seed {
     fn build_hasher(&self) -> SipHasher13 {
         let (k0, k1) = self.keys();
         SipHasher13::new_with_keys(k0, k1)
-    }
-}
-
-/// The whole tokens `limiter` holds if `wanted`, else 0: it costs a division, and only
-/// `check` asks for it.
-fn remaining_if(wanted: bool, specs: &[BandSpec], limiter: &Balances) -> u128 {
-    if wanted {
-        limiter.available(specs)
-    } else {
-        0
     }
 }
 

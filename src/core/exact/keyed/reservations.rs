@@ -2,30 +2,26 @@
 //! table's clock, and a refund or a waiter that gives up hands tokens back.
 
 use std::hash::Hash;
-use std::sync::atomic::Ordering;
 
 use hashbrown::Equivalent;
 
-use super::room::Others;
-use super::{KeyedDecision, KeyedLimiter, KeyedReservation, Locked, Request};
-use crate::core::exact::limiter::{Balances, Decision, Reservation};
-use crate::core::exact::rate::BandSpec;
+use super::{KeyedLimiter, KeyedReservation};
+use crate::core::exact::home;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Give `n` tokens back to `key` (capped at each burst); a key that is then full is
-    /// forgotten at once, and an unknown key is already full.
+    /// forgotten at once, and an unknown key is already full. The shard's and the table's
+    /// notes of when room appears are dropped, since the key may now be full sooner than they
+    /// say.
     pub fn refund<Q>(&self, key: &Q, n: u64, now_ns: i64)
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        self.hand_back(key, now_ns, |limiter, specs, now| {
-            // The table's clock is `now`: a key settled beyond it holds a waiter.
-            limiter.refund(specs, n, now, now);
-        });
+        home::refund(&mut self.locked(key, now_ns).home(self, key), n);
     }
 
     /// Settle a cost `key` took as `reserved` tokens, now known to be `actual`: see
-    /// [`Balances::settle_cost`]. A key not remembered is full: what it is refunded changes
+    /// [`home::settle_cost`]. A key not remembered is full: what it is refunded changes
     /// nothing, and an overage makes it a key in debt, stored as a new key is (a key in debt
     /// is not fresh, so it is never forgotten before the debt is repaid). A table full of keys
     /// none of which can be forgotten has no room to store it: then, and only then, the
@@ -35,67 +31,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
-        let settle = |limiter: &mut Balances, specs: &[BandSpec], now| {
-            // The table's clock is `now`, as for a refund.
-            limiter.settle_cost(specs, reserved, actual, now, now);
-        };
         let mut locked = self.locked(key, now_ns);
-        if self.hand_back_in(&mut locked, key, settle) {
-            return;
-        }
-        let (hash, now) = (locked.hash, locked.now);
-        let mut limiter = self.fresh.clone();
-        settle(&mut limiter, &self.specs, now);
-        if !limiter.is_fresh_at(&self.specs, now) {
-            let mut others = Others::Unlocked {
-                shards: &self.shards,
-                own: locked.index,
-            };
-            // `None` when stored; with no room, the overage is not recorded (see above).
-            let _ = self.store_new(&mut locked.shard, &mut others, hash, key, &limiter, now);
-        }
-    }
-
-    /// Tokens handed back to `key` by `hand` (a refund, or a reservation given back): a key
-    /// then fresh is forgotten at once, an unknown key is already full, and the shard's and
-    /// the table's notes of when room appears are dropped, since the key may now be full
-    /// sooner than they say.
-    fn hand_back<Q>(&self, key: &Q, now_ns: i64, hand: impl FnOnce(&mut Balances, &[BandSpec], i64))
-    where
-        Q: Hash + Equivalent<K> + ?Sized,
-    {
-        self.hand_back_in(&mut self.locked(key, now_ns), key, hand);
-    }
-
-    /// [`KeyedLimiter::hand_back`] in the shard the caller has locked: `false` (and nothing
-    /// done) if the key is not remembered.
-    fn hand_back_in<Q>(
-        &self,
-        locked: &mut Locked<'_, K>,
-        key: &Q,
-        hand: impl FnOnce(&mut Balances, &[BandSpec], i64),
-    ) -> bool
-    where
-        Q: Hash + Equivalent<K> + ?Sized,
-    {
-        let (shard, hash, now) = (&mut *locked.shard, locked.hash, locked.now);
-        let Some(mut stored) = Self::find(shard, hash, key) else {
-            return false;
-        };
-        let mut limiter = stored.balances();
-        hand(&mut limiter, &self.specs, now);
-        stored.store(&limiter);
-        if limiter.is_fresh_at(&self.specs, now) {
-            self.forget(shard, hash, key);
-        }
-        shard.room_from = None;
-        self.changes.fetch_add(1, Ordering::Release);
-        true
+        home::settle_cost(&mut locked.home(self, key), reserved, actual);
     }
 
     /// Take `n` tokens for `key` at the first moment its every band holds them, if that is at
-    /// most `max_wait_ns` from the caller's time `now_ns`: see [`Balances::reserve`]. Decided
-    /// at the table's clock, as [`KeyedLimiter::acquire`] is, with the wait counted from
+    /// most `max_wait_ns` from the caller's time `now_ns`: see [`home::reserve`]. Decided at
+    /// the table's clock, as [`KeyedLimiter::acquire`] is, with the wait counted from
     /// `now_ns`. Later callers for the same key queue behind the reservation; a waiter that
     /// stops waiting hands the tokens back with [`KeyedLimiter::give_back`].
     ///
@@ -104,101 +46,48 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
     /// Counted as `acquire` counts: taken is allowed, too late or never is denied.
     ///
     /// A reservation settles the key ahead of the table's clock. Such a key is not fresh
-    /// ([`Balances::is_fresh_at`] needs its settlement point to have come), so it is never
-    /// forgotten while a waiter counts on it, and its first room ([`Balances::fresh_from`])
-    /// counts from that point.
+    /// ([`Balances::is_fresh_at`](crate::core::exact::limiter::Balances::is_fresh_at) needs its
+    /// settlement point to have come), so it is never forgotten while a waiter counts on it,
+    /// and its first room
+    /// ([`Balances::fresh_from`](crate::core::exact::limiter::Balances::fresh_from)) counts
+    /// from that point.
     pub fn reserve<Q>(&self, key: &Q, n: u64, now_ns: i64, max_wait_ns: u128) -> KeyedReservation
     where
         Q: Hash + Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
-        let Locked {
-            mut shard,
-            index,
-            hash,
-            now,
-            behind,
-        } = self.locked(key, now_ns);
-        let shard = &mut *shard;
-        let room_from = shard.room_from;
-        let specs = &self.specs;
-        let (reservation, counted) = if let Some(mut stored) = Self::find(shard, hash, key) {
-            let mut limiter = stored.balances();
-            let was_first = room_from.is_some_and(|at| limiter.fresh_from(specs) == at);
-            // The caller waits `behind` more than the table's clock says: a wait beyond what
-            // is left of `max_wait_ns` is too late, and none is left once `behind` exceeds it.
-            let reservation = limiter.reserve(specs, n, now, max_wait_ns.saturating_sub(behind));
-            stored.store(&limiter);
-            let full = limiter.is_full(specs) && limiter.is_fresh_at(specs, now);
-            let taken = matches!(reservation, Reservation::Taken { .. });
-            if was_first && taken {
-                // As for a take by `acquire`: the shard's first room is now later.
-                shard.room_from = None;
-                self.changes.fetch_add(1, Ordering::Release);
-            }
-            if full {
-                self.forget(shard, hash, key);
-            }
-            let counted = if taken {
-                Decision::Allowed
-            } else {
-                Decision::Never
-            };
-            let reservation = reservation.from_caller(behind);
-            (
-                KeyedReservation::Decided(reservation),
-                KeyedDecision::Decided(counted),
-            )
-        } else {
-            let mut others = Others::Unlocked {
-                shards: &self.shards,
-                own: index,
-            };
-            let request = Request {
-                hash,
-                key,
-                n,
-                now,
-                behind,
-                with_remaining: false,
-            };
-            let (decision, _) = self.acquire_new(shard, &mut others, &request);
-            let reservation = match decision.from_caller(behind) {
-                KeyedDecision::Decided(Decision::Allowed) => {
-                    KeyedReservation::Decided(Reservation::Taken { after_ns: 0 })
-                }
-                // A fresh limiter is full: it allows `n`, or `n` exceeds a burst.
-                KeyedDecision::Decided(Decision::Never | Decision::Wait(_)) => {
-                    KeyedReservation::Decided(Reservation::Never)
-                }
-                KeyedDecision::Refused { retry_in } => KeyedReservation::Refused { retry_in },
-            };
-            (reservation, decision)
-        };
-        shard.stats.count(counted);
-        reservation
+        home::reserve(
+            &mut self.locked(key, now_ns).home(self, key),
+            n,
+            max_wait_ns,
+        )
     }
 
     /// A waiter that stops waiting hands back the `n` tokens it reserved for `key` with
     /// [`KeyedLimiter::reserve`], booked for `reserved_at` on the table's clock (the caller's
-    /// time plus the wait it was told). As [`Balances::give_back`] does: undone as time if it
-    /// was the key's last reservation, so nobody gets them before their turn would have come;
-    /// forfeited if other waiters queue behind it. A key not remembered is full: nothing to
-    /// give back.
+    /// time plus the wait it was told). As
+    /// [`Balances::give_back`](crate::core::exact::limiter::Balances::give_back) does: undone
+    /// as time if it was the key's last reservation, so nobody gets them before their turn
+    /// would have come; forfeited if other waiters queue behind it. A key not remembered is
+    /// full: nothing to give back.
     pub fn give_back<Q>(&self, key: &Q, n: u64, now_ns: i64, reserved_at: i64)
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        self.hand_back(key, now_ns, |limiter, specs, now| {
-            limiter.give_back(specs, n, now, reserved_at);
-        });
+        home::give_back(
+            &mut self.locked(key, now_ns).home(self, key),
+            n,
+            reserved_at,
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::exact::keyed::Stats;
+    use crate::core::exact::keyed::{KeyedDecision, Stats};
+    use crate::core::exact::limiter::{Decision, Reservation};
+    use crate::core::exact::rate::BandSpec;
     use crate::core::exact::rate::Rate;
 
     const SECOND: i64 = 1_000_000_000;

@@ -8,48 +8,17 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use hashbrown::Equivalent;
 
-use super::{lock, remaining_if, KeyedDecision, KeyedLimiter, Request, Shard};
-use crate::core::exact::limiter::{Balances, Decision};
+use super::{lock, KeyedLimiter, Shard};
+use crate::core::exact::limiter::Balances;
 
 impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
-    /// A key not in the table is a fresh, full limiter: answer as one, and store it only if
-    /// the answer changed it. Also returns what the key holds after the decision (0 if
-    /// refused), if asked.
-    pub(super) fn acquire_new<Q>(
-        &self,
-        shard: &mut Shard<K>,
-        others: &mut Others<'_, '_, K>,
-        request: &Request<'_, Q>,
-    ) -> (KeyedDecision, u128)
-    where
-        Q: Hash + Equivalent<K> + ?Sized,
-        K: for<'q> From<&'q Q>,
-    {
-        let specs = &self.specs;
-        let mut limiter = self.fresh.clone();
-        let decision = limiter.acquire(specs, request.n, request.now);
-        let remaining = remaining_if(request.with_remaining, specs, &limiter);
-        if decision != Decision::Allowed || limiter.is_full(specs) {
-            // Refused by a fresh limiter (n beyond a burst), or allowed taking nothing: the
-            // key's state is still a fresh one, so there is nothing to remember.
-            return (KeyedDecision::Decided(decision), remaining);
-        }
-        match self.store_new(
-            shard,
-            others,
-            request.hash,
-            request.key,
-            &limiter,
-            request.now,
-        ) {
-            Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
-            None => (KeyedDecision::Decided(decision), remaining),
-        }
-    }
-
     /// Store `key`, not in the table, with `limiter` (a state no new key has), if there is
     /// room for it at `now` (see [`KeyedLimiter::make_room`]); else how long until there may
     /// be, storing nothing.
+    ///
+    /// # Errors
+    ///
+    /// That wait, when the table is full of keys that cannot be forgotten.
     pub(super) fn store_new<Q>(
         &self,
         shard: &mut Shard<K>,
@@ -58,13 +27,13 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         key: &Q,
         limiter: &Balances,
         now: i64,
-    ) -> Option<u128>
+    ) -> Result<(), u128>
     where
-        Q: Hash + Equivalent<K> + ?Sized,
+        Q: Equivalent<K> + ?Sized,
         K: for<'q> From<&'q Q>,
     {
         if let Some(retry_in) = self.make_room(shard, others, now, true, &[]) {
-            return Some(retry_in);
+            return Err(retry_in);
         }
         // A new key may be full again before any the last sweep saw.
         let fresh_from = limiter.fresh_from(&self.specs);
@@ -73,7 +42,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
             .entries
             .insert(hash, K::from(key), limiter, |key| self.hasher.hash_one(key));
         self.changes.fetch_add(1, Ordering::Release);
-        None
+        Ok(())
     }
 
     /// Room for one more key at `now`: `None` if there is, else how long until there may be.
@@ -178,6 +147,7 @@ impl<K: Hash + Eq + Clone> KeyedLimiter<K> {
         forgotten
     }
 
+    /// Forget `key`, which is fresh again: forgetting it changes no answer.
     pub(super) fn forget<Q>(&self, shard: &mut Shard<K>, hash: u64, key: &Q)
     where
         Q: Equivalent<K> + ?Sized,

@@ -1,10 +1,23 @@
-//! Deciding for a key of a shared table: each call is the in-process one ([`Balances`]), run
-//! on the key's slot under its buckets' locks, and stored back (or the key forgotten, once it is
-//! a new key's state again).
+//! Deciding for a key of a shared table: each call locks the key's buckets and runs the one
+//! decision ([`home`]) on the key's slot, the in-process table's own code, stored back (or the
+//! key forgotten, once it is a new key's state again).
+//!
+//! What the file adds to the decision, as the key's [`Home`]:
+//!
+//! * **Finding**: the key's slot, by its digest, in its two buckets.
+//! * **Writing back**: a change is committed to the slot's spare copy (see [`super::slot`]),
+//!   and a key fresh again is forgotten (one store). A denial or a read is not written: what
+//!   it settled changes no answer, and a commit is two writes to memory other processes read.
+//!   The one-key form writes them too (its first call anchors, as a limiter's does), and
+//!   never forgets its key.
+//! * **Room for a new key**: a free slot in the key's two buckets, or one whose key is fresh
+//!   (forgotten to make room).
+//! * **Counts** in the key's first bucket's counters.
 
 use super::{buckets_of, Digest, Locked, Table, Words};
+use crate::core::exact::home::{self, Change, Home, NewKey};
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation};
-use crate::core::exact::limiter::{Balances, Decision, Level, Reservation};
+use crate::core::exact::limiter::{Balances, Level};
 use crate::core::exact::rate::BandSpec;
 
 impl<W: Words> Table<W> {
@@ -32,74 +45,67 @@ impl<W: Words> Table<W> {
         n: u64,
         with_remaining: bool,
     ) -> Answer {
-        let remaining_of = |balances: &Balances| {
-            if with_remaining {
-                balances.available(&self.specs)
-            } else {
-                0
-            }
-        };
-        let now = locked.now;
-        let (decision, remaining) = if let Some(slot) = self.find(locked, digest) {
-            let mut balances = slot.balances();
-            let decision = balances.acquire(&self.specs, n, now);
-            if decision == Decision::Allowed || self.one {
-                self.keep(locked, slot, &balances);
-            }
-            (KeyedDecision::Decided(decision), remaining_of(&balances))
-        } else {
-            let mut balances = self.fresh.clone();
-            let decision = balances.acquire(&self.specs, n, now);
-            let remaining = remaining_of(&balances);
-            if decision != Decision::Allowed || balances.is_full(&self.specs) {
-                (KeyedDecision::Decided(decision), remaining)
-            } else {
-                match self.room(locked, &[]) {
-                    Ok(slot) => {
-                        slot.fill(digest, &balances);
-                        (KeyedDecision::Decided(decision), remaining)
-                    }
-                    Err(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
-                }
-            }
-        };
-        let decision = decision.from_caller(locked.behind);
-        self.count(locked, decision);
-        Answer {
-            decision,
-            remaining,
-        }
+        home::take(&mut self.home(locked, digest), n, with_remaining)
     }
 
     /// What [`Table::check`] would answer, taking nothing and storing nothing.
     pub fn peek(&self, digest: Digest, n: u64, now_ns: i64) -> Answer {
+        home::peek(&mut self.home(&self.locked(digest, now_ns), digest), n)
+    }
+
+    /// Give `n` tokens back to the key (each band capped at its burst); a key not stored is
+    /// full already.
+    pub fn refund(&self, digest: Digest, n: u64, now_ns: i64) {
+        home::refund(&mut self.home(&self.locked(digest, now_ns), digest), n);
+    }
+
+    /// Settle a cost the key took as `reserved` tokens, now known to be `actual` (see
+    /// [`home::settle_cost`]). A key not stored is full: a refund changes nothing, and an
+    /// overage stores it in debt if there is room (none when every key held is in use: then
+    /// the overage is not recorded).
+    pub fn settle_cost(&self, digest: Digest, reserved: u64, actual: u64, now_ns: i64) {
         let locked = self.locked(digest, now_ns);
-        let now = locked.now;
-        let (decision, remaining) = if let Some(slot) = self.find(&locked, digest) {
-            let mut balances = slot.balances();
-            let decision = balances.peek(&self.specs, n, now);
-            if self.one {
-                slot.commit(&balances); // a first call anchors, as a limiter's does
-            }
-            (
-                KeyedDecision::Decided(decision),
-                balances.available_at(&self.specs, now),
-            )
-        } else {
-            let mut balances = self.fresh.clone();
-            let decision = balances.acquire(&self.specs, n, now);
-            let stores = decision == Decision::Allowed && !balances.is_full(&self.specs);
-            match stores.then(|| self.would_find_room(&locked)).flatten() {
-                Some(retry_in) => (KeyedDecision::Refused { retry_in }, 0),
-                None => (
-                    KeyedDecision::Decided(decision),
-                    self.fresh.clone().available_at(&self.specs, now),
-                ),
-            }
-        };
-        Answer {
-            decision: decision.from_caller(locked.behind),
-            remaining,
+        home::settle_cost(&mut self.home(&locked, digest), reserved, actual);
+    }
+
+    /// Reserve `n` tokens for the key at the moment they will be there, if within
+    /// `max_wait_ns` of the caller's time (see [`home::reserve`]); counted as a take.
+    pub fn reserve(
+        &self,
+        digest: Digest,
+        n: u64,
+        now_ns: i64,
+        max_wait_ns: u128,
+    ) -> KeyedReservation {
+        let locked = self.locked(digest, now_ns);
+        home::reserve(&mut self.home(&locked, digest), n, max_wait_ns)
+    }
+
+    /// A waiter that stops waiting hands back the `n` tokens it reserved for `reserved_at`
+    /// (see [`home::give_back`]): undone if nobody queues behind them, else forfeited.
+    pub fn give_back(&self, digest: Digest, n: u64, now_ns: i64, reserved_at: i64) {
+        let locked = self.locked(digest, now_ns);
+        home::give_back(&mut self.home(&locked, digest), n, reserved_at);
+    }
+
+    /// Whole tokens the key holds at `now_ns` (every band's least).
+    pub fn available(&self, digest: Digest, now_ns: i64) -> u128 {
+        home::available(&mut self.home(&self.locked(digest, now_ns), digest))
+    }
+
+    /// Each band's whole tokens for the key at `now_ns`, and the time until it can give one
+    /// more (see [`Balances::levels_at`]). The one-key form keeps the anchoring a first call
+    /// makes, as a limiter does.
+    pub fn levels(&self, digest: Digest, now_ns: i64) -> Vec<Level> {
+        home::levels(&mut self.home(&self.locked(digest, now_ns), digest))
+    }
+
+    /// The key of `digest`, its buckets locked (`locked`), as the one decision sees it.
+    fn home<'v>(&'v self, locked: &'v Locked<'v>, digest: Digest) -> KeyInBuckets<'v, W> {
+        KeyInBuckets {
+            table: self,
+            locked,
+            digest,
         }
     }
 
@@ -123,144 +129,63 @@ impl<W: Words> Table<W> {
                 .unsigned_abs(),
         )
     }
+}
 
-    /// Give `n` tokens back to the key (each band capped at its burst); a key not stored is
-    /// full already.
-    pub fn refund(&self, digest: Digest, n: u64, now_ns: i64) {
-        let locked = self.locked(digest, now_ns);
-        if let Some(slot) = self.find(&locked, digest) {
-            let mut balances = slot.balances();
-            balances.refund(&self.specs, n, locked.now, locked.clock);
-            self.keep(&locked, slot, &balances);
+/// A key of the shared table, for one call: its buckets (locked) and its digest.
+struct KeyInBuckets<'v, W> {
+    table: &'v Table<W>,
+    locked: &'v Locked<'v>,
+    digest: Digest,
+}
+
+impl<'v, W: Words> Home<'v> for KeyInBuckets<'v, W> {
+    fn specs(&self) -> &'v [BandSpec] {
+        &self.table.specs
+    }
+
+    fn fresh(&self) -> &'v Balances {
+        &self.table.fresh
+    }
+
+    fn now(&self) -> i64 {
+        self.locked.now
+    }
+
+    fn behind(&self) -> u128 {
+        self.locked.behind
+    }
+
+    fn clock(&self) -> i64 {
+        self.locked.clock
+    }
+
+    #[inline]
+    fn update<R>(&mut self, operation: impl FnOnce(&mut Balances) -> (Change, R)) -> Option<R> {
+        let slot = self.table.find(self.locked, self.digest)?;
+        let mut balances = slot.balances();
+        let (change, answer) = operation(&mut balances);
+        // A denial or a read changes no answer if not written; the one-key form writes it
+        // (a first call anchors, as a limiter's does).
+        let unchanged = matches!(change, Change::Read | Change::Decided { taken: false });
+        if self.table.one || !unchanged {
+            self.table.keep(self.locked, slot, &balances);
         }
+        Some(answer)
     }
 
-    /// Settle a cost the key took as `reserved` tokens, now known to be `actual` (see
-    /// [`Balances::settle_cost`]). A key not stored is full: a refund changes nothing, and an
-    /// overage stores it in debt if there is room (none when every key held is in use: then
-    /// the overage is not recorded).
-    pub fn settle_cost(&self, digest: Digest, reserved: u64, actual: u64, now_ns: i64) {
-        let locked = self.locked(digest, now_ns);
-        let settle = |balances: &mut Balances| {
-            balances.settle_cost(&self.specs, reserved, actual, locked.now, locked.clock);
-        };
-        if let Some(slot) = self.find(&locked, digest) {
-            let mut balances = slot.balances();
-            settle(&mut balances);
-            self.keep(&locked, slot, &balances);
-            return;
-        }
-        let mut balances = self.fresh.clone();
-        settle(&mut balances);
-        if !balances.is_fresh_at(&self.specs, locked.now) {
-            if let Ok(slot) = self.room(&locked, &[]) {
-                slot.fill(digest, &balances);
-            }
-        }
+    fn room_for_new(&mut self) -> Option<u128> {
+        self.table.would_find_room(self.locked)
     }
 
-    /// Reserve `n` tokens for the key at the moment they will be there, if within
-    /// `max_wait_ns` of the caller's time (see [`Balances::reserve`]); counted as a take.
-    pub fn reserve(
-        &self,
-        digest: Digest,
-        n: u64,
-        now_ns: i64,
-        max_wait_ns: u128,
-    ) -> KeyedReservation {
-        let locked = self.locked(digest, now_ns);
-        let (now, behind) = (locked.now, locked.behind);
-        let (reservation, counted) = if let Some(slot) = self.find(&locked, digest) {
-            let mut balances = slot.balances();
-            let reservation =
-                balances.reserve(&self.specs, n, now, max_wait_ns.saturating_sub(behind));
-            let taken = matches!(reservation, Reservation::Taken { .. });
-            if taken || self.one {
-                self.keep(&locked, slot, &balances);
-            }
-            let reservation = reservation.from_caller(behind);
-            let counted = if taken {
-                Decision::Allowed
-            } else {
-                Decision::Never
-            };
-            (
-                KeyedReservation::Decided(reservation),
-                KeyedDecision::Decided(counted),
-            )
-        } else {
-            let mut balances = self.fresh.clone();
-            let decision = balances.acquire(&self.specs, n, now);
-            let stores = decision == Decision::Allowed && !balances.is_full(&self.specs);
-            let room = if stores {
-                self.room(&locked, &[])
-                    .map(|slot| slot.fill(digest, &balances))
-            } else {
-                Ok(())
-            };
-            match (room, decision) {
-                (Err(retry_in), _) => {
-                    let retry_in = retry_in.saturating_add(behind);
-                    (
-                        KeyedReservation::Refused { retry_in },
-                        KeyedDecision::Refused { retry_in },
-                    )
-                }
-                (Ok(()), Decision::Allowed) => (
-                    KeyedReservation::Decided(Reservation::Taken { after_ns: 0 }),
-                    KeyedDecision::Decided(decision),
-                ),
-                // A new key is full: it allows `n`, or `n` exceeds a burst.
-                (Ok(()), _) => (
-                    KeyedReservation::Decided(Reservation::Never),
-                    KeyedDecision::Decided(decision),
-                ),
-            }
-        };
-        self.count(&locked, counted);
-        reservation
+    fn count(&mut self, decision: KeyedDecision) {
+        self.table.count(self.locked, decision);
     }
+}
 
-    /// A waiter that stops waiting hands back the `n` tokens it reserved for `reserved_at`
-    /// (see [`Balances::give_back`]): undone if nobody queues behind them, else forfeited.
-    pub fn give_back(&self, digest: Digest, n: u64, now_ns: i64, reserved_at: i64) {
-        let locked = self.locked(digest, now_ns);
-        if let Some(slot) = self.find(&locked, digest) {
-            let mut balances = slot.balances();
-            balances.give_back(&self.specs, n, locked.now, reserved_at);
-            self.keep(&locked, slot, &balances);
-        }
-    }
-
-    /// Whole tokens the key holds at `now_ns` (every band's least).
-    pub fn available(&self, digest: Digest, now_ns: i64) -> u128 {
-        self.read(digest, now_ns, |balances, specs, now| {
-            balances.available_at(specs, now)
-        })
-    }
-
-    /// Each band's whole tokens for the key at `now_ns`, and the time until it can give one
-    /// more (see [`Balances::levels_at`]).
-    pub fn levels(&self, digest: Digest, now_ns: i64) -> Vec<Level> {
-        self.read(digest, now_ns, Balances::levels_at)
-    }
-
-    /// What `look` reads of the key's balances at the table's time for `now_ns` (a key not
-    /// stored is a new one), taking nothing; the one-key form keeps the anchoring a first call
-    /// makes, as a limiter does.
-    fn read<R>(
-        &self,
-        digest: Digest,
-        now_ns: i64,
-        look: impl FnOnce(&mut Balances, &[BandSpec], i64) -> R,
-    ) -> R {
-        let locked = self.locked(digest, now_ns);
-        let found = self.find(&locked, digest);
-        let mut balances = found.map_or_else(|| self.fresh.clone(), |slot| slot.balances());
-        let answer = look(&mut balances, &self.specs, locked.now);
-        if let Some(slot) = found.filter(|_| self.one) {
-            slot.commit(&balances); // a first call anchors, as a limiter's does
-        }
-        answer
+impl<'v, W: Words> NewKey<'v> for KeyInBuckets<'v, W> {
+    fn store_new(&mut self, balances: &Balances) -> Result<(), u128> {
+        let slot = self.table.room(self.locked, &[])?;
+        slot.fill(self.digest, balances);
+        Ok(())
     }
 }

@@ -16,8 +16,9 @@
 //! * [`lock`]: a lock per bucket of slots that the kernel frees when its holder dies.
 //! * [`slot`]: a key's state in two copies and a state word, so a process killed halfway
 //!   through a write never leaves a slot torn.
-//! * `decide.rs`: each call on a key's slot, under its buckets' locks; `held.rs`: the same,
-//!   with the locks held by a stacked request.
+//! * `decide.rs`: each call on a key's slot, under its buckets' locks: the slot as the home
+//!   the one decision runs on ([`home`](crate::core::exact::home), written once for this table
+//!   and the in-process one); `held.rs`: the same, with the locks held by a stacked request.
 //!
 //! **Where a key lives.** A key is stored as its 128-bit digest under a seed chosen at random
 //! when the table is made (clients choose keys; they cannot choose collisions without the

@@ -114,6 +114,87 @@ fn one_process_decides_exactly_as_the_in_process_table() {
     }
 }
 
+/// Ten keys in a table of four (one bucket of four slots, so a new key's room is looked for
+/// among every key, as in an in-process table of one shard): new keys are refused often, keys
+/// are forgotten to make room, and every operation runs on both tables, which must answer each
+/// call alike, a refusal's wait included. Both run the one decision (`home.rs`), each on its
+/// own home.
+#[test]
+fn a_full_table_answers_alike_in_the_heap_and_in_the_file() {
+    for (seed, bands) in [(5_u64, vec![(1, 1, 3)]), (6, vec![(2, 1, 4), (3, 10, 5)])] {
+        let config = config(&bands);
+        let file = table(&config, 4);
+        let heap = KeyedLimiter::<String>::new(&config.specs(), 4, 1);
+        let mut random = Random(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0_i64;
+        let mut booked = Vec::new();
+        for step in 0..20_000 {
+            // Mostly forwards, sometimes a caller behind the table's clock.
+            now += i64::try_from(random.below(300_000_000)).unwrap() - 40_000_000;
+            let key = random.below(10).to_string();
+            let digest = file.digest(key.as_bytes());
+            let n = random.below(4);
+            match random.below(12) {
+                0..=4 => assert_eq!(
+                    file.check(digest, n, now),
+                    heap.check(key.as_str(), n, now),
+                    "step {step}"
+                ),
+                5 => assert_eq!(
+                    file.peek(digest, n, now),
+                    heap.peek(key.as_str(), n, now),
+                    "step {step}"
+                ),
+                6 => {
+                    file.refund(digest, n, now);
+                    heap.refund(key.as_str(), n, now);
+                }
+                7 => {
+                    let actual = random.below(2 * n + 2);
+                    file.settle_cost(digest, n, actual, now);
+                    heap.settle_cost(key.as_str(), n, actual, now);
+                }
+                8 => {
+                    let wait = u128::from(random.below(4_000_000_000));
+                    let answer = heap.reserve(key.as_str(), n, now, wait);
+                    assert_eq!(file.reserve(digest, n, now, wait), answer, "step {step}");
+                    if let KeyedReservation::Decided(Reservation::Taken { after_ns }) = answer {
+                        let at = i128::from(now) + i128::try_from(after_ns).unwrap();
+                        booked.push((key, n, i64::try_from(at).unwrap()));
+                    }
+                }
+                9 if !booked.is_empty() => {
+                    let index = usize::try_from(random.below(booked.len() as u64)).unwrap();
+                    let (key, n, at) = booked.swap_remove(index);
+                    file.give_back(file.digest(key.as_bytes()), n, now, at);
+                    heap.give_back(key.as_str(), n, now, at);
+                }
+                10 => assert_eq!(
+                    file.levels(digest, now),
+                    heap.levels(key.as_str(), now),
+                    "step {step}"
+                ),
+                _ => assert_eq!(
+                    file.available(digest, now),
+                    heap.available(key.as_str(), now),
+                    "step {step}"
+                ),
+            }
+        }
+        let (ours, theirs) = (file.stats(), heap.stats());
+        assert_eq!(
+            (ours.allowed, ours.denied, ours.refused),
+            (theirs.allowed, theirs.denied, theirs.refused)
+        );
+        // The trace tests something: every kind of answer comes up often.
+        let often = |count: u64| count > 500;
+        assert!(
+            often(theirs.allowed) && often(theirs.denied) && often(theirs.refused),
+            "{theirs:?}"
+        );
+    }
+}
+
 #[test]
 fn a_full_table_refuses_new_keys_and_lets_nobody_off() {
     let config = config(&[(1, 3600, 1)]);

@@ -1,7 +1,8 @@
 //! Room for new keys: the bound, sweeps across shards, and the refusal hint.
 
 use super::*;
-use crate::core::exact::keyed::{RestoreError, Stats};
+use crate::core::exact::keyed::{KeyedDecision, RestoreError, Stats};
+use crate::core::exact::limiter::Decision;
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::rate::Rate;
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::exact::keyed::{Stats, MAX_CLOCK_GAP_NS};
+use crate::core::exact::limiter::Decision;
 use crate::core::exact::rate::BandSpec;
 use crate::core::exact::rate::Rate;
 
