@@ -43,7 +43,7 @@
 //! behind it ([`Home::behind`]) is told its waits from its own time
 //! ([`KeyedDecision::from_caller`]).
 
-use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation};
+use crate::core::exact::answers::{Answer, KeyedDecision, KeyedReservation};
 use crate::core::exact::limiter::{Balances, Decision, Level, Reservation};
 use crate::core::exact::rate::BandSpec;
 

@@ -27,13 +27,14 @@
 //! * [`shared`]: the same keyed table in memory that the processes of one host share, safe
 //!   against a process killed at any instruction.
 //! * [`home`]: every operation on a key of either keyed table, written once over the place
-//!   the key is kept (the heap's shard, or the file's buckets).
+//!   the key is kept (the heap's shard, or the file's buckets), answering in [`answers`]' words.
 //! * [`table_size`]: how many keys a keyed table holds, and how many locks it is split into.
 //! * [`stack`]: one request under several limits at once (global, route, client), taken from
 //!   all of them or from none.
 //! * [`waiting`]: the deadline loop of a blocking acquire: reserve a turn, then wait for it.
 //! * [`key`]: keys of mixed kinds (ints, floats, text, bytes, numbered objects) for such a table.
 
+pub mod answers;
 pub mod clock_gap;
 pub mod config;
 pub mod home;
