@@ -19,12 +19,13 @@
 //! nothing back in the child: the child's count is only ever of the child's own leases (the
 //! limiter warns once, `fork::Lineage`).
 //!
-//! This file holds the table under its lock; `lease.rs` the seats held, the places waited in
-//! and the blocking wait; `limiters.rs` the two limiter classes. `shared.rs` and
+//! This file holds the table under its lock, and the `Seats` every in-flight class asks;
+//! `lease.rs` the seats held, the places waited in and the blocking wait; `limiters.rs` the two
+//! limiter classes. `shared.rs` and
 //! `shared_limiters.rs` are the same for every process of a host, on `core::seats::shared`.
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::Thread;
 
 use pyo3::prelude::*;
@@ -32,6 +33,7 @@ use pyo3::prelude::*;
 use crate::core::exact::key::Key;
 use crate::core::seats::table::{Asked, Table, Told};
 use crate::core::seats::{Grant, SeatsError, Ticket};
+use crate::python::args::Timeout;
 use crate::python::fork::{forks, Lineage};
 
 mod lease;
@@ -43,6 +45,48 @@ pub use lease::{Lease, Waiter};
 pub use limiters::{ConcurrencyLimiter, KeyedConcurrencyLimiter};
 pub use shared::{forget_owners_in_child, SharedLease, SharedWaiter};
 pub use shared_limiters::{SharedConcurrencyLimiter, SharedKeyedConcurrencyLimiter};
+
+/// What an in-flight limiter class reads from its seats and asks of them, alike whether they
+/// are kept in this process ([`Locked`], answering in `lease.rs`) or shared by the processes of
+/// a host (`shared::Host`, in `shared.rs`). The classes' methods are written once over it
+/// (`limiters.rs`, `seats_methods!`).
+trait Seats {
+    /// How a call names a key's seats: a [`Key`], or a shared table's digest of it.
+    type Key;
+    /// What a caller seated gets: a [`Lease`], or a `SharedLease`.
+    type Lease;
+    /// `n` seats of `key` (None: the one limit's) now, if free and nobody waits (and, for a
+    /// new key, there is room).
+    fn try_acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Self::Key>,
+        n: u64,
+    ) -> PyResult<Option<Self::Lease>>;
+    /// `n` seats of `key` (None: the one limit's), waiting until seated or `timeout` passes
+    /// (None then, holding nothing); `limiter` is the class's name, for errors.
+    fn acquire(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        key: Option<&Self::Key>,
+        n: u64,
+        timeout: Option<Timeout>,
+        limiter: &str,
+    ) -> PyResult<Option<Self::Lease>>;
+    /// How many seats are held now, over every key.
+    fn in_flight(&self, py: Python<'_>) -> PyResult<u64>;
+    /// How many callers wait for seats, over every key.
+    fn waiting(&self) -> u64;
+    /// How many seats there are (for each key).
+    fn limit(&self) -> u64;
+    /// A new limit (for every key), at once.
+    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()>;
+    /// Give back the seat held for a `with limiter:` block.
+    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()>;
+    /// The Python function `acquire_async` hands its limiter, its arguments (`(n,)` or
+    /// `(key, n)`) and its timeout, which gives the awaitable of a lease.
+    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+}
 
 /// How a waiter is told that its place was decided.
 enum Wake {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
-use super::limiters::Seats;
-use super::{Locked, Wake};
+use super::{Locked, Seats, Wake};
 use crate::core::exact::key::Key;
 use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::table::Asked;

@@ -11,10 +11,10 @@ use pyo3::types::PyTuple;
 use pyo3::IntoPyObjectExt;
 
 use super::lease::{ask_for_task, Lease};
-use super::Locked;
+use super::{Locked, Seats};
 use crate::core::exact::key::Key;
 use crate::core::exact::keyed::random_seed;
-use crate::python::args::{count, Timeout, N};
+use crate::python::args::{count, N};
 use crate::python::keys::classify;
 
 /// A key as a keyed limiter stores it: a plain key (`str`, `bytes`, an int, a float, or a tuple
@@ -31,47 +31,6 @@ fn table_key(key: &Bound<'_, PyAny>, seed: (u64, u64)) -> PyResult<Key> {
 /// `limit`: a count of seats, at least 1.
 pub(super) fn seats_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
     count(limit, "limit")
-}
-
-/// What an in-flight limiter class reads from its seats and asks of them, alike whether they
-/// are kept in this process ([`Locked`], answering in `lease.rs`) or shared by the processes of
-/// a host (`shared::Host`, in `shared.rs`).
-pub(super) trait Seats {
-    /// How a call names a key's seats: a [`Key`], or a shared table's digest of it.
-    type Key;
-    /// What a caller seated gets: a [`Lease`], or a `SharedLease`.
-    type Lease;
-    /// `n` seats of `key` (None: the one limit's) now, if free and nobody waits (and, for a
-    /// new key, there is room).
-    fn try_acquire(
-        self: &Arc<Self>,
-        py: Python<'_>,
-        key: Option<&Self::Key>,
-        n: u64,
-    ) -> PyResult<Option<Self::Lease>>;
-    /// `n` seats of `key` (None: the one limit's), waiting until seated or `timeout` passes
-    /// (None then, holding nothing); `limiter` is the class's name, for errors.
-    fn acquire(
-        self: &Arc<Self>,
-        py: Python<'_>,
-        key: Option<&Self::Key>,
-        n: u64,
-        timeout: Option<Timeout>,
-        limiter: &str,
-    ) -> PyResult<Option<Self::Lease>>;
-    /// How many seats are held now, over every key.
-    fn in_flight(&self, py: Python<'_>) -> PyResult<u64>;
-    /// How many callers wait for seats, over every key.
-    fn waiting(&self) -> u64;
-    /// How many seats there are (for each key).
-    fn limit(&self) -> u64;
-    /// A new limit (for every key), at once.
-    fn set_limit(&self, py: Python<'_>, limit: u64) -> PyResult<()>;
-    /// Give back the seat held for a `with limiter:` block.
-    fn give_back_kept(&self, py: Python<'_>) -> PyResult<()>;
-    /// The Python function `acquire_async` hands its limiter, its arguments (`(n,)` or
-    /// `(key, n)`) and its timeout, which gives the awaitable of a lease.
-    fn awaiting<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
 }
 
 /// The awaitable `acquire_async` gives for `n` seats (1 if not given) of `key` (none for a
@@ -117,7 +76,7 @@ macro_rules! seats_methods {
                 n: Option<$crate::python::args::N>,
                 timeout: Option<$crate::python::args::Timeout>,
             ) -> PyResult<Option<$lease>> {
-                use $crate::python::seats::limiters::Seats;
+                use $crate::python::seats::Seats;
                 let n = $crate::python::args::tokens(n);
                 Seats::acquire(&self.$seats, py, None, n, timeout, stringify!($class))
             }
@@ -129,7 +88,7 @@ macro_rules! seats_methods {
                 py: Python<'_>,
                 n: Option<$crate::python::args::N>,
             ) -> PyResult<Option<$lease>> {
-                use $crate::python::seats::limiters::Seats;
+                use $crate::python::seats::Seats;
                 let n = $crate::python::args::tokens(n);
                 Seats::try_acquire(&self.$seats, py, None, n)
             }
@@ -169,7 +128,7 @@ macro_rules! seats_methods {
                 py: Python<'_>,
                 _exc_info: &Bound<'_, pyo3::types::PyTuple>,
             ) -> PyResult<()> {
-                $crate::python::seats::limiters::Seats::give_back_kept(&*self.$seats, py)
+                $crate::python::seats::Seats::give_back_kept(&*self.$seats, py)
             }
 
             /// `async with limiter:` holds one seat for the block, awaiting as acquire_async()
@@ -204,7 +163,7 @@ macro_rules! seats_methods {
                 n: Option<$crate::python::args::N>,
                 timeout: Option<$crate::python::args::Timeout>,
             ) -> PyResult<Option<$lease>> {
-                use $crate::python::seats::limiters::Seats;
+                use $crate::python::seats::Seats;
                 let key = self.key(key)?;
                 let n = $crate::python::args::tokens(n);
                 Seats::acquire(&self.$seats, py, Some(&key), n, timeout, stringify!($class))
@@ -219,7 +178,7 @@ macro_rules! seats_methods {
                 key: &Bound<'_, PyAny>,
                 n: Option<$crate::python::args::N>,
             ) -> PyResult<Option<$lease>> {
-                use $crate::python::seats::limiters::Seats;
+                use $crate::python::seats::Seats;
                 let key = self.key(key)?;
                 let n = $crate::python::args::tokens(n);
                 Seats::try_acquire(&self.$seats, py, Some(&key), n)
@@ -249,20 +208,20 @@ macro_rules! seats_methods {
             /// the host, once the seats of processes that are gone are given back.
             #[getter]
             fn in_flight(&self, py: Python<'_>) -> PyResult<u64> {
-                $crate::python::seats::limiters::Seats::in_flight(&*self.$seats, py)
+                $crate::python::seats::Seats::in_flight(&*self.$seats, py)
             }
 
             /// How many callers wait for seats, over every key of a keyed limiter (and every
             /// process, for a shared limiter).
             #[getter]
             fn waiting(&self) -> u64 {
-                $crate::python::seats::limiters::Seats::waiting(&*self.$seats)
+                $crate::python::seats::Seats::waiting(&*self.$seats)
             }
 
             /// How many seats there are (for each key, in a keyed limiter).
             #[getter]
             fn limit(&self) -> u64 {
-                $crate::python::seats::limiters::Seats::limit(&*self.$seats)
+                $crate::python::seats::Seats::limit(&*self.$seats)
             }
 
             /// A new limit (for every key, in a keyed limiter, and every process, for a
@@ -270,7 +229,7 @@ macro_rules! seats_methods {
             /// seated, and those asking for more than the new limit get ValueError.
             fn resize(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
                 let limit = $crate::python::seats::limiters::seats_limit(limit)?;
-                $crate::python::seats::limiters::Seats::set_limit(&*self.$seats, py, limit)
+                $crate::python::seats::Seats::set_limit(&*self.$seats, py, limit)
             }
 
             $($own)*

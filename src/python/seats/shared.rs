@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
-use super::limiters::Seats;
+use super::Seats;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::exact::waiting::max_wait_ns;
 use crate::core::seats::shared::{Asked, Held, Layout, SharedSeats, THE_KEY};

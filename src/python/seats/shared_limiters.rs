@@ -7,8 +7,9 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::limiters::{seats_limit, seats_methods, Seats};
+use super::limiters::{seats_limit, seats_methods};
 use super::shared::{ask_for_task, Host, SharedLease};
+use super::Seats;
 use crate::core::exact::shared::slot::Digest;
 use crate::core::seats::shared::THE_KEY;
 use crate::python::args::{count, N};
