@@ -20,6 +20,7 @@
 use std::cell::Cell;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeWarning;
@@ -34,6 +35,10 @@ static INSIDE: AtomicUsize = AtomicUsize::new(0);
 
 /// How many forks this process descends through: a child's count is its parent's plus one.
 static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// What other rooms run in a forked child once the fork is counted, given when the hooks are
+/// registered: this room names none of them, they depend on it.
+static IN_CHILD: OnceLock<&'static [fn()]> = OnceLock::new();
 
 /// How long a waiting thread sleeps between looks at the other side.
 const POLL: Duration = Duration::from_micros(100);
@@ -128,19 +133,23 @@ fn after_fork_in_parent() {
     FORKING.store(false, SeqCst);
 }
 
-/// After a fork, in the child: count the fork, and close the child's copies of the shared
-/// in-flight limits' owner descriptors (their byte locks are the parent's). No section runs in
-/// the child (its only thread is this one), whatever the parent's threads had counted.
+/// After a fork, in the child: count the fork, then run what other rooms asked to run there
+/// (the shared in-flight limits close their copies of the parent's owner descriptors). No
+/// section runs in the child (its only thread is this one), whatever the parent's threads had
+/// counted.
 #[pyfunction]
 fn after_fork_in_child() {
     FORKS.fetch_add(1, SeqCst);
-    crate::python::seats::forget_owners_in_child();
+    for hook in IN_CHILD.get().copied().unwrap_or_default() {
+        hook();
+    }
     INSIDE.store(0, SeqCst);
     FORKING.store(false, SeqCst);
 }
 
-/// Register the fork hooks, where the platform forks.
-pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+/// Register the fork hooks, where the platform forks, with what other rooms run in a child.
+pub fn register(module: &Bound<'_, PyModule>, in_child: &'static [fn()]) -> PyResult<()> {
+    IN_CHILD.get_or_init(|| in_child);
     let py = module.py();
     let os = py.import("os")?;
     if !os.hasattr("register_at_fork")? {

@@ -66,7 +66,7 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = true)]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
-    fork::register(module)?;
+    fork::register(module, &[seats::forget_owners_in_child])?;
     // refill
     module.add_class::<refill::RefillResult>()?;
     add_function(
