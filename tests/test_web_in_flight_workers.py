@@ -9,7 +9,9 @@ some. The views count themselves running, in a file the workers share, and wait 
 test opens once every request is running or answered: never more than two ran at once,
 whichever workers took them; the same with the seats on a Redis server (``store=`` a client,
 an asyncio one under ASGI). With the seats kept in each process (``store="process"``) the
-server's log says once that every worker has its own.
+server's log says once that every worker has its own. In a container's ``/dev/shm`` of 64 MiB
+(a private tmpfs), the default folder holds the middleware's rate and seat tables, and the two
+seats still hold.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -186,3 +189,44 @@ def test_the_seats_of_a_worker_killed_mid_request_come_back(tmp_path: Path) -> N
         server.stop()
     assert most == SEATS, (most, statuses, server.text())
     assert sorted(statuses) == [200] * SEATS + [429] * (REQUESTS - SEATS), statuses
+
+
+def test_two_seats_hold_under_gunicorn_in_a_64_mib_dev_shm(tmp_path: Path) -> None:
+    """gunicorn with four sync workers in a container's ``/dev/shm`` (a private tmpfs of 64
+    MiB, the default folder, no ``PROTOCOL_IN_CODE_QOS_FOLDER``): the tables the middleware
+    makes there (its rate and its seats) fit beside each other, and the two seats per client
+    still hold across the workers."""
+    from test_shared_files import namespace_prefix
+
+    prefix = namespace_prefix()
+    if prefix is None:
+        pytest.skip("this host refuses `unshare --mount` (and its user-namespace form)")
+    script = 'mount -t tmpfs -o size=64m,mode=1777 tmpfs /dev/shm && exec env -u "$0" "$@"'
+    command, factory = CASES["wsgi middleware, gunicorn sync"]
+    port = free_port()
+    wrapped = [*prefix, "sh", "-c", script, "PROTOCOL_IN_CODE_QOS_FOLDER", *command(factory, port)]
+    server = served(wrapped, port, tmp_path / "server.log", QOS_GATE_FOLDER=str(tmp_path))
+    try:
+        statuses, most = _slow_burst(port, tmp_path)
+        # Look into the server's mount namespace: its /dev/shm, and the tables in it.
+        enter = ["nsenter", "-t", str(server.process.pid), "-m"]
+        if "--user" in prefix:
+            enter.insert(1, "-U")
+        folder = f"/dev/shm/protocol-in-code-qos-{os.geteuid()}"
+        seen = subprocess.run(
+            [*enter, "sh", "-c", f"df -k /dev/shm | tail -1; ls {folder}"],
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_SECONDS,
+        )
+    finally:
+        server.stop()
+    assert most == SEATS, (most, statuses, server.text())
+    assert sorted(statuses) == [200] * SEATS + [429] * (REQUESTS - SEATS), statuses
+    assert seen.returncode == 0, seen.stderr
+    df, *listed = seen.stdout.split("\n")
+    assert int(df.split()[1]) == 64 * 1024, f"not the 64 MiB tmpfs: {df}"
+    tables = sorted(name for name in listed if name.endswith((".table", ".seats")))
+    # The middleware's rate (``web.default``) and its seats (``web.in-flight``), 12 MiB of 64.
+    assert len(tables) == 2, listed
+    assert ".web.default." in tables[0] and ".web.in-flight.seats-" in tables[1], tables
