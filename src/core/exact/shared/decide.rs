@@ -14,7 +14,7 @@
 //!   (forgotten to make room).
 //! * **Counts** in the key's first bucket's counters.
 
-use super::{buckets_of, Digest, Locked, Table, Words};
+use super::{Digest, Locked, Table, Words};
 use crate::core::exact::home::{self, Change, Home, NewKey};
 use crate::core::exact::keyed::{Answer, KeyedDecision, KeyedReservation};
 use crate::core::exact::limiter::{Balances, Level};
@@ -107,27 +107,6 @@ impl<W: Words> Table<W> {
             locked,
             digest,
         }
-    }
-
-    /// `None` if a new key would find room now, else the wait until it may (see
-    /// [`Table::room`]), changing nothing.
-    fn would_find_room(&self, locked: &Locked<'_>) -> Option<u128> {
-        let mut first_fresh = i64::MAX;
-        for slot in buckets_of(locked).flat_map(|bucket| self.slots(bucket)) {
-            if !slot.is_used() {
-                return None;
-            }
-            let balances = slot.balances();
-            if balances.is_fresh_at(&self.specs, locked.now) {
-                return None;
-            }
-            first_fresh = first_fresh.min(balances.fresh_from(&self.specs));
-        }
-        Some(
-            (i128::from(first_fresh) - i128::from(locked.now))
-                .max(1)
-                .unsigned_abs(),
-        )
     }
 }
 

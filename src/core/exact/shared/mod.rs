@@ -99,6 +99,13 @@ fn unbiased(word: u64) -> i64 {
     (word ^ BIAS) as i64
 }
 
+/// Where a new key finds room in its buckets: a free slot, or one whose key is fresh again
+/// (in that bucket), to be forgotten for it.
+enum Room<'t> {
+    Free(Slot<'t>),
+    Forgettable(usize, Slot<'t>),
+}
+
 /// The buckets `locked` holds: one, or two in index order.
 fn buckets_of(locked: &Locked<'_>) -> impl Iterator<Item = usize> {
     let [low, high] = locked.buckets;
@@ -422,35 +429,52 @@ impl<W: Words> Table<W> {
     /// `now` (forgotten to make room); else the nanoseconds until the first may be, at least 1.
     /// Keys in `pinned` (a stacked request's own, see `held.rs`) are never forgotten for it.
     fn room(&self, locked: &Locked<'_>, pinned: &[Digest]) -> Result<Slot<'_>, u128> {
-        let mut first_fresh = i64::MAX;
+        let room = self.look_for_room(locked, pinned)?;
+        if let Room::Forgettable(bucket, slot) = room {
+            slot.free();
+            self.add(bucket, 4, 1);
+        }
+        Ok(match room {
+            Room::Free(slot) | Room::Forgettable(_, slot) => slot,
+        })
+    }
+
+    /// `None` if a new key would find room now, else the wait until it may (see
+    /// [`Table::room`]), changing nothing.
+    fn would_find_room(&self, locked: &Locked<'_>) -> Option<u128> {
+        self.look_for_room(locked, &[]).err()
+    }
+
+    /// Where [`Table::room`] finds room, forgetting nobody yet: a free slot first, else the
+    /// first whose key (not in `pinned`) is fresh; else the wait until the first such key may
+    /// be, or 1 ns if every slot holds a key of `pinned` (room comes when that request is
+    /// decided).
+    fn look_for_room(&self, locked: &Locked<'_>, pinned: &[Digest]) -> Result<Room<'_>, u128> {
+        let mut first_fresh = None;
         let mut forgettable = None;
         for bucket in buckets_of(locked) {
             for slot in self.slots(bucket) {
                 if !slot.is_used() {
-                    return Ok(slot);
+                    return Ok(Room::Free(slot));
                 }
-                if pinned.iter().any(|&digest| slot.holds(digest)) {
+                if forgettable.is_some() || pinned.iter().any(|&digest| slot.holds(digest)) {
                     continue;
                 }
-                if forgettable.is_none() {
-                    let balances = slot.balances();
-                    if balances.is_fresh_at(&self.specs, locked.now) {
-                        forgettable = Some((bucket, slot));
-                    } else {
-                        first_fresh = first_fresh.min(balances.fresh_from(&self.specs));
-                    }
+                let balances = slot.balances();
+                if balances.is_fresh_at(&self.specs, locked.now) {
+                    forgettable = Some(Room::Forgettable(bucket, slot));
+                } else {
+                    let from = balances.fresh_from(&self.specs);
+                    first_fresh = Some(first_fresh.map_or(from, |first: i64| first.min(from)));
                 }
             }
         }
-        if let Some((bucket, slot)) = forgettable {
-            slot.free();
-            self.add(bucket, 4, 1);
-            return Ok(slot);
+        if let Some(room) = forgettable {
+            return Ok(room);
         }
-        if first_fresh == i64::MAX {
-            // Every slot holds a key of the asking request: room comes when it is decided.
+        let Some(first_fresh) = first_fresh else {
             return Err(1);
-        }
+        };
         Err((i128::from(first_fresh) - i128::from(locked.now))
             .max(1)
             .unsigned_abs())

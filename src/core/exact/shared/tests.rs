@@ -292,6 +292,25 @@ fn a_lock_left_by_a_dead_holder_is_taken_over_and_its_slot_is_whole() {
 }
 
 #[test]
+fn a_table_full_of_keys_in_debt_to_the_clock_s_end_tells_a_new_key_that_wait() {
+    // Every slot holds a key whose debt is held until the clock's last nanosecond: a new key
+    // is told so, by a take and by a peek alike, and not to come back in a nanosecond.
+    let config = config(&[(1, 3600, 1)]);
+    let shared = table(&config, 16);
+    let mut key = 0_u64;
+    while shared.len() < shared.shape().capacity() {
+        shared.settle_cost(shared.digest(&key.to_le_bytes()), 0, u64::MAX, 0);
+        key += 1;
+    }
+    let newcomer = shared.digest(b"newcomer");
+    let wait = KeyedDecision::Refused {
+        retry_in: i64::MAX.unsigned_abs().into(),
+    };
+    assert_eq!(shared.check(newcomer, 1, 0).decision, wait);
+    assert_eq!(shared.peek(newcomer, 1, 0).decision, wait);
+}
+
+#[test]
 fn a_table_of_another_configuration_or_size_is_refused() {
     let ours = config(&[(10, 1, 20)]);
     let theirs = config(&[(10, 1, 21)]);
