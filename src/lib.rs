@@ -1,6 +1,6 @@
 //! The "Protocol in Code" QoS track on a Rust core.
 //!
-//! Two rooms, one rule between them, and a third, small one:
+//! Two rooms, one rule between them, and three small ones:
 //!
 //! * [`core`] is plain Rust: the lesson's arithmetic and the state that stores its answers. It knows
 //!   nothing of Python and builds without PyO3 (`cargo test` runs it that way).
@@ -9,8 +9,10 @@
 //!   of its own: every decision it returns was made by a function in [`core`].
 //! * `shared_memory` maps the file that a table shared by processes lives in, and hands the core
 //!   its words; `process_mutex` is the lock each bucket of such a table holds, which the kernel
-//!   frees when its holder dies. They are the two places with `unsafe` (the rest of the crate
-//!   denies it).
+//!   frees when its holder dies; `owner_lock` is the byte of an in-flight table's file each
+//!   process locks while it lives. They are the three places with `unsafe` (C library calls, and
+//!   the mapped memory seen as words), which no safe form does; the rest of the crate, the glue
+//!   included, denies it.
 
 #![deny(unsafe_code)]
 
@@ -25,7 +27,7 @@ pub mod host;
 pub mod shared_memory;
 
 // A lock in memory that processes share, freed by the kernel when its holder dies: the C
-// library's robust mutex, through its calls, in the crate's other room with `unsafe`.
+// library's robust mutex, through its calls, in a second room with `unsafe`.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 pub mod process_mutex;
